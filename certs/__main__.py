@@ -1,0 +1,60 @@
+"""`python -m certs`: issue a CA and a webhook serving certificate, write PEM files, print the caBundle.
+
+    python -m certs --out .local/certs --dns priogate.priogate-system.svc --ip 127.0.0.1
+
+An existing CA in --out is reused, so re-running renews the serving certificate without
+changing the caBundle registered in the webhook configurations.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import ipaddress
+import sys
+from pathlib import Path
+
+from certs.files import write_pem
+from certs.issue import KeyPair, issue_ca, issue_leaf
+
+
+def _parse_args(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m certs", description=__doc__.split("\n\n")[0])
+    p.add_argument("--out", type=Path, default=Path(".local/certs"), help="directory for the PEM files")
+    p.add_argument("--dns", action="append", default=[], help="DNS SAN (repeatable)")
+    p.add_argument("--ip", action="append", default=[], help="IP SAN (repeatable; default 127.0.0.1)")
+    p.add_argument("--days", type=int, default=365, help="validity of the serving certificate")
+    p.add_argument("--common-name", default="priogate-webhook")
+    args = p.parse_args(argv)
+    if not args.dns and not args.ip:
+        args.ip = ["127.0.0.1"]
+    for ip in args.ip:
+        try:
+            ipaddress.ip_address(ip)
+        except ValueError:
+            p.error(f"--ip {ip!r} is not an IP address; put host names in --dns")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parse_args(sys.argv[1:] if argv is None else argv)
+    out: Path = args.out
+    ca_cert, ca_key = out / "ca.crt", out / "ca.key"
+    if ca_cert.exists() and ca_key.exists():
+        ca = KeyPair(ca_cert.read_bytes(), ca_key.read_bytes())
+        print(f"reusing CA {ca_cert}", file=sys.stderr)
+    else:
+        ca = issue_ca()
+        write_pem(ca_cert, ca.cert_pem)
+        write_pem(ca_key, ca.key_pem, private=True)
+        print(f"issued CA {ca_cert}", file=sys.stderr)
+    leaf = issue_leaf(ca, args.common_name, dns_names=args.dns, ip_addresses=args.ip, days=args.days)
+    write_pem(out / "tls.crt", leaf.cert_pem)
+    write_pem(out / "tls.key", leaf.key_pem, private=True)
+    print(f"issued serving certificate {out / 'tls.crt'} for {', '.join(args.dns + args.ip)}", file=sys.stderr)
+    print(base64.b64encode(ca.cert_pem).decode())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
