@@ -51,7 +51,9 @@ def main(argv: list[str] | None = None) -> int:
     leaf = issue_leaf(ca, args.common_name, dns_names=args.dns, ip_addresses=args.ip, days=args.days)
     write_pem(out / "tls.crt", leaf.cert_pem)
     write_pem(out / "tls.key", leaf.key_pem, private=True)
-    print(f"issued serving certificate {out / 'tls.crt'} for {', '.join(args.dns + args.ip)}", file=sys.stderr)
+    print(
+        f"issued serving certificate {out / 'tls.crt'} for {', '.join(args.dns + args.ip)}", file=sys.stderr
+    )
     print(base64.b64encode(ca.cert_pem).decode())
     return 0
 

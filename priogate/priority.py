@@ -134,7 +134,8 @@ def validate_preemption_policy(policy: object) -> str | None:
     if policy == "":
         return "preemptionPolicy: Required value"
     if policy not in PREEMPTION_POLICIES:
-        return f'preemptionPolicy: Unsupported value: "{policy}": supported values: "PreemptLowerPriority", "Never"'
+        supported = ", ".join(f'"{p}"' for p in PREEMPTION_POLICIES)
+        return f'preemptionPolicy: Unsupported value: "{policy}": supported values: {supported}'
     return None
 
 
