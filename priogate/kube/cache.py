@@ -1,0 +1,193 @@
+"""A watch-backed cache of one resource type: the webhook's and controller's only view of it.
+
+LIST, then WATCH from the list's resourceVersion with bookmarks; relist on 410 Gone; reconnect
+with jittered exponential backoff; a client-side read timeout so a silently dead connection is
+noticed. Readers never block and never call the API server: objects live in per-namespace dicts
+that are replaced, not mutated (copy-on-write), so a reader's view is always consistent.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import threading
+import time
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
+from typing import Any
+
+import structlog
+
+from priogate.kube.client import ApiClient, ApiError
+
+log = structlog.get_logger("priogate.cache")
+
+Obj = Mapping[str, Any]
+EMPTY: Mapping[str, Obj] = MappingProxyType({})
+
+
+class Gone(Exception):
+    """The watch's resourceVersion is too old: relist."""
+
+
+class WatchCache:
+    def __init__(
+        self,
+        client: ApiClient,
+        path: str,
+        name: str,
+        *,
+        watch_timeout_seconds: int = 240,
+        on_change: Callable[[WatchCache], None] | None = None,
+    ) -> None:
+        self.client = client
+        self.path = path
+        self.name = name
+        self.watch_timeout_seconds = watch_timeout_seconds
+        self.on_change = on_change
+        self._by_namespace: dict[str, Mapping[str, Obj]] = {}
+        self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)
+        self._synced = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.resource_version = ""
+        self.generation = 0  # bumps on every change; derived values key their memo on it
+
+    # ---- reading -----------------------------------------------------------------------
+
+    @property
+    def synced(self) -> bool:
+        return self._synced.is_set()
+
+    def wait_synced(self, timeout: float) -> bool:
+        return self._synced.wait(timeout)
+
+    def namespace(self, namespace: str) -> Mapping[str, Obj]:
+        return self._by_namespace.get(namespace, EMPTY)
+
+    def get(self, namespace: str, name: str) -> Obj | None:
+        return self._by_namespace.get(namespace, EMPTY).get(name)
+
+    def items(self) -> list[Obj]:
+        return [obj for objs in list(self._by_namespace.values()) for obj in objs.values()]
+
+    def wait_for(self, predicate: Callable[[WatchCache], bool], timeout: float) -> bool:
+        """Block until predicate(cache) holds, e.g. until a write has been observed."""
+        deadline = time.monotonic() + timeout
+        with self._changed:
+            while not predicate(self):
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+                self._changed.wait(remaining)
+        return True
+
+    # ---- writing (the watch thread, or tests feeding events) ---------------------------
+
+    def replace_all(self, objects: list[Obj], resource_version: str) -> None:
+        grouped: dict[str, dict[str, Obj]] = {}
+        for obj in objects:
+            meta = obj["metadata"]
+            grouped.setdefault(meta.get("namespace", ""), {})[meta["name"]] = obj
+        with self._changed:
+            self._by_namespace = {ns: MappingProxyType(objs) for ns, objs in grouped.items()}
+            self.resource_version = resource_version
+            self.generation += 1
+            self._changed.notify_all()
+        self._synced.set()
+        self._notify()
+
+    def apply_event(self, event_type: str, obj: Obj) -> None:
+        meta = obj.get("metadata", {})
+        if event_type == "BOOKMARK":
+            self.resource_version = meta.get("resourceVersion", self.resource_version)
+            return
+        namespace, name = meta.get("namespace", ""), meta["name"]
+        with self._changed:
+            objs = dict(self._by_namespace.get(namespace, EMPTY))
+            if event_type == "DELETED":
+                objs.pop(name, None)
+            else:
+                objs[name] = obj
+            if objs:
+                self._by_namespace[namespace] = MappingProxyType(objs)
+            else:
+                self._by_namespace.pop(namespace, None)
+            self.resource_version = meta.get("resourceVersion", self.resource_version)
+            self.generation += 1
+            self._changed.notify_all()
+        self._notify()
+
+    def _notify(self) -> None:
+        if self.on_change is not None:
+            self.on_change(self)
+
+    # ---- the list/watch loop -----------------------------------------------------------
+
+    def start(self) -> WatchCache:
+        self._thread = threading.Thread(target=self._run, name=f"watch-{self.name}", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _relist(self) -> None:
+        items: list[Obj] = []
+        continue_token = ""
+        while True:
+            query = [("limit", "500")] + ([("continue", continue_token)] if continue_token else [])
+            page = self.client.get(self.path, query=query, timeout=(5, 60))
+            items.extend(page.get("items") or [])
+            meta = page.get("metadata", {})
+            continue_token = meta.get("continue", "")
+            if not continue_token:
+                break
+        self.replace_all(items, meta.get("resourceVersion", ""))
+        log.info("cache listed", cache=self.name, objects=len(items), resource_version=self.resource_version)
+
+    def _watch(self) -> None:
+        server_timeout = self.watch_timeout_seconds + random.randint(0, 30)
+        query = [
+            ("watch", "true"),
+            ("allowWatchBookmarks", "true"),
+            ("resourceVersion", self.resource_version),
+            ("timeoutSeconds", str(server_timeout)),
+        ]
+        # The read timeout catches a connection that died without a FIN.
+        for line in self.client.stream_lines(self.path, query=query, timeout=(5, server_timeout + 30)):
+            if self._stop.is_set():
+                return
+            event = json.loads(line)
+            obj = event.get("object") or {}
+            if event.get("type") == "ERROR":
+                if obj.get("code") == 410:
+                    raise Gone(obj.get("message", "resourceVersion too old"))
+                raise ApiError(obj.get("code", 0), obj.get("reason", ""), obj.get("message", ""))
+            self.apply_event(event["type"], obj)
+
+    def _run(self) -> None:
+        backoff = 0.5
+        need_list = True
+        while not self._stop.is_set():
+            try:
+                if need_list:
+                    self._relist()
+                    need_list = False
+                self._watch()
+                backoff = 0.5
+            except Gone as e:
+                log.info("watch expired, relisting", cache=self.name, reason=str(e))
+                need_list = True
+            except ApiError as e:
+                need_list = need_list or e.status == 410
+                log.warning("watch failed", cache=self.name, error=str(e), retry_in=round(backoff, 2))
+                self._stop.wait(backoff * random.uniform(0.8, 1.2))
+                backoff = min(backoff * 2, 30.0)
+            except Exception as e:  # network errors, timeouts, malformed stream: reconnect
+                log.warning(
+                    "watch connection lost", cache=self.name, error=repr(e), retry_in=round(backoff, 2)
+                )
+                self._stop.wait(backoff * random.uniform(0.8, 1.2))
+                backoff = min(backoff * 2, 30.0)

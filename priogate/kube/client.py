@@ -1,0 +1,154 @@
+"""A thin JSON client over the official `kubernetes` client's transport.
+
+The generated models are slow to deserialize and lock-contended (kubernetes-client/python
+#1867), and our rules work on plain dicts anyway, so every call here returns the API server's
+JSON as dicts. Authentication, TLS and kubeconfig handling stay the official client's.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote
+
+from kubernetes import client as k8s
+from kubernetes import config as k8s_config
+
+JSON = dict[str, Any]
+Timeout = float | tuple[float, float]
+
+
+@dataclass
+class ApiError(Exception):
+    status: int
+    reason: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.status} {self.reason}: {self.message}"
+
+
+def load_client(kubeconfig: str | None = None) -> ApiClient:
+    """From a kubeconfig file, else in-cluster configuration (service account)."""
+    configuration = k8s.Configuration()
+    path = kubeconfig or os.environ.get("KUBECONFIG")
+    if path:
+        k8s_config.load_kube_config(config_file=path, client_configuration=configuration)
+    else:
+        k8s_config.load_incluster_config(client_configuration=configuration)
+    # Several threads (watches, reconcilers) share one client.
+    configuration.connection_pool_maxsize = 16
+    return ApiClient(k8s.ApiClient(configuration))
+
+
+class ApiClient:
+    def __init__(self, api_client: k8s.ApiClient) -> None:
+        self._api = api_client
+
+    @property
+    def host(self) -> str:
+        return self._api.configuration.host
+
+    def _send(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Sequence[tuple[str, str]] = (),
+        body: Any = None,
+        content_type: str = "application/json",
+        timeout: Timeout | None = 30,
+    ) -> Any:
+        headers = {"Accept": "application/json", "Content-Type": content_type}
+        _, url, headers, body, _ = self._api.param_serialize(
+            method,
+            path,
+            query_params=list(query),
+            header_params=headers,
+            body=body,
+            auth_settings=["BearerToken"],
+        )
+        return self._api.call_api(
+            method, self.host + url, header_params=headers, body=body, _request_timeout=timeout
+        )
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Sequence[tuple[str, str]] = (),
+        body: Any = None,
+        content_type: str = "application/json",
+        timeout: Timeout | None = 30,
+    ) -> JSON:
+        try:
+            response = self._send(
+                method, path, query=query, body=body, content_type=content_type, timeout=timeout
+            )
+        except k8s.ApiException as e:
+            raise _api_error(e.status or 0, e.reason or "", e.body) from None
+        data = response.read()
+        if response.status >= 400:
+            raise _api_error(response.status, response.reason or "", data)
+        return json.loads(data) if data else {}
+
+    def stream_lines(
+        self, path: str, *, query: Sequence[tuple[str, str]] = (), timeout: Timeout | None = None
+    ) -> Iterator[bytes]:
+        """GET a streaming endpoint (a watch) and yield its newline-delimited JSON lines."""
+        try:
+            response = self._send("GET", path, query=query, timeout=timeout)
+        except k8s.ApiException as e:
+            raise _api_error(e.status or 0, e.reason or "", e.body) from None
+        raw = response.response
+        try:
+            if response.status >= 400:
+                raise _api_error(response.status, response.reason or "", raw.read())
+            for line in raw:
+                if line.strip():
+                    yield line
+        finally:
+            raw.release_conn()
+
+    def get(self, path: str, **kw: Any) -> JSON:
+        return self.request("GET", path, **kw)
+
+    def create(self, path: str, body: Mapping[str, Any], *, dry_run: bool = False) -> JSON:
+        return self.request("POST", path, body=body, query=[("dryRun", "All")] if dry_run else ())
+
+    def replace(self, path: str, body: Mapping[str, Any]) -> JSON:
+        return self.request("PUT", path, body=body)
+
+    def delete(self, path: str, *, preconditions: Mapping[str, str] | None = None) -> JSON:
+        body = {"kind": "DeleteOptions", "apiVersion": "v1"}
+        if preconditions:
+            body["preconditions"] = dict(preconditions)
+        return self.request("DELETE", path, body=body)
+
+
+def _api_error(status: int, reason: str, body: bytes | str | None) -> ApiError:
+    message = ""
+    if body:
+        try:
+            doc = json.loads(body)
+            message = doc.get("message", "") if isinstance(doc, dict) else str(doc)
+        except ValueError:
+            message = body.decode(errors="replace") if isinstance(body, bytes) else body
+    return ApiError(status, reason, message[:500])
+
+
+def resource_path(
+    group_version: str, plural: str, namespace: str | None = None, name: str | None = None
+) -> str:
+    """/api/v1/... for the core group, /apis/GROUP/VERSION/... otherwise."""
+    base = f"/api/{group_version}" if "/" not in group_version else f"/apis/{group_version}"
+    if namespace:
+        base += f"/namespaces/{quote(namespace, safe='')}"
+    base += f"/{plural}"
+    if name:
+        base += f"/{quote(name, safe='')}"
+    return base

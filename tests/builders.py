@@ -1,0 +1,95 @@
+"""Builders for test objects and an in-process app whose caches are fed directly."""
+
+from __future__ import annotations
+
+import base64
+import json
+import uuid
+from collections.abc import Iterable
+from typing import Any
+
+from flask import Flask
+
+from priogate.kube.cache import WatchCache
+from webhook.app import create_app
+from webhook.view import CacheView
+
+
+def fed_cache(name: str, objects: Iterable[dict[str, Any]] = (), *, synced: bool = True) -> WatchCache:
+    """A WatchCache that never talks to a server: tests feed it like a watch would."""
+    cache = WatchCache(client=None, path=f"/test/{name}", name=name)  # type: ignore[arg-type]
+    if synced:
+        cache.replace_all(list(objects), "1")
+    return cache
+
+
+def make_view(classes: Iterable[dict[str, Any]] = (), *, synced: bool = True) -> CacheView:
+    return CacheView({"priorityclasses": fed_cache("priorityclasses", classes, synced=synced)})
+
+
+def make_app(classes: Iterable[dict[str, Any]] = (), *, synced: bool = True) -> Flask:
+    return create_app(make_view(classes, synced=synced))
+
+
+def priority_class(
+    name: str, value: int, *, default: bool = False, policy: str | None = "PreemptLowerPriority"
+) -> dict:
+    pc: dict[str, Any] = {
+        "apiVersion": "scheduling.k8s.io/v1",
+        "kind": "PriorityClass",
+        "metadata": {"name": name},
+        "value": value,
+        "globalDefault": default,
+    }
+    if policy is not None:
+        pc["preemptionPolicy"] = policy
+    return pc
+
+
+SYSTEM_CLASSES = [
+    priority_class("system-node-critical", 2000001000),
+    priority_class("system-cluster-critical", 2000000000),
+]
+
+
+def pod(name: str = "p", namespace: str = "team-a", **spec: Any) -> dict:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}], **spec},
+    }
+
+
+def review(
+    obj: dict | None,
+    *,
+    operation: str = "CREATE",
+    old: dict | None = None,
+    resource: str = "pods",
+    sub_resource: str = "",
+    api_version: str = "admission.k8s.io/v1",
+    dry_run: bool = False,
+) -> dict:
+    group, kind = ("", "Pod") if resource == "pods" else ("scheduling.k8s.io", "PriorityClass")
+    target = obj or old or {}
+    request: dict[str, Any] = {
+        "uid": str(uuid.uuid4()),
+        "kind": {"group": group, "version": "v1", "kind": kind},
+        "resource": {"group": group, "version": "v1", "resource": resource},
+        "operation": operation,
+        "name": target.get("metadata", {}).get("name", ""),
+        "namespace": target.get("metadata", {}).get("namespace", ""),
+        "object": obj,
+        "oldObject": old,
+        "dryRun": dry_run,
+        "userInfo": {"username": "admin"},
+    }
+    if sub_resource:
+        request["subResource"] = sub_resource
+    return {"apiVersion": api_version, "kind": "AdmissionReview", "request": request}
+
+
+def decode_patch(response: dict) -> list[dict]:
+    patch = response.get("patch")
+    return json.loads(base64.b64decode(patch)) if patch else []

@@ -1,0 +1,48 @@
+"""`python -m webhook`: serve the admission webhooks over TLS with gunicorn.
+
+python -m webhook --cert-file tls.crt --key-file tls.key --bind 127.0.0.1:8443 --kubeconfig kubeconfig
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m webhook", description="priogate admission webhook server")
+    p.add_argument("--bind", default=os.environ.get("PRIOGATE_BIND", "0.0.0.0:8443"))
+    p.add_argument("--cert-file", default=os.environ.get("PRIOGATE_TLS_CERT", "/etc/priogate/tls/tls.crt"))
+    p.add_argument("--key-file", default=os.environ.get("PRIOGATE_TLS_KEY", "/etc/priogate/tls/tls.key"))
+    p.add_argument("--kubeconfig", default=os.environ.get("KUBECONFIG"), help="default: in-cluster config")
+    p.add_argument("--workers", type=int, default=int(os.environ.get("PRIOGATE_WORKERS", "2")))
+    p.add_argument("--threads", type=int, default=int(os.environ.get("PRIOGATE_THREADS", "8")))
+    p.add_argument("--log-level", default=os.environ.get("PRIOGATE_LOG_LEVEL", "INFO"))
+    args = p.parse_args(argv)
+    for f in (args.cert_file, args.key_file):
+        if not Path(f).is_file():
+            p.error(f"{f} does not exist; issue a certificate first: python -m certs --out DIR")
+    # Multiprocess metrics need a directory shared by all workers, set before prometheus_client loads.
+    if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="priogate-metrics-")
+    from priogate.logs import configure_logging
+    from webhook.server import ServerOptions, WebhookServer
+
+    configure_logging(args.log_level)
+    options = ServerOptions(
+        bind=args.bind,
+        cert_file=args.cert_file,
+        key_file=args.key_file,
+        kubeconfig=args.kubeconfig,
+        workers=args.workers,
+        threads=args.threads,
+    )
+    WebhookServer(options).run()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,101 @@
+"""Mutating and Validating webhook configurations, derived from the registered rule sets.
+
+Used by the local control plane (url + caBundle) and to check that manifests/ stays in step
+with the code (service reference).
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from webhook.registry import RuleSet, load_rule_sets
+
+DEFAULT_EXEMPT_NAMESPACES = ("kube-system", "priogate-system")
+
+
+def _client_config(
+    rule_set: RuleSet, ca_bundle_pem: bytes, base_url: str | None, service: Mapping | None
+) -> dict:
+    config: dict[str, Any] = {"caBundle": base64.b64encode(ca_bundle_pem).decode()}
+    if base_url is not None:
+        config["url"] = base_url.rstrip("/") + rule_set.path
+    elif service is not None:
+        config["service"] = {**service, "path": rule_set.path}
+    else:
+        raise ValueError("give either base_url or service")
+    return config
+
+
+def _webhook(
+    rule_set: RuleSet,
+    client_config: dict,
+    exempt_namespaces: Sequence[str],
+    failure_policy: str,
+) -> dict[str, Any]:
+    hook: dict[str, Any] = {
+        "name": rule_set.name,
+        "clientConfig": client_config,
+        "rules": [
+            {
+                "apiGroups": list(rule_set.api_groups),
+                "apiVersions": list(rule_set.api_versions),
+                "resources": list(rule_set.resources),
+                "operations": list(rule_set.operations),
+                "scope": "*",
+            }
+        ],
+        "admissionReviewVersions": ["v1", "v1beta1"],
+        "sideEffects": rule_set.side_effects,
+        "timeoutSeconds": rule_set.timeout_seconds,
+        "failurePolicy": failure_policy,
+        "matchPolicy": "Equivalent",
+    }
+    if exempt_namespaces:
+        # Cluster-scoped objects (PriorityClasses) are never filtered by a namespace selector.
+        hook["namespaceSelector"] = {
+            "matchExpressions": [
+                {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": list(exempt_namespaces)}
+            ]
+        }
+    if rule_set.kind == "mutating":
+        hook["reinvocationPolicy"] = "Never"
+    return hook
+
+
+def webhook_configurations(
+    base_url: str | None,
+    ca_bundle_pem: bytes,
+    *,
+    exempt_namespaces: Sequence[str] = DEFAULT_EXEMPT_NAMESPACES,
+    failure_policy: str = "Fail",
+    service: Mapping[str, Any] | None = None,
+    name: str = "priogate",
+    rule_sets: Sequence[RuleSet] | None = None,
+) -> list[dict[str, Any]]:
+    """[MutatingWebhookConfiguration, ValidatingWebhookConfiguration] for every rule set."""
+    if failure_policy not in ("Fail", "Ignore"):
+        raise ValueError(f"failure_policy must be Fail or Ignore, not {failure_policy!r}")
+    rule_sets = list(rule_sets if rule_sets is not None else load_rule_sets())
+    configs = []
+    for kind, config_kind in (
+        ("mutating", "MutatingWebhookConfiguration"),
+        ("validating", "ValidatingWebhookConfiguration"),
+    ):
+        hooks = [
+            _webhook(
+                rs, _client_config(rs, ca_bundle_pem, base_url, service), exempt_namespaces, failure_policy
+            )
+            for rs in rule_sets
+            if rs.kind == kind
+        ]
+        configs.append(
+            {
+                "apiVersion": "admissionregistration.k8s.io/v1",
+                "kind": config_kind,
+                "metadata": {"name": name, "labels": {"app.kubernetes.io/name": "priogate"}},
+                "webhooks": hooks,
+            }
+        )
+    return configs

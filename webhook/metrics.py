@@ -1,0 +1,46 @@
+"""Prometheus metrics. Under gunicorn every worker is a process, so prometheus_client runs in
+multiprocess mode (PROMETHEUS_MULTIPROC_DIR, set by the server before this module is imported)
+and /metrics aggregates all workers."""
+
+from __future__ import annotations
+
+import os
+
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+    multiprocess,
+)
+
+REQUESTS = Counter(
+    "priogate_webhook_requests_total",
+    "Admission requests answered, by webhook, operation and decision (allow, deny, error).",
+    ["webhook", "operation", "decision"],
+)
+LATENCY = Histogram(
+    "priogate_webhook_latency_seconds",
+    "Time to answer an admission request, from body read to response built.",
+    ["webhook"],
+    buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5),
+)
+IN_FLIGHT = Gauge(
+    "priogate_webhook_requests_in_flight",
+    "Admission requests being answered now.",
+    ["webhook"],
+    multiprocess_mode="livesum",
+)
+BAD_REQUESTS = Counter(
+    "priogate_webhook_bad_requests_total", "Bodies refused with a 4xx before any rule ran.", ["webhook"]
+)
+
+
+def render() -> tuple[bytes, str]:
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        registry = CollectorRegistry()
+        multiprocess.MultiProcessCollector(registry)
+        return generate_latest(registry), CONTENT_TYPE_LATEST
+    return generate_latest(), CONTENT_TYPE_LATEST

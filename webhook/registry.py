@@ -1,0 +1,57 @@
+"""Rule sets and the one place they are registered.
+
+A rule set is one module under webhook/rules/ exporting RULE_SET. It declares its path, what
+kube-apiserver must send it (the webhook configuration's rules) and its handler, a pure
+function of the request and a read-only view of the cluster. Adding a rule set is adding its
+module to RULE_SET_MODULES; the app routes and the webhook configurations follow from it.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Literal, Protocol
+
+from webhook.review import AdmissionRequest, Decision
+
+
+class ClusterView(Protocol):
+    """What rule sets may read: watch-backed caches, never the API server itself."""
+
+    def priority_classes(self) -> Mapping[str, Mapping]: ...
+
+    def default_priority_class(self) -> Mapping | None: ...
+
+
+Handler = Callable[[AdmissionRequest, ClusterView], Decision]
+
+
+@dataclass(frozen=True)
+class RuleSet:
+    name: str  # the webhook's name in the configuration, a DNS name
+    path: str
+    kind: Literal["mutating", "validating"]
+    handler: Handler
+    api_groups: Sequence[str]
+    api_versions: Sequence[str]
+    resources: Sequence[str]
+    operations: Sequence[str]
+    side_effects: Literal["None", "NoneOnDryRun"] = "None"
+    timeout_seconds: int = 5
+    # Which caches must be synced before the rule set can answer.
+    needs: Sequence[str] = field(default_factory=tuple)
+
+
+RULE_SET_MODULES = (
+    "webhook.rules.pod_priority",
+    "webhook.rules.priorityclasses",
+)
+
+
+def load_rule_sets(modules: Sequence[str] = RULE_SET_MODULES) -> list[RuleSet]:
+    rule_sets = [importlib.import_module(m).RULE_SET for m in modules]
+    paths = [r.path for r in rule_sets]
+    if len(set(paths)) != len(paths):
+        raise ValueError(f"two rule sets share a path: {paths}")
+    return rule_sets

@@ -1,0 +1,82 @@
+"""Mutating pods: resolve spec.priorityClassName to spec.priority and spec.preemptionPolicy.
+
+Upstream's Priority admission plugin, rule for rule (priority.md section 4): CREATE resolves
+(named class, else the globalDefault, else 0) and refuses disagreeing preset values; UPDATE only
+carries the old integer and policy over when the new object lacks them; subresources are
+ignored. Equal preset values pass, so the patch is idempotent under reinvocation and agrees with
+the built-in plugin when a cluster keeps both.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from priogate import priority
+from webhook.objects import mapping, new_object, old_object, optional_int, optional_str
+from webhook.registry import ClusterView, RuleSet
+from webhook.review import AdmissionRequest, Decision, allow, deny, set_field
+
+
+def _admit_create(request: AdmissionRequest, view: ClusterView) -> Decision:
+    pod = new_object(request)
+    spec = mapping(pod, "spec", "object")
+    class_name = optional_str(spec, "priorityClassName", "object.spec")
+    optional_int(spec, "priority", "object.spec")
+    optional_str(spec, "preemptionPolicy", "object.spec")
+    try:
+        resolution = priority.resolve(class_name, view.priority_classes(), view.default_priority_class())
+    except priority.ClassNotFound as e:
+        return deny(str(e))
+    conflict = priority.preset_conflict(spec, resolution)
+    if conflict:
+        return deny(conflict)
+    patch: list[dict[str, Any]] = []
+    if "spec" not in pod:
+        patch.append({"op": "add", "path": "/spec", "value": {}})
+        spec = {}
+    if spec.get("priority") != resolution.priority:
+        patch.append(_set(spec, "priority", resolution.priority))
+    if spec.get("preemptionPolicy") != resolution.preemption_policy:
+        patch.append(_set(spec, "preemptionPolicy", resolution.preemption_policy))
+    if resolution.defaulted:
+        patch.append(_set(spec, "priorityClassName", resolution.class_name))
+    return allow(patch)
+
+
+def _set(spec: Any, key: str, value: Any) -> dict[str, Any]:
+    return set_field({"spec": spec}, ("spec", key), value)
+
+
+def _admit_update(request: AdmissionRequest) -> Decision:
+    # POD-U1: preserve, never recompute; the class may have changed since the pod was created.
+    spec = mapping(new_object(request), "spec", "object")
+    old_spec = mapping(old_object(request), "spec", "oldObject")
+    patch = [
+        _set(spec, key, old_spec[key])
+        for key in ("priority", "preemptionPolicy")
+        if spec.get(key) is None and old_spec.get(key) is not None
+    ]
+    return allow(patch)
+
+
+def admit(request: AdmissionRequest, view: ClusterView) -> Decision:
+    if request.sub_resource:
+        return allow()
+    if request.operation == "CREATE":
+        return _admit_create(request, view)
+    if request.operation == "UPDATE":
+        return _admit_update(request)
+    return allow()
+
+
+RULE_SET = RuleSet(
+    name="pod-priority.priogate.io",
+    path="/mutate/pods",
+    kind="mutating",
+    handler=admit,
+    api_groups=("",),
+    api_versions=("v1",),
+    resources=("pods",),
+    operations=("CREATE", "UPDATE"),
+    needs=("priorityclasses",),
+)

@@ -1,0 +1,94 @@
+"""Validating PriorityClasses: names, the value ceiling, one globalDefault, immutability, and the
+two system classes that cannot be deleted (priority.md section 3).
+
+Field errors are 422 in upstream's "is invalid" envelope; the globalDefault and delete refusals
+are 403 as upstream's. One deliberate tightening: upstream guards only a single DELETE of a
+system class, while a deletecollection removes them (SYS-3). Here every DELETE of a system class
+is refused, which closes that gap, because admission sees each item of a deletecollection.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from priogate import priority
+from webhook.objects import MalformedObject, mapping, new_object, object_name, old_object
+from webhook.registry import ClusterView, RuleSet
+from webhook.review import AdmissionRequest, Decision, allow, deny
+
+GROUP_RESOURCE = "priorityclasses.scheduling.k8s.io"
+
+
+def _invalid(name: str, errors: list[str]) -> Decision:
+    detail = errors[0] if len(errors) == 1 else "[" + ", ".join(errors) + "]"
+    return deny(f'PriorityClass.scheduling.k8s.io "{name}" is invalid: {detail}', code=422)
+
+
+def _forbidden(name: str, message: str) -> Decision:
+    return deny(f'{GROUP_RESOURCE} "{name}" is forbidden: {message}')
+
+
+def _checked_class(obj: Mapping[str, Any], where: str) -> Mapping[str, Any]:
+    meta = mapping(obj, "metadata", where)
+    if not isinstance(meta.get("name"), str):
+        raise MalformedObject(f"{where}.metadata.name must be a string")
+    return obj
+
+
+def _warnings(pc: Mapping[str, Any], operation: str, view: ClusterView) -> list[str]:
+    warnings = []
+    if priority.is_global_default(pc):
+        current = view.default_priority_class()
+        if current is None or current["metadata"]["name"] != pc["metadata"]["name"]:
+            warnings.append(
+                f"pods created without a priorityClassName will now get priority {priority.class_value(pc)} "
+                "from this class; existing pods keep theirs"
+            )
+    if (
+        operation == "UPDATE"
+        and pc["metadata"]["name"] in priority.SYSTEM_CLASSES
+        and priority.is_global_default(pc)
+    ):
+        warnings.append("a system class as globalDefault gives every class-less pod system-critical priority")
+    return warnings
+
+
+def admit(request: AdmissionRequest, view: ClusterView) -> Decision:
+    if request.operation == "DELETE":
+        name = request.name or object_name(request.old_object or {}, "oldObject")
+        problem = priority.system_class_delete_problem(name)
+        if problem:
+            return _forbidden(name, problem)
+        default = view.default_priority_class()
+        if default is not None and default["metadata"]["name"] == name:
+            return allow(warnings=["the globalDefault class is deleted: class-less pods will get priority 0"])
+        return allow()
+
+    pc = _checked_class(new_object(request), "object")
+    name = pc["metadata"]["name"]
+    if request.operation == "CREATE":
+        errors = priority.validate_class_create(pc)
+    elif request.operation == "UPDATE":
+        errors = priority.validate_class_update(_checked_class(old_object(request), "oldObject"), pc)
+    else:
+        return allow()
+    if errors:
+        return _invalid(name, errors)
+    conflict = priority.global_default_conflict(pc, request.operation, view.default_priority_class())
+    if conflict:
+        return _forbidden(name, conflict)
+    return allow(warnings=_warnings(pc, request.operation, view))
+
+
+RULE_SET = RuleSet(
+    name="priorityclasses.priogate.io",
+    path="/validate/priorityclasses",
+    kind="validating",
+    handler=admit,
+    api_groups=("scheduling.k8s.io",),
+    api_versions=("v1",),
+    resources=("priorityclasses",),
+    operations=("CREATE", "UPDATE", "DELETE"),
+    needs=("priorityclasses",),
+)

@@ -1,0 +1,108 @@
+"""gunicorn serving: TLS with a cached, hot-reloading SSL context, gthread workers, and one set
+of watch-backed caches per worker process (threads do not survive fork)."""
+
+from __future__ import annotations
+
+import os
+import ssl
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import structlog
+from gunicorn.app.base import BaseApplication
+
+log = structlog.get_logger("priogate.server")
+
+
+@dataclass
+class ServerOptions:
+    bind: str
+    cert_file: str
+    key_file: str
+    kubeconfig: str | None
+    workers: int = 2
+    threads: int = 8
+    # kube-apiserver keeps idle connections for 90 s; closing earlier churns TLS handshakes and
+    # races requests against the close.
+    keepalive: int = 120
+    graceful_timeout: int = 20
+
+
+class _ContextCache:
+    """Builds the server SSLContext once, and again only when the certificate or key changes on
+    disk, so a rotated certificate is served from the next connection without a restart."""
+
+    def __init__(self) -> None:
+        self._key: tuple[Any, ...] | None = None
+        self._context: ssl.SSLContext | None = None
+
+    def __call__(self, conf: Any, default_factory: Callable[[], ssl.SSLContext]) -> ssl.SSLContext:
+        stats = tuple(
+            (s.st_mtime_ns, s.st_size, s.st_ino) for s in map(os.stat, (conf.certfile, conf.keyfile))
+        )
+        if self._context is None or stats != self._key:
+            context = default_factory()
+            context.minimum_version = ssl.TLSVersion.TLSv1_2
+            self._context, self._key = context, stats
+            log.info("tls context loaded", certfile=conf.certfile)
+        return self._context
+
+
+def build_view(kubeconfig: str | None) -> Any:
+    from priogate.kube.cache import WatchCache
+    from priogate.kube.client import load_client
+    from webhook.view import CacheView
+
+    client = load_client(kubeconfig)
+    caches = {
+        "priorityclasses": WatchCache(
+            client, "/apis/scheduling.k8s.io/v1/priorityclasses", "priorityclasses"
+        ),
+    }
+    for cache in caches.values():
+        cache.start()
+    return CacheView(caches)
+
+
+class WebhookServer(BaseApplication):
+    def __init__(self, options: ServerOptions, app_factory: Callable[[], Any] | None = None) -> None:
+        self.options = options
+        self.app_factory = app_factory
+        super().__init__()
+
+    def load_config(self) -> None:
+        o = self.options
+        settings = {
+            "bind": o.bind,
+            "workers": o.workers,
+            "worker_class": "gthread",
+            "threads": o.threads,
+            "keepalive": o.keepalive,
+            "graceful_timeout": o.graceful_timeout,
+            "timeout": 30,
+            "certfile": o.cert_file,
+            "keyfile": o.key_file,
+            "ssl_context": _ContextCache(),
+            "child_exit": _child_exit,
+            "accesslog": None,
+            "loglevel": "warning",
+            "proc_name": "priogate-webhook",
+        }
+        for key, value in settings.items():
+            self.cfg.set(key, value)
+
+    def load(self) -> Any:
+        # Runs in each worker after fork: caches and their watch threads belong to the worker.
+        if self.app_factory is not None:
+            return self.app_factory()
+        from webhook.app import create_app
+
+        return create_app(build_view(self.options.kubeconfig))
+
+
+def _child_exit(_server: Any, worker: Any) -> None:
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        from prometheus_client import multiprocess
+
+        multiprocess.mark_process_dead(worker.pid)
