@@ -18,7 +18,7 @@ DATA = Path(__file__).parent / "data" / "priority-cases.yaml"
 
 # Layers that belong to kube-apiserver itself, not to an admission webhook.
 NOT_OURS = {
-    "pod-validation": "pod update validation (immutable spec fields) is kube-apiserver's; it runs after admission",
+    "pod-validation": "pod update validation (immutable spec fields) is kube-apiserver's, after admission",
     "storage": "'already exists' is etcd storage's answer; a webhook never sees a duplicate create",
     "decode": "JSON decoding and int32 range are checked before any admission webhook is called",
     "resourcequota-admission": (

@@ -1,0 +1,73 @@
+# priogate: `make run` starts a local control plane with priogate inside it; `make test` is CI.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: help venv lock lint format test test-unit test-integration test-e2e controlplane run up down \
+        certs bench-webhook bench-quota bench-preemption clean
+
+help:
+	@echo "make run        start etcd, kube-apiserver, controller-manager, scheduler, kwok and priogate (Ctrl-C stops)"
+	@echo "make up / down  the same in the background / stop it"
+	@echo "make test       lint, unit, integration and e2e tests (what CI runs)"
+	@echo "make bench-webhook | bench-quota | bench-preemption"
+
+$(STAMP): requirements-dev.txt requirements.txt
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -r requirements-dev.txt
+	@touch $@
+
+venv: $(STAMP)
+
+# Re-pin every dependency from requirements*.in.
+lock: $(STAMP)
+	$(PY) hack/lock.py
+
+lint: $(STAMP)
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
+
+format: $(STAMP)
+	$(PY) -m ruff format .
+	$(PY) -m ruff check --fix .
+
+test-unit: $(STAMP)
+	$(PY) -m pytest tests/unit -q -p no:cacheprovider
+
+test-integration: $(STAMP)
+	$(PY) -m pytest tests/integration -q -p no:cacheprovider
+
+controlplane:
+	bash hack/controlplane/build.sh
+
+test-e2e: $(STAMP) controlplane
+	$(PY) -m pytest tests/e2e -q -p no:cacheprovider
+
+test: lint test-unit test-integration test-e2e
+
+run: $(STAMP) controlplane
+	$(PY) -m localcluster run
+
+up: $(STAMP) controlplane
+	$(PY) -m localcluster up
+
+down: $(STAMP)
+	$(PY) -m localcluster down
+
+certs: $(STAMP)
+	$(PY) -m certs --out .local/certs
+
+bench-webhook: $(STAMP)
+	$(PY) -m bench.webhook
+
+bench-quota: $(STAMP) controlplane
+	$(PY) -m bench.quota
+
+bench-preemption: $(STAMP)
+	$(PY) -m bench.preemption
+
+clean:
+	rm -rf .local .pytest_cache .ruff_cache .hypothesis
