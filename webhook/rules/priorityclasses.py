@@ -13,7 +13,15 @@ from collections.abc import Mapping
 from typing import Any
 
 from priogate import priority
-from webhook.objects import MalformedObject, mapping, new_object, object_name, old_object
+from webhook.objects import (
+    MalformedObject,
+    mapping,
+    new_object,
+    object_name,
+    old_object,
+    optional_int,
+    optional_str,
+)
 from webhook.registry import ClusterView, RuleSet
 from webhook.review import AdmissionRequest, Decision, allow, deny
 
@@ -33,6 +41,11 @@ def _checked_class(obj: Mapping[str, Any], where: str) -> Mapping[str, Any]:
     meta = mapping(obj, "metadata", where)
     if not isinstance(meta.get("name"), str):
         raise MalformedObject(f"{where}.metadata.name must be a string")
+    optional_int(obj, "value", where)
+    optional_str(obj, "preemptionPolicy", where)
+    optional_str(obj, "description", where)
+    if not isinstance(obj.get("globalDefault"), bool | None):
+        raise MalformedObject(f"{where}.globalDefault must be a boolean")
     return obj
 
 

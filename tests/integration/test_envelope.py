@@ -1,0 +1,176 @@
+"""The HTTP envelope: AdmissionReview versions, uid echo, patches, 4xx for bad input, health."""
+
+from __future__ import annotations
+
+import json
+
+import jsonpatch
+import pytest
+
+from tests.builders import SYSTEM_CLASSES, decode_patch, make_app, pod, priority_class, review
+
+CLASSES = [*SYSTEM_CLASSES, priority_class("high", 1000), priority_class("low", 10, default=True)]
+
+
+@pytest.fixture
+def client():
+    return make_app(CLASSES).test_client()
+
+
+@pytest.mark.parametrize("version", ["admission.k8s.io/v1", "admission.k8s.io/v1beta1"])
+def test_answers_in_the_request_version_and_echoes_uid(client, version):
+    body = review(pod(priorityClassName="high"), api_version=version)
+    answer = client.post("/mutate/pods", json=body).get_json()
+    assert answer["apiVersion"] == version
+    assert answer["kind"] == "AdmissionReview"
+    assert answer["response"]["uid"] == body["request"]["uid"]
+    assert answer["response"]["patchType"] == "JSONPatch"
+
+
+def test_patch_applies_and_defaults_class_name(client):
+    obj = pod()
+    answer = client.post("/mutate/pods", json=review(obj)).get_json()["response"]
+    patched = jsonpatch.apply_patch(obj, decode_patch(answer))
+    assert patched["spec"]["priority"] == 10
+    assert patched["spec"]["priorityClassName"] == "low"
+    assert patched["spec"]["preemptionPolicy"] == "PreemptLowerPriority"
+
+
+def test_pod_without_spec_gets_one(client):
+    obj = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "x", "namespace": "n"}}
+    answer = client.post("/mutate/pods", json=review(obj)).get_json()["response"]
+    assert jsonpatch.apply_patch(obj, decode_patch(answer))["spec"]["priority"] == 10
+
+
+def test_idempotent_under_reinvocation(client):
+    obj = pod(priorityClassName="high")
+    first = client.post("/mutate/pods", json=review(obj)).get_json()["response"]
+    once = jsonpatch.apply_patch(obj, decode_patch(first))
+    second = client.post("/mutate/pods", json=review(once)).get_json()["response"]
+    assert second["allowed"] is True
+    assert "patch" not in second
+
+
+def test_denial_carries_status(client):
+    answer = client.post("/mutate/pods", json=review(pod(priorityClassName="nope"))).get_json()["response"]
+    assert answer["allowed"] is False
+    assert answer["status"] == {
+        "status": "Failure",
+        "code": 403,
+        "reason": "Forbidden",
+        "message": "no PriorityClass with name nope was found",
+    }
+
+
+def test_warning_on_new_global_default(client):
+    body = review(priority_class("new-default", 5, default=True), resource="priorityclasses")
+    answer = client.post("/validate/priorityclasses", json=body).get_json()["response"]
+    assert answer["allowed"] is False  # "low" is already the default
+    body = review(
+        priority_class("low", 10, default=True),
+        operation="UPDATE",
+        old=priority_class("low", 10, default=True),
+        resource="priorityclasses",
+    )
+    assert client.post("/validate/priorityclasses", json=body).get_json()["response"]["allowed"] is True
+
+
+def test_deleting_the_default_warns(client):
+    body = review(
+        None, operation="DELETE", old=priority_class("low", 10, default=True), resource="priorityclasses"
+    )
+    answer = client.post("/validate/priorityclasses", json=body).get_json()["response"]
+    assert answer["allowed"] is True
+    assert "priority 0" in answer["warnings"][0]
+
+
+@pytest.mark.parametrize(
+    ("data", "content_type", "fragment"),
+    [
+        (b"{not json", "application/json", "not valid JSON"),
+        (b"[]", "application/json", "must be a JSON object"),
+        (b'{"kind": "Pod"}', "application/json", "expected kind AdmissionReview"),
+        (b'{"kind": "AdmissionReview", "apiVersion": "v2"}', "application/json", "unsupported apiVersion"),
+        (b'{"kind": "AdmissionReview", "apiVersion": "admission.k8s.io/v1"}', "application/json", "request"),
+        (
+            b'{"kind":"AdmissionReview","apiVersion":"admission.k8s.io/v1","request":{"uid":"u"}}',
+            "application/json",
+            "request.operation",
+        ),
+        (
+            b'{"kind":"AdmissionReview","apiVersion":"admission.k8s.io/v1","request":{"operation":"CREATE"}}',
+            "application/json",
+            "request.uid",
+        ),
+        (b"{}", "text/plain", "Content-Type must be application/json"),
+        (b"\xff\xfe", "application/json", "not valid JSON"),
+    ],
+)
+def test_bad_bodies_get_400_with_one_line_reason(client, data, content_type, fragment):
+    resp = client.post("/mutate/pods", data=data, content_type=content_type)
+    assert resp.status_code == 400
+    text = resp.get_data(as_text=True)
+    assert fragment in text
+    assert text.count("\n") == 1
+
+
+def test_malformed_object_is_a_400_denial(client):
+    body = review(pod())
+    body["request"]["object"]["spec"] = ["not", "a", "map"]
+    answer = client.post("/mutate/pods", json=body).get_json()["response"]
+    assert answer["allowed"] is False
+    assert answer["status"]["code"] == 400
+    assert "object.spec must be an object" in answer["status"]["message"]
+
+
+def test_huge_body_is_413(client):
+    resp = client.post(
+        "/mutate/pods", data=b"{" + b" " * (4 * 1024 * 1024) + b"}", content_type="application/json"
+    )
+    assert resp.status_code == 413
+
+
+def test_unknown_path_and_method(client):
+    assert client.post("/mutate/nothing", json={}).status_code == 404
+    assert client.get("/mutate/pods").status_code == 405
+
+
+def test_health_ready_metrics(client):
+    assert client.get("/healthz").status_code == 200
+    assert client.get("/readyz").status_code == 200
+    client.post("/mutate/pods", json=review(pod()))
+    text = client.get("/metrics").get_data(as_text=True)
+    assert (
+        'priogate_webhook_requests_total{decision="allow",operation="CREATE",webhook="pod-priority.priogate.io"}'
+        in text
+    )
+
+
+def test_not_ready_until_synced():
+    client = make_app(CLASSES, synced=False).test_client()
+    resp = client.get("/readyz")
+    assert resp.status_code == 503
+    assert "priorityclasses" in resp.get_data(as_text=True)
+
+
+def test_unsynced_cache_denies_instead_of_guessing(monkeypatch):
+    monkeypatch.setattr("webhook.app.CACHE_SYNC_GRACE_SECONDS", 0.01)
+    client = make_app(CLASSES, synced=False).test_client()
+    answer = client.post("/mutate/pods", json=review(pod())).get_json()["response"]
+    assert answer["allowed"] is False
+    assert answer["status"]["code"] == 503
+    assert "not synced" in answer["status"]["message"]
+
+
+def test_update_preserves_priority_but_not_class(client):
+    old = pod(priorityClassName="high", priority=1000, preemptionPolicy="Never")
+    new = pod(priorityClassName="high")
+    answer = client.post("/mutate/pods", json=review(new, operation="UPDATE", old=old)).get_json()["response"]
+    patched = jsonpatch.apply_patch(new, decode_patch(answer))
+    assert patched["spec"]["priority"] == 1000
+    assert patched["spec"]["preemptionPolicy"] == "Never"
+
+
+def test_dry_run_is_answered_the_same(client):
+    answer = client.post("/mutate/pods", json=review(pod(), dry_run=True)).get_json()["response"]
+    assert json.loads(__import__("base64").b64decode(answer["patch"]))
