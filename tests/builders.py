@@ -16,11 +16,7 @@ from webhook.view import CacheView
 
 
 def fed_cache(name: str, objects: Iterable[dict[str, Any]] = (), *, synced: bool = True) -> WatchCache:
-    """A WatchCache that never talks to a server: tests feed it like a watch would."""
-    cache = WatchCache(client=None, path=f"/test/{name}", name=name)  # type: ignore[arg-type]
-    if synced:
-        cache.replace_all(list(objects), "1")
-    return cache
+    return WatchCache.static(name, list(objects) if synced else None)
 
 
 def make_view(classes: Iterable[dict[str, Any]] = (), *, synced: bool = True) -> CacheView:

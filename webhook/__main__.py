@@ -18,6 +18,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cert-file", default=os.environ.get("PRIOGATE_TLS_CERT", "/etc/priogate/tls/tls.crt"))
     p.add_argument("--key-file", default=os.environ.get("PRIOGATE_TLS_KEY", "/etc/priogate/tls/tls.key"))
     p.add_argument("--kubeconfig", default=os.environ.get("KUBECONFIG"), help="default: in-cluster config")
+    p.add_argument(
+        "--priorityclasses-file",
+        help="serve from this fixed YAML/JSON list of PriorityClasses, not a watch (benchmarks)",
+    )
     p.add_argument("--workers", type=int, default=int(os.environ.get("PRIOGATE_WORKERS", "2")))
     p.add_argument("--threads", type=int, default=int(os.environ.get("PRIOGATE_THREADS", "8")))
     p.add_argument("--log-level", default=os.environ.get("PRIOGATE_LOG_LEVEL", "INFO"))
@@ -38,6 +42,7 @@ def main(argv: list[str] | None = None) -> int:
         key_file=args.key_file,
         kubeconfig=args.kubeconfig,
         workers=args.workers,
+        priorityclasses_file=args.priorityclasses_file,
         threads=args.threads,
     )
     WebhookServer(options).run()

@@ -21,6 +21,7 @@ class ServerOptions:
     cert_file: str
     key_file: str
     kubeconfig: str | None
+    priorityclasses_file: str | None = None
     workers: int = 2
     threads: int = 8
     # kube-apiserver keeps idle connections for 90 s; closing earlier churns TLS handshakes and
@@ -49,11 +50,15 @@ class _ContextCache:
         return self._context
 
 
-def build_view(kubeconfig: str | None) -> Any:
+def build_view(kubeconfig: str | None, priorityclasses_file: str | None = None) -> Any:
     from priogate.kube.cache import WatchCache
     from priogate.kube.client import load_client
     from webhook.view import CacheView
 
+    if priorityclasses_file:
+        return CacheView(
+            {"priorityclasses": WatchCache.static("priorityclasses", _load_list(priorityclasses_file))}
+        )
     client = load_client(kubeconfig)
     caches = {
         "priorityclasses": WatchCache(
@@ -98,7 +103,18 @@ class WebhookServer(BaseApplication):
             return self.app_factory()
         from webhook.app import create_app
 
-        return create_app(build_view(self.options.kubeconfig))
+        return create_app(build_view(self.options.kubeconfig, self.options.priorityclasses_file))
+
+
+def _load_list(path: str) -> list[dict]:
+    import yaml
+
+    with open(path) as f:
+        docs = [d for d in yaml.safe_load_all(f) if d]
+    items: list[dict] = []
+    for doc in docs:
+        items.extend(doc.get("items", []) if doc.get("kind", "").endswith("List") else [doc])
+    return items
 
 
 def _child_exit(_server: Any, worker: Any) -> None:

@@ -54,6 +54,15 @@ class WatchCache:
         self.resource_version = ""
         self.generation = 0  # bumps on every change; derived values key their memo on it
 
+    @classmethod
+    def static(cls, name: str, objects: list[Obj] | None) -> WatchCache:
+        """A cache that never talks to a server, holding `objects` (None: never synced).
+        For benchmarks, offline policy checks and tests."""
+        cache = cls(client=None, path="", name=name)  # type: ignore[arg-type]
+        if objects is not None:
+            cache.replace_all(objects, "0")
+        return cache
+
     # ---- reading -----------------------------------------------------------------------
 
     @property

@@ -1,0 +1,84 @@
+"""The real server: gunicorn workers over TLS, keep-alive, certificate hot reload, metrics across
+workers, graceful shutdown."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import socket
+import ssl
+
+import pytest
+
+from certs import issue_ca, issue_leaf, write_pem
+from tests.builders import SYSTEM_CLASSES, pod, priority_class, review
+from tests.serving import start_server
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    srv = start_server(tmp_path_factory.mktemp("server"), [*SYSTEM_CLASSES, priority_class("high", 1000)])
+    yield srv
+    assert srv.stop() == 0, "graceful shutdown should exit 0"
+
+
+def post(conn: http.client.HTTPSConnection, body: dict) -> dict:
+    conn.request("POST", "/mutate/pods", json.dumps(body), {"Content-Type": "application/json"})
+    resp = conn.getresponse()
+    assert resp.status == 200
+    return json.loads(resp.read())["response"]
+
+
+def test_admissions_over_one_keepalive_connection(server):
+    conn = http.client.HTTPSConnection("127.0.0.1", server.port, context=server.ssl_context(), timeout=5)
+    for _ in range(20):
+        answer = post(conn, review(pod(priorityClassName="high")))
+        assert answer["allowed"] is True
+    denied = post(conn, review(pod(priorityClassName="missing")))
+    assert denied["status"]["message"] == "no PriorityClass with name missing was found"
+    conn.close()
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+def test_tls_below_1_2_is_refused(server):
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.set_ciphers("DEFAULT@SECLEVEL=0")  # let the client offer TLS 1.1 at all
+    context.load_verify_locations(server.ca_file)
+    context.minimum_version = ssl.TLSVersion.TLSv1
+    context.maximum_version = ssl.TLSVersion.TLSv1_1
+    with socket.create_connection(("127.0.0.1", server.port), timeout=5) as raw, pytest.raises(ssl.SSLError):
+        context.wrap_socket(raw, server_hostname="127.0.0.1")
+
+
+def served_serial(server) -> int:
+    with socket.create_connection(("127.0.0.1", server.port), timeout=5) as raw:
+        context = ssl.create_default_context(cafile=str(server.ca_file))
+        with context.wrap_socket(raw, server_hostname="127.0.0.1") as tls:
+            der = tls.getpeercert(binary_form=True)
+    from cryptography import x509
+
+    return x509.load_der_x509_certificate(der).serial_number
+
+
+def test_rotated_certificate_is_served_without_restart(server, tmp_path):
+    before = served_serial(server)
+    # A new CA too: the client trusts both during the overlap, as a caBundle would.
+    ca = issue_ca("rotated-ca")
+    leaf = issue_leaf(ca, "rotated", ip_addresses=["127.0.0.1"])
+    bundle = server.ca_file.read_bytes() + ca.cert_pem
+    write_pem(server.key_file, leaf.key_pem, private=True)
+    write_pem(server.cert_file, leaf.cert_pem)
+    write_pem(server.ca_file, bundle)
+    after = served_serial(server)
+    assert after != before
+    assert after == leaf.certificate.serial_number
+
+
+def test_metrics_aggregate_workers(server):
+    conn = http.client.HTTPSConnection("127.0.0.1", server.port, context=server.ssl_context(), timeout=5)
+    post(conn, review(pod()))
+    status, text = server.get("/metrics")
+    assert status == 200
+    assert "priogate_webhook_requests_total" in text
+    assert "priogate_webhook_latency_seconds_bucket" in text
+    assert "priogate_webhook_requests_in_flight" in text

@@ -1,0 +1,128 @@
+"""Start the real webhook server (gunicorn, TLS) in a subprocess, for tests and benchmarks."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from certs import issue_ca, issue_leaf, write_pem
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class RunningServer:
+    process: subprocess.Popen
+    port: int
+    ca_file: Path
+    cert_file: Path
+    key_file: Path
+    log_file: Path
+
+    @property
+    def url(self) -> str:
+        return f"https://127.0.0.1:{self.port}"
+
+    def ssl_context(self) -> ssl.SSLContext:
+        return ssl.create_default_context(cafile=str(self.ca_file))
+
+    def get(self, path: str) -> tuple[int, str]:
+        try:
+            with urllib.request.urlopen(self.url + path, context=self.ssl_context(), timeout=5) as r:
+                return r.status, r.read().decode()
+        except urllib.error.HTTPError as e:
+            return e.code, e.read().decode()
+
+    def stop(self, timeout: float = 30) -> int:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                return self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                return self.process.wait()
+        return self.process.returncode
+
+
+def start_server(
+    workdir: Path,
+    classes: Sequence[dict],
+    *,
+    workers: int = 2,
+    threads: int = 8,
+    cpu_list: str | None = None,
+    ready_timeout: float = 30,
+) -> RunningServer:
+    workdir.mkdir(parents=True, exist_ok=True)
+    ca = issue_ca()
+    leaf = issue_leaf(ca, "priogate-test", ip_addresses=["127.0.0.1"], dns_names=["localhost"])
+    ca_file, cert_file, key_file = workdir / "ca.crt", workdir / "tls.crt", workdir / "tls.key"
+    write_pem(ca_file, ca.cert_pem)
+    write_pem(cert_file, leaf.cert_pem)
+    write_pem(key_file, leaf.key_pem, private=True)
+    classes_file = workdir / "priorityclasses.yaml"
+    classes_file.write_text(yaml.safe_dump({"apiVersion": "v1", "kind": "List", "items": list(classes)}))
+    port = free_port()
+    cmd = [
+        sys.executable,
+        "-m",
+        "webhook",
+        "--bind",
+        f"127.0.0.1:{port}",
+        "--cert-file",
+        str(cert_file),
+        "--key-file",
+        str(key_file),
+        "--priorityclasses-file",
+        str(classes_file),
+        "--workers",
+        str(workers),
+        "--threads",
+        str(threads),
+        "--log-level",
+        "WARNING",
+    ]
+    if cpu_list:
+        cmd = ["taskset", "-c", cpu_list, *cmd]
+    log_file = workdir / "webhook.log"
+    env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(_fresh_dir(workdir / "metrics"))}
+    with log_file.open("wb") as log:
+        process = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=env)
+    server = RunningServer(process, port, ca_file, cert_file, key_file, log_file)
+    deadline = time.monotonic() + ready_timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"webhook exited with {process.returncode}:\n{log_file.read_text()[-3000:]}")
+        try:
+            ready = server.get("/readyz")[0] == 200
+        except OSError:  # not listening yet
+            ready = False
+        if ready:
+            return server
+        time.sleep(0.1)
+    server.stop()
+    raise RuntimeError(f"webhook not ready after {ready_timeout}s:\n{log_file.read_text()[-3000:]}")
+
+
+def _fresh_dir(path: Path) -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    for f in path.iterdir():
+        f.unlink()
+    return path
