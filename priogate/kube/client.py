@@ -71,9 +71,7 @@ class ApiClient:
             body=body,
             auth_settings=["BearerToken"],
         )
-        return self._api.call_api(
-            method, self.host + url, header_params=headers, body=body, _request_timeout=timeout
-        )
+        return self._api.call_api(method, url, header_params=headers, body=body, _request_timeout=timeout)
 
     def request(
         self,
