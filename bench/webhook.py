@@ -1,0 +1,157 @@
+"""`make bench-webhook`: the real gunicorn server over TLS, driven by wrk over keep-alive connections.
+
+One worker process pinned to CPU 0 and wrk pinned to CPU 1, so the figure is per worker core.
+The body is a realistic ~4 KB Pod AdmissionReview. The last line is the headline:
+    mutate/pods: N admissions/s, p50 X ms, p99 Y ms
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from tests.builders import SYSTEM_CLASSES, priority_class, review
+from tests.serving import start_server
+
+LUA = """
+wrk.method = "POST"
+wrk.headers["Content-Type"] = "application/json"
+local f = io.open(os.getenv("BENCH_BODY"), "r")
+wrk.body = f:read("*a")
+f:close()
+"""
+
+
+def realistic_pod() -> dict:
+    """A Deployment-made pod: 3 containers, env, probes, volumes; about 4 KB as JSON."""
+    containers = []
+    for i, name in enumerate(["app", "sidecar-proxy", "log-shipper"]):
+        containers.append(
+            {
+                "name": name,
+                "image": f"registry.example.invalid/team/{name}:v1.{i}.7",
+                "ports": [{"containerPort": 8080 + i, "protocol": "TCP"}],
+                "env": [{"name": f"SETTING_{j}", "value": f"value-{j}-{'x' * 12}"} for j in range(10)],
+                "resources": {"requests": {"cpu": "250m", "memory": "256Mi"}, "limits": {"memory": "512Mi"}},
+                "readinessProbe": {"httpGet": {"path": "/ready", "port": 8080 + i}, "periodSeconds": 10},
+                "volumeMounts": [{"name": "config", "mountPath": "/etc/app"}],
+            }
+        )
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "generateName": "web-7d9f8b6c5d-",
+            "namespace": "team-a",
+            "labels": {"app": "web", "pod-template-hash": "7d9f8b6c5d", "tier": "frontend"},
+            "ownerReferences": [
+                {
+                    "apiVersion": "apps/v1",
+                    "kind": "ReplicaSet",
+                    "name": "web-7d9f8b6c5d",
+                    "uid": "5a3e1a52-9d9e-4a43-9a0f-5f1b3c2d4e6f",
+                    "controller": True,
+                    "blockOwnerDeletion": True,
+                }
+            ],
+        },
+        "spec": {
+            "containers": containers,
+            "volumes": [{"name": "config", "configMap": {"name": "web-config"}}],
+            "priorityClassName": "high",
+            "serviceAccountName": "web",
+            "tolerations": [
+                {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute"}
+            ],
+        },
+    }
+
+
+def parse_wrk(output: str) -> tuple[float, float, float]:
+    """requests/s, p50 ms, p99 ms from `wrk --latency` output."""
+
+    def ms(label: str) -> float:
+        m = re.search(rf"^\s*{label}%\s+([\d.]+)(us|ms|s)\s*$", output, re.M)
+        if not m:
+            raise ValueError(f"wrk printed no {label}% latency:\n{output}")
+        return float(m.group(1)) * {"us": 0.001, "ms": 1.0, "s": 1000.0}[m.group(2)]
+
+    rate = re.search(r"Requests/sec:\s+([\d.]+)", output)
+    if not rate:
+        raise ValueError(f"wrk printed no Requests/sec:\n{output}")
+    errors = re.search(r"Non-2xx or 3xx responses: (\d+)", output)
+    if errors:
+        raise RuntimeError(f"{errors.group(1)} requests failed:\n{output}")
+    return float(rate.group(1)), ms("50"), ms("99")
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--duration", type=int, default=10, help="seconds per run")
+    p.add_argument("--connections", type=int, default=8)
+    p.add_argument("--threads", type=int, default=1, help="gunicorn threads per worker")
+    args = p.parse_args()
+    if not shutil.which("wrk"):
+        sys.exit("wrk is not installed: apt-get install -y wrk (Debian's package)")
+    body = review(realistic_pod())
+    with tempfile.TemporaryDirectory(prefix="priogate-bench-") as tmp:
+        body_file, lua = Path(tmp) / "body.json", Path(tmp) / "post.lua"
+        body_file.write_text(json.dumps(body))
+        lua.write_text(LUA)
+        print(f"body: {body_file.stat().st_size} bytes AdmissionReview", file=sys.stderr)
+        classes = [*SYSTEM_CLASSES, priority_class("high", 1000), priority_class("low", 10, default=True)]
+        cpus = os.cpu_count() or 1
+        server = start_server(
+            Path(tmp) / "server", classes, workers=1, threads=args.threads, cpu_list="0" if cpus > 1 else None
+        )
+        try:
+            cmd = [
+                "wrk",
+                "-t1",
+                f"-c{args.connections}",
+                "-d2s",
+                "--latency",
+                "-s",
+                str(lua),
+                server.url + "/mutate/pods",
+            ]
+            if cpus > 1:
+                cmd = ["taskset", "-c", "1", *cmd]
+            env = {**os.environ, "BENCH_BODY": str(body_file)}
+            print("warming up (2 s) ...", file=sys.stderr)
+            subprocess.run(cmd, env=env, check=True, capture_output=True)
+            cmd[cmd.index("-d2s")] = f"-d{args.duration}s"
+            print(
+                f"measuring ({args.duration} s, {args.connections} keep-alive connections, 1 worker) ...",
+                file=sys.stderr,
+            )
+            out = subprocess.run(cmd, env=env, check=True, capture_output=True, text=True).stdout
+        finally:
+            server.stop()
+    print(out, file=sys.stderr)
+    rate, p50, p99 = parse_wrk(out)
+    print(f"machine: {cpus} cores, {platform_summary()}")
+    print(f"mutate/pods: {rate:,.0f} admissions/s, p50 {p50:.2f} ms, p99 {p99:.2f} ms")
+    return 0
+
+
+def platform_summary() -> str:
+    import platform
+
+    model = ""
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.exists():
+        m = re.search(r"model name\s*:\s*(.+)", cpuinfo.read_text())
+        model = m.group(1).strip() if m else ""
+    return f"{model or platform.processor()}, Python {platform.python_version()}"
+
+
+if __name__ == "__main__":
+    sys.exit(main())
