@@ -1,0 +1,295 @@
+"""The local control plane with priogate inside it: start in dependency order, stop in reverse.
+
+    etcd -> kube-apiserver -> kubeconfig -> kube-controller-manager, kube-scheduler, kwok
+         -> fake nodes -> webhook -> webhook configurations -> probe
+
+Used by `python -m localcluster` (run/up) and by the e2e session fixture.
+"""
+
+from __future__ import annotations
+
+import http.client
+import os
+import shutil
+import ssl
+import tempfile
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import requests
+
+from localcluster import components
+from localcluster.api import Api, ApiError, Etcd
+from localcluster.binaries import REPO, ensure_binaries
+from localcluster.components import ApiServerMode, Ports
+from localcluster.pki import Pki, issue_all, write_kubeconfig
+from localcluster.procs import Proc, Supervisor, free_ports, progress, rss_kib, wait_until
+from localcluster.webhooks import WebhookPolicy, Webhooks
+
+NODE_PREFIX = "kwok-node-"
+
+
+@dataclass
+class Options:
+    state_dir: Path = REPO / ".local"
+    nodes: int = 3
+    node_cpu: str = "8"
+    node_memory: str = "32Gi"
+    node_pods: int = 110
+    # Keep kube-apiserver's built-in Priority admission plugin (docs/modes.md).
+    priority_plugin: bool = False
+    webhook: bool = True
+    webhook_workers: int = 2
+    # None: the mode's default (docs/modes.md).
+    policy: WebhookPolicy | None = None
+    start_timeout: float = 120.0
+    bin_dir: Path | None = None
+
+
+@dataclass
+class LocalCluster:
+    options: Options
+    supervisor: Supervisor = field(default_factory=Supervisor)
+    timings: dict[str, float] = field(default_factory=dict)
+    mode: ApiServerMode = field(default_factory=ApiServerMode)
+    ports: Ports | None = None
+    pki: Pki | None = None
+    api: Api | None = None
+    etcd: Etcd | None = None
+    webhooks: Webhooks | None = None
+    etcd_data: Path | None = None
+    bin_dir: Path | None = None
+
+    @property
+    def state_dir(self) -> Path:
+        return self.options.state_dir
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.state_dir / "kubeconfig"
+
+    @property
+    def logs(self) -> Path:
+        return self.state_dir / "logs"
+
+    def _log(self, name: str) -> Path:
+        return self.logs / f"{name}.log"
+
+    # ---- start -------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start everything; on failure stop what was started and re-raise (logs stay in state_dir)."""
+        try:
+            self._start()
+        except BaseException:
+            self.stop()
+            raise
+
+    def _start(self) -> None:
+        o = self.options
+        t_total = time.monotonic()
+        self.bin_dir = o.bin_dir or ensure_binaries()
+        t_warm = time.monotonic()
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        if self.logs.exists():
+            shutil.rmtree(self.logs)
+        self.ports = Ports(*free_ports(6))
+        self.pki = issue_all(self.state_dir / "pki")
+        self.mode = ApiServerMode(priority_plugin=o.priority_plugin)
+
+        shm = Path("/dev/shm")
+        base = shm if shm.is_dir() and os.access(shm, os.W_OK) else Path(tempfile.gettempdir())
+        self.etcd_data = base / f"priogate-etcd-{uuid.uuid4().hex[:8]}"
+        progress(f"starting etcd (data in {self.etcd_data})")
+        proc = self.supervisor.start(
+            "etcd", components.etcd(self.bin_dir, self.etcd_data, self.ports), self._log("etcd")
+        )
+        self.etcd = Etcd(self.ports.etcd_url)
+        self.timings["etcd"] = wait_until(
+            self.etcd.healthy, timeout=30, what="etcd /health is true", proc=proc
+        )
+
+        self.api = Api(self.ports.apiserver_url, self.pki)
+        self.timings["kube-apiserver"] = self._start_apiserver()
+        write_kubeconfig(self.kubeconfig, self.ports.apiserver_url, self.pki)
+
+        progress("starting kube-controller-manager, kube-scheduler and kwok")
+        t0 = time.monotonic()
+        kcm = self.supervisor.start(
+            "kube-controller-manager",
+            components.kube_controller_manager(self.bin_dir, self.pki, self.kubeconfig, self.ports),
+            self._log("kube-controller-manager"),
+        )
+        sched = self.supervisor.start(
+            "kube-scheduler",
+            components.kube_scheduler(self.bin_dir, self.kubeconfig, self.ports),
+            self._log("kube-scheduler"),
+        )
+        kwok = self.supervisor.start(
+            "kwok", components.kwok(self.bin_dir, self.kubeconfig), self._log("kwok")
+        )
+        wait_until(
+            lambda: _healthz(self.ports.controller_manager), timeout=60, what="/healthz is ok", proc=kcm
+        )
+        wait_until(lambda: _healthz(self.ports.scheduler), timeout=60, what="/healthz is ok", proc=sched)
+        # The serviceaccount controller is running once `default` has its ServiceAccount.
+        wait_until(
+            lambda: bool(self.api.get("/api/v1/namespaces/default/serviceaccounts/default")),
+            timeout=60,
+            what="serviceaccount default/default exists (kube-controller-manager works)",
+            proc=kcm,
+        )
+        self.timings["controllers"] = time.monotonic() - t0
+
+        t0 = time.monotonic()
+        self._create_nodes()
+        wait_until(
+            self._nodes_ready, timeout=60, what=f"{o.nodes} fake nodes are Ready and untainted", proc=kwok
+        )
+        self.timings["nodes"] = time.monotonic() - t0
+        self.timings["control-plane"] = time.monotonic() - t_warm
+
+        if o.webhook:
+            t0 = time.monotonic()
+            self.webhooks = Webhooks(self.api, self.pki, self.ports.webhook_url)
+            progress(f"starting the priogate webhook on {self.ports.webhook_url}")
+            hook = self.supervisor.start(
+                "webhook",
+                components.webhook(self.pki, self.kubeconfig, self.ports, o.webhook_workers),
+                self._log("webhook"),
+                cwd=REPO,
+            )
+            wait_until(self.webhooks.server_ready, timeout=60, what="the webhook's /readyz is 200", proc=hook)
+            policy = o.policy or WebhookPolicy.for_mode(priority_plugin=o.priority_plugin)
+            self.webhooks.register(policy)
+            self.timings["webhook-probe"] = self.webhooks.probe(priority_plugin=o.priority_plugin, proc=hook)
+            self.timings["webhook"] = time.monotonic() - t0
+        self.timings["total"] = time.monotonic() - t_total
+        self.timings["warm-start"] = time.monotonic() - t_warm
+
+    def _start_apiserver(self) -> float:
+        assert self.bin_dir and self.pki and self.ports and self.api
+        plugin = "enabled" if self.mode.priority_plugin else "disabled"
+        progress(
+            f"starting kube-apiserver on {self.ports.apiserver_url} (Priority admission plugin {plugin})"
+        )
+        proc = self.supervisor.start(
+            "kube-apiserver",
+            components.kube_apiserver(self.bin_dir, self.pki, self.ports, self.mode),
+            self._log("kube-apiserver"),
+        )
+        return wait_until(
+            self.api.ready, timeout=self.options.start_timeout, what="/readyz is 200", proc=proc
+        )
+
+    def restart_apiserver(self, mode: ApiServerMode) -> float:
+        """Stop kube-apiserver and start it again with other flags; the other components reconnect.
+        Webhook configurations are read from etcd before /readyz, so they apply to the first request."""
+        self.supervisor.stop("kube-apiserver")
+        self.mode = mode
+        seconds = self._start_apiserver()
+        self.timings["apiserver-restart"] = seconds
+        return seconds
+
+    def _create_nodes(self) -> None:
+        assert self.api
+        o = self.options
+        resources = {"cpu": o.node_cpu, "memory": o.node_memory, "pods": str(o.node_pods)}
+        for i in range(o.nodes):
+            name = f"{NODE_PREFIX}{i}"
+            node = {
+                "apiVersion": "v1",
+                "kind": "Node",
+                "metadata": {
+                    "name": name,
+                    "annotations": {components.KWOK_ANNOTATION: "fake", "node.alpha.kubernetes.io/ttl": "0"},
+                    "labels": {
+                        "kubernetes.io/hostname": name,
+                        "kubernetes.io/os": "linux",
+                        "kubernetes.io/arch": "amd64",
+                        "type": "kwok",
+                    },
+                },
+                "spec": {},
+                "status": {"allocatable": resources, "capacity": resources},
+            }
+            self.api.create_or_replace("/api/v1/nodes", node)
+
+    def _nodes_ready(self) -> bool:
+        assert self.api
+        items = self.api.get("/api/v1/nodes", params={"labelSelector": "type=kwok"})["items"]
+        ready = 0
+        for node in items:
+            conditions = {c["type"]: c["status"] for c in node.get("status", {}).get("conditions", [])}
+            tainted = any(t.get("effect") == "NoSchedule" for t in node.get("spec", {}).get("taints", []))
+            ready += conditions.get("Ready") == "True" and not tainted
+        return ready >= self.options.nodes
+
+    # ---- inspection --------------------------------------------------------------------------
+
+    def memory_kib(self) -> dict[str, int]:
+        """VmRSS of each component (gunicorn: master plus workers)."""
+        out: dict[str, int] = {}
+        for p in self.supervisor.procs:
+            pids = [p.pid, *_children(p.pid)] if p.name == "webhook" else [p.pid]
+            out[p.name] = sum(rss_kib(pid) or 0 for pid in pids)
+        return out
+
+    def dead(self) -> list[Proc]:
+        return [p for p in self.supervisor.procs if not p.alive()]
+
+    def state(self) -> dict[str, Any]:
+        assert self.ports
+        return {
+            "kubeconfig": str(self.kubeconfig),
+            "server": self.ports.apiserver_url,
+            "webhook": self.ports.webhook_url if self.webhooks else None,
+            "priority_plugin": self.mode.priority_plugin,
+            "etcd_data": str(self.etcd_data) if self.etcd_data else None,
+            "components": [p.record() for p in self.supervisor.procs],
+            "timings_s": {k: round(v, 2) for k, v in self.timings.items()},
+            "rss_kib": self.memory_kib(),
+        }
+
+    # ---- stop --------------------------------------------------------------------------------
+
+    def stop(self) -> None:
+        """Webhook configurations first (so no request waits on a stopped webhook), then every
+        process in reverse start order, then the etcd data directory."""
+        api_proc = next((p for p in self.supervisor.procs if p.name == "kube-apiserver"), None)
+        if (
+            self.webhooks is not None
+            and self.webhooks.registered
+            and api_proc is not None
+            and api_proc.alive()
+        ):
+            try:
+                self.webhooks.unregister()
+            except (ApiError, requests.RequestException) as e:
+                progress(f"could not delete the webhook configurations ({e}); they go away with etcd's data")
+        self.supervisor.stop_all()
+        if self.etcd_data is not None:
+            shutil.rmtree(self.etcd_data, ignore_errors=True)
+            self.etcd_data = None
+
+
+def _healthz(port: int) -> bool:
+    # The component's serving certificate is self-signed in memory; this only asks "are you up".
+    conn = http.client.HTTPSConnection("127.0.0.1", port, timeout=5, context=ssl._create_unverified_context())
+    try:
+        conn.request("GET", "/healthz")
+        return conn.getresponse().status == 200
+    finally:
+        conn.close()
+
+
+def _children(pid: int) -> Sequence[int]:
+    try:
+        text = Path(f"/proc/{pid}/task/{pid}/children").read_text()
+    except OSError:
+        return []
+    return [int(x) for x in text.split()]

@@ -1,0 +1,168 @@
+"""Command lines of the control-plane components. Everything listens on 127.0.0.1 only.
+
+Flag choices follow ../shared/reference/controlplane.md sections 5 to 10 (envtest and kwokctl
+defaults), checked against the binaries built by hack/controlplane/build.sh.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from localcluster.pki import Pki
+
+LOOPBACK = "127.0.0.1"
+SERVICE_CIDR = "10.96.0.0/16"
+POD_CIDR = "10.244.0.0/16"
+# kwok manages only nodes carrying this annotation (kwok's own convention).
+KWOK_ANNOTATION = "kwok.x-k8s.io/node"
+KWOK_STAGE_FILES = (
+    "node-fast-node-initialize.yaml",
+    "node-heartbeat-with-lease-node-heartbeat-with-lease.yaml",
+    "pod-fast-pod-ready.yaml",
+    "pod-fast-pod-complete.yaml",
+    "pod-fast-pod-delete.yaml",
+)
+
+
+@dataclass(frozen=True)
+class Ports:
+    etcd: int
+    etcd_peer: int
+    apiserver: int
+    controller_manager: int
+    scheduler: int
+    webhook: int
+
+    @property
+    def etcd_url(self) -> str:
+        return f"http://{LOOPBACK}:{self.etcd}"
+
+    @property
+    def apiserver_url(self) -> str:
+        return f"https://{LOOPBACK}:{self.apiserver}"
+
+    @property
+    def webhook_url(self) -> str:
+        return f"https://{LOOPBACK}:{self.webhook}"
+
+
+@dataclass(frozen=True)
+class ApiServerMode:
+    """What differs between restarts of kube-apiserver in one session."""
+
+    # Keep the built-in Priority admission plugin (default: disabled, priogate replaces it).
+    priority_plugin: bool = False
+    # Path of an AdmissionConfiguration file (--admission-control-config-file), if any.
+    admission_config: Path | None = None
+    extra_args: tuple[str, ...] = field(default_factory=tuple)
+
+
+def etcd(bin_dir: Path, data_dir: Path, ports: Ports) -> list[str]:
+    peer = f"http://{LOOPBACK}:{ports.etcd_peer}"
+    return [
+        str(bin_dir / "etcd"),
+        "--name=node0",
+        f"--data-dir={data_dir}",
+        f"--listen-client-urls={ports.etcd_url}",
+        f"--advertise-client-urls={ports.etcd_url}",
+        f"--listen-peer-urls={peer}",
+        f"--initial-advertise-peer-urls={peer}",
+        f"--initial-cluster=node0={peer}",
+        "--unsafe-no-fsync=true",
+        "--auto-compaction-retention=1",
+        "--log-level=warn",
+    ]
+
+
+def kube_apiserver(bin_dir: Path, pki: Pki, ports: Ports, mode: ApiServerMode) -> list[str]:
+    args = [
+        str(bin_dir / "kube-apiserver"),
+        f"--etcd-servers={ports.etcd_url}",
+        f"--bind-address={LOOPBACK}",
+        f"--advertise-address={LOOPBACK}",
+        f"--secure-port={ports.apiserver}",
+        f"--tls-cert-file={pki.apiserver_crt}",
+        f"--tls-private-key-file={pki.apiserver_key}",
+        f"--client-ca-file={pki.ca_crt}",
+        f"--service-account-issuer=https://{LOOPBACK}:{ports.apiserver}",
+        f"--service-account-key-file={pki.sa_pub}",
+        f"--service-account-signing-key-file={pki.sa_key}",
+        f"--service-cluster-ip-range={SERVICE_CIDR}",
+        "--authorization-mode=RBAC",
+        "--allow-privileged=true",
+        # The kubernetes Service would point at 127.0.0.1, which Endpoints validation refuses.
+        "--endpoint-reconciler-type=none",
+        "--profiling=false",
+    ]
+    if not mode.priority_plugin:
+        args.append("--disable-admission-plugins=Priority")
+    if mode.admission_config is not None:
+        args.append(f"--admission-control-config-file={mode.admission_config}")
+    args.extend(mode.extra_args)
+    return args
+
+
+def kube_controller_manager(bin_dir: Path, pki: Pki, kubeconfig: Path, ports: Ports) -> list[str]:
+    return [
+        str(bin_dir / "kube-controller-manager"),
+        f"--kubeconfig={kubeconfig}",
+        f"--authentication-kubeconfig={kubeconfig}",
+        f"--authorization-kubeconfig={kubeconfig}",
+        f"--bind-address={LOOPBACK}",
+        f"--secure-port={ports.controller_manager}",
+        "--leader-elect=false",
+        "--controllers=*",
+        f"--root-ca-file={pki.ca_crt}",
+        f"--service-account-private-key-file={pki.sa_key}",
+        f"--service-cluster-ip-range={SERVICE_CIDR}",
+        "--resource-quota-sync-period=10s",
+        "--kube-api-qps=200",
+        "--kube-api-burst=400",
+    ]
+
+
+def kube_scheduler(bin_dir: Path, kubeconfig: Path, ports: Ports) -> list[str]:
+    return [
+        str(bin_dir / "kube-scheduler"),
+        f"--kubeconfig={kubeconfig}",
+        f"--authentication-kubeconfig={kubeconfig}",
+        f"--authorization-kubeconfig={kubeconfig}",
+        f"--bind-address={LOOPBACK}",
+        f"--secure-port={ports.scheduler}",
+        "--leader-elect=false",
+    ]
+
+
+def kwok(bin_dir: Path, kubeconfig: Path) -> list[str]:
+    stages = bin_dir / "kwok-stages"
+    missing = [f for f in KWOK_STAGE_FILES if not (stages / f).is_file()]
+    if missing:
+        raise FileNotFoundError(
+            f"kwok stage files {missing} are missing from {stages}; "
+            "rebuild with `python -m localcluster build`"
+        )
+    return [
+        str(bin_dir / "kwok"),
+        f"--kubeconfig={kubeconfig}",
+        "--manage-all-nodes=false",
+        f"--manage-nodes-with-annotation-selector={KWOK_ANNOTATION}=fake",
+        "--node-lease-duration-seconds=40",
+        f"--cidr={POD_CIDR}",
+        "--node-ip=10.240.0.1",
+        *(f"--config={stages / f}" for f in KWOK_STAGE_FILES),
+    ]
+
+
+def webhook(pki: Pki, kubeconfig: Path, ports: Ports, workers: int) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "webhook",
+        f"--cert-file={pki.webhook_crt}",
+        f"--key-file={pki.webhook_key}",
+        f"--bind={LOOPBACK}:{ports.webhook}",
+        f"--kubeconfig={kubeconfig}",
+        f"--workers={workers}",
+    ]

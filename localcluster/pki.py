@@ -1,0 +1,129 @@
+"""Every certificate and key of the local control plane, issued with the project's `certs` package,
+and the admin kubeconfig."""
+
+from __future__ import annotations
+
+import base64
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+
+from certs import KeyPair, issue_ca, issue_leaf, write_pem
+
+ADMIN_USER = "priogate-admin"
+CLUSTER_NAME = "priogate-local"
+
+
+@dataclass(frozen=True)
+class Pki:
+    dir: Path
+
+    @property
+    def ca_crt(self) -> Path:
+        return self.dir / "ca.crt"
+
+    @property
+    def ca_key(self) -> Path:
+        return self.dir / "ca.key"
+
+    @property
+    def apiserver_crt(self) -> Path:
+        return self.dir / "apiserver.crt"
+
+    @property
+    def apiserver_key(self) -> Path:
+        return self.dir / "apiserver.key"
+
+    @property
+    def admin_crt(self) -> Path:
+        return self.dir / "admin.crt"
+
+    @property
+    def admin_key(self) -> Path:
+        return self.dir / "admin.key"
+
+    @property
+    def sa_key(self) -> Path:
+        return self.dir / "sa.key"
+
+    @property
+    def sa_pub(self) -> Path:
+        return self.dir / "sa.pub"
+
+    @property
+    def webhook_crt(self) -> Path:
+        return self.dir / "webhook.crt"
+
+    @property
+    def webhook_key(self) -> Path:
+        return self.dir / "webhook.key"
+
+    def ca_pem(self) -> bytes:
+        return self.ca_crt.read_bytes()
+
+
+def issue_all(directory: Path) -> Pki:
+    """A fresh CA and everything signed by it. Fresh on every start: nothing outlives a cluster."""
+    pki = Pki(directory)
+    ca = issue_ca("priogate-local-ca")
+    write_pem(pki.ca_crt, ca.cert_pem)
+    write_pem(pki.ca_key, ca.key_pem, private=True)
+    loopback = {"dns_names": ["localhost"], "ip_addresses": ["127.0.0.1"]}
+    _write(pki.apiserver_crt, pki.apiserver_key, issue_leaf(ca, "kube-apiserver", **loopback))
+    admin = issue_leaf(ca, ADMIN_USER, organizations=["system:masters"], server=False, client=True)
+    _write(pki.admin_crt, pki.admin_key, admin)
+    _write(pki.webhook_crt, pki.webhook_key, issue_leaf(ca, "priogate-webhook", **loopback))
+    sa = ec.generate_private_key(ec.SECP256R1())
+    write_pem(
+        pki.sa_key,
+        sa.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        ),
+        private=True,
+    )
+    write_pem(
+        pki.sa_pub,
+        sa.public_key().public_bytes(
+            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+        ),
+    )
+    return pki
+
+
+def _write(crt: Path, key: Path, pair: KeyPair) -> None:
+    write_pem(crt, pair.cert_pem)
+    write_pem(key, pair.key_pem, private=True)
+
+
+def write_kubeconfig(path: Path, server: str, pki: Pki) -> None:
+    """A self-contained admin kubeconfig (data embedded), usable from any directory."""
+
+    def b64(p: Path) -> str:
+        return base64.b64encode(p.read_bytes()).decode()
+
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [
+            {
+                "name": CLUSTER_NAME,
+                "cluster": {"server": server, "certificate-authority-data": b64(pki.ca_crt)},
+            }
+        ],
+        "users": [
+            {
+                "name": ADMIN_USER,
+                "user": {
+                    "client-certificate-data": b64(pki.admin_crt),
+                    "client-key-data": b64(pki.admin_key),
+                },
+            }
+        ],
+        "contexts": [{"name": CLUSTER_NAME, "context": {"cluster": CLUSTER_NAME, "user": ADMIN_USER}}],
+        "current-context": CLUSTER_NAME,
+        "preferences": {},
+    }
+    write_pem(path, yaml.safe_dump(config, sort_keys=False).encode(), private=True)

@@ -1,0 +1,170 @@
+"""Register priogate with kube-apiserver (url + caBundle) and prove it is in the request path.
+
+Proof, not presence: after the configurations are created, kube-apiserver picks them up through
+an informer, so their existence says nothing. The probe makes dry-run requests that every
+registered webhook matches until kube-apiserver's own metric
+apiserver_admission_webhook_request_total counts a successful call for each webhook name, and,
+when the built-in Priority plugin is disabled, until a dry-run pod comes back with
+spec.priority set (nothing else sets it then).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Collection
+from dataclasses import dataclass, field
+from typing import Any
+
+import requests
+
+from localcluster.api import Api, ApiError, metric_sum
+from localcluster.pki import Pki
+from localcluster.procs import Proc, progress, wait_until
+
+PROBE_NAMESPACE = "priogate-probe"
+PRIOGATE_NAMESPACE = "priogate-system"
+WEBHOOK_METRIC = "apiserver_admission_webhook_request_total"
+CONFIG_PATHS = {
+    "MutatingWebhookConfiguration": "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations",
+    "ValidatingWebhookConfiguration": "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations",
+}
+PAUSE_IMAGE = "registry.k8s.io/pause:3.10"
+
+
+@dataclass(frozen=True)
+class WebhookPolicy:
+    """Namespaces kube-apiserver does not send to priogate, and what it does when priogate fails."""
+
+    exempt_namespaces: tuple[str, ...]
+    failure_policy: str
+
+    @classmethod
+    def for_mode(cls, priority_plugin: bool) -> WebhookPolicy:
+        """docs/modes.md. Plugin enabled: the plugin still resolves every pod, so priogate may skip
+        kube-system and its own namespace, and an outage falls back to upstream (Ignore). Plugin
+        disabled: priogate is the only resolver, so kube-system is not exempt and an outage refuses
+        (Fail) instead of admitting pods without a priority."""
+        if priority_plugin:
+            return cls(("kube-system", PRIOGATE_NAMESPACE), "Ignore")
+        return cls((), "Fail")
+
+
+@dataclass
+class Webhooks:
+    api: Api
+    pki: Pki
+    base_url: str
+    registered: list[tuple[str, str]] = field(default_factory=list)  # (kind, name)
+    hook_names: list[str] = field(default_factory=list)
+    hook_resources: set[str] = field(default_factory=set)
+
+    def server_ready(self) -> bool:
+        s = requests.Session()
+        s.trust_env = False
+        r = s.get(self.base_url + "/readyz", verify=str(self.pki.ca_crt), timeout=5)
+        return r.status_code == 200
+
+    def configurations(self, policy: WebhookPolicy, resources: Collection[str] | None = None) -> list[dict]:
+        from webhook.configuration import webhook_configurations
+
+        configs = webhook_configurations(
+            self.base_url,
+            self.pki.ca_pem(),
+            exempt_namespaces=policy.exempt_namespaces,
+            failure_policy=policy.failure_policy,
+        )
+        out = []
+        for config in configs:
+            hooks = [
+                h
+                for h in config.get("webhooks", [])
+                if resources is None or any(set(r["resources"]) & set(resources) for r in h["rules"])
+            ]
+            if hooks:
+                out.append({**config, "webhooks": hooks})
+        return out
+
+    def register(self, policy: WebhookPolicy, resources: Collection[str] | None = None) -> None:
+        """Create (or replace) the configurations; `resources` limits them to hooks for those resources."""
+        configs = self.configurations(policy, resources)
+        for config in configs:
+            self.api.create_or_replace(CONFIG_PATHS[config["kind"]], config)
+            key = (config["kind"], config["metadata"]["name"])
+            if key not in self.registered:
+                self.registered.append(key)
+        self.hook_names = [h["name"] for c in configs for h in c["webhooks"]]
+        self.hook_resources = {
+            res for c in configs for h in c["webhooks"] for r in h["rules"] for res in r["resources"]
+        }
+        exempt = ", ".join(policy.exempt_namespaces) or "none"
+        progress(
+            f"registered webhooks {', '.join(self.hook_names)} "
+            f"(failurePolicy {policy.failure_policy}, exempt namespaces: {exempt})"
+        )
+
+    def unregister(self) -> None:
+        for kind, name in list(self.registered):
+            self.api.delete(f"{CONFIG_PATHS[kind]}/{name}")
+            self.registered.remove((kind, name))
+        self.hook_names = []
+        self.hook_resources = set()
+
+    def ensure_probe_namespace(self) -> None:
+        ns = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": PROBE_NAMESPACE}}
+        sa = {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "default"}}
+        for path, body in (
+            ("/api/v1/namespaces", ns),
+            (f"/api/v1/namespaces/{PROBE_NAMESPACE}/serviceaccounts", sa),
+        ):
+            try:
+                self.api.create(path, body)
+            except ApiError as e:
+                if e.status != 409:
+                    raise
+
+    def _probe_once(self, priority_plugin: bool) -> dict[str, Any]:
+        seen: dict[str, Any] = {}
+        if "pods" in self.hook_resources:
+            pod = {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"generateName": "probe-"},
+                "spec": {"containers": [{"name": "c", "image": PAUSE_IMAGE}]},
+            }
+            created = self.api.create(f"/api/v1/namespaces/{PROBE_NAMESPACE}/pods", pod, dry_run=True)
+            seen["pod_priority"] = created["spec"].get("priority")
+        if "priorityclasses" in self.hook_resources:
+            pc = {
+                "apiVersion": "scheduling.k8s.io/v1",
+                "kind": "PriorityClass",
+                "metadata": {"name": "priogate-probe"},
+                "value": 0,
+            }
+            self.api.create("/apis/scheduling.k8s.io/v1/priorityclasses", pc, dry_run=True)
+        return seen
+
+    def probe(self, priority_plugin: bool, proc: Proc | None = None, timeout: float = 60.0) -> float:
+        """Seconds until every registered webhook is provably called by kube-apiserver."""
+        self.ensure_probe_namespace()
+        t0 = time.monotonic()
+        baseline = {name: self._calls(name) for name in self.hook_names}
+
+        def effective() -> bool:
+            seen = self._probe_once(priority_plugin)
+            if not priority_plugin and "pods" in self.hook_resources and seen.get("pod_priority") is None:
+                return False
+            return all(self._calls(name) > baseline[name] for name in self.hook_names)
+
+        wait_until(
+            effective,
+            timeout=timeout,
+            what=f"kube-apiserver calls the webhooks {', '.join(self.hook_names)} (dry-run probes)",
+            proc=proc,
+            interval=0.5,
+        )
+        elapsed = time.monotonic() - t0
+        progress(f"webhooks are in the request path ({elapsed:.1f} s after registration)")
+        return elapsed
+
+    def _calls(self, hook_name: str) -> float:
+        return metric_sum(self.api.metrics(), WEBHOOK_METRIC, {"name": hook_name, "code": "200"})
