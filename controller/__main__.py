@@ -1,0 +1,29 @@
+"""`python -m controller COMMAND`: the priogate controller's commands."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from controller import simulate
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m controller", description="priogate controller")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    simulate_parser = commands.add_parser(
+        "simulate",
+        help="print, as JSON, the preemptions the controller would make for a snapshot",
+        description=simulate.__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    simulate.add_arguments(simulate_parser)
+    args = parser.parse_args(argv)
+    if args.command == "simulate":
+        return simulate.run(args, sys.stdin, sys.stdout, sys.stderr)
+    parser.error(f"unknown command {args.command}")
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

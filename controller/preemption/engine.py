@@ -1,0 +1,146 @@
+"""The preemption engine: every pending preemptor of a snapshot, in order, each decision
+applied to the state before the next one is taken.
+
+Order: priority (highest first), then creation time, then name. A pod whose PodGroup still
+needs members to reach minMember is not a preemptor on its own: the group is, and preempts
+for all its needed members at once. A pod that fits without preemption gets no decision.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from controller.preemption.gang import GangRequest, preempt_group
+from controller.preemption.outcome import Outcome, unresolved
+from controller.preemption.single import preempt_pod
+from controller.preemption.snapshot import NEVER, PodGroupInfo, PodInfo, Snapshot
+from controller.preemption.state import ClusterState, apply_decision, build_state, is_pending
+
+OPT_OUT_MODES = ("hard", "soft")
+GROUP_PREFIX = "podgroup:"
+FINISHED_GROUP_PHASES = frozenset({"Completed", "Failed"})
+
+
+@dataclass(frozen=True)
+class Preemptor:
+    priority: int
+    created: float
+    key: str  # pod key, or "podgroup:" + group key
+    pod: PodInfo | None = None
+    gang: GangRequest | None = None
+
+    @property
+    def order(self) -> tuple[int, float, str]:
+        return (-self.priority, self.created, self.key)
+
+
+@dataclass(frozen=True)
+class Result:
+    outcomes: tuple[Outcome, ...]
+    nodes: int
+    pods: int
+    seconds: float
+
+    def to_json(self, *, explain: bool = False) -> dict[str, Any]:
+        decisions, pending = [], []
+        for outcome in self.outcomes:
+            if outcome.status == "preempt":
+                entry: dict[str, Any] = {
+                    "preemptor": outcome.preemptor,
+                    "nominatedNode": outcome.node,
+                    "placements": dict(outcome.placements),
+                    "victims": [v.key for v in outcome.victims],
+                    "reason": outcome.reason,
+                }
+                decisions.append(entry)
+            elif outcome.status == "unresolved":
+                entry = {"preemptor": outcome.preemptor, "reason": outcome.reason}
+                pending.append(entry)
+            else:
+                continue
+            if explain:
+                entry["nodes"] = dict(outcome.nodes or {})
+        return {
+            "decisions": decisions,
+            "unresolved": pending,
+            "stats": {"nodes": self.nodes, "pods": self.pods, "decisionSeconds": round(self.seconds, 6)},
+        }
+
+
+def preemptors(state: ClusterState) -> list[Preemptor]:
+    """Pending pods and PodGroups that may need preemption, in decision order."""
+    members: dict[str, list[PodInfo]] = {}
+    for pod in state.pods.values():
+        if pod.group in state.groups:
+            members.setdefault(pod.group, []).append(pod)
+    found: list[Preemptor] = []
+    gang_members: set[str] = set()
+    for key, group in state.groups.items():
+        request = gang_request(group, members.get(key, []))
+        if request is None:
+            continue
+        gang_members.update(p.key for p in request.pending)
+        found.append(Preemptor(request.priority, group.created, GROUP_PREFIX + key, gang=request))
+    for pod in state.pods.values():
+        if is_pending(pod) and not pod.gated and pod.key not in gang_members:
+            if pod.group in state.groups and state.groups[pod.group].phase in FINISHED_GROUP_PHASES:
+                continue
+            found.append(Preemptor(pod.priority, pod.created, pod.key, pod=pod))
+    return sorted(found, key=lambda p: p.order)
+
+
+def gang_request(group: PodGroupInfo, members: list[PodInfo]) -> GangRequest | None:
+    """The group as a preemptor when it has fewer than minMember members placed; None when it
+    is finished or already complete (its other pending pods then preempt one by one)."""
+    if group.phase in FINISHED_GROUP_PHASES:
+        return None
+    placed = [p for p in members if p.node_name and not p.terminating and p.phase != "Failed"]
+    needed = group.min_member - len(placed)
+    pending = sorted((p for p in members if is_pending(p) and not p.gated), key=lambda p: (p.created, p.key))
+    if needed <= 0 or not pending:
+        return None
+    priority = group.priority if group.priority is not None else max(p.priority for p in members)
+    never = group.preemption_policy == NEVER or any(p.preemption_policy == NEVER for p in pending[:needed])
+    return GangRequest(group, tuple(pending), needed, priority, never)
+
+
+def run(state: ClusterState, *, opt_out_mode: str = "hard", explain: bool = False) -> tuple[Outcome, ...]:
+    if opt_out_mode not in OPT_OUT_MODES:
+        raise ValueError(f"opt-out mode must be one of {OPT_OUT_MODES}, not {opt_out_mode!r}")
+    outcomes: list[Outcome] = []
+    for preemptor in preemptors(state):
+        # A pod decided earlier in this run may have been placed or preempted meanwhile.
+        if preemptor.pod is not None:
+            current = state.pods.get(preemptor.key)
+            if current is None or not is_pending(current):
+                continue
+            outcome = preempt_pod(state, current, opt_out_mode=opt_out_mode, explain=explain)
+        else:
+            assert preemptor.gang is not None
+            if preemptor.gang.group.phase == "Pending":
+                outcomes.append(unresolved(preemptor.key, PENDING_GROUP))
+                continue
+            outcome = preempt_group(state, preemptor.gang, opt_out_mode=opt_out_mode, explain=explain)
+        outcomes.append(outcome)
+        if outcome.status == "preempt":
+            state = apply_decision(
+                state, [v.key for v in outcome.victims], outcome.placements, outcome.clear_below
+            )
+    return tuple(outcomes)
+
+
+PENDING_GROUP = (
+    "PodGroup phase is Pending (not yet admitted to its queue); like Volcano's preempt action, "
+    "preemption waits until it is Inqueue"
+)
+
+
+def simulate(snapshot: Snapshot, *, opt_out_mode: str = "hard", explain: bool = False) -> Result:
+    """Decide every preemption in `snapshot`; decision time excludes building the state."""
+    state = build_state(snapshot)
+    started = time.perf_counter()
+    outcomes = run(state, opt_out_mode=opt_out_mode, explain=explain)
+    seconds = time.perf_counter() - started
+    return Result(outcomes, nodes=len(snapshot.nodes), pods=len(snapshot.pods), seconds=seconds)

@@ -1,0 +1,97 @@
+"""What the engine decided for one preemptor, and the human-readable texts around it."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Literal
+
+from controller.preemption.snapshot import PodInfo
+from controller.preemption.victims import CRITERIA, NodeVictims
+
+Status = Literal["preempt", "unresolved", "fits"]
+
+
+@dataclass(frozen=True)
+class Outcome:
+    preemptor: str  # "ns/name", or "podgroup:ns/name"
+    status: Status
+    reason: str
+    node: str | None = None  # the nominated node of a single pod
+    placements: Mapping[str, str] = field(default_factory=dict)
+    victims: tuple[PodInfo, ...] = ()
+    nodes: Mapping[str, str] | None = None  # --explain: node -> why it lost
+    clear_below: tuple[str, int] | None = None  # (node, priority): nominations to drop
+
+
+def fits(preemptor: str) -> Outcome:
+    return Outcome(preemptor, "fits", "fits without preemption")
+
+
+def unresolved(preemptor: str, reason: str, nodes: Mapping[str, str] | None = None) -> Outcome:
+    return Outcome(preemptor, "unresolved", reason, nodes=nodes)
+
+
+def with_note(reason: str, *notes: str) -> str:
+    extra = "; ".join(n for n in notes if n)
+    return f"{reason}; {extra}" if extra else reason
+
+
+def iso(ts: float) -> str:
+    if math.isinf(ts):
+        return "not started"
+    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def summarize_failures(failures: Mapping[str, str], total: int) -> str:
+    """kube-scheduler's shape: "0/5 nodes are available: 3 Insufficient cpu, 2 ..."."""
+    counts = Counter(failures.values())
+    parts = [f"{n} {why}" for why, n in sorted(counts.items(), key=lambda item: (-item[1], item[0]))]
+    listed = ", ".join(parts) if parts else "no nodes in the snapshot"
+    return f"0/{total} nodes are available: {listed}"
+
+
+def _metric(result: NodeVictims, criterion: int) -> str:
+    victims = result.victims
+    if criterion == 0:
+        return str(result.opted_out)
+    if criterion == 1:
+        return str(result.pdb_violations)
+    if criterion == 2:
+        return str(victims[0].priority) if victims else "none"
+    if criterion == 3:
+        return str(sum(v.priority for v in victims))
+    if criterion == 4:
+        return str(len(victims))
+    if criterion == 5:
+        if not victims:
+            return "none"
+        top = victims[0].priority
+        return iso(min(v.start_time for v in victims if v.priority == top))
+    return result.node
+
+
+def lost_because(result: NodeVictims, best: NodeVictims) -> str:
+    """Why a candidate node lost: the first criterion of the node order where it is worse."""
+    mine, theirs = result.key, best.key
+    criterion = next(i for i, (a, b) in enumerate(zip(mine, theirs, strict=True)) if a != b)
+    return (
+        f"lost to {best.node} on {CRITERIA[criterion]} "
+        f"({_metric(result, criterion)} vs {_metric(best, criterion)}); "
+        f"would preempt {len(result.victims)} pod(s)"
+    )
+
+
+def describe_victims(result: NodeVictims) -> str:
+    victims = result.victims
+    if not victims:
+        return "no new victims: lower-priority pods already terminating there make room"
+    text = f"{len(victims)} victim(s), highest priority {victims[0].priority}"
+    if result.pdb_violations:
+        text += f", {result.pdb_violations} PDB violation(s)"
+    if result.opted_out:
+        text += f", {result.opted_out} opted out of preemption (soft mode: nothing else works)"
+    return text

@@ -1,0 +1,383 @@
+"""A cluster snapshot: Nodes, Pods, PodGroups, PodDisruptionBudgets and PriorityClasses.
+
+`load_objects` turns YAML or JSON text into API objects; `build_snapshot` turns those into
+immutable, validated records holding exactly what preemption needs. Every malformed input
+raises ValueError naming the object, so the CLI can print one line and never a traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import yaml
+
+from controller.preemption.selectors import (
+    LabelSelector,
+    NodeSelectorTerm,
+    Taint,
+    Toleration,
+    parse_label_selector,
+    parse_node_selector_terms,
+    parse_taints,
+    parse_tolerations,
+)
+from priogate import priority as prio
+from priogate.resources import ResourceList, parse_resource_list, pod_requests
+
+GROUP_ANNOTATION = "scheduling.k8s.io/group-name"  # Volcano's pod-to-PodGroup link
+GROUP_LABEL = "scheduling.x-k8s.io/pod-group"  # scheduler-plugins' link, accepted too
+OPT_OUT_LABEL = "priogate.io/allow-preemption"
+MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
+NEVER = prio.PREEMPT_NEVER
+TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
+KINDS = ("Node", "Pod", "PodGroup", "PodDisruptionBudget", "PriorityClass")
+
+
+@dataclass(frozen=True, slots=True)
+class NodeInfo:
+    name: str
+    labels: Mapping[str, str]
+    taints: tuple[Taint, ...]
+    unschedulable: bool
+    allocatable: ResourceList
+
+
+@dataclass(frozen=True, slots=True)
+class PodInfo:
+    key: str  # "namespace/name"
+    namespace: str
+    name: str
+    labels: Mapping[str, str]
+    priority: int
+    preemption_policy: str
+    priority_note: str  # why the priority is a guess (unknown class), else ""
+    requests: ResourceList
+    node_name: str  # "" while pending
+    nominated_node: str
+    phase: str
+    terminating: bool
+    preempted_by_scheduler: bool  # DisruptionTarget=True, reason PreemptionByScheduler
+    start_time: float  # epoch seconds; +inf when unknown ("now", the least important)
+    created: float
+    protected: str  # why it can never be a victim ("DaemonSet pod", "mirror pod"), else ""
+    opted_out: bool
+    group: str  # "namespace/name" of the PodGroup it names, else ""
+    node_selector: Mapping[str, str]
+    affinity: tuple[NodeSelectorTerm, ...] | None  # required node affinity terms, if any
+    tolerations: tuple[Toleration, ...]
+    gated: bool  # has scheduling gates: the scheduler does not consider it yet
+
+    @property
+    def bound(self) -> bool:
+        return bool(self.node_name)
+
+
+@dataclass(frozen=True, slots=True)
+class PodGroupInfo:
+    key: str
+    namespace: str
+    name: str
+    min_member: int
+    priority: int | None  # None: no class named; the members' priority is used
+    preemption_policy: str
+    priority_note: str
+    phase: str
+    created: float
+
+
+@dataclass(frozen=True, slots=True)
+class PDBInfo:
+    key: str
+    namespace: str
+    selector: LabelSelector | None
+    disruptions_allowed: int
+    disrupted_pods: frozenset[str]
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    nodes: tuple[NodeInfo, ...]
+    pods: tuple[PodInfo, ...]
+    groups: tuple[PodGroupInfo, ...]
+    pdbs: tuple[PDBInfo, ...]
+    ignored_kinds: Mapping[str, int] = field(default_factory=dict)
+
+
+# ---- text -> objects --------------------------------------------------------------------------
+
+
+def load_objects(text: str) -> list[dict[str, Any]]:
+    """API objects from YAML or JSON: a `List` (any `*List` kind), single objects, or several
+    YAML documents of either."""
+    stripped = text.lstrip()
+    try:
+        if stripped.startswith(("{", "[")):
+            documents: list[Any] = [json.loads(text)]
+        else:
+            loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+            documents = list(yaml.load_all(text, Loader=loader))
+    except (json.JSONDecodeError, yaml.YAMLError) as err:
+        raise ValueError(f"cannot parse snapshot: {_one_line(str(err))}") from None
+    objects: list[dict[str, Any]] = []
+    for document in documents:
+        if document is None:
+            continue
+        if isinstance(document, list):
+            candidates = document
+        elif isinstance(document, dict) and isinstance(document.get("items"), list):
+            candidates = document["items"]
+        elif isinstance(document, dict) and "kind" in document:
+            candidates = [document]
+        else:
+            raise ValueError("snapshot must be a Kubernetes List (kind: List, items: [...]) or API objects")
+        for index, item in enumerate(candidates):
+            if not isinstance(item, dict):
+                raise ValueError(f"item {index}: expected an object, got {type(item).__name__}")
+            objects.append(item)
+    return objects
+
+
+def _one_line(message: str) -> str:
+    return " ".join(message.split())
+
+
+# ---- objects -> snapshot ----------------------------------------------------------------------
+
+
+def build_snapshot(objects: Iterable[Mapping[str, Any]]) -> Snapshot:
+    by_kind: dict[str, list[Mapping[str, Any]]] = {kind: [] for kind in KINDS}
+    ignored: dict[str, int] = {}
+    for index, obj in enumerate(objects):
+        kind = obj.get("kind")
+        if not isinstance(kind, str) or not kind:
+            raise ValueError(f"item {index}: missing kind")
+        if kind in by_kind:
+            by_kind[kind].append(obj)
+        else:
+            ignored[kind] = ignored.get(kind, 0) + 1
+    classes = {_name(pc, "PriorityClass"): pc for pc in by_kind["PriorityClass"]}
+    default_class = prio.current_default(classes.values())
+    nodes = tuple(_node(obj) for obj in by_kind["Node"])
+    pods = tuple(_pod(obj, classes, default_class) for obj in by_kind["Pod"])
+    groups = tuple(_group(obj, classes) for obj in by_kind["PodGroup"])
+    pdbs = tuple(_pdb(obj) for obj in by_kind["PodDisruptionBudget"])
+    for kind, records in (("Node", nodes), ("Pod", pods), ("PodGroup", groups)):
+        seen: set[str] = set()
+        for record in records:
+            key = record.name if isinstance(record, NodeInfo) else record.key
+            if key in seen:
+                raise ValueError(f"{kind} {key} appears twice in the snapshot")
+            seen.add(key)
+    return Snapshot(nodes, pods, groups, pdbs, ignored)
+
+
+def _meta(obj: Mapping[str, Any], kind: str) -> Mapping[str, Any]:
+    meta = obj.get("metadata")
+    if not isinstance(meta, Mapping):
+        raise ValueError(f"{kind} without metadata")
+    return meta
+
+
+def _name(obj: Mapping[str, Any], kind: str) -> str:
+    name = _meta(obj, kind).get("name")
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"{kind} without metadata.name")
+    return name
+
+
+def _section(obj: Mapping[str, Any], name: str, where: str) -> Mapping[str, Any]:
+    value = obj.get(name)
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise ValueError(f"{where}: {name} must be an object")
+    return value
+
+
+def _string_map(value: Any, where: str) -> dict[str, str]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise ValueError(f"{where} must be a map of strings")
+    return {str(k): "" if v is None else str(v) for k, v in value.items()}
+
+
+def parse_time(value: Any, where: str) -> float:
+    """RFC 3339 to epoch seconds; absent means +inf ("now": later than anything recorded)."""
+    if value in (None, ""):
+        return math.inf
+    if not isinstance(value, str):
+        raise ValueError(f"{where}: expected an RFC 3339 time, got {value!r}")
+    try:
+        return datetime.fromisoformat(value.replace("z", "Z")).timestamp()
+    except ValueError:
+        raise ValueError(f"{where}: invalid RFC 3339 time {value!r}") from None
+
+
+def _node(obj: Mapping[str, Any]) -> NodeInfo:
+    name = _name(obj, "Node")
+    where = f"Node {name}"
+    spec = _section(obj, "spec", where)
+    status = _section(obj, "status", where)
+    raw_alloc = status.get("allocatable")
+    if raw_alloc is None:  # kubelets always report it; fall back for hand-written snapshots
+        raw_alloc = status.get("capacity")
+    allocatable = parse_resource_list(raw_alloc, context=f"{where} allocatable")
+    return NodeInfo(
+        name=name,
+        labels=_string_map(_meta(obj, "Node").get("labels"), f"{where} labels"),
+        taints=parse_taints(spec.get("taints"), where),
+        unschedulable=spec.get("unschedulable") is True,
+        allocatable=allocatable,
+    )
+
+
+def _pod(obj: Mapping[str, Any], classes: Mapping[str, Any], default_class: Mapping | None) -> PodInfo:
+    meta = _meta(obj, "Pod")
+    name = _name(obj, "Pod")
+    namespace = meta.get("namespace") or "default"
+    key = f"{namespace}/{name}"
+    where = f"Pod {key}"
+    spec = _section(obj, "spec", where)
+    status = _section(obj, "status", where)
+    labels = _string_map(meta.get("labels"), f"{where} labels")
+    annotations = _string_map(meta.get("annotations"), f"{where} annotations")
+    priority, policy, note = _pod_priority(spec, classes, default_class, where)
+    try:
+        requests = pod_requests(obj)
+    except ValueError as err:
+        raise ValueError(f"{where}: {err}") from None
+    negative = sorted(r for r, q in requests.items() if q < 0)
+    if negative:
+        raise ValueError(f"{where}: negative request for {', '.join(negative)}")
+    owners = meta.get("ownerReferences") or []
+    if not isinstance(owners, list):
+        raise ValueError(f"{where}: ownerReferences must be a list")
+    protected = ""
+    if any(isinstance(o, Mapping) and o.get("kind") == "DaemonSet" for o in owners):
+        protected = "DaemonSet pod"
+    elif MIRROR_ANNOTATION in annotations:
+        protected = "mirror pod"
+    group_name = annotations.get(GROUP_ANNOTATION) or labels.get(GROUP_LABEL) or ""
+    affinity = _section(_section(spec, "affinity", where), "nodeAffinity", where)
+    required = affinity.get("requiredDuringSchedulingIgnoredDuringExecution")
+    return PodInfo(
+        key=key,
+        namespace=namespace,
+        name=name,
+        labels=labels,
+        priority=priority,
+        preemption_policy=policy,
+        priority_note=note,
+        requests=requests,
+        node_name=spec.get("nodeName") or "",
+        nominated_node=status.get("nominatedNodeName") or "",
+        phase=status.get("phase") or "Pending",
+        terminating=bool(meta.get("deletionTimestamp")),
+        preempted_by_scheduler=_preempted_by_scheduler(status.get("conditions")),
+        start_time=parse_time(status.get("startTime"), f"{where} status.startTime"),
+        created=parse_time(meta.get("creationTimestamp"), f"{where} creationTimestamp"),
+        protected=protected,
+        opted_out=labels.get(OPT_OUT_LABEL, "").lower() == "false",
+        group=f"{namespace}/{group_name}" if group_name else "",
+        node_selector=_string_map(spec.get("nodeSelector"), f"{where} nodeSelector"),
+        affinity=None if required is None else parse_node_selector_terms(required, where),
+        tolerations=parse_tolerations(spec.get("tolerations"), where),
+        gated=bool(spec.get("schedulingGates")),
+    )
+
+
+def _pod_priority(
+    spec: Mapping[str, Any], classes: Mapping[str, Any], default_class: Mapping | None, where: str
+) -> tuple[int, str, str]:
+    """spec.priority when admission already set it, else the class (the webhook's rules)."""
+    given = spec.get("priority")
+    class_name = spec.get("priorityClassName")
+    policy = spec.get("preemptionPolicy")
+    if given is not None and (not isinstance(given, int) or isinstance(given, bool)):
+        raise ValueError(f"{where}: spec.priority must be an integer")
+    if policy not in (None, prio.PREEMPT_LOWER_PRIORITY, prio.PREEMPT_NEVER):
+        raise ValueError(f"{where}: unsupported preemptionPolicy {policy!r}")
+    note = ""
+    try:
+        resolution = prio.resolve(class_name, classes, default_class)
+    except prio.ClassNotFound:
+        resolution = prio.Resolution(0, prio.PREEMPT_LOWER_PRIORITY, "", defaulted=False)
+        if given is None:
+            note = f'PriorityClass "{class_name}" not found, priority 0 assumed'
+    priority = given if given is not None else resolution.priority
+    return priority, policy or resolution.preemption_policy, note
+
+
+def _preempted_by_scheduler(conditions: Any) -> bool:
+    if not isinstance(conditions, list):
+        return False
+    return any(
+        isinstance(c, Mapping)
+        and c.get("type") == "DisruptionTarget"
+        and c.get("status") == "True"
+        and c.get("reason") == "PreemptionByScheduler"
+        for c in conditions
+    )
+
+
+def _group(obj: Mapping[str, Any], classes: Mapping[str, Any]) -> PodGroupInfo:
+    meta = _meta(obj, "PodGroup")
+    name = _name(obj, "PodGroup")
+    namespace = meta.get("namespace") or "default"
+    key = f"{namespace}/{name}"
+    where = f"PodGroup {key}"
+    spec = _section(obj, "spec", where)
+    status = _section(obj, "status", where)
+    min_member = spec.get("minMember", 1)
+    if not isinstance(min_member, int) or isinstance(min_member, bool) or min_member < 0:
+        raise ValueError(f"{where}: spec.minMember must be a non-negative integer")
+    class_name = spec.get("priorityClassName") or ""
+    priority: int | None = None
+    policy = prio.PREEMPT_LOWER_PRIORITY
+    note = ""
+    if class_name:
+        try:
+            resolution = prio.resolve(class_name, classes, None)
+            priority, policy = resolution.priority, resolution.preemption_policy
+        except prio.ClassNotFound:
+            priority, note = 0, f'PriorityClass "{class_name}" not found, priority 0 assumed'
+    return PodGroupInfo(
+        key=key,
+        namespace=namespace,
+        name=name,
+        min_member=min_member,
+        priority=priority,
+        preemption_policy=policy,
+        priority_note=note,
+        phase=status.get("phase") or "",
+        created=parse_time(meta.get("creationTimestamp"), f"{where} creationTimestamp"),
+    )
+
+
+def _pdb(obj: Mapping[str, Any]) -> PDBInfo:
+    meta = _meta(obj, "PodDisruptionBudget")
+    name = _name(obj, "PodDisruptionBudget")
+    namespace = meta.get("namespace") or "default"
+    where = f"PodDisruptionBudget {namespace}/{name}"
+    spec = _section(obj, "spec", where)
+    status = _section(obj, "status", where)
+    allowed = status.get("disruptionsAllowed", 0)
+    if not isinstance(allowed, int) or isinstance(allowed, bool):
+        raise ValueError(f"{where}: status.disruptionsAllowed must be an integer")
+    disrupted = status.get("disruptedPods") or {}
+    if not isinstance(disrupted, Mapping):
+        raise ValueError(f"{where}: status.disruptedPods must be a map")
+    selector = spec.get("selector")
+    return PDBInfo(
+        key=f"{namespace}/{name}",
+        namespace=namespace,
+        selector=None if selector is None else parse_label_selector(selector, where),
+        disruptions_allowed=allowed,
+        disrupted_pods=frozenset(str(k) for k in disrupted),
+    )
