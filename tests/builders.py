@@ -11,6 +11,7 @@ from typing import Any
 from flask import Flask
 
 from priogate.kube.cache import WatchCache
+from priogate.ledger import MemoryLedgerStore
 from webhook.app import create_app
 from webhook.view import CacheView
 
@@ -19,12 +20,28 @@ def fed_cache(name: str, objects: Iterable[dict[str, Any]] = (), *, synced: bool
     return WatchCache.static(name, list(objects) if synced else None)
 
 
-def make_view(classes: Iterable[dict[str, Any]] = (), *, synced: bool = True) -> CacheView:
-    return CacheView({"priorityclasses": fed_cache("priorityclasses", classes, synced=synced)})
+def make_view(
+    classes: Iterable[dict[str, Any]] = (),
+    *,
+    synced: bool = True,
+    quotas: Iterable[dict[str, Any]] = (),
+    podgroups: Iterable[dict[str, Any]] = (),
+    pods: Iterable[dict[str, Any]] = (),
+    ledgers: Iterable[dict[str, Any]] = (),
+    ledger_store: Any = None,
+) -> CacheView:
+    caches = {
+        "priorityclasses": fed_cache("priorityclasses", classes, synced=synced),
+        "resourcequotas": fed_cache("resourcequotas", quotas, synced=synced),
+        "podgroups": fed_cache("podgroups", podgroups, synced=synced),
+        "pods": fed_cache("pods", pods, synced=synced),
+        "reservationledgers": fed_cache("reservationledgers", ledgers, synced=synced),
+    }
+    return CacheView(caches, ledger_store if ledger_store is not None else MemoryLedgerStore())
 
 
-def make_app(classes: Iterable[dict[str, Any]] = (), *, synced: bool = True) -> Flask:
-    return create_app(make_view(classes, synced=synced))
+def make_app(classes: Iterable[dict[str, Any]] = (), **kw: Any) -> Flask:
+    return create_app(make_view(classes, **kw))
 
 
 def priority_class(

@@ -37,6 +37,11 @@ BAD_REQUESTS = Counter(
     "priogate_webhook_bad_requests_total", "Bodies refused with a 4xx before any rule ran.", ["webhook"]
 )
 
+LEDGER_CONFLICTS = Counter(
+    "priogate_ledger_conflicts_total",
+    "Ledger writes that lost an optimistic-concurrency race (409) and were retried.",
+)
+
 
 def render() -> tuple[bytes, str]:
     if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):

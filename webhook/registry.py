@@ -11,7 +11,7 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
 from webhook.review import AdmissionRequest, Decision
 
@@ -22,6 +22,15 @@ class ClusterView(Protocol):
     def priority_classes(self) -> Mapping[str, Mapping]: ...
 
     def default_priority_class(self) -> Mapping | None: ...
+
+    def resource_quotas(self, namespace: str) -> list[Mapping]: ...
+
+    def live_podgroups(self, namespace: str) -> dict[str, str]: ...
+
+    def reservations(self, namespace: str) -> Any: ...
+
+    @property
+    def ledger_store(self) -> Any: ...
 
 
 Handler = Callable[[AdmissionRequest, ClusterView], Decision]
@@ -46,6 +55,9 @@ class RuleSet:
 RULE_SET_MODULES = (
     "webhook.rules.pod_priority",
     "webhook.rules.priorityclasses",
+    "webhook.rules.podgroup_defaults",
+    "webhook.rules.podgroup_quota",
+    "webhook.rules.pod_quota",
 )
 
 

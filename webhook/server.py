@@ -51,23 +51,27 @@ class _ContextCache:
 
 
 def build_view(kubeconfig: str | None, priorityclasses_file: str | None = None) -> Any:
+    """Caches for what the registered rule sets need, started in this worker."""
     from priogate.kube.cache import WatchCache
     from priogate.kube.client import load_client
-    from webhook.view import CacheView
+    from priogate.kube.ledger_store import LedgerStore
+    from priogate.ledger import MemoryLedgerStore
+    from webhook.metrics import LEDGER_CONFLICTS
+    from webhook.registry import load_rule_sets
+    from webhook.view import CACHE_SOURCES, CacheView
 
+    needed = sorted({name for rule_set in load_rule_sets() for name in rule_set.needs})
     if priorityclasses_file:
-        return CacheView(
-            {"priorityclasses": WatchCache.static("priorityclasses", _load_list(priorityclasses_file))}
-        )
+        # Offline: fixed PriorityClasses, empty everything else, the ledger in this process.
+        classes = _load_list(priorityclasses_file)
+        caches = {n: WatchCache.static(n, classes if n == "priorityclasses" else []) for n in needed}
+        return CacheView(caches, MemoryLedgerStore())
     client = load_client(kubeconfig)
-    caches = {
-        "priorityclasses": WatchCache(
-            client, "/apis/scheduling.k8s.io/v1/priorityclasses", "priorityclasses"
-        ),
-    }
-    for cache in caches.values():
-        cache.start()
-    return CacheView(caches)
+    caches = {}
+    for name in needed:
+        path, selectors = CACHE_SOURCES[name]
+        caches[name] = WatchCache(client, path, name, selectors=selectors).start()
+    return CacheView(caches, LedgerStore(client, on_conflict=LEDGER_CONFLICTS.inc))
 
 
 class WebhookServer(BaseApplication):

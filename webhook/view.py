@@ -1,18 +1,46 @@
 """The ClusterView rule sets read, over watch-backed caches. Derived values (the current
-globalDefault class) are computed once per cache change, not per request."""
+globalDefault class, per-namespace reservations and their consumption) are computed once per
+cache change, not per request."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
 
-from priogate import priority
+from priogate import podgroup, priority
 from priogate.kube.cache import WatchCache
+from priogate.kube.ledger_store import LedgerStore
+from priogate.ledger import LEDGER_NAME, Entry, entries_of
+from priogate.quota import quota_names
+from priogate.resources import ResourceList, add, pod_requests
+
+# Where each cache lists and watches; a server starts only the ones its rule sets need.
+CACHE_SOURCES: dict[str, tuple[str, tuple[tuple[str, str], ...]]] = {
+    "priorityclasses": ("/apis/scheduling.k8s.io/v1/priorityclasses", ()),
+    "resourcequotas": ("/api/v1/resourcequotas", ()),
+    "podgroups": (f"/apis/{podgroup.GROUP_VERSION}/{podgroup.PLURAL}", ()),
+    "reservationledgers": ("/apis/priogate.io/v1alpha1/reservationledgers", ()),
+    # Terminated pods use no quota; leaving them out keeps the cache small.
+    "pods": ("/api/v1/pods", (("fieldSelector", "status.phase!=Succeeded,status.phase!=Failed"),)),
+}
+
+
+@dataclass(frozen=True)
+class NamespaceReservations:
+    entries: dict[str, Entry]
+    consumed_by_group: dict[str, ResourceList]  # group name -> quota-named usage of its pods
 
 
 class CacheView:
-    def __init__(self, caches: Mapping[str, WatchCache]) -> None:
+    def __init__(self, caches: Mapping[str, WatchCache], ledger_store: LedgerStore | None = None) -> None:
         self.caches = caches
+        self.ledger_store = ledger_store
         self._default_memo: tuple[int, Mapping | None] | None = None
+        self._reservations_memo: dict[str, tuple[tuple[int, int], NamespaceReservations]] = {}
+
+    def unsynced(self, names: tuple[str, ...] | list[str]) -> list[str]:
+        return [n for n in names if n not in self.caches or not self.caches[n].synced]
 
     def priority_classes(self) -> Mapping[str, Mapping]:
         return self.caches["priorityclasses"].namespace("")
@@ -26,5 +54,27 @@ class CacheView:
             self._default_memo = memo
         return memo[1]
 
-    def unsynced(self, names: tuple[str, ...] | list[str]) -> list[str]:
-        return [n for n in names if not self.caches[n].synced]
+    def resource_quotas(self, namespace: str) -> list[Mapping[str, Any]]:
+        return list(self.caches["resourcequotas"].namespace(namespace).values())
+
+    def live_podgroups(self, namespace: str) -> dict[str, str]:
+        """uid -> name of the namespace's stored PodGroups."""
+        groups = self.caches["podgroups"].namespace(namespace).values()
+        return {g["metadata"].get("uid", ""): g["metadata"]["name"] for g in groups}
+
+    def reservations(self, namespace: str) -> NamespaceReservations:
+        """The namespace's ledger entries (from the watch; admission of PodGroups reads the ledger
+        fresh instead) and what each group's pods already use, in quota names."""
+        ledgers, pods = self.caches["reservationledgers"], self.caches["pods"]
+        key = (ledgers.namespace_generation(namespace), pods.namespace_generation(namespace))
+        memo = self._reservations_memo.get(namespace)
+        if memo is not None and memo[0] == key:
+            return memo[1]
+        consumed: dict[str, ResourceList] = {}
+        for pod in pods.namespace(namespace).values():
+            group = podgroup.group_of(pod)
+            if group and not podgroup.is_terminal(pod):
+                consumed[group] = add(consumed.get(group, {}), quota_names(pod_requests(pod), 1))
+        value = NamespaceReservations(entries_of(ledgers.get(namespace, LEDGER_NAME)), consumed)
+        self._reservations_memo[namespace] = (key, value)
+        return value

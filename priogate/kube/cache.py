@@ -12,7 +12,7 @@ import json
 import random
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any
 
@@ -39,9 +39,11 @@ class WatchCache:
         *,
         watch_timeout_seconds: int = 240,
         on_change: Callable[[WatchCache], None] | None = None,
+        selectors: Sequence[tuple[str, str]] = (),
     ) -> None:
         self.client = client
         self.path = path
+        self.selectors = list(selectors)  # e.g. ("fieldSelector", "status.phase!=Succeeded")
         self.name = name
         self.watch_timeout_seconds = watch_timeout_seconds
         self.on_change = on_change
@@ -53,6 +55,10 @@ class WatchCache:
         self._thread: threading.Thread | None = None
         self.resource_version = ""
         self.generation = 0  # bumps on every change; derived values key their memo on it
+        self._namespace_generation: dict[str, int] = {}
+        self._missing_logged = False
+        self.missing_resource_retry_seconds = 10.0
+        self._relist_generation = 0
 
     @classmethod
     def static(cls, name: str, objects: list[Obj] | None) -> WatchCache:
@@ -74,6 +80,10 @@ class WatchCache:
 
     def namespace(self, namespace: str) -> Mapping[str, Obj]:
         return self._by_namespace.get(namespace, EMPTY)
+
+    def namespace_generation(self, namespace: str) -> int:
+        """Changes whenever an object of `namespace` changes (or the cache is relisted)."""
+        return max(self._namespace_generation.get(namespace, 0), self._relist_generation)
 
     def get(self, namespace: str, name: str) -> Obj | None:
         return self._by_namespace.get(namespace, EMPTY).get(name)
@@ -103,6 +113,7 @@ class WatchCache:
             self._by_namespace = {ns: MappingProxyType(objs) for ns, objs in grouped.items()}
             self.resource_version = resource_version
             self.generation += 1
+            self._relist_generation = self.generation
             self._changed.notify_all()
         self._synced.set()
         self._notify()
@@ -125,6 +136,7 @@ class WatchCache:
                 self._by_namespace.pop(namespace, None)
             self.resource_version = meta.get("resourceVersion", self.resource_version)
             self.generation += 1
+            self._namespace_generation[namespace] = self.generation
             self._changed.notify_all()
         self._notify()
 
@@ -146,7 +158,9 @@ class WatchCache:
         items: list[Obj] = []
         continue_token = ""
         while True:
-            query = [("limit", "500")] + ([("continue", continue_token)] if continue_token else [])
+            query = [*self.selectors, ("limit", "500")] + (
+                [("continue", continue_token)] if continue_token else []
+            )
             page = self.client.get(self.path, query=query, timeout=(5, 60))
             items.extend(page.get("items") or [])
             meta = page.get("metadata", {})
@@ -159,6 +173,7 @@ class WatchCache:
     def _watch(self) -> None:
         server_timeout = self.watch_timeout_seconds + random.randint(0, 30)
         query = [
+            *self.selectors,
             ("watch", "true"),
             ("allowWatchBookmarks", "true"),
             ("resourceVersion", self.resource_version),
@@ -190,6 +205,16 @@ class WatchCache:
                 log.info("watch expired, relisting", cache=self.name, reason=str(e))
                 need_list = True
             except ApiError as e:
+                if e.status == 404 and need_list:
+                    # The resource type is not served (its CRD is not installed): no object of it
+                    # can exist, so the cache is truly empty. Look again later for the CRD.
+                    if not self._missing_logged:
+                        log.warning("resource not served; treating as empty", cache=self.name, path=self.path)
+                        self._missing_logged = True
+                    if not self.synced:
+                        self.replace_all([], "")
+                    self._stop.wait(self.missing_resource_retry_seconds)
+                    continue
                 need_list = need_list or e.status == 410
                 log.warning("watch failed", cache=self.name, error=str(e), retry_in=round(backoff, 2))
                 self._stop.wait(backoff * random.uniform(0.8, 1.2))

@@ -1,0 +1,29 @@
+"""The PodGroup model (Volcano's scheduling.volcano.sh/v1beta1 schema) and pod membership."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+GROUP_VERSION = "scheduling.volcano.sh/v1beta1"
+PLURAL = "podgroups"
+GROUP_ANNOTATION = "scheduling.k8s.io/group-name"  # Volcano's pod-to-PodGroup link
+GROUP_LABEL = "scheduling.x-k8s.io/pod-group"  # scheduler-plugins' link, accepted too
+DEFAULT_QUEUE = "default"
+DEFAULT_MIN_MEMBER = 1
+
+PHASES = ("Pending", "Inqueue", "Running", "Unknown", "Completed")
+TERMINAL_POD_PHASES = ("Succeeded", "Failed")
+
+
+def group_of(pod: Mapping[str, Any]) -> str:
+    """The name of the PodGroup a pod belongs to, or "" (annotation first, then label)."""
+    meta = pod.get("metadata") or {}
+    annotations = meta.get("annotations") or {}
+    labels = meta.get("labels") or {}
+    name = annotations.get(GROUP_ANNOTATION) or labels.get(GROUP_LABEL) or ""
+    return name if isinstance(name, str) else ""
+
+
+def is_terminal(pod: Mapping[str, Any]) -> bool:
+    return (pod.get("status") or {}).get("phase") in TERMINAL_POD_PHASES

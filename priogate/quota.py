@@ -1,0 +1,215 @@
+"""PodGroupMinResources quota arithmetic (kube-batch "Delay Pod Creation").
+
+Two guarantees, as pure functions over plain data:
+1. the summed spec.minResources of a namespace's PodGroups never exceeds a ResourceQuota's hard
+   limits (check_podgroup);
+2. what a PodGroup reserved and has not yet used cannot be taken by other pods (check_pod).
+
+Amounts are keyed by the names a ResourceQuota tracks ("requests.cpu", "pods", ...), so a
+demand can be compared with `spec.hard` and `status.used` directly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any
+
+from priogate.resources import ResourceList, add, format_quantity, parse_resource_list
+
+# Standard resources a quota tracks both bare and as requests.<name>.
+_BARE_AND_REQUESTS = ("cpu", "memory", "ephemeral-storage")
+ZERO = Fraction(0)
+
+
+def quota_names(requests: Mapping[str, Fraction], pods: int) -> ResourceList:
+    """Map requested resources (and a pod count) onto the names a ResourceQuota tracks:
+    cpu to cpu and requests.cpu, an extended resource to requests.<name>, pods to pods and
+    count/pods. limits.* are not requests and are left to the built-in ResourceQuota plugin."""
+    out: ResourceList = {}
+    for name, amount in requests.items():
+        base = name.removeprefix("requests.")
+        if base.startswith("limits.") or base in ("pods", "count/pods"):
+            continue
+        if base in _BARE_AND_REQUESTS:
+            out[base] = out.get(base, ZERO) + amount
+        out[f"requests.{base}"] = out.get(f"requests.{base}", ZERO) + amount
+    if pods:
+        out["pods"] = Fraction(pods)
+        out["count/pods"] = Fraction(pods)
+    return out
+
+
+# ---- which quotas apply ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Consumer:
+    """Who asks: a PodGroup (pod=None) or a pod, with its resolved priority class name."""
+
+    priority_class: str
+    pod: Mapping[str, Any] | None = None
+
+
+def _scope_matches(
+    scope: str, consumer: Consumer, operator: str = "Exists", values: Sequence[str] = ()
+) -> bool:
+    if scope == "PriorityClass":
+        name = consumer.priority_class
+        if operator == "In":
+            return name in values
+        if operator == "NotIn":
+            return name not in values
+        if operator == "Exists":
+            return bool(name)
+        if operator == "DoesNotExist":
+            return not name
+        return False
+    pod = consumer.pod
+    spec = (pod or {}).get("spec") or {}
+    if scope in ("Terminating", "NotTerminating"):
+        # A PodGroup has no deadline of its own: it reserves for long-running members.
+        terminating = spec.get("activeDeadlineSeconds") is not None
+        return terminating == (scope == "Terminating")
+    if scope in ("BestEffort", "NotBestEffort"):
+        best_effort = pod is not None and not any(
+            (c.get("resources") or {}).get("requests") or (c.get("resources") or {}).get("limits")
+            for c in (spec.get("containers") or []) + (spec.get("initContainers") or [])
+        )
+        return best_effort == (scope == "BestEffort")
+    if scope == "CrossNamespacePodAffinity":
+        affinity = spec.get("affinity") or {}
+        terms = []
+        for kind in ("podAffinity", "podAntiAffinity"):
+            section = affinity.get(kind) or {}
+            terms += section.get("requiredDuringSchedulingIgnoredDuringExecution") or []
+            terms += [
+                t.get("podAffinityTerm") or {}
+                for t in section.get("preferredDuringSchedulingIgnoredDuringExecution") or []
+            ]
+        return any(t.get("namespaces") or t.get("namespaceSelector") is not None for t in terms)
+    return False  # scopes for other kinds (e.g. VolumeAttributesClass) never match pods
+
+
+def quota_applies(quota: Mapping[str, Any], consumer: Consumer) -> bool:
+    """ResourceQuota scoping: every listed scope and every scopeSelector expression must match."""
+    spec = quota.get("spec") or {}
+    for scope in spec.get("scopes") or []:
+        if not _scope_matches(scope, consumer):
+            return False
+    for expr in (spec.get("scopeSelector") or {}).get("matchExpressions") or []:
+        if not _scope_matches(
+            expr.get("scopeName", ""), consumer, expr.get("operator", ""), expr.get("values") or []
+        ):
+            return False
+    return True
+
+
+def hard_limits(quota: Mapping[str, Any]) -> ResourceList:
+    return parse_resource_list(
+        (quota.get("spec") or {}).get("hard"), context=f"ResourceQuota {_name(quota)} hard"
+    )
+
+
+def used(quota: Mapping[str, Any]) -> ResourceList:
+    return parse_resource_list(
+        (quota.get("status") or {}).get("used"), context=f"ResourceQuota {_name(quota)} used"
+    )
+
+
+def _name(obj: Mapping[str, Any]) -> str:
+    return (obj.get("metadata") or {}).get("name", "")
+
+
+def _fmt(names: Iterable[str], amounts: Mapping[str, Fraction]) -> str:
+    return ", ".join(f"{n}={format_quantity(amounts.get(n, ZERO))}" for n in names)
+
+
+# ---- guarantee 1: summed reservations within hard ---------------------------------------------
+
+
+@dataclass(frozen=True)
+class Reservation:
+    """One admitted PodGroup's reservation, in quota names."""
+
+    group: str
+    priority_class: str
+    demand: ResourceList
+
+
+def check_podgroup(
+    quotas: Iterable[Mapping[str, Any]], others: Iterable[Reservation], this: Reservation
+) -> str | None:
+    """Refuse when the namespace's admitted reservations plus this one exceed a quota's hard."""
+    others = list(others)
+    consumer = Consumer(this.priority_class)
+    for quota in sorted(quotas, key=_name):
+        if not quota_applies(quota, consumer):
+            continue
+        hard = hard_limits(quota)
+        reserved: ResourceList = {}
+        for other in others:
+            if quota_applies(quota, Consumer(other.priority_class)):
+                reserved = add(reserved, other.demand)
+        over = sorted(
+            name
+            for name, limit in hard.items()
+            if this.demand.get(name, ZERO) > 0 and reserved.get(name, ZERO) + this.demand[name] > limit
+        )
+        if over:
+            return (
+                f"exceeded quota: {_name(quota)}, requested: {_fmt(over, this.demand)}, "
+                f"reserved: {_fmt(over, reserved)}, limited: {_fmt(over, hard)}: "
+                "the summed minResources of the namespace's PodGroups may not exceed its ResourceQuota"
+            )
+    return None
+
+
+# ---- guarantee 2: reservations are not for others --------------------------------------------
+
+
+def unconsumed(reservation: Reservation, consumed: Mapping[str, Fraction]) -> ResourceList:
+    """What a group reserved and its own running pods do not use yet."""
+    return {
+        name: amount - consumed.get(name, ZERO)
+        for name, amount in reservation.demand.items()
+        if amount > consumed.get(name, ZERO)
+    }
+
+
+def check_pod(
+    quotas: Iterable[Mapping[str, Any]],
+    pod_consumer: Consumer,
+    pod_demand: Mapping[str, Fraction],
+    other_groups: Iterable[tuple[Reservation, ResourceList]],
+) -> str | None:
+    """Refuse when used + this pod's request + the unconsumed reservations of other groups
+    exceed hard. `other_groups` pairs each reservation with its unconsumed part; the pod's own
+    group is left out, so a member draws on its own reservation first."""
+    other_groups = list(other_groups)
+    for quota in sorted(quotas, key=_name):
+        if not quota_applies(quota, pod_consumer):
+            continue
+        reserved: ResourceList = {}
+        for reservation, left in other_groups:
+            if quota_applies(quota, Consumer(reservation.priority_class)):
+                reserved = add(reserved, left)
+        if not reserved:
+            continue
+        hard, in_use = hard_limits(quota), used(quota)
+        over = sorted(
+            name
+            for name, limit in hard.items()
+            if pod_demand.get(name, ZERO) > 0
+            and reserved.get(name, ZERO) > 0
+            and in_use.get(name, ZERO) + pod_demand[name] + reserved[name] > limit
+        )
+        if over:
+            return (
+                f"exceeded quota: {_name(quota)}, requested: {_fmt(over, pod_demand)}, "
+                f"used: {_fmt(over, in_use)}, reserved by PodGroups: {_fmt(over, reserved)}, "
+                f"limited: {_fmt(over, hard)}: resources reserved by PodGroups' "
+                "minResources cannot be used by other pods"
+            )
+    return None

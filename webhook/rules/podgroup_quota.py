@@ -1,0 +1,132 @@
+"""Validating PodGroups: PodGroupMinResources. The summed minResources of a namespace's
+PodGroups never exceed its ResourceQuotas.
+
+Each decision is made against a fresh read of the namespace's ledger and recorded with a
+resourceVersion precondition, so concurrent admissions on any number of replicas and workers
+are serialized by the API server: exactly as many groups are admitted as fit. Dry-run requests
+decide but write nothing."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import structlog
+
+from priogate import podgroup
+from priogate.kube.ledger_store import LedgerBusy
+from priogate.ledger import Entry, normalize, now_rfc3339, stale_entries
+from priogate.quota import check_podgroup
+from webhook.objects import (
+    MalformedObject,
+    mapping,
+    new_object,
+    object_name,
+    old_object,
+    optional_int,
+    optional_str,
+)
+from webhook.registry import ClusterView, RuleSet
+from webhook.review import AdmissionRequest, Decision, allow, deny
+
+log = structlog.get_logger("priogate.podgroup_quota")
+
+
+def _entry(request: AdmissionRequest, obj: dict, where: str) -> Entry:
+    meta = mapping(obj, "metadata", where)
+    spec = mapping(obj, "spec", where)
+    name = object_name(obj, where)
+    min_member = optional_int(spec, "minMember", f"{where}.spec")
+    if min_member is None:
+        min_member = podgroup.DEFAULT_MIN_MEMBER
+    if min_member < 0:
+        raise MalformedObject(f"{where}.spec.minMember must be 0 or more, not {min_member}")
+    try:
+        min_resources = normalize(mapping(spec, "minResources", f"{where}.spec"))
+    except ValueError as e:
+        raise MalformedObject(f"{where}.spec.minResources: {e}") from None
+    return Entry(
+        group=name,
+        uid=optional_str(meta, "uid", f"{where}.metadata") or "",
+        min_resources=min_resources,
+        min_member=min_member,
+        priority_class=optional_str(spec, "priorityClassName", f"{where}.spec") or "",
+        admitted_at=now_rfc3339(),
+    )
+
+
+def _release(request: AdmissionRequest, view: ClusterView) -> Decision:
+    old = request.old_object
+    uid = ((old or {}).get("metadata") or {}).get("uid", "") if isinstance(old, dict) else ""
+    key = uid or f"name:{request.name}"
+
+    def decide(entries: dict[str, Entry]) -> tuple[dict[str, Entry] | None, None]:
+        if key not in entries:
+            return None, None
+        return {k: e for k, e in entries.items() if k != key}, None
+
+    try:
+        view.ledger_store.update(request.namespace, decide, dry_run=request.dry_run)
+    except Exception as e:  # the delete goes ahead; the controller reclaims the entry later
+        log.warning("release failed; the entry will be reclaimed", podgroup=request.name, error=repr(e))
+    return allow()
+
+
+def admit(request: AdmissionRequest, view: ClusterView) -> Decision:
+    if request.operation == "DELETE":
+        return _release(request, view)
+    if request.operation not in ("CREATE", "UPDATE"):
+        return allow()
+    entry = _entry(request, new_object(request), "object")
+    previous = _entry(request, old_object(request), "oldObject") if request.operation == "UPDATE" else None
+    quotas = view.resource_quotas(request.namespace)
+    live = view.live_podgroups(request.namespace)
+    now = dt.datetime.now(dt.UTC)
+
+    def decide(entries: dict[str, Entry]) -> tuple[dict[str, Entry] | None, str | None]:
+        existing = entries.get(entry.key)
+        if existing is not None and existing.same_claim(entry):
+            return None, None  # already recorded (a retry, or an update that changes no claim)
+        stale = set(stale_entries(entries, live, now))
+        others = [e.reservation() for k, e in entries.items() if k != entry.key and k not in stale]
+        shrinking = previous is not None and _within(entry, previous)
+        problem = None if shrinking else check_podgroup(quotas, others, entry.reservation())
+        if problem:
+            return None, problem
+        kept = {k: e for k, e in entries.items() if k not in stale}
+        if existing is not None:  # keep the original admission time
+            kept[entry.key] = Entry(**{**entry.__dict__, "admitted_at": existing.admitted_at})
+        else:
+            kept[entry.key] = entry
+        return kept, None
+
+    try:
+        problem = view.ledger_store.update(request.namespace, decide, dry_run=request.dry_run)
+    except LedgerBusy as e:
+        return deny(f"PodGroup quota ledger is busy, retry: {e}", code=429, reason="TooManyRequests")
+    if problem:
+        return deny(problem)
+    return allow()
+
+
+def _within(new: Entry, old: Entry) -> bool:
+    """An update that claims nothing more (same class, no larger amount) is never refused, even
+    if the quota was lowered since: refusing would not free anything."""
+    if new.priority_class != old.priority_class or new.min_member > old.min_member:
+        return False
+    new_demand, old_demand = new.reservation().demand, old.reservation().demand
+    return all(amount <= old_demand.get(name, 0) for name, amount in new_demand.items())
+
+
+RULE_SET = RuleSet(
+    name="podgroup-quota.priogate.io",
+    path="/validate/podgroups",
+    kind="validating",
+    handler=admit,
+    api_groups=("scheduling.volcano.sh",),
+    api_versions=("v1beta1",),
+    resources=("podgroups",),
+    operations=("CREATE", "UPDATE", "DELETE"),
+    side_effects="NoneOnDryRun",
+    timeout_seconds=10,
+    needs=("resourcequotas", "podgroups"),
+)
