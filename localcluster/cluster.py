@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import requests
+import yaml
 
 from localcluster import components
 from localcluster.api import Api, ApiError, Etcd
@@ -31,6 +32,8 @@ from localcluster.procs import Proc, Supervisor, free_ports, progress, rss_kib, 
 from localcluster.webhooks import WebhookPolicy, Webhooks
 
 NODE_PREFIX = "kwok-node-"
+CRD_DIR = REPO / "manifests" / "crds"
+CRD_API = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
 
 
 @dataclass
@@ -155,6 +158,7 @@ class LocalCluster:
 
         if o.webhook:
             t0 = time.monotonic()
+            self._install_crds()
             self.webhooks = Webhooks(self.api, self.pki, self.ports.webhook_url)
             progress(f"starting the priogate webhook on {self.ports.webhook_url}")
             hook = self.supervisor.start(
@@ -170,6 +174,26 @@ class LocalCluster:
             self.timings["webhook"] = time.monotonic() - t0
         self.timings["total"] = time.monotonic() - t_total
         self.timings["warm-start"] = time.monotonic() - t_warm
+
+    def _install_crds(self) -> None:
+        """The project's CRDs (PodGroup, ReservationLedger): the webhook watches them."""
+        assert self.api
+        names = []
+        for path in sorted(CRD_DIR.glob("*.yaml")):
+            for doc in yaml.safe_load_all(path.read_text()):
+                if doc and doc.get("kind") == "CustomResourceDefinition":
+                    self.api.create_or_replace(CRD_API, doc)
+                    names.append(doc["metadata"]["name"])
+
+        def established() -> bool:
+            for name in names:
+                conditions = self.api.get(f"{CRD_API}/{name}").get("status", {}).get("conditions", [])
+                if not any(c["type"] == "Established" and c["status"] == "True" for c in conditions):
+                    return False
+            return True
+
+        wait_until(established, timeout=30, what=f"CRDs {', '.join(names)} are Established")
+        progress(f"installed CRDs {', '.join(names)}")
 
     def _start_apiserver(self) -> float:
         assert self.bin_dir and self.pki and self.ports and self.api

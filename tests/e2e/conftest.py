@@ -1,0 +1,132 @@
+"""One real control plane per test session (etcd, kube-apiserver, kube-controller-manager,
+kube-scheduler, kwok, the priogate webhook), one namespace per test.
+
+A control plane that does not start fails every e2e test with the reason and the component
+logs. It is never a skip: not under CI=true, and not locally either.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from kubernetes import client as k8s
+from kubernetes import config as k8s_config
+from kubernetes.client.rest import ApiException
+
+from localcluster import LocalCluster, Options
+from localcluster.webhooks import PROBE_NAMESPACE
+from tests.e2e.helpers import Admission, Kubectl, delete_namespace, ensure_namespace, unique
+
+_figures: dict[str, str] = {}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    here = Path(__file__).parent
+    for item in items:
+        if here in Path(item.fspath).parents:
+            item.add_marker(pytest.mark.e2e)
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if _figures:
+        terminalreporter.section("local control plane (measured by the e2e session)")
+        for key, value in _figures.items():
+            terminalreporter.write_line(f"{key}: {value}")
+
+
+@pytest.fixture(scope="session")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    state_dir = tmp_path_factory.mktemp("localcluster")
+    workers = int(os.environ.get("PRIOGATE_E2E_WEBHOOK_WORKERS", "2"))
+    lc = LocalCluster(Options(state_dir=state_dir, nodes=3, webhook_workers=workers))
+    try:
+        lc.start()
+    except Exception as e:
+        ci = " (CI=true: this is a failure, never a skip)" if os.environ.get("CI") == "true" else ""
+        pytest.fail(
+            f"the local control plane did not start{ci}: {e}\n"
+            f"component logs: {state_dir / 'logs'}\n"
+            "build or rebuild the binaries with `python -m localcluster build`; "
+            "start it by hand with `python -m localcluster run` to watch it",
+            pytrace=False,
+        )
+    t = lc.timings
+    _figures["warm start (control plane + webhook, binaries built)"] = f"{t['warm-start']:.1f} s"
+    _figures["start phases"] = ", ".join(
+        f"{k} {v:.1f} s" for k, v in t.items() if k not in ("total", "warm-start")
+    )
+    _figures["VmRSS after start"] = ", ".join(f"{k} {v / 1024:.0f} MiB" for k, v in lc.memory_kib().items())
+    try:
+        yield lc
+    finally:
+        _figures["VmRSS at the end"] = ", ".join(
+            f"{k} {v / 1024:.0f} MiB" for k, v in lc.memory_kib().items()
+        )
+        if "apiserver-restart" in lc.timings:
+            _figures["kube-apiserver restart (last)"] = f"{lc.timings['apiserver-restart']:.1f} s"
+        lc.stop()
+
+
+@pytest.fixture(scope="session")
+def api_client(cluster: LocalCluster) -> k8s.ApiClient:
+    return k8s_config.new_client_from_config(config_file=str(cluster.kubeconfig))
+
+
+@pytest.fixture(scope="session")
+def core(api_client: k8s.ApiClient) -> k8s.CoreV1Api:
+    return k8s.CoreV1Api(api_client)
+
+
+@pytest.fixture(scope="session")
+def scheduling(api_client: k8s.ApiClient) -> k8s.SchedulingV1Api:
+    return k8s.SchedulingV1Api(api_client)
+
+
+@pytest.fixture(scope="session")
+def kubectl(cluster: LocalCluster) -> Kubectl:
+    return Kubectl(cluster.kubeconfig)
+
+
+@pytest.fixture(scope="session")
+def admission(cluster: LocalCluster, core: k8s.CoreV1Api) -> Admission:
+    ensure_namespace(core, PROBE_NAMESPACE)
+    return Admission(core, PROBE_NAMESPACE)
+
+
+@pytest.fixture
+def namespace(request: pytest.FixtureRequest, core: k8s.CoreV1Api) -> Iterator[str]:
+    name = unique("e2e-" + request.node.name.split("[")[0].removeprefix("test_").replace("_", "-")[:40])
+    ensure_namespace(core, name)
+    yield name
+    delete_namespace(core, name)
+
+
+class ClassTracker:
+    """PriorityClasses a test creates (cluster-scoped), deleted when the test ends."""
+
+    def __init__(self, scheduling: k8s.SchedulingV1Api) -> None:
+        self.scheduling = scheduling
+        self.names: list[str] = []
+
+    def name(self, prefix: str) -> str:
+        n = unique(prefix)
+        self.names.append(n)
+        return n
+
+    def cleanup(self) -> None:
+        for n in self.names:
+            try:
+                self.scheduling.delete_priority_class(n)
+            except ApiException as e:
+                if e.status != 404:
+                    raise
+
+
+@pytest.fixture
+def classes(scheduling: k8s.SchedulingV1Api) -> Iterator[ClassTracker]:
+    tracker = ClassTracker(scheduling)
+    yield tracker
+    tracker.cleanup()
