@@ -18,11 +18,15 @@ TERMINAL_POD_PHASES = ("Succeeded", "Failed")
 
 def group_of(pod: Mapping[str, Any]) -> str:
     """The name of the PodGroup a pod belongs to, or "" (annotation first, then label)."""
-    meta = pod.get("metadata") or {}
-    annotations = meta.get("annotations") or {}
-    labels = meta.get("labels") or {}
-    name = annotations.get(GROUP_ANNOTATION) or labels.get(GROUP_LABEL) or ""
+    meta = _mapping(pod.get("metadata"))
+    name = _mapping(meta.get("annotations")).get(GROUP_ANNOTATION) or _mapping(meta.get("labels")).get(
+        GROUP_LABEL
+    )
     return name if isinstance(name, str) else ""
+
+
+def _mapping(value: object) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
 
 
 def is_terminal(pod: Mapping[str, Any]) -> bool:

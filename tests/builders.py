@@ -106,3 +106,34 @@ def review(
 def decode_patch(response: dict) -> list[dict]:
     patch = response.get("patch")
     return json.loads(base64.b64decode(patch)) if patch else []
+
+
+def podgroup(name: str, namespace: str = "team-a", uid: str | None = None, **spec: Any) -> dict:
+    return {
+        "apiVersion": "scheduling.volcano.sh/v1beta1",
+        "kind": "PodGroup",
+        "metadata": {"name": name, "namespace": namespace, "uid": uid or f"uid-{name}"},
+        "spec": spec,
+    }
+
+
+def resource_quota(
+    name: str, hard: dict, used: dict | None = None, namespace: str = "team-a", **spec: Any
+) -> dict:
+    return {
+        "apiVersion": "v1",
+        "kind": "ResourceQuota",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"hard": hard, **spec},
+        "status": {"hard": hard, "used": used or {}},
+    }
+
+
+def group_review(
+    obj: dict | None, *, operation: str = "CREATE", old: dict | None = None, dry_run: bool = False
+) -> dict:
+    body = review(obj, operation=operation, old=old, resource="pods", dry_run=dry_run)
+    gvk = {"group": "scheduling.volcano.sh", "version": "v1beta1"}
+    body["request"]["kind"] = {**gvk, "kind": "PodGroup"}
+    body["request"]["resource"] = {**gvk, "resource": "podgroups"}
+    return body

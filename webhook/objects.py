@@ -55,3 +55,21 @@ def optional_int(obj: Mapping[str, Any], key: str, where: str) -> int | None:
 def object_name(obj: Mapping[str, Any], where: str = "object") -> str:
     meta = mapping(obj, "metadata", where)
     return optional_str(meta, "name", f"{where}.metadata") or ""
+
+
+def check_containers(spec: Mapping[str, Any], where: str) -> None:
+    """containers and initContainers are lists of objects whose resources are maps of maps."""
+    for key in ("containers", "initContainers"):
+        items = spec.get(key)
+        if items is None:
+            continue
+        if not isinstance(items, list):
+            raise MalformedObject(f"{where}.{key} must be a list")
+        for i, container in enumerate(items):
+            if not isinstance(container, Mapping):
+                raise MalformedObject(f"{where}.{key}[{i}] must be an object")
+            resources = mapping(container, "resources", f"{where}.{key}[{i}]")
+            for part in ("requests", "limits"):
+                mapping(resources, part, f"{where}.{key}[{i}].resources")
+    for key in ("overhead", "resources"):
+        mapping(spec, key, where)

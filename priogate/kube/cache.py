@@ -211,7 +211,7 @@ class WatchCache:
                     if not self._missing_logged:
                         log.warning("resource not served; treating as empty", cache=self.name, path=self.path)
                         self._missing_logged = True
-                    if not self.synced:
+                    if not self.synced or self.items():
                         self.replace_all([], "")
                     self._stop.wait(self.missing_resource_retry_seconds)
                     continue

@@ -7,10 +7,27 @@ import json
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.builders import SYSTEM_CLASSES, make_app, pod, priority_class, review
+from tests.builders import SYSTEM_CLASSES, make_app, pod, podgroup, priority_class, resource_quota, review
 
-APP = make_app([*SYSTEM_CLASSES, priority_class("d", 3, default=True)])
-PATHS = ["/mutate/pods", "/validate/priorityclasses"]
+APP = make_app(
+    [*SYSTEM_CLASSES, priority_class("d", 3, default=True)],
+    quotas=[resource_quota("q", {"cpu": "4", "pods": "3"})],
+    ledgers=[
+        {
+            "apiVersion": "priogate.io/v1alpha1",
+            "kind": "ReservationLedger",
+            "metadata": {"name": "podgroups", "namespace": "team-a"},
+            "spec": {"reservations": {"u": {"group": "other", "minResources": {"cpu": "2"}, "minMember": 1}}},
+        }
+    ],
+)
+PATHS = [
+    "/mutate/pods",
+    "/validate/priorityclasses",
+    "/mutate/podgroups",
+    "/validate/podgroups",
+    "/validate/pods",
+]
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),
@@ -33,9 +50,17 @@ KEYS = {
     ],
     "object": ["spec", "metadata", "value", "globalDefault", "preemptionPolicy"],
     "oldObject": ["spec", "metadata", "value", "globalDefault", "preemptionPolicy"],
-    "spec": ["priority", "priorityClassName", "preemptionPolicy"],
-    "oldSpec": ["priority", "priorityClassName", "preemptionPolicy"],
-    "metadata": ["name", "namespace"],
+    "spec": [
+        "priority",
+        "priorityClassName",
+        "preemptionPolicy",
+        "minResources",
+        "minMember",
+        "queue",
+        "containers",
+    ],
+    "oldSpec": ["priority", "priorityClassName", "preemptionPolicy", "minResources", "minMember"],
+    "metadata": ["name", "namespace", "uid", "annotations"],
 }
 field_values = json_values | st.sampled_from(
     ["CREATE", "UPDATE", "DELETE", "Never", "d", "system-node-critical"]
@@ -46,9 +71,20 @@ field_values = json_values | st.sampled_from(
 def mangled_reviews(draw):
     """Well-formed AdmissionReviews with random values planted at random places."""
     body = review(
-        draw(st.sampled_from([pod(), pod(priorityClassName="d"), priority_class("x", 5)])),
+        draw(
+            st.sampled_from(
+                [
+                    pod(),
+                    pod(priorityClassName="d"),
+                    priority_class("x", 5),
+                    podgroup("g", minResources={"cpu": "1"}),
+                ]
+            )
+        ),
         operation=draw(st.sampled_from(["CREATE", "UPDATE", "DELETE"])),
-        old=draw(st.sampled_from([None, pod(priority=3), priority_class("x", 5)])),
+        old=draw(
+            st.sampled_from([None, pod(priority=3), priority_class("x", 5), podgroup("g", minMember=2)])
+        ),
         resource=draw(st.sampled_from(["pods", "priorityclasses"])),
     )
     request = body["request"]

@@ -10,7 +10,7 @@ from __future__ import annotations
 from priogate import podgroup
 from priogate.quota import Consumer, check_pod, quota_names, unconsumed
 from priogate.resources import pod_requests
-from webhook.objects import MalformedObject, mapping, new_object, optional_str
+from webhook.objects import MalformedObject, check_containers, mapping, new_object, optional_str
 from webhook.registry import ClusterView, RuleSet
 from webhook.review import AdmissionRequest, Decision, allow, deny
 
@@ -19,6 +19,7 @@ def admit(request: AdmissionRequest, view: ClusterView) -> Decision:
     if request.operation != "CREATE" or request.sub_resource:
         return allow()
     pod = new_object(request)
+    mapping(pod, "metadata", "object")
     spec = mapping(pod, "spec", "object")
     quotas = view.resource_quotas(request.namespace)
     if not quotas:
@@ -37,6 +38,7 @@ def admit(request: AdmissionRequest, view: ClusterView) -> Decision:
             others.append((reservation, left))
     if not others:
         return allow()
+    check_containers(spec, "object.spec")
     try:
         demand = quota_names(pod_requests(pod), 1)
     except ValueError as e:

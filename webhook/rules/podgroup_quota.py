@@ -55,9 +55,8 @@ def _entry(request: AdmissionRequest, obj: dict, where: str) -> Entry:
 
 
 def _release(request: AdmissionRequest, view: ClusterView) -> Decision:
-    old = request.old_object
-    uid = ((old or {}).get("metadata") or {}).get("uid", "") if isinstance(old, dict) else ""
-    key = uid or f"name:{request.name}"
+    meta = mapping(request.old_object or {}, "metadata", "oldObject")
+    key = optional_str(meta, "uid", "oldObject.metadata") or f"name:{request.name}"
 
     def decide(entries: dict[str, Entry]) -> tuple[dict[str, Entry] | None, None]:
         if key not in entries:

@@ -1,0 +1,177 @@
+"""PodGroup defaults, PodGroupMinResources and pod quota over HTTP, with the in-process ledger.
+(The API-server ledger under real concurrency is tested end to end in tests/e2e.)"""
+
+from __future__ import annotations
+
+import threading
+
+import jsonpatch
+import pytest
+
+from priogate.ledger import MemoryLedgerStore
+from tests.builders import (
+    SYSTEM_CLASSES,
+    decode_patch,
+    group_review,
+    make_app,
+    pod,
+    podgroup,
+    priority_class,
+    resource_quota,
+    review,
+)
+
+CLASSES = [*SYSTEM_CLASSES, priority_class("batch", 100, default=True), priority_class("high", 1000)]
+
+
+def client_with(quotas=(), store=None, **kw):
+    store = store or MemoryLedgerStore()
+    return make_app(CLASSES, quotas=quotas, ledger_store=store, **kw).test_client(), store
+
+
+def answer(client, path, body):
+    resp = client.post(path, json=body)
+    assert resp.status_code == 200, resp.get_data(as_text=True)
+    return resp.get_json()["response"]
+
+
+def test_defaults_and_class_resolution():
+    client, _ = client_with()
+    group = podgroup("g")
+    patched = jsonpatch.apply_patch(
+        group, decode_patch(answer(client, "/mutate/podgroups", group_review(group)))
+    )
+    assert patched["spec"] == {"minMember": 1, "queue": "default", "priorityClassName": "batch"}
+    kept = podgroup("g", minMember=4, queue="q1", priorityClassName="high")
+    assert "patch" not in answer(client, "/mutate/podgroups", group_review(kept))
+
+
+def test_unknown_class_is_refused():
+    client, _ = client_with()
+    got = answer(client, "/mutate/podgroups", group_review(podgroup("g", priorityClassName="nope")))
+    assert got["allowed"] is False
+    assert got["status"]["message"] == "no PriorityClass with name nope was found"
+
+
+def test_exactly_the_quota_is_admitted_and_delete_releases():
+    client, store = client_with([resource_quota("compute", {"cpu": "10"})])
+    results = [
+        answer(client, "/validate/podgroups", group_review(podgroup(f"g{i}", minResources={"cpu": "1"})))
+        for i in range(12)
+    ]
+    assert [r["allowed"] for r in results] == [True] * 10 + [False] * 2
+    message = results[10]["status"]["message"]
+    assert message.startswith("exceeded quota: compute, requested: cpu=1, reserved: cpu=10, limited: cpu=10")
+    assert len(store.ledgers["team-a"]) == 10
+    deleted = group_review(None, operation="DELETE", old=podgroup("g3", minResources={"cpu": "1"}))
+    deleted["request"]["name"] = "g3"
+    assert answer(client, "/validate/podgroups", deleted)["allowed"] is True
+    assert len(store.ledgers["team-a"]) == 9
+    assert answer(client, "/validate/podgroups", group_review(podgroup("g10", minResources={"cpu": "1"})))[
+        "allowed"
+    ]
+
+
+def test_concurrent_admissions_never_over_admit():
+    client, store = client_with([resource_quota("compute", {"cpu": "10"})])
+    app = client.application
+    allowed = []
+
+    def create(i):
+        with app.test_client() as c:
+            allowed.append(
+                answer(c, "/validate/podgroups", group_review(podgroup(f"g{i}", minResources={"cpu": "1"})))
+            )
+
+    threads = [threading.Thread(target=create, args=(i,)) for i in range(64)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sum(a["allowed"] for a in allowed) == 10
+    assert len(store.ledgers["team-a"]) == 10
+
+
+def test_update_growing_is_checked_shrinking_is_not():
+    client, _ = client_with([resource_quota("compute", {"cpu": "4"})])
+    a, b = podgroup("a", minResources={"cpu": "2"}), podgroup("b", minResources={"cpu": "2"})
+    assert answer(client, "/validate/podgroups", group_review(a))["allowed"]
+    assert answer(client, "/validate/podgroups", group_review(b))["allowed"]
+    grown = podgroup("a", minResources={"cpu": "3"})
+    refused = answer(client, "/validate/podgroups", group_review(grown, operation="UPDATE", old=a))
+    assert (
+        refused["allowed"] is False
+        and "requested: cpu=3, reserved: cpu=2, limited: cpu=4" in refused["status"]["message"]
+    )
+    shrunk = podgroup("a", minResources={"cpu": "1"})
+    assert answer(client, "/validate/podgroups", group_review(shrunk, operation="UPDATE", old=a))["allowed"]
+
+
+def test_dry_run_writes_nothing():
+    client, store = client_with([resource_quota("compute", {"cpu": "1"})])
+    body = group_review(podgroup("g", minResources={"cpu": "1"}), dry_run=True)
+    assert answer(client, "/validate/podgroups", body)["allowed"]
+    assert store.writes == 0
+    too_big = group_review(podgroup("g", minResources={"cpu": "2"}), dry_run=True)
+    assert answer(client, "/validate/podgroups", too_big)["allowed"] is False
+
+
+def test_bad_min_resources_is_a_400_denial():
+    client, _ = client_with([resource_quota("compute", {"cpu": "1"})])
+    got = answer(client, "/validate/podgroups", group_review(podgroup("g", minResources={"cpu": "lots"})))
+    assert got["allowed"] is False and got["status"]["code"] == 400
+    assert "spec.minResources" in got["status"]["message"] and "cpu" in got["status"]["message"]
+
+
+def ledger_object(entries):
+    return {
+        "apiVersion": "priogate.io/v1alpha1",
+        "kind": "ReservationLedger",
+        "metadata": {"name": "podgroups", "namespace": "team-a"},
+        "spec": {"reservations": entries},
+    }
+
+
+@pytest.fixture
+def reserved_namespace():
+    """cpu=10 quota with 2 used; group "gang" reserved cpu=6 and one member using 1 of it."""
+    quota = resource_quota("compute", {"cpu": "10"}, used={"cpu": "2"})
+    ledger = ledger_object(
+        {
+            "uid-gang": {
+                "group": "gang",
+                "minResources": {"cpu": "6"},
+                "minMember": 2,
+                "admittedAt": "2026-11-22T00:00:00Z",
+            }
+        }
+    )
+    member = pod("m0")
+    member["metadata"]["annotations"] = {"scheduling.k8s.io/group-name": "gang"}
+    member["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "1"}}
+    return dict(quotas=[quota], ledgers=[ledger], pods=[member])
+
+
+def cpu_pod(name, cpu, group=None):
+    p = pod(name)
+    p["spec"]["containers"][0]["resources"] = {"requests": {"cpu": cpu}}
+    if group:
+        p["metadata"]["annotations"] = {"scheduling.k8s.io/group-name": group}
+    return p
+
+
+def test_plain_pod_cannot_eat_reservations(reserved_namespace):
+    client, _ = client_with(**reserved_namespace)
+    # used 2 + unconsumed 5 (6 reserved, 1 used by the member) leaves 3 for others.
+    assert answer(client, "/validate/pods", review(cpu_pod("ok", "3")))["allowed"]
+    refused = answer(client, "/validate/pods", review(cpu_pod("greedy", "3500m")))
+    assert refused["allowed"] is False
+    assert "reserved by PodGroups: cpu=5" in refused["status"]["message"]
+    # A member of the group draws on its own reservation.
+    assert answer(client, "/validate/pods", review(cpu_pod("m1", "5", group="gang")))["allowed"]
+
+
+def test_released_reservation_frees_the_pod(reserved_namespace):
+    reserved_namespace["ledgers"] = [ledger_object({})]
+    client, _ = client_with(**reserved_namespace)
+    assert answer(client, "/validate/pods", review(cpu_pod("greedy", "3500m")))["allowed"]

@@ -1,0 +1,227 @@
+"""Tables for PodGroupMinResources arithmetic: quota-name mapping, scopes, both guarantees."""
+
+from __future__ import annotations
+
+import datetime as dt
+from fractions import Fraction as F
+
+import pytest
+
+from priogate import ledger, quota
+from priogate.resources import parse_resource_list
+
+
+def rq(name="q", hard=None, used=None, scopes=None, selector=None):
+    spec = {"hard": hard or {}}
+    if scopes:
+        spec["scopes"] = scopes
+    if selector:
+        spec["scopeSelector"] = {"matchExpressions": selector}
+    return {"metadata": {"name": name, "namespace": "ns"}, "spec": spec, "status": {"used": used or {}}}
+
+
+def res(group, demand, cls=""):
+    return quota.Reservation(group, cls, quota.quota_names(parse_resource_list(demand), 0))
+
+
+@pytest.mark.parametrize(
+    ("requests", "pods", "want"),
+    [
+        ({"cpu": "1"}, 0, {"cpu": F(1), "requests.cpu": F(1)}),
+        ({"memory": "1Gi"}, 0, {"memory": F(2**30), "requests.memory": F(2**30)}),
+        ({"requests.cpu": "500m"}, 0, {"cpu": F(1, 2), "requests.cpu": F(1, 2)}),
+        ({"nvidia.com/gpu": "2"}, 0, {"requests.nvidia.com/gpu": F(2)}),
+        ({"hugepages-2Mi": "4Mi"}, 0, {"requests.hugepages-2Mi": F(4 * 2**20)}),
+        (
+            {"ephemeral-storage": "1G"},
+            0,
+            {"ephemeral-storage": F(10**9), "requests.ephemeral-storage": F(10**9)},
+        ),
+        ({"limits.cpu": "4"}, 0, {}),  # limits are the built-in quota's business
+        ({}, 3, {"pods": F(3), "count/pods": F(3)}),
+        (
+            {"cpu": "1.5", "memory": "100M", "example.com/fpga": "1"},
+            2,
+            {
+                "cpu": F(3, 2),
+                "requests.cpu": F(3, 2),
+                "memory": F(10**8),
+                "requests.memory": F(10**8),
+                "requests.example.com/fpga": F(1),
+                "pods": F(2),
+                "count/pods": F(2),
+            },
+        ),
+    ],
+)
+def test_quota_names(requests, pods, want):
+    assert quota.quota_names(parse_resource_list(requests), pods) == want
+
+
+@pytest.mark.parametrize(
+    ("spec_kw", "consumer", "applies"),
+    [
+        ({}, quota.Consumer(""), True),
+        (
+            {"selector": [{"scopeName": "PriorityClass", "operator": "In", "values": ["high"]}]},
+            quota.Consumer("high"),
+            True,
+        ),
+        (
+            {"selector": [{"scopeName": "PriorityClass", "operator": "In", "values": ["high"]}]},
+            quota.Consumer("low"),
+            False,
+        ),
+        (
+            {"selector": [{"scopeName": "PriorityClass", "operator": "NotIn", "values": ["high"]}]},
+            quota.Consumer(""),
+            True,
+        ),
+        ({"selector": [{"scopeName": "PriorityClass", "operator": "Exists"}]}, quota.Consumer(""), False),
+        ({"selector": [{"scopeName": "PriorityClass", "operator": "Exists"}]}, quota.Consumer("x"), True),
+        (
+            {"selector": [{"scopeName": "PriorityClass", "operator": "DoesNotExist"}]},
+            quota.Consumer(""),
+            True,
+        ),
+        ({"scopes": ["NotTerminating"]}, quota.Consumer(""), True),
+        ({"scopes": ["Terminating"]}, quota.Consumer(""), False),
+        ({"scopes": ["BestEffort"]}, quota.Consumer(""), False),  # a group reserves resources
+        ({"scopes": ["NotBestEffort"]}, quota.Consumer(""), True),
+        ({"scopes": ["Terminating"]}, quota.Consumer("", {"spec": {"activeDeadlineSeconds": 5}}), True),
+        ({"scopes": ["BestEffort"]}, quota.Consumer("", {"spec": {"containers": [{"name": "c"}]}}), True),
+        (
+            {
+                "scopes": ["NotTerminating"],
+                "selector": [{"scopeName": "PriorityClass", "operator": "In", "values": ["a"]}],
+            },
+            quota.Consumer("b"),
+            False,
+        ),
+    ],
+)
+def test_quota_applies(spec_kw, consumer, applies):
+    assert quota.quota_applies(rq(**spec_kw), consumer) is applies
+
+
+def test_podgroup_fits_exactly_at_the_limit():
+    q = rq(hard={"cpu": "10"})
+    others = [res(f"g{i}", {"cpu": "1"}) for i in range(9)]
+    assert quota.check_podgroup([q], others, res("new", {"cpu": "1"})) is None
+    message = quota.check_podgroup([q], [*others, res("g9", {"cpu": "1"})], res("new", {"cpu": "1"}))
+    assert message == (
+        "exceeded quota: q, requested: cpu=1, reserved: cpu=10, limited: cpu=10: "
+        "the summed minResources of the namespace's PodGroups may not exceed its ResourceQuota"
+    )
+
+
+@pytest.mark.parametrize(
+    ("hard", "others", "this", "over"),
+    [
+        ({"requests.cpu": "2"}, [{"cpu": "1500m"}], {"cpu": "500m"}, None),
+        ({"requests.cpu": "2"}, [{"cpu": "1500m"}], {"cpu": "501m"}, "requests.cpu"),
+        ({"memory": "1Gi"}, [{"memory": "512Mi"}], {"memory": "512Mi"}, None),
+        ({"memory": "1Gi"}, [{"memory": "512Mi"}], {"memory": "513Mi"}, "memory"),
+        ({"memory": "1G"}, [], {"memory": "1Gi"}, "memory"),  # G is decimal, Gi binary
+        (
+            {"requests.nvidia.com/gpu": "4"},
+            [{"nvidia.com/gpu": 3}],
+            {"nvidia.com/gpu": 2},
+            "requests.nvidia.com/gpu",
+        ),
+        ({"cpu": "100", "memory": "1Ki"}, [], {"cpu": "1", "memory": "2Ki"}, "memory"),
+        ({"cpu": "1"}, [], {"memory": "100Gi"}, None),  # untracked resource: no limit
+        ({"cpu": "1e3"}, [{"cpu": "999"}], {"cpu": "1"}, None),
+        ({"cpu": "0.5"}, [], {"cpu": "600m"}, "cpu"),
+    ],
+)
+def test_check_podgroup_table(hard, others, this, over):
+    got = quota.check_podgroup(
+        [rq(hard=hard)], [res(f"o{i}", d) for i, d in enumerate(others)], res("new", this)
+    )
+    if over is None:
+        assert got is None
+    else:
+        assert got is not None and f"requested: {over}=" in got
+
+
+def test_pods_quota_counts_min_member():
+    q = rq(hard={"pods": "5"})
+    reservation = lambda g, n: quota.Reservation(g, "", quota.quota_names({}, n))  # noqa: E731
+    assert quota.check_podgroup([q], [reservation("a", 3)], reservation("b", 2)) is None
+    assert "pods=3" in quota.check_podgroup([q], [reservation("a", 3)], reservation("b", 3))
+
+
+def test_scoped_quota_only_counts_groups_of_its_class():
+    q = rq(hard={"cpu": "4"}, selector=[{"scopeName": "PriorityClass", "operator": "In", "values": ["high"]}])
+    others = [res("h", {"cpu": "3"}, "high"), res("l", {"cpu": "100"}, "low")]
+    assert quota.check_podgroup([q], others, res("new", {"cpu": "1"}, "high")) is None
+    assert quota.check_podgroup([q], others, res("new", {"cpu": "2"}, "high")) is not None
+    assert quota.check_podgroup([q], others, res("new", {"cpu": "50"}, "low")) is None
+
+
+def test_unconsumed():
+    r = res("g", {"cpu": "4", "memory": "4Gi"})
+    left = quota.unconsumed(r, {"cpu": F(1), "requests.cpu": F(1), "memory": F(8 * 2**30)})
+    assert left == {"cpu": F(3), "requests.cpu": F(3), "requests.memory": F(4 * 2**30)}
+
+
+@pytest.mark.parametrize(
+    ("used", "asked", "reserved", "refused"),
+    [
+        ({"cpu": "0"}, {"cpu": "5"}, {"cpu": "5"}, False),  # 0 + 5 + 5 = 10
+        ({"cpu": "0"}, {"cpu": "6"}, {"cpu": "5"}, True),
+        ({"cpu": "4"}, {"cpu": "1"}, {"cpu": "5"}, False),
+        ({"cpu": "4"}, {"cpu": "1100m"}, {"cpu": "5"}, True),
+        ({"cpu": "9"}, {"memory": "1Gi"}, {"cpu": "5"}, False),  # asks for nothing reserved
+        ({}, {"cpu": "11"}, {}, False),  # no reservations: the built-in quota decides alone
+    ],
+)
+def test_check_pod_table(used, asked, reserved, refused):
+    q = rq(hard={"cpu": "10"}, used=used)
+    demand = quota.quota_names(parse_resource_list(asked), 1)
+    r = res("other", reserved)
+    others = [(r, r.demand)] if reserved else []
+    got = quota.check_pod([q], quota.Consumer("", {"spec": {}}), demand, others)
+    assert (got is not None) is refused
+    if refused:
+        assert "reserved by PodGroups: cpu=" in got and "cannot be used by other pods" in got
+
+
+NOW = dt.datetime(2026, 11, 22, 12, 0, 0, tzinfo=dt.UTC)
+
+
+def entry(group, uid, age_seconds):
+    return ledger.Entry(
+        group, uid, {"cpu": "1"}, 1, "", ledger.now_rfc3339(NOW - dt.timedelta(seconds=age_seconds))
+    )
+
+
+@pytest.mark.parametrize(
+    ("entries", "live", "stale"),
+    [
+        ({"u1": entry("a", "u1", 3600)}, {"u1": "a"}, []),  # stored and alive
+        ({"u1": entry("a", "u1", 5)}, {}, []),  # just admitted, not in the cache yet
+        ({"u1": entry("a", "u1", 120)}, {}, ["u1"]),  # never stored, or deleted
+        ({"u1": entry("a", "u1", 120)}, {"u2": "a"}, ["u1"]),  # same name, another object
+        ({"u1": entry("a", "u1", 120), "u2": entry("b", "u2", 120)}, {"u2": "b"}, ["u1"]),
+    ],
+)
+def test_stale_entries(entries, live, stale):
+    assert ledger.stale_entries(entries, live, NOW) == stale
+
+
+def test_ledger_roundtrip_and_normalize():
+    e = ledger.Entry(
+        "g",
+        "uid-1",
+        ledger.normalize({"cpu": "1000m", "memory": "1024Mi"}),
+        2,
+        "high",
+        "2026-11-22T12:00:00Z",
+    )
+    assert e.min_resources == {"cpu": "1", "memory": "1Gi"}
+    obj = ledger.ledger_object("ns", {e.key: e}, "42")
+    assert obj["metadata"]["resourceVersion"] == "42"
+    assert ledger.entries_of(obj) == {"uid-1": e}
+    assert e.same_claim(ledger.Entry("g", "uid-1", {"cpu": "1", "memory": "1Gi"}, 2, "high", "later"))
