@@ -31,7 +31,7 @@ class ApiError(Exception):
         return f"{self.status} {self.reason}: {self.message}"
 
 
-def load_client(kubeconfig: str | None = None) -> ApiClient:
+def load_client(kubeconfig: str | None = None, *, pool_size: int = 16) -> ApiClient:
     """From a kubeconfig file, else in-cluster configuration (service account)."""
     configuration = k8s.Configuration()
     path = kubeconfig or os.environ.get("KUBECONFIG")
@@ -40,7 +40,7 @@ def load_client(kubeconfig: str | None = None) -> ApiClient:
     else:
         k8s_config.load_incluster_config(client_configuration=configuration)
     # Several threads (watches, reconcilers) share one client.
-    configuration.connection_pool_maxsize = 16
+    configuration.connection_pool_maxsize = pool_size
     return ApiClient(k8s.ApiClient(configuration))
 
 

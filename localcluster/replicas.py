@@ -1,0 +1,142 @@
+"""Several webhook replicas behind one address, as a Service with several endpoints would be.
+
+A round-robin TCP proxy on loopback (TLS passes through, so every replica serves the same
+certificate) in front of any number of extra `python -m webhook` servers (gunicorn masters).
+Used by the e2e test of the ledger's race-freedom across replicas and by `make bench-quota`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import sys
+import threading
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+from localcluster.procs import Proc, Supervisor, free_ports, wait_until
+
+LOOPBACK = "127.0.0.1"
+
+
+class RoundRobinProxy:
+    """Accepts TCP connections on a free loopback port and hands each to the next backend."""
+
+    def __init__(self, backends: Sequence[int]) -> None:
+        self.backends = list(backends)
+        self.connections: Counter[int] = Counter()
+        self.port = free_ports(1)[0]
+        self._cycle = itertools.cycle(self.backends)
+        self._loop = asyncio.new_event_loop()
+        self._started = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="round-robin-proxy", daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"https://{LOOPBACK}:{self.port}"
+
+    def start(self) -> RoundRobinProxy:
+        self._thread.start()
+        if not self._started.wait(10):
+            raise RuntimeError("the round-robin proxy did not start listening")
+        return self
+
+    def stop(self) -> None:
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        server = self._loop.run_until_complete(asyncio.start_server(self._handle, LOOPBACK, self.port))
+        self._started.set()
+        try:
+            self._loop.run_forever()
+        finally:
+            server.close()
+            self._loop.run_until_complete(server.wait_closed())
+            self._loop.close()
+
+    async def _handle(self, client_reader: asyncio.StreamReader, client_writer: asyncio.StreamWriter) -> None:
+        backend = next(self._cycle)
+        self.connections[backend] += 1
+        try:
+            server_reader, server_writer = await asyncio.open_connection(LOOPBACK, backend)
+        except OSError:
+            client_writer.close()
+            return
+        await asyncio.gather(_pipe(client_reader, server_writer), _pipe(server_reader, client_writer))
+
+
+async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    try:
+        while data := await reader.read(65536):
+            writer.write(data)
+            await writer.drain()
+    except (ConnectionError, asyncio.IncompleteReadError):
+        return  # the other side went away; closing below ends the peer pipe too
+    finally:
+        with contextlib.suppress(ConnectionError, RuntimeError):
+            writer.close()
+
+
+def start_replicas(
+    supervisor: Supervisor,
+    cert_file: Path,
+    key_file: Path,
+    kubeconfig: Path,
+    log_dir: Path,
+    *,
+    masters: int,
+    workers: int,
+    ca_file: Path,
+    repo: Path,
+) -> list[tuple[Proc, int]]:
+    """Start `masters` webhook servers of `workers` workers each; wait until all are ready."""
+    import requests
+
+    ports = free_ports(masters)
+    started = []
+    for i, port in enumerate(ports):
+        cmd = [
+            sys.executable,
+            "-m",
+            "webhook",
+            f"--cert-file={cert_file}",
+            f"--key-file={key_file}",
+            f"--bind={LOOPBACK}:{port}",
+            f"--kubeconfig={kubeconfig}",
+            f"--workers={workers}",
+        ]
+        proc = supervisor.start(f"webhook-replica-{i}", cmd, log_dir / f"webhook-replica-{i}.log", cwd=repo)
+        started.append((proc, port))
+    session = requests.Session()
+    session.trust_env = False
+    for proc, port in started:
+        wait_until(
+            lambda port=port: _ready(session, port, ca_file),
+            timeout=60,
+            what=f"replica on :{port} is ready",
+            proc=proc,
+        )
+    return started
+
+
+def _ready(session: object, port: int, ca_file: Path) -> bool:
+    try:
+        return (
+            session.get(f"https://{LOOPBACK}:{port}/readyz", verify=str(ca_file), timeout=3).status_code
+            == 200
+        )
+    except OSError:
+        return False
+
+
+@contextlib.contextmanager
+def proxied(backends: Sequence[int]) -> Iterator[RoundRobinProxy]:
+    proxy = RoundRobinProxy(backends).start()
+    try:
+        yield proxy
+    finally:
+        proxy.stop()

@@ -1,0 +1,254 @@
+"""PodGroupMinResources through the real control plane: exact admission under concurrency across
+gunicorn workers and across webhook replicas, and reserved resources kept from other pods."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from fractions import Fraction
+
+import pytest
+import requests
+import yaml
+
+from localcluster import LocalCluster
+from localcluster.binaries import REPO
+from localcluster.podgroup_load import create_concurrently
+from localcluster.replicas import proxied, start_replicas
+from priogate.kube.client import ApiClient, ApiError, load_client, resource_path
+from priogate.resources import parse_quantity
+from tests.e2e.helpers import wait_for
+
+GROUPS = resource_path("scheduling.volcano.sh/v1beta1", "podgroups")
+CONFIG = "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations/priogate"
+QUOTA_HOOK = "podgroup-quota.priogate.io"
+
+
+@pytest.fixture(scope="module")
+def client(cluster: LocalCluster) -> ApiClient:
+    api = load_client(str(cluster.kubeconfig), pool_size=64)
+    # The launcher installs the CRDs; make sure, idempotently, so this module stands alone.
+    for path in sorted((REPO / "manifests" / "crds").glob("*.yaml")):
+        crd = yaml.safe_load(path.read_text())
+        try:
+            api.create("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd)
+        except ApiError as e:
+            if e.status != 409:
+                raise
+    return api
+
+
+def group(name: str, cpu: str, min_member: int = 1) -> dict:
+    return {
+        "apiVersion": "scheduling.volcano.sh/v1beta1",
+        "kind": "PodGroup",
+        "metadata": {"name": name},
+        "spec": {"minMember": min_member, "minResources": {"cpu": cpu}},
+    }
+
+
+def cpu_pod(name: str, cpu: str, group_name: str | None = None) -> dict:
+    meta: dict = {"name": name}
+    if group_name:
+        meta["annotations"] = {"scheduling.k8s.io/group-name": group_name}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": meta,
+        "spec": {
+            "containers": [
+                {
+                    "name": "c",
+                    "image": "registry.k8s.io/pause:3.10",
+                    "resources": {"requests": {"cpu": cpu}, "limits": {"cpu": cpu}},
+                }
+            ]
+        },
+    }
+
+
+def create_quota(client: ApiClient, namespace: str, cpu: str) -> None:
+    body = {
+        "apiVersion": "v1",
+        "kind": "ResourceQuota",
+        "metadata": {"name": "compute"},
+        "spec": {"hard": {"cpu": cpu}},
+    }
+    client.create(resource_path("v1", "resourcequotas", namespace), body)
+    # ResourceQuota admission refuses pods until kube-controller-manager has filled status.used.
+    wait_for(
+        lambda: (
+            "cpu"
+            in (
+                client.get(resource_path("v1", "resourcequotas", namespace, "compute")).get("status") or {}
+            ).get("used", {})
+        ),
+        60,
+        "the quota's status.used is filled",
+    )
+
+
+def denial(client: ApiClient, path: str, body: dict, *, dry_run: bool = True) -> str | None:
+    try:
+        client.create(path, body, dry_run=dry_run)
+    except ApiError as e:
+        return e.message
+    return None
+
+
+def settled(check: object, what: str, streak: int = 6, timeout: float = 60) -> None:
+    """Until `check` holds several times in a row: each webhook worker has its own caches."""
+    count = 0
+
+    def ok() -> bool:
+        nonlocal count
+        count = count + 1 if check() else 0
+        return count >= streak
+
+    wait_for(ok, timeout, what, 0.05)
+
+
+def _point_quota_hook(client: ApiClient, url: str) -> None:
+    for _ in range(10):  # retried on 409: a PUT must carry the resourceVersion it read
+        config = client.get(CONFIG)
+        for hook in config["webhooks"]:
+            if hook["name"] == QUOTA_HOOK:
+                hook["clientConfig"]["url"] = url + "/validate/podgroups"
+        try:
+            client.replace(CONFIG, config)
+            return
+        except ApiError as e:
+            if e.status != 409:
+                raise
+    raise AssertionError("could not update the webhook configuration: it kept changing")
+
+
+@contextlib.contextmanager
+def quota_webhook_at(cluster: LocalCluster, client: ApiClient, url: str) -> Iterator[None]:
+    """Send PodGroup validation to `url` while the block runs (as if the Service moved)."""
+    _point_quota_hook(client, url)
+    try:
+        yield
+    finally:
+        _point_quota_hook(client, cluster.ports.webhook_url)
+
+
+def served_count(port: int, ca_file: str) -> float:
+    session = requests.Session()
+    session.trust_env = False
+    text = session.get(f"https://127.0.0.1:{port}/metrics", verify=ca_file, timeout=5).text
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith("priogate_webhook_requests_total{") and QUOTA_HOOK in line
+    )
+
+
+@pytest.mark.parametrize(
+    ("masters", "workers"), [(1, 4), (2, 2)], ids=["one-server-4-workers", "two-servers"]
+)
+def test_concurrent_podgroups_fill_the_quota_exactly(cluster, client, namespace, masters, workers):
+    create_quota(client, namespace, "10")
+    replicas = start_replicas(
+        cluster.supervisor,
+        cluster.pki.webhook_crt,
+        cluster.pki.webhook_key,
+        cluster.kubeconfig,
+        cluster.logs,
+        masters=masters,
+        workers=workers,
+        ca_file=cluster.pki.ca_crt,
+        repo=REPO,
+    )
+    ports = [port for _, port in replicas]
+    try:
+        with proxied(ports) as proxy, quota_webhook_at(cluster, client, proxy.url):
+            path = resource_path("scheduling.volcano.sh/v1beta1", "podgroups", namespace)
+
+            def replicas_refuse_too_big() -> bool:
+                refused = "exceeded quota" in (denial(client, path, group("probe", "11")) or "")
+                return refused and proxy.connections.total() > 0
+
+            settled(replicas_refuse_too_big, "the replicas answer PodGroup validation and see the quota")
+            result = create_concurrently(client, namespace, 200, cpu="1", in_flight=32)
+            backends_used = dict(proxy.connections)
+        assert not result.errors, result.errors[:5]
+        assert len(result.admitted) == 10, f"admitted {len(result.admitted)} of 200 against cpu=10"
+        assert result.denials["exceeded quota"] == 190
+        stored = client.get(path)["items"]
+        assert len(stored) == 10
+        assert sum(parse_quantity(g["spec"]["minResources"]["cpu"]) for g in stored) == Fraction(10)
+        assert result.samples > 0
+        assert result.max_stored_cpu <= 10 and result.max_ledger_cpu <= 10
+        ledger = client.get(
+            resource_path("priogate.io/v1alpha1", "reservationledgers", namespace, "podgroups")
+        )
+        assert {e["group"] for e in ledger["spec"]["reservations"].values()} == {
+            g["metadata"]["name"] for g in stored
+        }
+        if masters > 1:
+            assert all(backends_used.get(p, 0) > 0 for p in ports), backends_used
+            assert all(served_count(p, str(cluster.pki.ca_crt)) > 0 for p in ports)
+    finally:
+        for proc, _ in replicas:
+            cluster.supervisor.stop(proc.name)
+
+
+def test_reserved_resources_cannot_be_used_by_other_pods(client, namespace):
+    create_quota(client, namespace, "10")
+    client.create(
+        resource_path("scheduling.volcano.sh/v1beta1", "podgroups", namespace), group("gang", "6", 2)
+    )
+    pods = resource_path("v1", "pods", namespace)
+    settled(
+        lambda: denial(client, pods, cpu_pod("probe", "5")) is not None, "the webhook sees the reservation"
+    )
+
+    message = denial(client, pods, cpu_pod("greedy", "5"), dry_run=False)
+    assert message is not None
+    assert (
+        "exceeded quota: compute, requested: cpu=5, used: cpu=0, reserved by PodGroups: cpu=6, "
+        "limited: cpu=10" in message
+    )
+    assert "reserved by PodGroups' minResources cannot be used by other pods" in message
+    assert denial(client, pods, cpu_pod("modest", "4")) is None  # 0 + 4 + 6 = 10 fits
+    assert denial(client, pods, cpu_pod("member", "5", group_name="gang")) is None  # draws on its own group
+
+    client.delete(resource_path("scheduling.volcano.sh/v1beta1", "podgroups", namespace, "gang"))
+    settled(lambda: denial(client, pods, cpu_pod("probe", "5")) is None, "the released reservation is seen")
+    assert denial(client, pods, cpu_pod("greedy", "5"), dry_run=False) is None
+
+
+def test_dry_run_podgroup_reserves_nothing(client, namespace):
+    create_quota(client, namespace, "2")
+    path = resource_path("scheduling.volcano.sh/v1beta1", "podgroups", namespace)
+    settled(lambda: denial(client, path, group("probe", "3")) is not None, "the webhook sees the quota")
+    for i in range(5):
+        assert denial(client, path, group(f"dry-{i}", "2")) is None
+    with contextlib.suppress(ApiError):
+        assert (
+            client.get(resource_path("priogate.io/v1alpha1", "reservationledgers", namespace, "podgroups"))[
+                "spec"
+            ].get("reservations", {})
+            == {}
+        )
+    client.create(path, group("real", "2"))
+    assert "exceeded quota" in (denial(client, path, group("second", "1"), dry_run=False) or "")
+
+
+def test_growing_a_podgroup_is_checked_again(client, namespace):
+    create_quota(client, namespace, "4")
+    path = resource_path("scheduling.volcano.sh/v1beta1", "podgroups", namespace)
+    settled(lambda: denial(client, path, group("probe", "5")) is not None, "the webhook sees the quota")
+    client.create(path, group("a", "2"))
+    client.create(path, group("b", "2"))
+    current = client.get(f"{path}/a")
+    current["spec"]["minResources"]["cpu"] = "3"
+    with pytest.raises(ApiError) as refused:
+        client.replace(f"{path}/a", current)
+    assert (
+        "exceeded quota: compute, requested: cpu=3, reserved: cpu=2, limited: cpu=4" in refused.value.message
+    )
+    current["spec"]["minResources"]["cpu"] = "1"
+    client.replace(f"{path}/a", current)
+    client.create(path, group("c", "1"))
