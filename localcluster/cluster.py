@@ -29,7 +29,7 @@ from localcluster.binaries import REPO, ensure_binaries
 from localcluster.components import ApiServerMode, Ports
 from localcluster.pki import Pki, issue_all, write_kubeconfig
 from localcluster.procs import Proc, Supervisor, free_ports, progress, rss_kib, wait_until
-from localcluster.webhooks import WebhookPolicy, Webhooks
+from localcluster.webhooks import PROBE_NAMESPACE, WebhookPolicy, Webhooks
 
 NODE_PREFIX = "kwok-node-"
 CRD_DIR = REPO / "manifests" / "crds"
@@ -66,6 +66,7 @@ class LocalCluster:
     webhooks: Webhooks | None = None
     etcd_data: Path | None = None
     bin_dir: Path | None = None
+    _canary: int = 0
 
     @property
     def state_dir(self) -> Path:
@@ -195,29 +196,56 @@ class LocalCluster:
         wait_until(established, timeout=30, what=f"CRDs {', '.join(names)} are Established")
         progress(f"installed CRDs {', '.join(names)}")
 
-    def _start_apiserver(self) -> float:
+    def _start_apiserver(self, restart: bool = False) -> float:
         assert self.bin_dir and self.pki and self.ports and self.api
         plugin = "enabled" if self.mode.priority_plugin else "disabled"
-        progress(
-            f"starting kube-apiserver on {self.ports.apiserver_url} (Priority admission plugin {plugin})"
-        )
-        proc = self.supervisor.start(
-            "kube-apiserver",
-            components.kube_apiserver(self.bin_dir, self.pki, self.ports, self.mode),
-            self._log("kube-apiserver"),
-        )
+        verb = "restarting" if restart else "starting"
+        progress(f"{verb} kube-apiserver on {self.ports.apiserver_url} (Priority admission plugin {plugin})")
+        argv = components.kube_apiserver(self.bin_dir, self.pki, self.ports, self.mode)
+        if restart:
+            proc = self.supervisor.restart("kube-apiserver", argv)
+        else:
+            proc = self.supervisor.start("kube-apiserver", argv, self._log("kube-apiserver"))
         return wait_until(
             self.api.ready, timeout=self.options.start_timeout, what="/readyz is 200", proc=proc
         )
 
     def restart_apiserver(self, mode: ApiServerMode) -> float:
         """Stop kube-apiserver and start it again with other flags; the other components reconnect.
-        Webhook configurations are read from etcd before /readyz, so they apply to the first request."""
-        self.supervisor.stop("kube-apiserver")
+        Webhook configurations are read from etcd before the first request is admitted. Returns the
+        seconds from stop to /readyz."""
+        t0 = time.monotonic()
         self.mode = mode
-        seconds = self._start_apiserver()
+        self._start_apiserver(restart=True)
+        self.wait_quota_controller()
+        seconds = time.monotonic() - t0
         self.timings["apiserver-restart"] = seconds
         return seconds
+
+    def wait_quota_controller(self, timeout: float = 120.0) -> float:
+        """Until kube-controller-manager's resourcequota controller acts on a change again (after a
+        kube-apiserver restart its informers reconnect with back-off): a canary quota's new
+        spec.hard must show up in its status."""
+        assert self.api
+        self._canary += 1
+        want = str(1_000_000 + self._canary)
+        try:
+            self.api.create("/api/v1/namespaces", {"metadata": {"name": PROBE_NAMESPACE}})
+        except ApiError as e:
+            if e.status != 409:
+                raise
+        path = f"/api/v1/namespaces/{PROBE_NAMESPACE}/resourcequotas"
+        body = {"apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": "priogate-canary"}}
+        self.api.create_or_replace(path, {**body, "spec": {"hard": {"pods": want}}})
+
+        def synced() -> bool:
+            status = self.api.get(f"{path}/priogate-canary").get("status", {})
+            return status.get("hard", {}).get("pods") == want
+
+        kcm = self.supervisor.get("kube-controller-manager")
+        return wait_until(
+            synced, timeout=timeout, what="the resourcequota controller syncs a canary quota", proc=kcm
+        )
 
     def _create_nodes(self) -> None:
         assert self.api

@@ -95,6 +95,8 @@ def kube_apiserver(bin_dir: Path, pki: Pki, ports: Ports, mode: ApiServerMode) -
         # The kubernetes Service would point at 127.0.0.1, which Endpoints validation refuses.
         "--endpoint-reconciler-type=none",
         "--profiling=false",
+        # Without it, open watches (controllers, kwok, the webhook) hold a SIGTERM for 60 s.
+        "--shutdown-watch-termination-grace-period=2s",
     ]
     if not mode.priority_plugin:
         args.append("--disable-admission-plugins=Priority")

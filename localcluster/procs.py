@@ -140,6 +140,16 @@ class Supervisor:
         self.procs.append(proc)
         return proc
 
+    def restart(self, name: str, argv: Sequence[str], grace: float = 15.0) -> Proc:
+        """Stop one component and start it again with `argv`, in the same place of the stop order."""
+        old = self.get(name)
+        index = self.procs.index(old)
+        self.stop(name, grace)
+        proc = self.start(name, argv, old.log)
+        self.procs.remove(proc)
+        self.procs.insert(index, proc)
+        return proc
+
     def get(self, name: str) -> Proc:
         for p in self.procs:
             if p.name == name:
