@@ -23,7 +23,7 @@ from types import FrameType
 
 from localcluster.binaries import REPO, BuildFailed, ensure_binaries
 from localcluster.cluster import LocalCluster, Options
-from localcluster.procs import ComponentFailed, log_tail, process_start_time, progress, stop_pid
+from localcluster.procs import ComponentFailed, log_tail, process_start_time, progress, running, stop_pid
 
 STATE_FILE = "state.json"
 
@@ -63,7 +63,7 @@ def _read_state(state_dir: Path) -> dict | None:
 
 
 def _alive(record: dict) -> bool:
-    return process_start_time(record["pid"]) == record.get("start_time")
+    return running(record["pid"], record.get("start_time"))
 
 
 def _summary(cluster: LocalCluster) -> str:

@@ -59,6 +59,16 @@ def process_start_time(pid: int) -> str | None:
     return stat.rsplit(")", 1)[1].split()[19]
 
 
+def running(pid: int, start_time: str | None) -> bool:
+    """The process started as (pid, start_time) still runs (a zombie does not count: when the
+    launcher's parent is gone, an init that does not reap leaves it as one)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return False
+    return fields[19] == start_time and fields[0] != "Z"
+
+
 def rss_kib(pid: int) -> int | None:
     try:
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
@@ -198,14 +208,7 @@ def stop_pid(
 def _gone(pid: int, start_time: str | None, popen: subprocess.Popen[bytes] | None) -> bool:
     if popen is not None:
         return popen.poll() is not None
-    current = process_start_time(pid)
-    if current is None or current != start_time:
-        return True
-    # A zombie (not our child) still has /proc/PID; its state is 'Z'.
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
-    except OSError:
-        return True
+    return not running(pid, start_time)
 
 
 def wait_until(

@@ -61,22 +61,45 @@ PROBES: dict[str, tuple[str, dict[str, Any]]] = {
 }
 
 
+# The rule sets that replace the built-in Priority plugin. Every other rule set (PodGroup quota)
+# is enforced by priogate alone, whatever the mode.
+PRIORITY_HOOKS = frozenset({"pod-priority.priogate.io", "priorityclasses.priogate.io"})
+SYSTEM_NAMESPACES = ("kube-system", PRIOGATE_NAMESPACE)
+
+
 @dataclass(frozen=True)
-class WebhookPolicy:
-    """Namespaces kube-apiserver does not send to priogate, and what it does when priogate fails."""
+class HookPolicy:
+    """Namespaces kube-apiserver does not send to a webhook, and what it does when the call fails."""
 
     exempt_namespaces: tuple[str, ...]
     failure_policy: str
 
+    def describe(self) -> str:
+        return f"failurePolicy {self.failure_policy}, exempt: {', '.join(self.exempt_namespaces) or 'none'}"
+
+
+@dataclass(frozen=True)
+class WebhookPolicy:
+    priority: HookPolicy  # PRIORITY_HOOKS
+    others: HookPolicy  # everything else
+
     @classmethod
     def for_mode(cls, priority_plugin: bool) -> WebhookPolicy:
-        """docs/modes.md. Plugin enabled: the plugin still resolves every pod, so priogate may skip
-        kube-system and its own namespace, and an outage falls back to upstream (Ignore). Plugin
-        disabled: priogate is the only resolver, so kube-system is not exempt and an outage refuses
-        (Fail) instead of admitting pods without a priority."""
+        """docs/modes.md.
+
+        Plugin enabled: the plugin resolves every pod and guards PriorityClasses before priogate
+        is asked, so the priority hooks may skip kube-system and priogate's own namespace, and an
+        outage falls back to upstream behaviour (Ignore). Plugin disabled: priogate is the only
+        resolver, so nothing is exempt from the priority hooks (an exempt pod gets no priority at
+        all) and an outage refuses (Fail) instead of admitting pods without one. The quota hooks
+        have no built-in fallback in either mode: Fail, with the system namespaces exempt."""
+        others = HookPolicy(SYSTEM_NAMESPACES, "Fail")
         if priority_plugin:
-            return cls(("kube-system", PRIOGATE_NAMESPACE), "Ignore")
-        return cls((), "Fail")
+            return cls(HookPolicy(SYSTEM_NAMESPACES, "Ignore"), others)
+        return cls(HookPolicy((), "Fail"), others)
+
+    def describe(self) -> str:
+        return f"priority hooks: {self.priority.describe()}; other hooks: {self.others.describe()}"
 
 
 @dataclass
@@ -95,23 +118,38 @@ class Webhooks:
         return r.status_code == 200
 
     def configurations(self, policy: WebhookPolicy, resources: Collection[str] | None = None) -> list[dict]:
+        """The project's configurations (webhook.configuration) with each hook under its policy;
+        `resources` keeps only the hooks for those resources."""
         from webhook.configuration import webhook_configurations
 
-        configs = webhook_configurations(
-            self.base_url,
-            self.pki.ca_pem(),
-            exempt_namespaces=policy.exempt_namespaces,
-            failure_policy=policy.failure_policy,
-        )
+        def generate(p: HookPolicy) -> list[dict]:
+            return webhook_configurations(
+                self.base_url,
+                self.pki.ca_pem(),
+                exempt_namespaces=p.exempt_namespaces,
+                failure_policy=p.failure_policy,
+            )
+
+        priority_configs, other_configs = generate(policy.priority), generate(policy.others)
+        found = {h["name"] for c in priority_configs for h in c.get("webhooks", [])}
+        if not found >= PRIORITY_HOOKS:
+            raise ValueError(
+                f"webhook.configuration no longer has the hooks {sorted(PRIORITY_HOOKS - found)}; "
+                f"update PRIORITY_HOOKS in {__file__}"
+            )
         out = []
-        for config in configs:
+        for mine, theirs in zip(priority_configs, other_configs, strict=True):
+            hooks = [
+                p if p["name"] in PRIORITY_HOOKS else o
+                for p, o in zip(mine.get("webhooks", []), theirs.get("webhooks", []), strict=True)
+            ]
             hooks = [
                 h
-                for h in config.get("webhooks", [])
+                for h in hooks
                 if resources is None or any(set(r["resources"]) & set(resources) for r in h["rules"])
             ]
             if hooks:
-                out.append({**config, "webhooks": hooks})
+                out.append({**mine, "webhooks": hooks})
         return out
 
     def register(self, policy: WebhookPolicy, resources: Collection[str] | None = None) -> None:
@@ -126,11 +164,7 @@ class Webhooks:
         self.hook_resources = {
             res for c in configs for h in c["webhooks"] for r in h["rules"] for res in r["resources"]
         }
-        exempt = ", ".join(policy.exempt_namespaces) or "none"
-        progress(
-            f"registered webhooks {', '.join(self.hook_names)} "
-            f"(failurePolicy {policy.failure_policy}, exempt namespaces: {exempt})"
-        )
+        progress(f"registered webhooks {', '.join(self.hook_names)} ({policy.describe()})")
 
     def unregister(self) -> None:
         for kind, name in list(self.registered):

@@ -8,6 +8,7 @@ import json
 import re
 
 from localcluster.api import metric_sum
+from localcluster.webhooks import PRIORITY_HOOKS
 from tests.e2e.helpers import PAUSE, SYSTEM_CLASSES, pc_manifest, pod_manifest, wait_for
 
 PC_WEBHOOK = "priorityclasses.priogate.io"
@@ -139,17 +140,19 @@ def test_deleting_system_node_critical_is_refused(kubectl, scheduling):
 
 
 def test_kube_system_is_not_exempt_when_the_plugin_is_disabled(kubectl, cluster):
-    """Plugin disabled: priogate is the only resolver, so kube-system pods must reach it too, and
-    a priogate outage must refuse pods rather than admit them without a priority (docs/modes.md)."""
+    """Plugin disabled: priogate is the only resolver, so kube-system pods must reach its priority
+    hooks too, and an outage must refuse rather than admit pods without a priority (docs/modes.md)."""
     assert cluster.mode.priority_plugin is False
+    hooks = {}
     for kind in ("mutatingwebhookconfiguration", "validatingwebhookconfiguration"):
-        config = kubectl.json("get", kind, "priogate")
-        for hook in config["webhooks"]:
-            assert hook["failurePolicy"] == "Fail"
-            values = [
-                v for e in hook.get("namespaceSelector", {}).get("matchExpressions", []) for v in e["values"]
-            ]
-            assert "kube-system" not in values
+        hooks.update({h["name"]: h for h in kubectl.json("get", kind, "priogate")["webhooks"]})
+    assert set(hooks) >= PRIORITY_HOOKS
+    for name, hook in hooks.items():
+        assert hook["failurePolicy"] == "Fail", name
+        exempt = [
+            v for e in hook.get("namespaceSelector", {}).get("matchExpressions", []) for v in e["values"]
+        ]
+        assert ("kube-system" in exempt) is (name not in PRIORITY_HOOKS), name
     name = "critical-probe"
     kubectl.apply([pod_manifest(name, priorityClassName="system-cluster-critical")], "kube-system")
     pod = kubectl.json("-n", "kube-system", "get", "pod", name)
