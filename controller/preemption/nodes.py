@@ -1,41 +1,44 @@
-"""Which node a single pod should preempt on: screening every node, then kube-scheduler's
-node order over the candidates, evaluated best-first with exact lower bounds.
+"""Which node a single pod should preempt on: every node screened, then kube-scheduler's node
+order over the candidates, evaluated best-first with exact lower bounds.
 
-Screening costs a few bisects per node thanks to the per-node aggregates. Full victim
-selection runs only on candidates whose lower-bound key could still beat the best node found
-so far, so the answer is the one an exhaustive evaluation of every node gives (no sampling),
-at a fraction of the cost on large clusters.
+Screening a node is a few lookups into its precomputed aggregates, and yields a lower bound
+of the node's key. A node short of `s` in some dimension whose largest possible victim has
+`l` there needs at least c = ceil(s / l) victims. Any c of its possible victims include one
+at least as important as the c-th least important one (the pivot), so the highest victim
+priority is at least the pivot's and the priority sum at least that of the c least
+important pods; and when the highest victim priority equals the pivot's, enough victims of
+that priority are taken that the earliest of them started no later than the pivot.
+Candidates are then fully evaluated in bound order until no bound can beat the best key
+found: the answer is the one an evaluation of every node gives (no sampling), for less work.
 """
 
 from __future__ import annotations
 
 import heapq
+from bisect import bisect_right
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from controller.preemption.fit import Need, insufficient_message, static_failure
 from controller.preemption.snapshot import PodInfo
 from controller.preemption.state import ClusterState, NodeState, Ranked
-from controller.preemption.victims import (
-    PRIORITY_SHIFT,
-    NodeVictims,
-    first_victim,
-    select_victims,
-    violating_positions,
-)
+from controller.preemption.victims import PRIORITY_SHIFT, NodeVictims, node_victims, select_victims
+from controller.preemption.victims import violating_positions as _violating
 
 NOT_HELPFUL = "even after preempting every lower-priority pod"
 NO_VICTIMS = "and no lower-priority pod to preempt"
 
 
-@dataclass(frozen=True, slots=True)
-class Candidate:
-    """A node where the preemptor fits once every lower-priority possible victim is gone."""
+class Candidate(NamedTuple):
+    """A node where the preemptor fits once every lower-priority possible victim is gone.
+    (A NamedTuple: one is built per node per decision, and these are cheap to make.)"""
 
+    bound: tuple  # no better than the node's exact key
     node: NodeState
     ranked: Ranked
     start: int  # ranked[start:] are the possible victims (priority below the preemptor's)
-    slack: tuple[int, ...]  # per need dimension: free minus request, nothing removed
+    slack: list[int]  # per need dimension: free minus request, nothing removed
 
 
 @dataclass
@@ -63,73 +66,84 @@ def nominated_load(
 
 
 def screen_nodes(
-    state: ClusterState,
-    pod: PodInfo,
-    need: Need,
-    priority: int,
-    *,
-    include_opted_out: bool,
-    exclude_nominated: Collection[str] = (),
+    state: ClusterState, pod: PodInfo, need: Need, priority: int, *, include_opted_out: bool
 ) -> Screening:
-    """Sort every node into fits-now, preemption candidate, or cannot-help (with why)."""
+    """Sort every node into fits-now, preemption candidate, or cannot-help (with why).
+
+    This loop runs once per node per decision, so it is written flat: one pass over the
+    requested dimensions computes the fit now, the slack once lower-priority terminating pods
+    are gone, whether removing every possible victim is enough, and the bound."""
     result = Screening()
-    exclude = exclude_nominated or (pod.key,)
+    constrained = bool(pod.node_selector) or pod.affinity is not None
+    nominated = state.nominated
+    below = -priority
+    no_held = (0,) * len(need)
     for name in state.node_names:
         node = state.nodes[name]
-        why = static_failure(pod, node.info)
-        if why:
-            result.failures[name] = why
-            continue
-        alloc, requested = node.alloc, node.requested
-        held = nominated_load(state, name, priority, exclude, need) if name in state.nominated else None
-        free = [alloc[d] - requested[d] - (held[k] if held else 0) for k, (d, _) in enumerate(need)]
-        if all(amount <= free[k] for k, (_, amount) in enumerate(need)):
+        info = node.info
+        if constrained or info.taints or info.unschedulable:
+            why = static_failure(pod, info)
+            if why:
+                result.failures[name] = why
+                continue
+        free = node.free
+        held = nominated_load(state, name, priority, (pod.key,), need) if name in nominated else no_held
+        ranked = node.victims_all if include_opted_out else node.victims_strict
+        start = bisect_right(ranked.neg_priority, below)
+        cum = ranked.cum
+        last, row = cum[-1], cum[start]
+        leaving = node.terminating
+        if leaving.pods:
+            gone_last, gone_row = leaving.cum[-1], leaving.cum[bisect_right(leaving.neg_priority, below)]
+        else:
+            gone_last = gone_row = None
+        fits_now = True
+        short: list[int] = []
+        slack: list[int] = []
+        count = 1
+        for (d, amount), reserved in zip(need, held, strict=True):
+            room = free[d] - amount - reserved
+            if room < 0:
+                fits_now = False
+                if gone_last is not None:
+                    room += gone_last[d] - gone_row[d]
+            slack.append(room)
+            if room < 0:
+                if room + last[d] - row[d] < 0:
+                    short.append(d)
+                else:
+                    count = max(count, -(room // ranked.largest[d]))  # ceil(-room / largest)
+        if fits_now:
             result.fits_on = name
             return result
-        leaving = node.terminating
-        if len(leaving):
-            t, last = leaving.below(priority), leaving.cum[len(leaving)]
-            row = leaving.cum[t]
-            for k, (d, _) in enumerate(need):
-                free[k] += last[d] - row[d]
-        ranked = node.victims_all if include_opted_out else node.victims_strict
-        start = ranked.below(priority)
-        last, row = ranked.cum[len(ranked)], ranked.cum[start]
-        short = [d for k, (d, amount) in enumerate(need) if amount > free[k] + last[d] - row[d]]
         if short:
             lack = insufficient_message(short, state.dims)
-            no_victims = start == len(ranked)
-            result.failures[name] = f"{lack}, {NO_VICTIMS}" if no_victims else f"{lack} {NOT_HELPFUL}"
+            result.failures[name] = (
+                f"{lack}, {NO_VICTIMS}" if start == len(ranked) else f"{lack} {NOT_HELPFUL}"
+            )
             continue
-        slack = tuple(free[k] - amount for k, (_, amount) in enumerate(need))
-        result.candidates.append(Candidate(node, ranked, start, slack))
+        if min(slack) >= 0:  # lower-priority pods already terminating make room: exact
+            bound = node_victims(name, (), 0, 0).key
+        else:
+            # Any `count` victims include one at least as important as the count-th least
+            # important pod, and sum at least the priorities of the `count` least important.
+            pivot = ranked.pods[-count]
+            total = ranked.priority_tail[-count - 1] + PRIORITY_SHIFT * count
+            bound = (0, 0, pivot.priority, total, count, -pivot.start_time, name)
+        result.candidates.append(Candidate(bound, node, ranked, start, slack))
     return result
 
 
-def lower_bound(candidate: Candidate, need: Need, opted_out_first: bool) -> tuple[tuple, int]:
-    """A key no worse than the candidate's exact key, and the first-victim position.
-
-    Any victim set that makes room must include a pod at least as important as the first
-    victim of the importance-order reprieve, so that pod's priority bounds the highest
-    victim priority from below; on nodes without PDB-covered or opted-out pods the reprieve
-    is in importance order and the bound is exact up to the sum and the count."""
-    ranked, node = candidate.ranked, candidate.node
-    j = first_victim(ranked, candidate.start, need, candidate.slack)
-    plain = not node.has_pdb_pods and not (opted_out_first and node.has_opted_out)
-    if j == len(ranked):  # lower-priority pods already terminating make room: exact
-        return NodeVictims(node.name, (), 0, 0).key, j
-    first = ranked.pods[j]
-    start_bound = -first.start_time if plain else float("-inf")
-    return (0, 0, first.priority, first.priority + PRIORITY_SHIFT, 1, start_bound, node.name), j
-
-
 def evaluate(state: ClusterState, candidate: Candidate, need: Need, opted_out_first: bool) -> NodeVictims:
-    node = candidate.node
-    violating: set[int] = set()
-    if node.has_pdb_pods:
-        violating = violating_positions(candidate.ranked, candidate.start, state.pdbs, state.pdb_matches)
+    violating = _violating(candidate.ranked, candidate.start, state.pdbs)
     return select_victims(
-        node.name, candidate.ranked, candidate.start, need, candidate.slack, violating, opted_out_first
+        candidate.node.name,
+        candidate.ranked,
+        candidate.start,
+        need,
+        candidate.slack,
+        violating,
+        opted_out_first,
     )
 
 
@@ -140,19 +154,15 @@ def choose_node(
     *,
     opted_out_first: bool,
     exhaustive: bool,
-) -> tuple[NodeVictims | None, dict[str, NodeVictims]]:
-    """The best candidate by kube-scheduler's node order, and every node evaluated exactly.
+) -> tuple[NodeVictims, dict[str, NodeVictims]]:
+    """The best candidate by kube-scheduler's node order, and the candidates evaluated.
 
-    Candidates are evaluated in lower-bound order and the search stops once no remaining
-    bound can beat the best exact key (bounds include the node name, so they never tie).
-    `exhaustive` evaluates them all, for --explain."""
-    queue = []
-    for index, candidate in enumerate(candidates):
-        bound, _ = lower_bound(candidate, need, opted_out_first)
-        queue.append((bound, index))
+    Bounds include the node name, so no two tie and the first bound above the best key ends
+    the search. `exhaustive` evaluates every candidate (for --explain)."""
+    queue = [(c.bound, i) for i, c in enumerate(candidates)]
     heapq.heapify(queue)
-    best: NodeVictims | None = None
     evaluated: dict[str, NodeVictims] = {}
+    best: NodeVictims | None = None
     while queue:
         bound, index = heapq.heappop(queue)
         if best is not None and not exhaustive and bound > best.key:
@@ -161,4 +171,6 @@ def choose_node(
         evaluated[result.node] = result
         if best is None or result.key < best.key:
             best = result
+    if best is None:
+        raise ValueError("choose_node needs at least one candidate")
     return best, evaluated

@@ -61,7 +61,6 @@ def preempt_pod(state: ClusterState, pod: PodInfo, *, opt_out_mode: str, explain
     best, evaluated = choose_node(
         state, screening.candidates, need, opted_out_first=opted_out_first, exhaustive=explain
     )
-    assert best is not None  # there is at least one candidate
     if nodes_explained is not None:
         for name, result in evaluated.items():
             nodes_explained[name] = "chosen" if result is best else lost_because(result, best)

@@ -32,18 +32,41 @@ class Ranked:
     vectors: tuple[Vector, ...]
     neg_priority: tuple[int, ...]  # ascending, for bisect
     cum: tuple[Vector, ...]  # cum[i] is the summed requests of pods[:i]
+    pdb_positions: tuple[int, ...]  # positions of pods some PDB counts
+    pdb_indices: tuple[tuple[int, ...], ...]  # ... and which PDBs
+    largest: Vector  # per dimension, the largest single request
+    priority_tail: tuple[int, ...]  # priority_tail[i]: summed priorities of pods[i:]
 
     @classmethod
-    def of(cls, pods: Iterable[PodInfo], vectors: Mapping[str, Vector], width: int) -> Ranked:
+    def of(
+        cls,
+        pods: Iterable[PodInfo],
+        vectors: Mapping[str, Vector],
+        width: int,
+        pdb_matches: Mapping[str, tuple[int, ...]],
+    ) -> Ranked:
         ordered = tuple(sorted(pods, key=importance_key))
         vecs = tuple(vectors[p.key] for p in ordered)
         running = [0] * width
+        largest = [0] * width
         cum = [tuple(running)]
         for vec in vecs:
             for d in range(width):
                 running[d] += vec[d]
+                if vec[d] > largest[d]:
+                    largest[d] = vec[d]
             cum.append(tuple(running))
-        return cls(ordered, vecs, tuple(-p.priority for p in ordered), tuple(cum))
+        covered = [(i, pdb_matches[p.key]) for i, p in enumerate(ordered) if pdb_matches.get(p.key)]
+        return cls(
+            ordered,
+            vecs,
+            tuple(-p.priority for p in ordered),
+            tuple(cum),
+            tuple(i for i, _ in covered),
+            tuple(m for _, m in covered),
+            tuple(largest),
+            tuple(_tail_sums([p.priority for p in ordered])),
+        )
 
     def below(self, priority: int) -> int:
         """Index of the first pod with priority strictly below `priority`."""
@@ -53,17 +76,24 @@ class Ranked:
         return len(self.pods)
 
 
+def _tail_sums(values: list[int]) -> list[int]:
+    tails = [0] * (len(values) + 1)
+    for i in range(len(values) - 1, -1, -1):
+        tails[i] = tails[i + 1] + values[i]
+    return tails
+
+
 @dataclass(frozen=True, slots=True)
 class NodeState:
     info: NodeInfo
     alloc: Vector
     requested: Vector  # every pod bound here that is not finished, terminating ones included
+    free: Vector  # alloc - requested (negative where the node is overcommitted)
     pods: tuple[PodInfo, ...]
     terminating: Ranked  # lower-priority ones are leaving anyway: never victims, yet free space
     victims_strict: Ranked  # possible victims without the opted-out pods
     victims_all: Ranked  # possible victims, opted-out pods included (soft mode's last resort)
     has_opted_out: bool
-    has_pdb_pods: bool  # some possible victim is counted by a PodDisruptionBudget
 
     @property
     def name(self) -> str:
@@ -151,18 +181,19 @@ def _node_state(
             requested[d] += amount
     possible = [p for p in pods if not p.terminating and not p.protected]
     strict = [p for p in possible if not p.opted_out]
-    victims_strict = Ranked.of(strict, vectors, width)
+    victims_strict = Ranked.of(strict, vectors, width, pdb_matches)
     has_opted_out = len(strict) != len(possible)
+    alloc = to_vector(info.allocatable, dims, pod=False)
     return NodeState(
         info=info,
-        alloc=to_vector(info.allocatable, dims, pod=False),
+        alloc=alloc,
         requested=tuple(requested),
+        free=tuple(a - r for a, r in zip(alloc, requested, strict=True)),
         pods=tuple(pods),
-        terminating=Ranked.of((p for p in pods if p.terminating), vectors, width),
+        terminating=Ranked.of((p for p in pods if p.terminating), vectors, width, {}),
         victims_strict=victims_strict,
-        victims_all=Ranked.of(possible, vectors, width) if has_opted_out else victims_strict,
+        victims_all=Ranked.of(possible, vectors, width, pdb_matches) if has_opted_out else victims_strict,
         has_opted_out=has_opted_out,
-        has_pdb_pods=any(pdb_matches.get(p.key) for p in possible),
     )
 
 

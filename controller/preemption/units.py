@@ -51,6 +51,9 @@ class UnitIndex:
     neg_priority: tuple[int, ...]  # ascending, for bisect
     per_node: Mapping[str, NodeUnits]
     pdb_ranks: tuple[int, ...]  # ranks of units with a pod some PDB counts
+    opted_ranks: tuple[int, ...]  # ranks of units with an opted-out pod (soft mode only)
+    rank_of: Mapping[str, int]  # unit key -> rank
+    pdb_members: Mapping[int, tuple[tuple[int, PodInfo], ...]]  # PDB index -> (rank, pod) by rank
 
 
 def _unit_order(unit: Unit) -> tuple:
@@ -92,14 +95,42 @@ def _build(state: ClusterState, include_opted_out: bool) -> UnitIndex:
     units = tuple(Unit(u.key, u.priority, u.group, u.pods, rank) for rank, u in enumerate(drafts))
     width = len(state.dims)
     entries: dict[str, list[tuple[int, Vector]]] = {}
-    pdb_ranks = []
+    pdb_ranks, opted_ranks = [], []
+    pdb_members: dict[int, list[tuple[int, PodInfo]]] = {}
     for unit in units:
+        covered = False
         for pod in unit.pods:
             entries.setdefault(pod.node_name, []).append((unit.rank, state.vectors[pod.key]))
-        if any(state.pdb_matches.get(p.key) for p in unit.pods):
+            for i in state.pdb_matches.get(pod.key, ()):
+                pdb_members.setdefault(i, []).append((unit.rank, pod))
+                covered = True
+        if covered:
             pdb_ranks.append(unit.rank)
+        if any(p.opted_out for p in unit.pods):
+            opted_ranks.append(unit.rank)
     per_node = {node: _node_units(rows, width) for node, rows in entries.items()}
-    return UnitIndex(units, tuple(-u.priority for u in units), per_node, tuple(pdb_ranks))
+    return UnitIndex(
+        units,
+        tuple(-u.priority for u in units),
+        per_node,
+        tuple(pdb_ranks),
+        tuple(opted_ranks),
+        {u.key: u.rank for u in units},
+        {i: tuple(members) for i, members in pdb_members.items()},
+    )
+
+
+def group_members(state: ClusterState) -> Mapping[str, frozenset[str]]:
+    """PodGroup key -> keys of all its pods (pending and placed), once per state."""
+    cached = state.memo.get("group_members")
+    if cached is None:
+        members: dict[str, set[str]] = {}
+        for pod in state.pods.values():
+            if pod.group:
+                members.setdefault(pod.group, set()).add(pod.key)
+        cached = {group: frozenset(keys) for group, keys in members.items()}
+        state.memo["group_members"] = cached
+    return cached
 
 
 def _node_units(rows: list[tuple[int, Vector]], width: int) -> NodeUnits:

@@ -4,13 +4,16 @@ Remove every lower-priority possible victim; if the preemptor then fits, put vic
 at a time, most important first (PDB-violating ones before the others), keeping each one
 whose return still leaves room. What could not be put back is the victim set.
 
-Work happens only in the dimensions the preemptor asks for, as "slack": free space minus the
-preemptor's request, which must stay >= 0 everywhere.
+Work happens only in the dimensions the preemptor asks for, as "room": free space minus the
+preemptor's request, which must stay >= 0 everywhere. Non-violating pods are reprieved in
+importance order, so their first victim is found by bisecting the node's prefix sums: every
+pod before it comes back without a check.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from bisect import bisect_left
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from controller.preemption.fit import Need
@@ -19,36 +22,6 @@ from controller.preemption.state import Ranked
 
 PRIORITY_SHIFT = 2**31  # kube-scheduler shifts priorities so negative ones never help a sum
 NO_VICTIM_PRIORITY = -(2**31) - 1  # below any int32 priority: no victim beats any victim
-
-
-@dataclass(frozen=True, slots=True)
-class NodeVictims:
-    node: str
-    victims: tuple[PodInfo, ...]  # most important first
-    pdb_violations: int
-    opted_out: int  # victims that asked not to be preempted (soft mode only)
-
-    @property
-    def key(self) -> tuple:
-        """kube-scheduler's node order, lexicographic, smaller is better: fewest PDB
-        violations, lowest highest-victim priority, smallest sum of (shifted) priorities,
-        fewest victims, latest start among the top-priority victims; then the node name.
-        Soft opt-out mode puts "fewest opted-out victims" in front."""
-        victims = self.victims
-        if not victims:
-            return (self.opted_out, self.pdb_violations, NO_VICTIM_PRIORITY, 0, 0, float("-inf"), self.node)
-        top = victims[0].priority
-        earliest = min(p.start_time for p in victims if p.priority == top)
-        return (
-            self.opted_out,
-            self.pdb_violations,
-            top,
-            sum(p.priority for p in victims) + PRIORITY_SHIFT * len(victims),
-            len(victims),
-            -earliest,
-            self.node,
-        )
-
 
 CRITERIA = (
     "fewest opted-out victims",
@@ -61,38 +34,92 @@ CRITERIA = (
 )
 
 
-def violating_positions(
-    ranked: Ranked, start: int, pdbs: Sequence[PDBInfo], pdb_matches: Mapping[str, tuple[int, ...]]
-) -> set[int]:
+@dataclass(frozen=True, slots=True)
+class NodeVictims:
+    node: str
+    victims: tuple[PodInfo, ...]  # most important first
+    pdb_violations: int
+    opted_out: int  # victims that asked not to be preempted (soft mode only)
+    key: tuple  # see node_victims
+
+    @property
+    def top_priority(self) -> int:
+        return self.victims[0].priority if self.victims else NO_VICTIM_PRIORITY
+
+
+def node_victims(node: str, victims: tuple[PodInfo, ...], pdb_violations: int, opted_out: int) -> NodeVictims:
+    """kube-scheduler's node order as a key, lexicographic, smaller is better: fewest PDB
+    violations, lowest highest-victim priority, smallest sum of (shifted) priorities, fewest
+    victims, latest start among the top-priority victims; then the node name. Soft opt-out
+    mode puts "fewest opted-out victims" in front (always 0 otherwise)."""
+    if not victims:
+        key = (opted_out, pdb_violations, NO_VICTIM_PRIORITY, 0, 0, float("-inf"), node)
+        return NodeVictims(node, victims, pdb_violations, opted_out, key)
+    top = victims[0].priority
+    total = 0
+    earliest = float("inf")
+    for pod in victims:
+        total += pod.priority
+        if pod.priority == top and pod.start_time < earliest:
+            earliest = pod.start_time
+    key = (
+        opted_out,
+        pdb_violations,
+        top,
+        total + PRIORITY_SHIFT * len(victims),
+        len(victims),
+        -earliest,
+        node,
+    )
+    return NodeVictims(node, victims, pdb_violations, opted_out, key)
+
+
+def violating_positions(ranked: Ranked, start: int, pdbs: Sequence[PDBInfo]) -> list[int]:
     """Positions in `ranked[start:]` whose eviction would exceed a PDB's allowance, walking
-    in importance order with each PDB's status.disruptionsAllowed (filterPodsWithPDBViolation)."""
+    in importance order from each PDB's status.disruptionsAllowed
+    (filterPodsWithPDBViolation). Sorted."""
+    positions = ranked.pdb_positions
+    first = bisect_left(positions, start)
+    if first == len(positions):
+        return []
     allowed: dict[int, int] = {}
-    violating: set[int] = set()
-    for position in range(start, len(ranked)):
-        matched = pdb_matches.get(ranked.pods[position].key)
-        if not matched:
-            continue
-        for index in matched:
+    violating = []
+    for position, indices in zip(positions[first:], ranked.pdb_indices[first:], strict=True):
+        hit = False
+        for index in indices:
             left = allowed.get(index, pdbs[index].disruptions_allowed) - 1
             allowed[index] = left
             if left < 0:
-                violating.add(position)
+                hit = True
+        if hit:
+            violating.append(position)
     return violating
 
 
-def first_victim(ranked: Ranked, start: int, need: Need, slack: Sequence[int]) -> int:
-    """The largest j such that keeping ranked[start:j] (removing the rest) still fits.
-
-    ranked[j] is then the most important pod that must go, and j == len(ranked) means
-    nothing has to. Bisect over the prefix sums: keeping more never makes room."""
+def first_victim(
+    ranked: Ranked, start: int, need: Need, room: Sequence[int], skip: Sequence[int] = ()
+) -> int:
+    """The largest j such that putting back ranked[start:j] (except the positions in the
+    sorted `skip`) fits in `room`, the space with all of ranked[start:] removed. ranked[j]
+    is then the first pod that cannot come back; j == len(ranked) means none."""
     cum = ranked.cum
-    last = cum[len(ranked)]
-    limits = [(d, slack[k] + last[d]) for k, (d, _) in enumerate(need)]
+    base = cum[start]
+    dims = [d for d, _ in need]
+    skipped = [[0] * len(dims)]
+    for position in skip:
+        vec = ranked.vectors[position]
+        skipped.append([s + vec[d] for s, d in zip(skipped[-1], dims, strict=True)])
     lo, hi = start, len(ranked)
     while lo < hi:
         mid = (lo + hi + 1) // 2
         row = cum[mid]
-        if all(row[d] <= limit for d, limit in limits):
+        minus = skipped[bisect_left(skip, mid)]
+        k = 0
+        for d in dims:
+            if row[d] - base[d] - minus[k] > room[k]:
+                break
+            k += 1
+        if k == len(dims):
             lo = mid
         else:
             hi = mid - 1
@@ -105,57 +132,80 @@ def select_victims(
     start: int,
     need: Need,
     slack: Sequence[int],
-    violating: set[int],
+    violating: Sequence[int],
     opted_out_first: bool,
 ) -> NodeVictims:
     """The reprieve loop over ranked[start:], which must fit once all of it is removed.
 
     `slack[k]` is the free space in need[k]'s dimension minus the preemptor's request with
-    nothing removed. Soft opt-out mode reprieves opted-out pods before everything else."""
+    nothing removed; `violating` the sorted PDB-violating positions. Soft opt-out mode
+    reprieves opted-out pods before everything else."""
     count = len(ranked)
-    if not violating and not (opted_out_first and any(p.opted_out for p in ranked.pods[start:])):
-        return _select_in_importance_order(node, ranked, start, need, slack)
-    cum = ranked.cum
-    room = [slack[k] + cum[count][d] - cum[start][d] for k, (d, _) in enumerate(need)]
-
-    def reprieve_rank(position: int) -> tuple[bool, bool, int]:
-        pod = ranked.pods[position]
-        return (not (opted_out_first and pod.opted_out), position not in violating, position)
-
-    victims: list[int] = []
-    for position in sorted(range(start, count), key=reprieve_rank):
-        vec = ranked.vectors[position]
-        if all(vec[d] <= room[k] for k, (d, _) in enumerate(need)):
-            for k, (d, _) in enumerate(need):
-                room[k] -= vec[d]
+    if opted_out_first and any(p.opted_out for p in ranked.pods[start:]):
+        return _select_opted_out_first(node, ranked, start, need, slack, violating)
+    dims = [d for d, _ in need]
+    cum, vectors = ranked.cum, ranked.vectors
+    last, base = cum[count], cum[start]
+    room = [s + last[d] - base[d] for s, d in zip(slack, dims, strict=True)]
+    lost: list[int] = []
+    for position in violating:  # PDB-violating pods get the first chance to stay
+        vec = vectors[position]
+        if _fits(vec, dims, room):
+            _take(vec, dims, room)
         else:
-            victims.append(position)
-    victims.sort()  # back to importance order
-    chosen = tuple(ranked.pods[p] for p in victims)
-    return NodeVictims(
-        node,
-        chosen,
-        pdb_violations=sum(1 for p in victims if p in violating),
-        opted_out=sum(1 for p in chosen if p.opted_out) if opted_out_first else 0,
-    )
+            lost.append(position)
+    pdb_violations = len(lost)
+    j = first_victim(ranked, start, need, room, violating)
+    if j < count:
+        # Everything before j that is not violating came back: charge it to the room.
+        skipped = set(violating)
+        row = cum[j]
+        for k, d in enumerate(dims):
+            room[k] -= row[d] - base[d]
+        for position in violating:
+            if position < j:
+                vec = vectors[position]
+                for k, d in enumerate(dims):
+                    room[k] += vec[d]
+        lost.append(j)
+        for position in range(j + 1, count):
+            if position in skipped:
+                continue
+            vec = vectors[position]
+            if _fits(vec, dims, room):
+                _take(vec, dims, room)
+            else:
+                lost.append(position)
+        lost.sort()
+    return node_victims(node, tuple(ranked.pods[p] for p in lost), pdb_violations, 0)
 
 
-def _select_in_importance_order(
-    node: str, ranked: Ranked, start: int, need: Need, slack: Sequence[int]
+def _fits(vec: Sequence[int], dims: Sequence[int], room: Sequence[int]) -> bool:
+    return all(vec[d] <= r for d, r in zip(dims, room, strict=True))
+
+
+def _take(vec: Sequence[int], dims: Sequence[int], room: list[int]) -> None:
+    for k, d in enumerate(dims):
+        room[k] -= vec[d]
+
+
+def _select_opted_out_first(
+    node: str, ranked: Ranked, start: int, need: Need, slack: Sequence[int], violating: Sequence[int]
 ) -> NodeVictims:
-    # Everything before the first victim is reprieved without a check (the prefix fits).
-    j = first_victim(ranked, start, need, slack)
+    # Soft mode's last resort: opted-out pods are reprieved before anything else.
+    dims = [d for d, _ in need]
     count = len(ranked)
-    if j == count:
-        return NodeVictims(node, (), 0, 0)
-    cum = ranked.cum
-    room = [slack[k] + cum[count][d] - cum[j][d] for k, (d, _) in enumerate(need)]
-    victims = [ranked.pods[j]]
-    for position in range(j + 1, count):
+    last, base = ranked.cum[count], ranked.cum[start]
+    room = [s + last[d] - base[d] for s, d in zip(slack, dims, strict=True)]
+    bad = set(violating)
+    order = sorted(range(start, count), key=lambda p: (not ranked.pods[p].opted_out, p not in bad, p))
+    lost = []
+    for position in order:
         vec = ranked.vectors[position]
-        if all(vec[d] <= room[k] for k, (d, _) in enumerate(need)):
-            for k, (d, _) in enumerate(need):
-                room[k] -= vec[d]
+        if _fits(vec, dims, room):
+            _take(vec, dims, room)
         else:
-            victims.append(ranked.pods[position])
-    return NodeVictims(node, tuple(victims), 0, 0)
+            lost.append(position)
+    lost.sort()
+    chosen = tuple(ranked.pods[p] for p in lost)
+    return node_victims(node, chosen, sum(1 for p in lost if p in bad), sum(1 for p in chosen if p.opted_out))

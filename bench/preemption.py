@@ -1,0 +1,235 @@
+"""Preemption decision time on synthetic clusters: `python -m bench.preemption`.
+
+Clusters of 500, 1,000 and 5,000 nodes with 30 pods each (a DaemonSet pod and 29 workload
+pods in four priority classes, some in PodGroups, some under PDBs, a few tainted nodes),
+nearly full, so every decision needs victims. Timed: one high-priority pod, and one PodGroup
+needing 16 members at once, each the best of several runs on a prepared snapshot (building
+the snapshot and its per-node aggregates is reported separately). Prints a table and, last,
+`preemption: pod 5000 nodes X ms, gang 5000 nodes Y ms, growth 500->5000 Z x` (Z: the pod
+decision). Figures, never assertions. Progress goes to stderr.
+"""
+
+from __future__ import annotations
+
+import random
+import sys
+import time
+from typing import Any
+
+from controller.preemption.engine import preemptors
+from controller.preemption.gang import preempt_group
+from controller.preemption.outcome import Outcome
+from controller.preemption.single import preempt_pod
+from controller.preemption.snapshot import build_snapshot
+from controller.preemption.state import ClusterState, build_state
+from controller.preemption.units import unit_index
+
+SIZES = (500, 1000, 5000)
+PODS_PER_NODE = 30
+RUNS = 5
+SEED = 20260101
+PRIORITIES = ((0, 0.4), (100, 0.3), (1000, 0.2), (10000, 0.1))
+PREEMPTOR_PRIORITY = 100000
+
+
+def _iso(seconds: int) -> str:
+    day, rest = divmod(seconds, 86400)
+    return f"2026-01-{1 + day:02d}T{rest // 3600:02d}:{rest % 3600 // 60:02d}:{rest % 60:02d}Z"
+
+
+def _pod(name: str, ns: str, priority: int, cpu: str, memory: str, **extra: Any) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name, "namespace": ns, "labels": extra.pop("labels", {})}
+    meta.update(extra.pop("meta", {}))
+    spec: dict[str, Any] = {
+        "priority": priority,
+        "containers": [{"name": "c", "resources": {"requests": {"cpu": cpu, "memory": memory}}}],
+    }
+    status: dict[str, Any] = {"phase": "Pending"}
+    if "node" in extra:
+        spec["nodeName"] = extra.pop("node")
+        status = {"phase": "Running", "startTime": extra.pop("start")}
+    meta.setdefault("creationTimestamp", _iso(0))
+    return {"kind": "Pod", "metadata": meta, "spec": spec, "status": status}
+
+
+def synthetic_cluster(nodes: int, seed: int = SEED) -> list[dict[str, Any]]:
+    rng = random.Random(seed)
+    objects: list[dict[str, Any]] = []
+    namespaces = [f"team-{i}" for i in range(20)]
+    apps = [(rng.choice(namespaces), f"app-{i}") for i in range(max(200, nodes // 5))]
+    for ns, app in apps[::10]:
+        objects.append(
+            {
+                "kind": "PodDisruptionBudget",
+                "metadata": {"name": f"{app}-pdb", "namespace": ns},
+                "spec": {"selector": {"matchLabels": {"app": app}}},
+                "status": {"disruptionsAllowed": rng.choice((0, 1))},
+            }
+        )
+    groups = []
+    for g in range(nodes // 25):  # victim gangs: 8 members spread over the cluster
+        ns = rng.choice(namespaces)
+        groups.append((ns, f"job-{g}"))
+        objects.append(
+            {
+                "kind": "PodGroup",
+                "metadata": {"name": f"job-{g}", "namespace": ns, "creationTimestamp": _iso(g)},
+                "spec": {"minMember": 6},
+                "status": {"phase": "Running"},
+            }
+        )
+    group_slots = {
+        (rng.randrange(nodes), rng.randrange(1, PODS_PER_NODE)): g
+        for g in range(len(groups))
+        for _ in range(8)
+    }
+    weights = [w for _, w in PRIORITIES]
+    values = [p for p, _ in PRIORITIES]
+    for n in range(nodes):
+        name = f"node-{n:05d}"
+        spec: dict[str, Any] = {}
+        if n % 20 == 0:
+            spec["taints"] = [{"key": "dedicated", "value": "gpu", "effect": "NoSchedule"}]
+        millis = [rng.choice((500, 750, 1000, 1500)) for _ in range(1, PODS_PER_NODE)]
+        # Nearly full: 0 to 2 cores left, so a 4-core preemptor needs victims everywhere.
+        allocatable = 100 + sum(millis) + rng.randrange(0, 2001, 250)
+        objects.append(
+            {
+                "kind": "Node",
+                "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, "zone": f"z{n % 4}"}},
+                "spec": spec,
+                "status": {"allocatable": {"cpu": f"{allocatable}m", "memory": "128Gi", "pods": "110"}},
+            }
+        )
+        daemon = {
+            "ownerReferences": [{"kind": "DaemonSet", "name": "agent", "uid": "ds", "apiVersion": "apps/v1"}]
+        }
+        objects.append(
+            _pod(
+                f"agent-{n}",
+                "kube-system",
+                2000001000,
+                "100m",
+                "128Mi",
+                node=name,
+                start=_iso(0),
+                meta=daemon,
+            )
+        )
+        for slot in range(1, PODS_PER_NODE):
+            start = _iso(rng.randrange(30 * 86400))
+            cpu = f"{millis[slot - 1]}m"
+            memory = f"{rng.randrange(1, 5)}Gi"
+            g = group_slots.get((n, slot))
+            if g is not None:
+                ns, job = groups[g]
+                meta = {"annotations": {"scheduling.k8s.io/group-name": job}}
+                objects.append(
+                    _pod(f"{job}-{n}-{slot}", ns, 100, cpu, memory, node=name, start=start, meta=meta)
+                )
+                continue
+            ns, app = rng.choice(apps)
+            priority = rng.choices(values, weights)[0]
+            labels = {"app": app}
+            objects.append(
+                _pod(f"{app}-{n}-{slot}", ns, priority, cpu, memory, node=name, start=start, labels=labels)
+            )
+    objects.append(
+        _pod("urgent", "prod", PREEMPTOR_PRIORITY, "4", "8Gi", meta={"creationTimestamp": _iso(10)})
+    )
+    objects.append(
+        {
+            "kind": "PodGroup",
+            "metadata": {"name": "training", "namespace": "prod", "creationTimestamp": _iso(5)},
+            "spec": {"minMember": 16},
+            "status": {"phase": "Inqueue"},
+        }
+    )
+    for m in range(16):
+        meta = {"annotations": {"scheduling.k8s.io/group-name": "training"}, "creationTimestamp": _iso(5)}
+        objects.append(_pod(f"training-{m}", "prod", PREEMPTOR_PRIORITY, "4", "8Gi", meta=meta))
+    return objects
+
+
+def _best_of(runs: int, decide: Any) -> tuple[float, Outcome]:
+    best, outcome = float("inf"), None
+    for _ in range(runs):
+        started = time.perf_counter()
+        outcome = decide()
+        best = min(best, time.perf_counter() - started)
+    assert outcome is not None
+    return best, outcome
+
+
+def measure(nodes: int) -> dict[str, Any]:
+    objects = synthetic_cluster(nodes)
+    started = time.perf_counter()
+    state: ClusterState = build_state(build_snapshot(objects))
+    unit_index(state, include_opted_out=False)  # per-snapshot index the gang path uses
+    build = time.perf_counter() - started
+    found = preemptors(state)
+    pod = next(p.pod for p in found if p.key == "prod/urgent")
+    gang = next(p.gang for p in found if p.key == "podgroup:prod/training")
+    assert pod is not None and gang is not None
+    pod_s, pod_out = _best_of(RUNS, lambda: preempt_pod(state, pod, opt_out_mode="hard", explain=False))
+    gang_s, gang_out = _best_of(RUNS, lambda: preempt_group(state, gang, opt_out_mode="hard", explain=False))
+    for outcome in (pod_out, gang_out):
+        if outcome.status != "preempt":
+            raise SystemExit(
+                f"bench cluster is wrong: {outcome.preemptor} got {outcome.status}: {outcome.reason}"
+            )
+    return {
+        "nodes": nodes,
+        "pods": len(state.pods),
+        "build": build,
+        "pod": pod_s,
+        "pod_victims": len(pod_out.victims),
+        "gang": gang_s,
+        "gang_victims": len(gang_out.victims),
+        "gang_nodes": len(set(gang_out.placements.values())),
+    }
+
+
+def main() -> int:
+    rows = []
+    for nodes in SIZES:
+        print(
+            f"bench-preemption: building {nodes} nodes x {PODS_PER_NODE} pods ...",
+            file=sys.stderr,
+            flush=True,
+        )
+        rows.append(measure(nodes))
+        row = rows[-1]
+        print(
+            f"bench-preemption: {nodes} nodes: pod {row['pod'] * 1e3:.1f} ms, "
+            f"gang {row['gang'] * 1e3:.1f} ms",
+            file=sys.stderr,
+            flush=True,
+        )
+    print(f"decision time, best of {RUNS} runs (snapshot build excluded, shown separately)")
+    print(
+        f"{'nodes':>6} {'pods':>7} {'build s':>8} {'pod ms':>8} {'victims':>7} "
+        f"{'gang ms':>8} {'victims':>7} {'on nodes':>8}"
+    )
+    for r in rows:
+        print(
+            f"{r['nodes']:>6} {r['pods']:>7} {r['build']:>8.2f} {r['pod'] * 1e3:>8.2f} {r['pod_victims']:>7} "
+            f"{r['gang'] * 1e3:>8.2f} {r['gang_victims']:>7} {r['gang_nodes']:>8}"
+        )
+    first, last = rows[0], rows[-1]
+    pod_growth = last["pod"] / first["pod"]
+    gang_growth = last["gang"] / first["gang"]
+    print(
+        f"growth {first['nodes']}->{last['nodes']} nodes ({last['nodes'] / first['nodes']:.0f}x more): "
+        f"pod {pod_growth:.1f} x, gang {gang_growth:.1f} x"
+    )
+    print(
+        f"preemption: pod {last['nodes']} nodes {last['pod'] * 1e3:.1f} ms, "
+        f"gang {last['nodes']} nodes {last['gang'] * 1e3:.1f} ms, "
+        f"growth {first['nodes']}->{last['nodes']} {pod_growth:.1f} x"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
