@@ -17,6 +17,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from localcluster.procs import Proc, Supervisor, free_ports, wait_until
+from priogate.kube.client import ApiClient, ApiError
 
 LOOPBACK = "127.0.0.1"
 
@@ -140,3 +141,21 @@ def proxied(backends: Sequence[int]) -> Iterator[RoundRobinProxy]:
         yield proxy
     finally:
         proxy.stop()
+
+
+def point_webhook(client: ApiClient, hook_name: str, url: str, path: str) -> None:
+    """Send the validating webhook `hook_name` to `url` + `path` (as if its Service moved).
+    Retried on 409: a PUT must carry the resourceVersion it read."""
+    config_path = "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations/priogate"
+    for _ in range(10):
+        config = client.get(config_path)
+        for hook in config["webhooks"]:
+            if hook["name"] == hook_name:
+                hook["clientConfig"]["url"] = url + path
+        try:
+            client.replace(config_path, config)
+            return
+        except ApiError as e:
+            if e.status != 409:
+                raise
+    raise RuntimeError(f"could not update webhook {hook_name}: its configuration kept changing")

@@ -35,7 +35,7 @@ def make_view(
         "resourcequotas": fed_cache("resourcequotas", quotas, synced=synced),
         "podgroups": fed_cache("podgroups", podgroups, synced=synced),
         "pods": fed_cache("pods", pods, synced=synced),
-        "reservationledgers": fed_cache("reservationledgers", ledgers, synced=synced),
+        "ledgers": fed_cache("ledgers", ledgers, synced=synced),
     }
     return CacheView(caches, ledger_store if ledger_store is not None else MemoryLedgerStore())
 
@@ -137,3 +137,14 @@ def group_review(
     body["request"]["kind"] = {**gvk, "kind": "PodGroup"}
     body["request"]["resource"] = {**gvk, "resource": "podgroups"}
     return body
+
+
+def ledger(namespace: str = "team-a", **groups: dict) -> dict:
+    """A namespace's ledger ConfigMap holding one entry per keyword: group name -> minResources
+    (the uid is "uid-<group>", minMember 1)."""
+    from priogate.ledger import Entry, ledger_object
+
+    entries = {
+        f"uid-{g}": Entry(g, f"uid-{g}", res, 1, "", "2026-11-22T00:00:00Z") for g, res in groups.items()
+    }
+    return ledger_object(namespace, entries, None)

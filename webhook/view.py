@@ -11,7 +11,7 @@ from typing import Any
 from priogate import podgroup, priority
 from priogate.kube.cache import WatchCache
 from priogate.kube.ledger_store import LedgerStore
-from priogate.ledger import LEDGER_NAME, Entry, entries_of
+from priogate.ledger import LEDGER_LABEL, LEDGER_NAME, Entry, entries_of
 from priogate.quota import quota_names
 from priogate.resources import ResourceList, add, pod_requests
 
@@ -20,7 +20,7 @@ CACHE_SOURCES: dict[str, tuple[str, tuple[tuple[str, str], ...]]] = {
     "priorityclasses": ("/apis/scheduling.k8s.io/v1/priorityclasses", ()),
     "resourcequotas": ("/api/v1/resourcequotas", ()),
     "podgroups": (f"/apis/{podgroup.GROUP_VERSION}/{podgroup.PLURAL}", ()),
-    "reservationledgers": ("/apis/priogate.io/v1alpha1/reservationledgers", ()),
+    "ledgers": ("/api/v1/configmaps", (("labelSelector", "=".join(LEDGER_LABEL)),)),
     # Terminated pods use no quota; leaving them out keeps the cache small.
     "pods": ("/api/v1/pods", (("fieldSelector", "status.phase!=Succeeded,status.phase!=Failed"),)),
 }
@@ -65,7 +65,7 @@ class CacheView:
     def reservations(self, namespace: str) -> NamespaceReservations:
         """The namespace's ledger entries (from the watch; admission of PodGroups reads the ledger
         fresh instead) and what each group's pods already use, in quota names."""
-        ledgers, pods = self.caches["reservationledgers"], self.caches["pods"]
+        ledgers, pods = self.caches["ledgers"], self.caches["pods"]
         key = (ledgers.namespace_generation(namespace), pods.namespace_generation(namespace))
         memo = self._reservations_memo.get(namespace)
         if memo is not None and memo[0] == key:

@@ -7,19 +7,21 @@ import json
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.builders import SYSTEM_CLASSES, make_app, pod, podgroup, priority_class, resource_quota, review
+from tests.builders import (
+    SYSTEM_CLASSES,
+    ledger,
+    make_app,
+    pod,
+    podgroup,
+    priority_class,
+    resource_quota,
+    review,
+)
 
 APP = make_app(
     [*SYSTEM_CLASSES, priority_class("d", 3, default=True)],
     quotas=[resource_quota("q", {"cpu": "4", "pods": "3"})],
-    ledgers=[
-        {
-            "apiVersion": "priogate.io/v1alpha1",
-            "kind": "ReservationLedger",
-            "metadata": {"name": "podgroups", "namespace": "team-a"},
-            "spec": {"reservations": {"u": {"group": "other", "minResources": {"cpu": "2"}, "minMember": 1}}},
-        }
-    ],
+    ledgers=[ledger(other={"cpu": "2"})],
 )
 PATHS = [
     "/mutate/pods",

@@ -13,6 +13,7 @@ from tests.builders import (
     SYSTEM_CLASSES,
     decode_patch,
     group_review,
+    ledger,
     make_app,
     pod,
     podgroup,
@@ -123,33 +124,15 @@ def test_bad_min_resources_is_a_400_denial():
     assert "spec.minResources" in got["status"]["message"] and "cpu" in got["status"]["message"]
 
 
-def ledger_object(entries):
-    return {
-        "apiVersion": "priogate.io/v1alpha1",
-        "kind": "ReservationLedger",
-        "metadata": {"name": "podgroups", "namespace": "team-a"},
-        "spec": {"reservations": entries},
-    }
-
-
 @pytest.fixture
 def reserved_namespace():
     """cpu=10 quota with 2 used; group "gang" reserved cpu=6 and one member using 1 of it."""
     quota = resource_quota("compute", {"cpu": "10"}, used={"cpu": "2"})
-    ledger = ledger_object(
-        {
-            "uid-gang": {
-                "group": "gang",
-                "minResources": {"cpu": "6"},
-                "minMember": 2,
-                "admittedAt": "2026-11-22T00:00:00Z",
-            }
-        }
-    )
+    reservations = ledger(gang={"cpu": "6"})
     member = pod("m0")
     member["metadata"]["annotations"] = {"scheduling.k8s.io/group-name": "gang"}
     member["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "1"}}
-    return dict(quotas=[quota], ledgers=[ledger], pods=[member])
+    return dict(quotas=[quota], ledgers=[reservations], pods=[member])
 
 
 def cpu_pod(name, cpu, group=None):
@@ -172,6 +155,6 @@ def test_plain_pod_cannot_eat_reservations(reserved_namespace):
 
 
 def test_released_reservation_frees_the_pod(reserved_namespace):
-    reserved_namespace["ledgers"] = [ledger_object({})]
+    reserved_namespace["ledgers"] = [ledger()]
     client, _ = client_with(**reserved_namespace)
     assert answer(client, "/validate/pods", review(cpu_pod("greedy", "3500m")))["allowed"]

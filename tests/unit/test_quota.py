@@ -222,6 +222,12 @@ def test_ledger_roundtrip_and_normalize():
     )
     assert e.min_resources == {"cpu": "1", "memory": "1Gi"}
     obj = ledger.ledger_object("ns", {e.key: e}, "42")
-    assert obj["metadata"]["resourceVersion"] == "42"
+    assert obj["kind"] == "ConfigMap" and obj["metadata"]["resourceVersion"] == "42"
     assert ledger.entries_of(obj) == {"uid-1": e}
     assert e.same_claim(ledger.Entry("g", "uid-1", {"cpu": "1", "memory": "1Gi"}, 2, "high", "later"))
+
+
+@pytest.mark.parametrize("data", ["not json", "[1, 2]", '{"u": 5}'])
+def test_unreadable_ledger_is_an_error_not_a_guess(data):
+    with pytest.raises(ValueError, match="is not a reservation ledger"):
+        ledger.entries_of({"data": {ledger.LEDGER_DATA_KEY: data}})

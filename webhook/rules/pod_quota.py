@@ -24,7 +24,10 @@ def admit(request: AdmissionRequest, view: ClusterView) -> Decision:
     quotas = view.resource_quotas(request.namespace)
     if not quotas:
         return allow()
-    state = view.reservations(request.namespace)
+    try:
+        state = view.reservations(request.namespace)
+    except ValueError as e:  # an unreadable ledger: refuse rather than guess
+        return deny(str(e), code=503, reason="ServiceUnavailable")
     if not state.entries:
         return allow()
     own_group = podgroup.group_of(pod)
@@ -57,5 +60,5 @@ RULE_SET = RuleSet(
     api_versions=("v1",),
     resources=("pods",),
     operations=("CREATE",),
-    needs=("resourcequotas", "reservationledgers", "pods"),
+    needs=("resourcequotas", "ledgers", "pods"),
 )

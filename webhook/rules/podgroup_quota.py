@@ -102,6 +102,8 @@ def admit(request: AdmissionRequest, view: ClusterView) -> Decision:
         problem = view.ledger_store.update(request.namespace, decide, dry_run=request.dry_run)
     except LedgerBusy as e:
         return deny(f"PodGroup quota ledger is busy, retry: {e}", code=429, reason="TooManyRequests")
+    except ValueError as e:  # an unreadable ledger: refuse rather than guess
+        return deny(str(e), code=503, reason="ServiceUnavailable")
     if problem:
         return deny(problem)
     return allow()
