@@ -8,7 +8,7 @@ import threading
 import jsonpatch
 import pytest
 
-from priogate.ledger import MemoryLedgerStore
+from priogate.ledger import Entry, MemoryLedgerStore
 from tests.builders import (
     SYSTEM_CLASSES,
     decode_patch,
@@ -132,7 +132,8 @@ def reserved_namespace():
     member = pod("m0")
     member["metadata"]["annotations"] = {"scheduling.k8s.io/group-name": "gang"}
     member["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "1"}}
-    return dict(quotas=[quota], ledgers=[reservations], pods=[member])
+    live = podgroup("gang")  # uid-gang, matching the ledger entry
+    return dict(quotas=[quota], ledgers=[reservations], pods=[member], podgroups=[live])
 
 
 def cpu_pod(name, cpu, group=None):
@@ -158,3 +159,22 @@ def test_released_reservation_frees_the_pod(reserved_namespace):
     reserved_namespace["ledgers"] = [ledger()]
     client, _ = client_with(**reserved_namespace)
     assert answer(client, "/validate/pods", review(cpu_pod("greedy", "3500m")))["allowed"]
+
+
+def test_reservation_of_a_group_that_never_got_stored_stops_counting(reserved_namespace):
+    """The ledger entry is an hour old and no PodGroup with its uid exists: it reserves nothing."""
+    reserved_namespace["ledgers"] = [ledger(ghost={"cpu": "6"})]
+    client, _ = client_with(**reserved_namespace)
+    assert answer(client, "/validate/pods", review(cpu_pod("greedy", "7")))["allowed"]
+
+
+def test_stale_entries_are_pruned_at_the_next_admission():
+    store = MemoryLedgerStore()
+    store.ledgers["team-a"] = {
+        "uid-ghost": Entry("ghost", "uid-ghost", {"cpu": "4"}, 1, "", "2026-01-01T00:00:00Z")
+    }
+    client, _ = client_with([resource_quota("compute", {"cpu": "4"})], store=store)
+    assert answer(client, "/validate/podgroups", group_review(podgroup("real", minResources={"cpu": "4"})))[
+        "allowed"
+    ]
+    assert [e.group for e in store.ledgers["team-a"].values()] == ["real"]

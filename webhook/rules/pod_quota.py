@@ -7,7 +7,10 @@ caches only: the ledger, quota and pod watches."""
 
 from __future__ import annotations
 
+import datetime as dt
+
 from priogate import podgroup
+from priogate.ledger import stale_entries
 from priogate.quota import Consumer, check_pod, quota_names, unconsumed
 from priogate.resources import pod_requests
 from webhook.objects import MalformedObject, check_containers, mapping, new_object, optional_str
@@ -31,9 +34,11 @@ def admit(request: AdmissionRequest, view: ClusterView) -> Decision:
     if not state.entries:
         return allow()
     own_group = podgroup.group_of(pod)
+    # Entries of groups that never got stored or are gone no longer reserve anything.
+    stale = set(stale_entries(state.entries, view.live_podgroups(request.namespace), dt.datetime.now(dt.UTC)))
     others = []
-    for entry in state.entries.values():
-        if entry.group == own_group:
+    for key, entry in state.entries.items():
+        if entry.group == own_group or key in stale:
             continue
         reservation = entry.reservation()
         left = unconsumed(reservation, state.consumed_by_group.get(entry.group, {}))
@@ -60,5 +65,5 @@ RULE_SET = RuleSet(
     api_versions=("v1",),
     resources=("pods",),
     operations=("CREATE",),
-    needs=("resourcequotas", "ledgers", "pods"),
+    needs=("resourcequotas", "ledgers", "pods", "podgroups"),
 )
