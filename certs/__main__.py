@@ -4,6 +4,10 @@
 
 An existing CA in --out is reused, so re-running renews the serving certificate without
 changing the caBundle registered in the webhook configurations.
+
+In a cluster (the webhook Deployment's init container):
+
+    python -m certs bootstrap --namespace priogate-system --out /var/run/priogate/tls
 """
 
 from __future__ import annotations
@@ -36,8 +40,33 @@ def _parse_args(argv: list[str]) -> argparse.Namespace:
     return args
 
 
+def _bootstrap(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="python -m certs bootstrap")
+    p.add_argument("--namespace", default="priogate-system")
+    p.add_argument("--secret", default="priogate-webhook-tls")
+    p.add_argument("--service", default="priogate-webhook")
+    p.add_argument(
+        "--config-name", default="priogate", help="webhook configurations to put the caBundle into"
+    )
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--kubeconfig", default=None, help="default: in-cluster configuration")
+    args = p.parse_args(argv)
+    from certs.bootstrap import bootstrap
+    from priogate.kube.client import load_client
+    from priogate.logs import configure_logging
+
+    configure_logging()
+    bootstrap(
+        load_client(args.kubeconfig), args.namespace, args.secret, args.service, args.out, args.config_name
+    )
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = _parse_args(sys.argv[1:] if argv is None else argv)
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["bootstrap"]:
+        return _bootstrap(argv[1:])
+    args = _parse_args(argv)
     out: Path = args.out
     ca_cert, ca_key = out / "ca.crt", out / "ca.key"
     if ca_cert.exists() and ca_key.exists():

@@ -1,0 +1,129 @@
+"""In-cluster certificate bootstrap, run as the webhook Deployment's init container.
+
+1. Get the serving Secret, or create it (CA + serving certificate for the Service's DNS names).
+   Replicas race to create it; the loser of the 409 reads the winner's, so all serve one CA.
+2. Renew the serving certificate when it is due, keeping the CA (so the caBundle stays valid).
+3. Write the PEM files for the server container (an emptyDir), and put the CA into every
+   webhook of the priogate Mutating/ValidatingWebhookConfigurations that lacks it.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+from pathlib import Path
+
+import structlog
+
+from certs.files import write_pem
+from certs.issue import KeyPair, expires_within, issue_ca, issue_leaf
+from priogate.kube.client import ApiClient, ApiError
+
+log = structlog.get_logger("priogate.certs")
+RENEW_BEFORE = dt.timedelta(days=30)
+# Names go into the SANs; a CN is limited to 64 characters, which a service DNS name can exceed.
+COMMON_NAME = "priogate-webhook"
+CONFIG_PATHS = (
+    "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations",
+    "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations",
+)
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode()
+
+
+def _secret_body(namespace: str, name: str, ca: KeyPair, leaf: KeyPair, version: str | None = None) -> dict:
+    meta: dict = {"name": name, "namespace": namespace, "labels": {"app.kubernetes.io/name": "priogate"}}
+    if version:
+        meta["resourceVersion"] = version
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": meta,
+        "type": "kubernetes.io/tls",
+        "data": {
+            "ca.crt": _b64(ca.cert_pem),
+            "ca.key": _b64(ca.key_pem),
+            "tls.crt": _b64(leaf.cert_pem),
+            "tls.key": _b64(leaf.key_pem),
+        },
+    }
+
+
+def ensure_secret(
+    client: ApiClient, namespace: str, name: str, dns_names: list[str]
+) -> tuple[KeyPair, KeyPair]:
+    path = f"/api/v1/namespaces/{namespace}/secrets"
+    for _ in range(5):
+        try:
+            secret = client.get(f"{path}/{name}")
+        except ApiError as e:
+            if e.status != 404:
+                raise
+            ca = issue_ca("priogate-webhook-ca")
+            leaf = issue_leaf(ca, COMMON_NAME, dns_names=dns_names)
+            try:
+                client.create(path, _secret_body(namespace, name, ca, leaf))
+                log.info("created serving secret", secret=name)
+                return ca, leaf
+            except ApiError as conflict:
+                if conflict.status != 409:
+                    raise
+                continue  # another replica created it first: use theirs
+        data = {k: base64.b64decode(v) for k, v in (secret.get("data") or {}).items()}
+        ca = KeyPair(data["ca.crt"], data["ca.key"])
+        leaf = KeyPair(data["tls.crt"], data["tls.key"])
+        if not expires_within(leaf.cert_pem, RENEW_BEFORE):
+            return ca, leaf
+        leaf = issue_leaf(ca, COMMON_NAME, dns_names=dns_names)
+        try:
+            client.replace(
+                f"{path}/{name}",
+                _secret_body(namespace, name, ca, leaf, secret["metadata"]["resourceVersion"]),
+            )
+            log.info("renewed serving certificate", secret=name)
+            return ca, leaf
+        except ApiError as conflict:
+            if conflict.status != 409:
+                raise
+    raise RuntimeError(f"secret {namespace}/{name} kept changing; retry the bootstrap")
+
+
+def inject_ca_bundle(client: ApiClient, config_name: str, ca_pem: bytes) -> int:
+    """Set caBundle on every webhook of the named configurations; returns how many changed."""
+    bundle = _b64(ca_pem)
+    changed = 0
+    for collection in CONFIG_PATHS:
+        for _ in range(5):
+            try:
+                config = client.get(f"{collection}/{config_name}")
+            except ApiError as e:
+                if e.status == 404:
+                    break  # not installed (e.g. validating only); nothing to inject
+                raise
+            hooks = [h for h in config.get("webhooks") or [] if h["clientConfig"].get("caBundle") != bundle]
+            if not hooks:
+                break
+            for hook in hooks:
+                hook["clientConfig"]["caBundle"] = bundle
+            try:
+                client.replace(f"{collection}/{config_name}", config)
+                changed += len(hooks)
+                break
+            except ApiError as e:
+                if e.status != 409:
+                    raise
+    return changed
+
+
+def bootstrap(
+    client: ApiClient, namespace: str, secret: str, service: str, out: Path, config_name: str
+) -> None:
+    dns_names = [f"{service}.{namespace}.svc", f"{service}.{namespace}.svc.cluster.local", service]
+    ca, leaf = ensure_secret(client, namespace, secret, dns_names)
+    write_pem(out / "ca.crt", ca.cert_pem)
+    write_pem(out / "tls.crt", leaf.cert_pem)
+    write_pem(out / "tls.key", leaf.key_pem, private=True)
+    changed = inject_ca_bundle(client, config_name, ca.cert_pem)
+    log.info("certificates ready", out=str(out), ca_bundle_injected=changed)
