@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
 .PHONY: help venv lock lint format test test-unit test-integration test-e2e controlplane run up down \
-        certs bench-webhook bench-quota bench-preemption clean
+        manifests certs bench-webhook bench-quota bench-preemption clean
 
 help:
 	@echo "make run        start etcd, kube-apiserver, controller-manager, scheduler, kwok and priogate (Ctrl-C stops)"
@@ -56,6 +56,10 @@ up: $(STAMP) controlplane
 
 down: $(STAMP)
 	$(PY) -m localcluster down
+
+# Regenerate manifests/webhook-configurations.yaml from the registered rule sets.
+manifests: $(STAMP)
+	$(PY) -m webhook.configuration > manifests/webhook-configurations.yaml
 
 certs: $(STAMP)
 	$(PY) -m certs --out .local/certs

@@ -18,7 +18,9 @@ DEFAULT_EXEMPT_NAMESPACES = ("kube-system", "priogate-system")
 def _client_config(
     rule_set: RuleSet, ca_bundle_pem: bytes, base_url: str | None, service: Mapping | None
 ) -> dict:
-    config: dict[str, Any] = {"caBundle": base64.b64encode(ca_bundle_pem).decode()}
+    # Without a CA the key is left out, so re-applying the manifests never wipes the caBundle
+    # that the certificate bootstrap injected.
+    config: dict[str, Any] = {"caBundle": base64.b64encode(ca_bundle_pem).decode()} if ca_bundle_pem else {}
     if base_url is not None:
         config["url"] = base_url.rstrip("/") + rule_set.path
     elif service is not None:
@@ -99,3 +101,20 @@ def webhook_configurations(
             }
         )
     return configs
+
+
+IN_CLUSTER_SERVICE = {"namespace": "priogate-system", "name": "priogate-webhook", "port": 443}
+
+
+def in_cluster_manifest() -> str:
+    """manifests/webhook-configurations.yaml: the Service-backed configurations. The caBundle is
+    filled in by the certificate bootstrap (python -m certs bootstrap) when the webhook starts."""
+    import yaml
+
+    configs = webhook_configurations(None, b"", service=IN_CLUSTER_SERVICE)
+    header = "# Generated from the registered rule sets by `make manifests`; do not edit by hand.\n"
+    return header + yaml.safe_dump_all(configs, sort_keys=False)
+
+
+if __name__ == "__main__":
+    print(in_cluster_manifest(), end="")
