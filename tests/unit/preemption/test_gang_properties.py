@@ -25,7 +25,7 @@ from tests.unit.preemption.builders import node, pclass, pdb, pod, podgroup
 from tests.unit.preemption.reference import DIMS, Node, Pod, static_ok
 
 GANG_PRIORITY = 10
-CPU = st.sampled_from(["500m", "1000m", "1000m", "2000m"])
+CPU = st.sampled_from(["500m", "1000m", "1000m", "1500m", "2000m"])
 
 
 @st.composite
@@ -41,13 +41,13 @@ def gang_clusters(draw: st.DrawFn) -> list[dict]:
         objects.append(
             node(
                 name,
-                cpu=draw(st.sampled_from(["2000m", "3000m", "4000m"])),
+                cpu=draw(st.sampled_from(["2000m", "2000m", "3000m", "4000m"])),
                 pods=draw(st.sampled_from([3, 110])),
                 taints=[{"key": "k", "value": "v", "effect": "NoSchedule"}] if tainted else None,
             )
         )
-        for i in range(draw(st.integers(0, 4))):
-            kind = draw(st.sampled_from(["plain"] * 6 + ["group", "group", "daemon", "terminating", "opted"]))
+        for i in range(draw(st.integers(1, 4))):
+            kind = draw(st.sampled_from(["plain"] * 4 + ["group"] * 6 + ["daemon", "terminating", "opted"]))
             objects.append(
                 pod(
                     f"{name}-p{i}",
@@ -66,7 +66,7 @@ def gang_clusters(draw: st.DrawFn) -> list[dict]:
         objects.append(pdb(f"pdb{i}", {"app": draw(st.sampled_from(["a", "b"]))}, draw(st.integers(0, 1))))
     size = draw(st.integers(1, 3))
     objects.append(podgroup("gang", size, klass="gang-class", created=9))
-    shapes = draw(st.sampled_from([["1000m"], ["2000m"], ["500m", "2000m"]]))
+    shapes = draw(st.sampled_from([["1000m"], ["2000m"], ["1500m"], ["500m", "2000m"], ["2000m", "1000m"]]))
     for m in range(size):
         tolerate = draw(st.booleans())
         objects.append(

@@ -15,8 +15,8 @@ from controller.preemption.snapshot import build_snapshot
 from tests.unit.preemption import reference
 from tests.unit.preemption.builders import node, pdb, pod
 
-PRIORITIES = st.sampled_from([0, 1, 2, 5, 10])
-CPU = st.sampled_from(["250m", "500m", "1000m", "1500m", "2000m"])
+PRIORITIES = st.sampled_from([0, 0, 1, 2, 5, 10])  # repeated values make node-order ties
+CPU = st.sampled_from(["250m", "500m", "1000m", "1000m", "1500m", "2000m"])
 MEMORY = st.sampled_from([None, "512Mi", "1Gi", "2Gi"])
 START = st.one_of(st.none(), st.integers(0, 50))
 APP = st.sampled_from(["a", "b", "c"])

@@ -1,0 +1,238 @@
+"""Who may preempt, who may be a victim, and in which order preemptors are served."""
+
+from __future__ import annotations
+
+import pytest
+
+from controller.preemption.single import NOT_ELIGIBLE_NEVER, NOT_ELIGIBLE_TERMINATING
+from tests.unit.preemption.builders import decided, node, pclass, pod, run, unresolved
+
+HIGH = 100
+
+
+def full_node(*victims: dict, cpu: str = "4") -> list[dict]:
+    return [node("n", cpu=cpu), *victims]
+
+
+# ---- preemptor eligibility -------------------------------------------------------------------
+
+
+def test_preemption_policy_never_is_not_eligible():
+    objects = [*full_node(pod("low", 1, "4", on="n")), pod("p", HIGH, "2", policy="Never")]
+    result = run(objects)
+    assert decided(result) == {}
+    assert unresolved(result) == {"default/p": NOT_ELIGIBLE_NEVER}
+
+
+def test_preemption_policy_never_from_the_class():
+    objects = [
+        *full_node(pod("low", 1, "4", on="n")),
+        pclass("batch-never", HIGH, policy="Never"),
+        pod("p", None, "2", klass="batch-never"),
+    ]
+    assert unresolved(run(objects)) == {"default/p": NOT_ELIGIBLE_NEVER}
+
+
+def test_never_pod_that_fits_gets_nothing():
+    objects = [node("n", cpu="4"), pod("p", HIGH, "2", policy="Never")]
+    assert run(objects)["decisions"] == [] and run(objects)["unresolved"] == []
+
+
+def test_terminating_victim_on_nominated_node_blocks_new_preemption():
+    objects = [
+        *full_node(
+            pod("old-victim", 1, "2", on="n", terminating=True, preempted=True),
+            pod("other", 1, "2", on="n"),
+            cpu="4",
+        ),
+        node("m", cpu="4"),
+        pod("m1", 1, "4", on="m"),
+        pod("p", HIGH, "4", nominated="n"),
+    ]
+    assert unresolved(run(objects)) == {"default/p": NOT_ELIGIBLE_TERMINATING}
+
+
+@pytest.mark.parametrize(
+    ("victim", "why"),
+    [
+        (pod("v", 1, "2", on="n", terminating=True, preempted=False), "terminating, not by the scheduler"),
+        (pod("v", HIGH + 1, "2", on="n", terminating=True, preempted=True), "higher priority"),
+        (
+            pod("v", 1, "2", on="n", terminating=True, preempted=True, owner="DaemonSet"),
+            "not a possible victim",
+        ),
+    ],
+)
+def test_terminating_pods_that_do_not_block(victim, why):
+    objects = [node("n", cpu="4"), victim, pod("other", 1, "2", on="n"), pod("p", HIGH, "2", nominated="n")]
+    result = run(objects)
+    assert (
+        "default/p" not in unresolved(result) or unresolved(result)["default/p"] != NOT_ELIGIBLE_TERMINATING
+    ), why
+
+
+def test_a_nominated_node_the_pod_can_never_use_does_not_block():
+    objects = [
+        node("n", cpu="4", taints=[{"key": "k", "value": "v", "effect": "NoSchedule"}]),
+        pod("old-victim", 1, "2", on="n", terminating=True, preempted=True),
+        node("m", cpu="4"),
+        pod("m1", 1, "4", on="m"),
+        pod("p", HIGH, "4", nominated="n"),
+    ]
+    assert decided(run(objects)) == {"default/p": ("m", ["default/m1"])}
+
+
+# ---- victims ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "protected",
+    [
+        pod("ds", 1, "4", on="n", owner="DaemonSet"),
+        pod("mirror", 1, "4", on="n", annotations={"kubernetes.io/config.mirror": "hash"}),
+        pod("opted", 1, "4", on="n", labels={"priogate.io/allow-preemption": "false"}),
+    ],
+)
+def test_never_victims(protected):
+    result = run([node("n", cpu="4"), protected, pod("p", HIGH, "2")])
+    assert decided(result) == {}
+    assert "no lower-priority pod to preempt" in unresolved(result)["default/p"]
+
+
+def test_terminating_lower_priority_pods_free_space_without_being_victims():
+    # Seed example 4: a higher-priority pod takes the node its victims' space is freeing.
+    objects = [
+        node("n", cpu="10"),
+        pod("a", 100, "5", on="n", terminating=True, preempted=True),
+        pod("b", 100, "5", on="n", terminating=True, preempted=True),
+        pod("f", 2000, "10"),
+    ]
+    result = run(objects)
+    assert decided(result) == {"default/f": ("n", [])}
+    assert "no new victims" in result["decisions"][0]["reason"]
+
+
+def test_opt_out_soft_mode_takes_opted_out_pods_only_when_nothing_else_works():
+    opted = {"priogate.io/allow-preemption": "false"}
+    only_opted = [node("n", cpu="4"), pod("o", 1, "4", on="n", labels=opted), pod("p", HIGH, "2")]
+    assert decided(run(only_opted, opt_out_mode="hard")) == {}
+    result = run(only_opted, opt_out_mode="soft")
+    assert decided(result) == {"default/p": ("n", ["default/o"])}
+    assert "opted out" in result["decisions"][0]["reason"]
+    # With an ordinary victim elsewhere, soft mode leaves the opted-out pod alone, even though
+    # the ordinary victim has a higher priority.
+    both = [*only_opted, node("m", cpu="4"), pod("m1", 9, "4", on="m")]
+    assert decided(run(both, opt_out_mode="soft")) == {"default/p": ("m", ["default/m1"])}
+
+
+def test_opt_out_soft_mode_spares_opted_out_pods_first_on_a_node():
+    opted = {"priogate.io/allow-preemption": "false"}
+    objects = [
+        node("n", cpu="4"),
+        pod("o", 1, "2", on="n", labels=opted),
+        pod("plain", 5, "2", on="n", labels={"priogate.io/allow-preemption": "true"}),
+        node("m", cpu="4"),
+        pod("mo", 1, "4", on="m", labels=opted),
+        pod("p", HIGH, "4"),
+    ]
+    # Neither node works without an opted-out pod. Both then take one; n also needs "plain"
+    # (priority 5), so m, whose only victim has priority 1, wins on the highest victim.
+    assert decided(run(objects, opt_out_mode="soft")) == {"default/p": ("m", ["default/mo"])}
+
+
+# ---- preemptor order and sequencing ---------------------------------------------------------------
+
+
+def test_preemptors_go_by_priority_then_creation_and_never_share_freed_space():
+    objects = [
+        node("n", cpu="4"),
+        pod("low", 1, "4", on="n"),
+        pod("second", 50, "4", created=5),
+        pod("first", 50, "4", created=1),
+        pod("top", 60, "4", created=9),
+    ]
+    result = run(objects)
+    assert decided(result) == {"default/top": ("n", ["default/low"])}
+    assert list(unresolved(result)) == ["default/first", "default/second"]
+
+
+def test_gated_and_finished_pods_are_not_preemptors():
+    objects = [
+        node("n", cpu="4"),
+        pod("low", 1, "4", on="n"),
+        pod("gated", HIGH, "2", gated=True),
+        pod("done", HIGH, "2", phase="Succeeded"),
+        pod("failed", HIGH, "2", phase="Failed"),
+    ]
+    result = run(objects)
+    assert result["decisions"] == [] and result["unresolved"] == []
+
+
+def test_finished_pods_use_nothing():
+    objects = [node("n", cpu="4"), pod("done", 1, "4", on="n", phase="Succeeded"), pod("p", HIGH, "4")]
+    assert run(objects)["decisions"] == [] and run(objects)["unresolved"] == []
+
+
+def test_a_later_lower_priority_preemptor_sees_the_first_decision():
+    objects = [
+        node("n", cpu="4"),
+        pod("v1", 1, "2", on="n"),
+        pod("v2", 2, "2", on="n"),
+        pod("big", 90, "2", created=1),
+        pod("small", 80, "2", created=0),
+    ]
+    result = run(objects)
+    # big takes v1's space; small then takes v2's, never v1's again
+    assert decided(result) == {"default/big": ("n", ["default/v1"]), "default/small": ("n", ["default/v2"])}
+
+
+def test_lower_priority_nominations_on_the_chosen_node_are_cleared():
+    objects = [
+        node("a", cpu="4"),
+        pod("v", 1, "4", on="a"),
+        node("b", cpu="4"),
+        pod("w", 1, "4", on="b"),
+        pod("top", 90, "4"),
+        pod("nominee", 50, "4", nominated="a"),
+    ]
+    result = run(objects)
+    # The lower-priority nomination does not hold node a against top, which preempts there
+    # (a full tie, broken by name); nominee's nomination is cleared, so instead of waiting
+    # on a it preempts on b.
+    assert decided(result) == {"default/top": ("a", ["default/v"]), "default/nominee": ("b", ["default/w"])}
+
+
+def test_a_higher_priority_nomination_holds_its_node():
+    objects = [
+        node("a", cpu="4"),
+        pod("v", 1, "4", on="a", terminating=True, preempted=True),
+        node("b", cpu="4"),
+        pod("w", 1, "4", on="b"),
+        pod("holder", 95, "4", nominated="a", created=0),
+        pod("top", 90, "4"),
+    ]
+    # holder waits for its victim on a (not eligible to preempt again); top may not use a
+    # (holder's nomination counts against it), so top preempts w on b.
+    result = run(objects)
+    assert unresolved(result) == {"default/holder": NOT_ELIGIBLE_TERMINATING}
+    assert decided(result) == {"default/top": ("b", ["default/w"])}
+
+
+def test_unknown_priority_class_counts_as_zero_and_says_so():
+    objects = [node("n", cpu="4"), pod("v", 1, "4", on="n"), pod("p", None, "2", klass="missing")]
+    result = run(objects)
+    assert decided(result) == {}
+    assert 'PriorityClass "missing" not found, priority 0 assumed' in unresolved(result)["default/p"]
+
+
+def test_global_default_class_applies_to_pods_without_a_class():
+    objects = [
+        pclass("everyday", 50, default=True),
+        pclass("cheaper-default", 10, default=True),  # the lowest default wins
+        node("n", cpu="4"),
+        pod("v", 5, "4", on="n"),
+        pod("p", None, "2"),
+    ]
+    assert decided(run(objects)) == {"default/p": ("n", ["default/v"])}
+    objects[3] = pod("v", 10, "4", on="n")  # equal priority: not a victim
+    assert decided(run(objects)) == {}

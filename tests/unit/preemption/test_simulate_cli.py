@@ -1,0 +1,140 @@
+"""`python -m controller simulate`: input forms, output shape, and bad input (exit 2, one
+line on stderr, never a traceback)."""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from controller.__main__ import main
+from tests.unit.preemption.builders import node, pod
+
+DATA = Path(__file__).resolve().parents[2] / "data" / "preemption"
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def cli(argv: list[str], stdin: str = "") -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    old = sys.stdin, sys.stdout, sys.stderr
+    sys.stdin, sys.stdout, sys.stderr = io.StringIO(stdin), out, err
+    try:
+        code = main(argv)
+    finally:
+        sys.stdin, sys.stdout, sys.stderr = old
+    return code, out.getvalue(), err.getvalue()
+
+
+def as_list(*items: dict) -> dict:
+    return {"apiVersion": "v1", "kind": "List", "items": list(items)}
+
+
+SCENARIO = as_list(node("n", cpu="4"), pod("low", 1, "4", on="n"), pod("p", 100, "2"))
+
+
+def test_json_file():
+    code, out, err = cli(["simulate", str(DATA / "seed-minimal-victims.json")])
+    assert code == 0 and err == ""
+    result = json.loads(out)
+    assert set(result) == {"decisions", "unresolved", "stats"}
+    assert result["decisions"][0] == {
+        "preemptor": "default/preemptor",
+        "nominatedNode": "node-1",
+        "placements": {"default/preemptor": "node-1"},
+        "victims": ["default/p2"],
+        "reason": result["decisions"][0]["reason"],
+    }
+    assert result["stats"]["nodes"] == 1 and result["stats"]["pods"] == 5
+    assert result["stats"]["decisionSeconds"] >= 0
+
+
+def test_yaml_from_stdin_and_explain():
+    code, out, _ = cli(["simulate", "-", "--explain"], stdin=yaml.safe_dump(SCENARIO))
+    assert code == 0
+    decision = json.loads(out)["decisions"][0]
+    assert decision["victims"] == ["default/low"]
+    assert decision["nodes"] == {"n": "chosen"}
+
+
+def test_multi_document_yaml_and_kind_specific_lists():
+    docs = [
+        {"kind": "NodeList", "items": [node("n", cpu="4")]},
+        {"kind": "PodList", "items": [pod("low", 1, "4", on="n")]},
+        pod("p", 100, "2"),
+        {"kind": "Service", "metadata": {"name": "ignored"}},
+    ]
+    code, out, _ = cli(["simulate", "-"], stdin=yaml.safe_dump_all(docs))
+    assert code == 0
+    assert json.loads(out)["decisions"][0]["victims"] == ["default/low"]
+
+
+def test_opt_out_mode_flag():
+    opted = as_list(
+        node("n", cpu="4"),
+        pod("o", 1, "4", on="n", labels={"priogate.io/allow-preemption": "false"}),
+        pod("p", 100, "2"),
+    )
+    _, hard, _ = cli(["simulate", "-"], stdin=json.dumps(opted))
+    _, soft, _ = cli(["simulate", "-", "--opt-out-mode", "soft"], stdin=json.dumps(opted))
+    assert json.loads(hard)["decisions"] == []
+    assert json.loads(soft)["decisions"][0]["victims"] == ["default/o"]
+
+
+@pytest.mark.parametrize(
+    ("stdin", "message"),
+    [
+        ("{not json", "cannot parse snapshot"),
+        ("key: [unclosed", "cannot parse snapshot"),
+        ("42", "snapshot must be a Kubernetes List"),
+        (json.dumps({"kind": "List", "items": [5]}), "item 0: expected an object"),
+        (json.dumps(as_list({"metadata": {"name": "x"}})), "item 0: missing kind"),
+        (json.dumps(as_list({"kind": "Pod", "metadata": {}})), "Pod without metadata.name"),
+        (json.dumps(as_list(pod("p", 1, "lots"))), "invalid quantity 'lots'"),
+        (json.dumps(as_list(pod("p", 1, "-1"))), "negative request for cpu"),
+        (json.dumps(as_list(node("n", cpu="four"))), "Node n allocatable: cpu: invalid quantity"),
+        (json.dumps(as_list(pod("p", "high"))), "spec.priority must be an integer"),
+        (json.dumps(as_list(pod("p", 1, policy="Sometimes"))), "unsupported preemptionPolicy"),
+        (json.dumps(as_list(pod("p", 1), pod("p", 1))), "Pod default/p appears twice"),
+        (
+            json.dumps(
+                as_list(pod("p", 1, affinity=[{"matchExpressions": [{"key": "k", "operator": "Near"}]}]))
+            ),
+            "unsupported operator 'Near'",
+        ),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(stdin, message):
+    code, out, err = cli(["simulate", "-"], stdin=stdin)
+    assert code == 2 and out == ""
+    assert err.count("\n") == 1 and err.startswith("simulate: ")
+    assert message in err
+
+
+def test_bad_timestamp():
+    bad = pod("p", 1, on="n")
+    bad["status"]["startTime"] = "yesterday"
+    code, _, err = cli(["simulate", "-"], stdin=json.dumps(as_list(node("n"), bad)))
+    assert code == 2 and "invalid RFC 3339 time 'yesterday'" in err
+
+
+def test_missing_file():
+    code, _, err = cli(["simulate", "/nonexistent/snapshot.yaml"])
+    assert code == 2 and "cannot read /nonexistent/snapshot.yaml" in err
+
+
+def test_module_entry_point_runs():
+    done = subprocess.run(
+        [sys.executable, "-m", "controller", "simulate", "-"],
+        input="{broken",
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        check=False,
+    )
+    assert done.returncode == 2
+    assert "Traceback" not in done.stderr and done.stderr.startswith("simulate: ")
