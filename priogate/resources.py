@@ -214,7 +214,7 @@ def fits(request: Mapping[str, Fraction], available: Mapping[str, Fraction]) -> 
 def container_requests(container: Mapping[str, Any], *, context: str = "") -> ResourceList:
     """A container's requests, with the API server's defaulting: a resource that has a limit
     but no request requests its limit."""
-    resources = container.get("resources") or {}
+    resources = _mapping(container.get("resources"), f"{context} resources")
     requests = parse_resource_list(resources.get("requests"), context=f"{context} requests")
     limits = parse_resource_list(resources.get("limits"), context=f"{context} limits")
     for name, q in limits.items():
@@ -228,14 +228,14 @@ def pod_requests(pod: Mapping[str, Any]) -> ResourceList:
     The larger of the sum of the app containers (plus restartable "sidecar" init containers)
     and the largest init container (plus the sidecars started before it), per resource; then
     pod-level requests for cpu, memory and hugepages where set; then spec.overhead added."""
-    spec = pod.get("spec") or {}
-    name = (pod.get("metadata") or {}).get("name", "?")
+    spec = _mapping(pod.get("spec"), "pod spec")
+    name = _mapping(pod.get("metadata"), "pod metadata").get("name", "?")
     reqs: ResourceList = {}
-    for container in spec.get("containers") or []:
+    for container in _containers(spec, "containers", name):
         reqs = add(reqs, container_requests(container, context=_where(name, container)))
     sidecars: ResourceList = {}
     init_peak: ResourceList = {}
-    for container in spec.get("initContainers") or []:
+    for container in _containers(spec, "initContainers", name):
         own = container_requests(container, context=_where(name, container))
         if container.get("restartPolicy") == "Always":
             # A sidecar keeps running next to the app containers and later init containers.
@@ -247,7 +247,8 @@ def pod_requests(pod: Mapping[str, Any]) -> ResourceList:
         init_peak = maximum(init_peak, running)
     reqs = maximum(reqs, init_peak)
     pod_level = parse_resource_list(
-        (spec.get("resources") or {}).get("requests"), context=f"pod {name} spec.resources.requests"
+        _mapping(spec.get("resources"), f"pod {name} spec.resources").get("requests"),
+        context=f"pod {name} spec.resources.requests",
     )
     for resource, q in pod_level.items():
         if resource in _POD_LEVEL_RESOURCES or resource.startswith(_HUGEPAGES_PREFIX):
@@ -258,3 +259,20 @@ def pod_requests(pod: Mapping[str, Any]) -> ResourceList:
 
 def _where(pod_name: str, container: Mapping[str, Any]) -> str:
     return f"pod {pod_name} container {container.get('name', '?')}"
+
+
+def _mapping(value: Any, what: str) -> Mapping[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise ValueError(f"{what} must be an object, got {type(value).__name__}")
+    return value
+
+
+def _containers(spec: Mapping[str, Any], field: str, pod_name: str) -> list[Mapping[str, Any]]:
+    containers = spec.get(field)
+    if containers is None:
+        return []
+    if not isinstance(containers, list) or not all(isinstance(c, Mapping) for c in containers):
+        raise ValueError(f"pod {pod_name} spec.{field} must be a list of objects")
+    return containers

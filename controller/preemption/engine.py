@@ -17,9 +17,9 @@ from controller.preemption.outcome import Outcome, unresolved
 from controller.preemption.single import preempt_pod
 from controller.preemption.snapshot import NEVER, PodGroupInfo, PodInfo, Snapshot
 from controller.preemption.state import ClusterState, apply_decision, build_state, is_pending
+from controller.preemption.units import GROUP_PREFIX
 
 OPT_OUT_MODES = ("hard", "soft")
-GROUP_PREFIX = "podgroup:"
 FINISHED_GROUP_PHASES = frozenset({"Completed", "Failed"})
 
 
@@ -137,10 +137,14 @@ PENDING_GROUP = (
 )
 
 
-def simulate(snapshot: Snapshot, *, opt_out_mode: str = "hard", explain: bool = False) -> Result:
-    """Decide every preemption in `snapshot`; decision time excludes building the state."""
-    state = build_state(snapshot)
+def decide(state: ClusterState, *, opt_out_mode: str = "hard", explain: bool = False) -> Result:
+    """Every decision for `state`, timed (the state's aggregates are built already)."""
     started = time.perf_counter()
     outcomes = run(state, opt_out_mode=opt_out_mode, explain=explain)
     seconds = time.perf_counter() - started
-    return Result(outcomes, nodes=len(snapshot.nodes), pods=len(snapshot.pods), seconds=seconds)
+    return Result(outcomes, nodes=len(state.nodes), pods=len(state.pods), seconds=seconds)
+
+
+def simulate(snapshot: Snapshot, *, opt_out_mode: str = "hard", explain: bool = False) -> Result:
+    """Decide every preemption in `snapshot`; decision time excludes building the state."""
+    return decide(build_state(snapshot), opt_out_mode=opt_out_mode, explain=explain)

@@ -113,7 +113,7 @@ def _requirement(raw: Any, where: str, operators: frozenset[str]) -> Requirement
     key, operator, values = raw.get("key"), raw.get("operator"), raw.get("values") or []
     if not isinstance(key, str) or not key:
         raise ValueError(f"{where}: requirement without key")
-    if operator not in operators:
+    if not _one_of(operator, operators):
         raise ValueError(f"{where}: unsupported operator {operator!r} for key {key}")
     if not isinstance(values, list):
         raise ValueError(f"{where}: values of {key} must be a list")
@@ -168,7 +168,7 @@ def parse_taints(raw: Any, where: str) -> tuple[Taint, ...]:
         raise ValueError(f"{where}: taints must be a list")
     taints = []
     for t in raw:
-        if not isinstance(t, Mapping) or not t.get("key") or t.get("effect") not in _TAINT_EFFECTS:
+        if not isinstance(t, Mapping) or not t.get("key") or not _one_of(t.get("effect"), _TAINT_EFFECTS):
             raise ValueError(f"{where}: a taint needs a key and an effect of {sorted(_TAINT_EFFECTS)}")
         taints.append(Taint(str(t["key"]), str(t.get("value") or ""), t["effect"]))
     return tuple(taints)
@@ -185,7 +185,11 @@ def parse_tolerations(raw: Any, where: str) -> tuple[Toleration, ...]:
             raise ValueError(f"{where}: a toleration must be an object")
         operator = t.get("operator") or "Equal"
         effect = t.get("effect") or ""
-        if operator not in ("Equal", "Exists") or (effect and effect not in _TAINT_EFFECTS):
+        if not _one_of(operator, {"Equal", "Exists"}) or (effect and not _one_of(effect, _TAINT_EFFECTS)):
             raise ValueError(f"{where}: unsupported toleration {dict(t)!r}")
         tolerations.append(Toleration(str(t.get("key") or ""), operator, str(t.get("value") or ""), effect))
     return tuple(tolerations)
+
+
+def _one_of(value: Any, allowed: frozenset[str] | set[str]) -> bool:
+    return isinstance(value, str) and value in allowed

@@ -160,7 +160,7 @@ def build_snapshot(objects: Iterable[Mapping[str, Any]]) -> Snapshot:
             by_kind[kind].append(obj)
         else:
             ignored[kind] = ignored.get(kind, 0) + 1
-    classes = {_name(pc, "PriorityClass"): pc for pc in by_kind["PriorityClass"]}
+    classes = {_name(pc, "PriorityClass"): _priority_class(pc) for pc in by_kind["PriorityClass"]}
     default_class = prio.current_default(classes.values())
     nodes = tuple(_node(obj) for obj in by_kind["Node"])
     pods = tuple(_pod(obj, classes, default_class) for obj in by_kind["Pod"])
@@ -199,6 +199,15 @@ def _section(obj: Mapping[str, Any], name: str, where: str) -> Mapping[str, Any]
     return value
 
 
+def _text(value: Any, where: str) -> str:
+    """A string field; absent means ""."""
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise ValueError(f"{where} must be a string, got {type(value).__name__}")
+    return value
+
+
 def _string_map(value: Any, where: str) -> dict[str, str]:
     if value is None:
         return {}
@@ -217,6 +226,18 @@ def parse_time(value: Any, where: str) -> float:
         return datetime.fromisoformat(value.replace("z", "Z")).timestamp()
     except ValueError:
         raise ValueError(f"{where}: invalid RFC 3339 time {value!r}") from None
+
+
+def _priority_class(pc: Mapping[str, Any]) -> Mapping[str, Any]:
+    where = f"PriorityClass {_name(pc, 'PriorityClass')}"
+    value = pc.get("value", 0)
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise ValueError(f"{where}: value must be an integer")
+    if pc.get("globalDefault") not in (None, True, False):
+        raise ValueError(f"{where}: globalDefault must be a boolean")
+    if pc.get("preemptionPolicy") not in (None, prio.PREEMPT_LOWER_PRIORITY, prio.PREEMPT_NEVER):
+        raise ValueError(f"{where}: unsupported preemptionPolicy {pc.get('preemptionPolicy')!r}")
+    return pc
 
 
 def _node(obj: Mapping[str, Any]) -> NodeInfo:
@@ -240,7 +261,7 @@ def _node(obj: Mapping[str, Any]) -> NodeInfo:
 def _pod(obj: Mapping[str, Any], classes: Mapping[str, Any], default_class: Mapping | None) -> PodInfo:
     meta = _meta(obj, "Pod")
     name = _name(obj, "Pod")
-    namespace = meta.get("namespace") or "default"
+    namespace = _text(meta.get("namespace"), f"Pod {name} metadata.namespace") or "default"
     key = f"{namespace}/{name}"
     where = f"Pod {key}"
     spec = _section(obj, "spec", where)
@@ -275,9 +296,9 @@ def _pod(obj: Mapping[str, Any], classes: Mapping[str, Any], default_class: Mapp
         preemption_policy=policy,
         priority_note=note,
         requests=requests,
-        node_name=spec.get("nodeName") or "",
-        nominated_node=status.get("nominatedNodeName") or "",
-        phase=status.get("phase") or "Pending",
+        node_name=_text(spec.get("nodeName"), f"{where} spec.nodeName"),
+        nominated_node=_text(status.get("nominatedNodeName"), f"{where} status.nominatedNodeName"),
+        phase=_text(status.get("phase"), f"{where} status.phase") or "Pending",
         terminating=bool(meta.get("deletionTimestamp")),
         preempted_by_scheduler=_preempted_by_scheduler(status.get("conditions")),
         start_time=parse_time(status.get("startTime"), f"{where} status.startTime"),
@@ -297,7 +318,7 @@ def _pod_priority(
 ) -> tuple[int, str, str]:
     """spec.priority when admission already set it, else the class (the webhook's rules)."""
     given = spec.get("priority")
-    class_name = spec.get("priorityClassName")
+    class_name = _text(spec.get("priorityClassName"), f"{where} spec.priorityClassName")
     policy = spec.get("preemptionPolicy")
     if given is not None and (not isinstance(given, int) or isinstance(given, bool)):
         raise ValueError(f"{where}: spec.priority must be an integer")
@@ -329,7 +350,7 @@ def _preempted_by_scheduler(conditions: Any) -> bool:
 def _group(obj: Mapping[str, Any], classes: Mapping[str, Any]) -> PodGroupInfo:
     meta = _meta(obj, "PodGroup")
     name = _name(obj, "PodGroup")
-    namespace = meta.get("namespace") or "default"
+    namespace = _text(meta.get("namespace"), f"PodGroup {name} metadata.namespace") or "default"
     key = f"{namespace}/{name}"
     where = f"PodGroup {key}"
     spec = _section(obj, "spec", where)
@@ -337,7 +358,7 @@ def _group(obj: Mapping[str, Any], classes: Mapping[str, Any]) -> PodGroupInfo:
     min_member = spec.get("minMember", 1)
     if not isinstance(min_member, int) or isinstance(min_member, bool) or min_member < 0:
         raise ValueError(f"{where}: spec.minMember must be a non-negative integer")
-    class_name = spec.get("priorityClassName") or ""
+    class_name = _text(spec.get("priorityClassName"), f"{where} spec.priorityClassName")
     priority: int | None = None
     policy = prio.PREEMPT_LOWER_PRIORITY
     note = ""
@@ -355,7 +376,7 @@ def _group(obj: Mapping[str, Any], classes: Mapping[str, Any]) -> PodGroupInfo:
         priority=priority,
         preemption_policy=policy,
         priority_note=note,
-        phase=status.get("phase") or "",
+        phase=_text(status.get("phase"), f"{where} status.phase"),
         created=parse_time(meta.get("creationTimestamp"), f"{where} creationTimestamp"),
     )
 
@@ -363,7 +384,7 @@ def _group(obj: Mapping[str, Any], classes: Mapping[str, Any]) -> PodGroupInfo:
 def _pdb(obj: Mapping[str, Any]) -> PDBInfo:
     meta = _meta(obj, "PodDisruptionBudget")
     name = _name(obj, "PodDisruptionBudget")
-    namespace = meta.get("namespace") or "default"
+    namespace = _text(meta.get("namespace"), f"PodDisruptionBudget {name} metadata.namespace") or "default"
     where = f"PodDisruptionBudget {namespace}/{name}"
     spec = _section(obj, "spec", where)
     status = _section(obj, "status", where)

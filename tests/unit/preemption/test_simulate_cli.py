@@ -11,9 +11,11 @@ from pathlib import Path
 
 import pytest
 import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from controller.__main__ import main
-from tests.unit.preemption.builders import node, pod
+from tests.unit.preemption.builders import node, pdb, pod, podgroup
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "preemption"
 ROOT = Path(__file__).resolve().parents[3]
@@ -138,3 +140,47 @@ def test_module_entry_point_runs():
     )
     assert done.returncode == 2
     assert "Traceback" not in done.stderr and done.stderr.startswith("simulate: ")
+
+
+JSON_VALUES = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-5, 5)
+    | st.text(max_size=4)
+    | st.sampled_from(["1", "2Gi", "Never"]),
+    lambda children: (
+        st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=5), children, max_size=3)
+    ),
+    max_leaves=6,
+)
+
+
+def _paths(value: object, prefix: tuple = ()) -> list[tuple]:
+    found = [prefix]
+    if isinstance(value, dict):
+        for k, v in value.items():
+            found += _paths(v, (*prefix, k))
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            found += _paths(v, (*prefix, i))
+    return found
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_any_mangled_snapshot_gives_a_result_or_one_line_error(data):
+    snapshot = json.loads(json.dumps(SCENARIO))
+    snapshot["items"].append(pdb("x", {"app": "a"}))
+    snapshot["items"].append(podgroup("g", 2))
+    for _ in range(data.draw(st.integers(1, 3))):
+        path = data.draw(st.sampled_from(_paths(snapshot)[1:]))
+        target = snapshot
+        for step in path[:-1]:
+            target = target[step]
+        target[path[-1]] = data.draw(JSON_VALUES)
+    code, out, err = cli(["simulate", "-"], stdin=json.dumps(snapshot))
+    assert code in (0, 2), err
+    if code == 2:
+        assert out == "" and err.startswith("simulate: ") and err.count("\n") == 1
+    else:
+        assert set(json.loads(out)) == {"decisions", "unresolved", "stats"}
