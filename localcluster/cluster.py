@@ -29,7 +29,7 @@ from localcluster.binaries import REPO, ensure_binaries
 from localcluster.components import ApiServerMode, Ports
 from localcluster.pki import Pki, issue_all, write_kubeconfig
 from localcluster.procs import Proc, Supervisor, free_ports, progress, rss_kib, wait_until
-from localcluster.webhooks import PROBE_NAMESPACE, WebhookPolicy, Webhooks
+from localcluster.webhooks import WebhookPolicy, Webhooks
 
 NODE_PREFIX = "kwok-node-"
 CRD_DIR = REPO / "manifests" / "crds"
@@ -66,7 +66,6 @@ class LocalCluster:
     webhooks: Webhooks | None = None
     etcd_data: Path | None = None
     bin_dir: Path | None = None
-    _canary: int = 0
 
     @property
     def state_dir(self) -> Path:
@@ -217,35 +216,9 @@ class LocalCluster:
         t0 = time.monotonic()
         self.mode = mode
         self._start_apiserver(restart=True)
-        self.wait_quota_controller()
         seconds = time.monotonic() - t0
         self.timings["apiserver-restart"] = seconds
         return seconds
-
-    def wait_quota_controller(self, timeout: float = 120.0) -> float:
-        """Until kube-controller-manager's resourcequota controller acts on a change again (after a
-        kube-apiserver restart its informers reconnect with back-off): a canary quota's new
-        spec.hard must show up in its status."""
-        assert self.api
-        self._canary += 1
-        want = str(1_000_000 + self._canary)
-        try:
-            self.api.create("/api/v1/namespaces", {"metadata": {"name": PROBE_NAMESPACE}})
-        except ApiError as e:
-            if e.status != 409:
-                raise
-        path = f"/api/v1/namespaces/{PROBE_NAMESPACE}/resourcequotas"
-        body = {"apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": "priogate-canary"}}
-        self.api.create_or_replace(path, {**body, "spec": {"hard": {"pods": want}}})
-
-        def synced() -> bool:
-            status = self.api.get(f"{path}/priogate-canary").get("status", {})
-            return status.get("hard", {}).get("pods") == want
-
-        kcm = self.supervisor.get("kube-controller-manager")
-        return wait_until(
-            synced, timeout=timeout, what="the resourcequota controller syncs a canary quota", proc=kcm
-        )
 
     def _create_nodes(self) -> None:
         assert self.api

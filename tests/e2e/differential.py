@@ -29,7 +29,6 @@ from tests.e2e.helpers import (
     api_error,
     delete_namespace,
     ensure_namespace,
-    wait_for,
 )
 
 POD_FIELDS = (
@@ -122,11 +121,17 @@ class CaseRunner:
             if name not in desired or _pc_fields(pc) != _pc_fields(desired[name]):
                 self._remove_class(name)
                 removed.append(name)
+        if removed:
+            # Admission must have forgotten them before anything is created under the same name,
+            # or as a new default (it would still count the old one: 403).
+            self.admission.wait_sees({}, absent=removed)
         kept = {n for n in current if n not in removed}
         has_default = any(_pc_fields(current[n])["globalDefault"] for n in kept)
+        created = {}
         for name, pc in desired.items():
             if name in kept:
                 continue
+            created[name] = _pc_fields(pc)["value"]
             if _pc_fields(pc)["globalDefault"] and has_default:
                 self._seed_in_etcd(pc)  # a second default: the race state admission refuses (PC-A3)
             else:
@@ -140,26 +145,34 @@ class CaseRunner:
         defaults = sorted(
             (_pc_fields(pc)["value"], name) for name, pc in desired.items() if _pc_fields(pc)["globalDefault"]
         )
-        self.admission.wait_sees(
-            {name: _pc_fields(pc)["value"] for name, pc in desired.items()},
-            absent=[n for n in removed if n not in desired],
-            default=(defaults[0][0], defaults[0][1]) if defaults else (0, None),
-        )
+        self.admission.wait_sees(created, default=(defaults[0][0], defaults[0][1]) if defaults else (0, None))
 
     def _quotas(self, namespace: str, quotas: list[Mapping[str, Any]]) -> None:
-        for q in quotas:
-            body = {"apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": q["metadata"]["name"]}}
-            body["spec"] = copy.deepcopy(q["spec"])
-            self.core.create_namespaced_resource_quota(namespace, body)
-            if namespace == "kube-system":
-                self.cleanup_quotas.append((namespace, q["metadata"]["name"]))
+        """Create the quotas and write their status (hard, and zero used: the namespace is fresh) the
+        way kube-controller-manager would, so ResourceQuota admission can use them at once
+        instead of after the controller's informers have caught up with a restarted apiserver."""
         for q in quotas:
             name = q["metadata"]["name"]
-            wait_for(
-                lambda n=name: bool(self.core.read_namespaced_resource_quota(n, namespace).status.used or {}),
-                90,
-                f"kube-controller-manager computed status.used of quota {namespace}/{name}",
-            )
+            body = {"apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": name}}
+            body["spec"] = copy.deepcopy(q["spec"])
+            created = self.core.create_namespaced_resource_quota(namespace, body)
+            if namespace == "kube-system":
+                self.cleanup_quotas.append((namespace, name))
+            self._fill_status(namespace, name, created)
+
+    def _fill_status(self, namespace: str, name: str, quota: k8s.V1ResourceQuota) -> None:
+        for _attempt in range(5):
+            if quota.status and quota.status.hard:
+                return  # kube-controller-manager was first
+            quota.status = {"hard": dict(quota.spec.hard), "used": dict.fromkeys(quota.spec.hard, "0")}
+            try:
+                self.core.replace_namespaced_resource_quota_status(name, namespace, quota)
+                return
+            except ApiException as e:
+                if e.status != 409:
+                    raise
+            quota = self.core.read_namespaced_resource_quota(name, namespace)
+        raise RuntimeError(f"could not write the status of quota {namespace}/{name}")
 
     def _used_pods(self, namespace: str) -> dict[str, str]:
         items = self.core.list_namespaced_resource_quota(namespace).items

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,7 @@ import yaml
 from kubernetes.client.rest import ApiException
 
 from localcluster import ApiServerMode, LocalCluster, WebhookPolicy
+from localcluster.procs import progress
 from localcluster.webhooks import PROBE_NAMESPACE
 from tests.e2e.differential import CaseRunner, Outcome, expected_view, message_problems
 
@@ -123,7 +125,8 @@ def outcomes(cluster: LocalCluster, api_client, core, admission) -> Iterator[dic
             cluster.webhooks.register(policy)
         mode = ApiServerMode(priority_plugin=plugin, admission_config=configs[config_key])
         if mode != cluster.mode:
-            cluster.restart_apiserver(mode)
+            seconds = cluster.restart_apiserver(mode)
+            progress(f"kube-apiserver restarted in {seconds:.1f} s")
         if policy is not None:
             cluster.webhooks.probe(priority_plugin=plugin, proc=hook)
 
@@ -131,8 +134,11 @@ def outcomes(cluster: LocalCluster, api_client, core, admission) -> Iterator[dic
         runner = CaseRunner(
             api_client, cluster.etcd, admission, ACCEPTANCE["builtin_system_classes"], tag=_tag(name)
         )
+        t0 = time.monotonic()
         for i, case in groups[config_key]:
             results[name][case["id"]] = runner.run(case, i)
+        which = "with an admission configuration" if config_key else "general"
+        progress(f"run {name} ({which}): {len(groups[config_key])} cases in {time.monotonic() - t0:.1f} s")
 
     plugin_off = WebhookPolicy.for_mode(priority_plugin=False)
     plugin_on = WebhookPolicy.for_mode(priority_plugin=True)
