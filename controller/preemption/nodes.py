@@ -78,22 +78,18 @@ def screen_nodes(
     nominated = state.nominated
     below = -priority
     no_held = (0,) * len(need)
-    for name in state.node_names:
-        node = state.nodes[name]
-        info = node.info
-        if constrained or info.taints or info.unschedulable:
-            why = static_failure(pod, info)
+    for name, node, restricted, free, leaving, strict, everything in state.rows:
+        if constrained or restricted:
+            why = static_failure(pod, node.info)
             if why:
                 result.failures[name] = why
                 continue
-        free = node.free
         held = nominated_load(state, name, priority, (pod.key,), need) if name in nominated else no_held
-        ranked = node.victims_all if include_opted_out else node.victims_strict
+        ranked = everything if include_opted_out else strict
         start = bisect_right(ranked.neg_priority, below)
         cum = ranked.cum
         last, row = cum[-1], cum[start]
-        leaving = node.terminating
-        if leaving.pods:
+        if leaving is not None:
             gone_last, gone_row = leaving.cum[-1], leaving.cum[bisect_right(leaving.neg_priority, below)]
         else:
             gone_last = gone_row = None
@@ -105,8 +101,8 @@ def screen_nodes(
             room = free[d] - amount - reserved
             if room < 0:
                 fits_now = False
-                if gone_last is not None:
-                    room += gone_last[d] - gone_row[d]
+            if gone_last is not None:  # lower-priority pods already terminating are leaving
+                room += gone_last[d] - gone_row[d]
             slack.append(room)
             if room < 0:
                 if room + last[d] - row[d] < 0:

@@ -12,7 +12,7 @@ import dataclasses
 from bisect import bisect_right
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from controller.preemption.fit import Vector, make_dims, to_vector
 from controller.preemption.snapshot import TERMINAL_PHASES, NodeInfo, PDBInfo, PodGroupInfo, PodInfo, Snapshot
@@ -100,11 +100,40 @@ class NodeState:
         return self.info.name
 
 
+class ScreenRow(NamedTuple):
+    """What screening reads of a node, flattened: the loop over every node per decision
+    unpacks one tuple instead of following attributes."""
+
+    name: str
+    node: NodeState
+    restricted: bool  # has taints or is unschedulable: the static filters must run
+    free: Vector
+    leaving: Ranked | None  # terminating pods, if any
+    strict: Ranked
+    everything: Ranked
+
+
+def screen_rows(nodes: Mapping[str, NodeState]) -> tuple[ScreenRow, ...]:
+    return tuple(
+        ScreenRow(
+            name,
+            node,
+            bool(node.info.taints or node.info.unschedulable),
+            node.free,
+            node.terminating if node.terminating.pods else None,
+            node.victims_strict,
+            node.victims_all,
+        )
+        for name, node in sorted(nodes.items())
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class ClusterState:
     dims: tuple[str, ...]
     nodes: Mapping[str, NodeState]
     node_names: tuple[str, ...]  # sorted, the deterministic visiting order
+    rows: tuple[ScreenRow, ...]  # per node in that order
     pods: Mapping[str, PodInfo]
     vectors: Mapping[str, Vector]
     groups: Mapping[str, PodGroupInfo]
@@ -143,6 +172,7 @@ def build_state(snapshot: Snapshot) -> ClusterState:
         dims=dims,
         nodes=nodes,
         node_names=tuple(sorted(nodes)),
+        rows=screen_rows(nodes),
         pods=pods,
         vectors=vectors,
         groups={g.key: g for g in snapshot.groups},
@@ -239,6 +269,7 @@ def apply_decision(
     return dataclasses.replace(
         state,
         nodes=nodes,
+        rows=screen_rows(nodes),
         pods=pods,
         pdb_matches=pdb_matches,
         nominated=_nominations(pods.values(), nodes),
