@@ -226,7 +226,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--no-webhook", action="store_true", help="control plane only")
     p.add_argument("--workers", type=int, default=2, help="webhook (gunicorn) worker processes")
-    p.add_argument("--timeout", type=float, default=1800, help="up: seconds to wait for the cluster")
+    p.add_argument("--timeout", type=float, default=300, help="up: seconds to wait until the webhooks answer")
     p.add_argument("--background", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     # `up` re-runs itself as `run` in the background with the same cluster options.
