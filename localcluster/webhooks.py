@@ -20,6 +20,7 @@ import requests
 from localcluster.api import Api, ApiError, metric_sum
 from localcluster.pki import Pki
 from localcluster.procs import Proc, progress, wait_until
+from webhook.registry import load_rule_sets
 
 PROBE_NAMESPACE = "priogate-probe"
 PRIOGATE_NAMESPACE = "priogate-system"
@@ -63,7 +64,7 @@ PROBES: dict[str, tuple[str, dict[str, Any]]] = {
 
 # The rule sets that replace the built-in Priority plugin. Every other rule set (PodGroup quota)
 # is enforced by priogate alone, whatever the mode.
-PRIORITY_HOOKS = frozenset({"pod-priority.priogate.io", "priorityclasses.priogate.io"})
+PRIORITY_HOOKS = frozenset(r.name for r in load_rule_sets() if r.builtin_fallback)
 SYSTEM_NAMESPACES = ("kube-system", PRIOGATE_NAMESPACE)
 
 

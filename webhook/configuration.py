@@ -111,7 +111,20 @@ def in_cluster_manifest() -> str:
     filled in by the certificate bootstrap (python -m certs bootstrap) when the webhook starts."""
     import yaml
 
-    configs = webhook_configurations(None, b"", service=IN_CLUSTER_SERVICE)
+    # Shipped for clusters that keep the built-in Priority plugin (managed ones cannot turn it
+    # off): the priority hooks fail open to it, the quota hooks have no fallback and fail closed.
+    rule_sets = load_rule_sets()
+    with_fallback = [r for r in rule_sets if r.builtin_fallback]
+    without = [r for r in rule_sets if not r.builtin_fallback]
+    configs = webhook_configurations(None, b"", service=IN_CLUSTER_SERVICE, rule_sets=without)
+    for config, extra in zip(
+        configs,
+        webhook_configurations(
+            None, b"", service=IN_CLUSTER_SERVICE, rule_sets=with_fallback, failure_policy="Ignore"
+        ),
+        strict=True,
+    ):
+        config["webhooks"] = extra["webhooks"] + config["webhooks"]
     header = "# Generated from the registered rule sets by `make manifests`; do not edit by hand.\n"
     return header + yaml.safe_dump_all(configs, sort_keys=False)
 

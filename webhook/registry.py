@@ -50,6 +50,9 @@ class RuleSet:
     timeout_seconds: int = 5
     # Which caches must be synced before the rule set can answer.
     needs: Sequence[str] = field(default_factory=tuple)
+    # kube-apiserver's built-in Priority plugin enforces the same rules when it is enabled, so
+    # the hook may then exempt system namespaces and fail open (docs/modes.md).
+    builtin_fallback: bool = False
 
 
 RULE_SET_MODULES = (

@@ -195,15 +195,18 @@ class WatchCache:
         backoff = 0.5
         need_list = True
         while not self._stop.is_set():
+            connected_at = time.monotonic()
             try:
                 if need_list:
                     self._relist()
                     need_list = False
                 self._watch()
                 backoff = 0.5
+                continue
             except Gone as e:
                 log.info("watch expired, relisting", cache=self.name, reason=str(e))
                 need_list = True
+                continue
             except ApiError as e:
                 if e.status == 404 and need_list:
                     # The resource type is not served (its CRD is not installed): no object of it
@@ -216,12 +219,15 @@ class WatchCache:
                     self._stop.wait(self.missing_resource_retry_seconds)
                     continue
                 need_list = need_list or e.status == 410
-                log.warning("watch failed", cache=self.name, error=str(e), retry_in=round(backoff, 2))
-                self._stop.wait(backoff * random.uniform(0.8, 1.2))
-                backoff = min(backoff * 2, 30.0)
+                error = str(e)
             except Exception as e:  # network errors, timeouts, malformed stream: reconnect
-                log.warning(
-                    "watch connection lost", cache=self.name, error=repr(e), retry_in=round(backoff, 2)
-                )
-                self._stop.wait(backoff * random.uniform(0.8, 1.2))
-                backoff = min(backoff * 2, 30.0)
+                error = repr(e)
+            # A watch that ran a while was healthy: start the backoff afresh (an apiserver restart
+            # must not leave every cache waiting 30 s).
+            if time.monotonic() - connected_at > 10:
+                backoff = 0.5
+            log.warning(
+                "watch interrupted, reconnecting", cache=self.name, error=error, retry_in=round(backoff, 2)
+            )
+            self._stop.wait(backoff * random.uniform(0.8, 1.2))
+            backoff = min(backoff * 2, 30.0)

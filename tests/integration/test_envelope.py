@@ -58,7 +58,7 @@ def test_denial_carries_status(client):
         "status": "Failure",
         "code": 403,
         "reason": "Forbidden",
-        "message": "no PriorityClass with name nope was found",
+        "message": 'pods "p" is forbidden: no PriorityClass with name nope was found',
     }
 
 

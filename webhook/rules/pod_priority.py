@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from priogate import priority
-from webhook.objects import mapping, new_object, old_object, optional_int, optional_str
+from webhook.objects import mapping, new_object, object_name, old_object, optional_int, optional_str
 from webhook.registry import ClusterView, RuleSet
 from webhook.review import AdmissionRequest, Decision, allow, deny, set_field
 
@@ -26,10 +26,10 @@ def _admit_create(request: AdmissionRequest, view: ClusterView) -> Decision:
     try:
         resolution = priority.resolve(class_name, view.priority_classes(), view.default_priority_class())
     except priority.ClassNotFound as e:
-        return deny(str(e))
+        return _forbidden(pod, str(e))
     conflict = priority.preset_conflict(spec, resolution)
     if conflict:
-        return deny(conflict)
+        return _forbidden(pod, conflict)
     patch: list[dict[str, Any]] = []
     if "spec" not in pod:
         patch.append({"op": "add", "path": "/spec", "value": {}})
@@ -41,6 +41,11 @@ def _admit_create(request: AdmissionRequest, view: ClusterView) -> Decision:
     if resolution.defaulted:
         patch.append(_set(spec, "priorityClassName", resolution.class_name))
     return allow(patch)
+
+
+def _forbidden(pod: Any, message: str) -> Decision:
+    # Upstream's envelope; for a generateName pod the name is still empty at admission time.
+    return deny(f'pods "{object_name(pod)}" is forbidden: {message}')
 
 
 def _set(spec: Any, key: str, value: Any) -> dict[str, Any]:
@@ -79,4 +84,5 @@ RULE_SET = RuleSet(
     resources=("pods",),
     operations=("CREATE", "UPDATE"),
     needs=("priorityclasses",),
+    builtin_fallback=True,
 )

@@ -104,4 +104,5 @@ RULE_SET = RuleSet(
     resources=("priorityclasses",),
     operations=("CREATE", "UPDATE", "DELETE"),
     needs=("priorityclasses",),
+    builtin_fallback=True,
 )
