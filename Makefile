@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: help venv lock lint format test test-unit test-integration test-e2e controlplane run up down \
+.PHONY: help venv lock lint format test test-unit test-integration test-e2e controlplane run up down status \
         manifests certs bench-webhook bench-quota bench-preemption clean
 
 help:
@@ -48,14 +48,18 @@ test-e2e: $(STAMP) controlplane
 
 test: lint test-unit test-integration test-e2e
 
+# ARGS passes options through, e.g. make run ARGS=--keep-priority-plugin
 run: $(STAMP) controlplane
-	$(PY) -m localcluster run
+	$(PY) -m localcluster run $(ARGS)
 
 up: $(STAMP) controlplane
-	$(PY) -m localcluster up
+	$(PY) -m localcluster up $(ARGS)
 
 down: $(STAMP)
 	$(PY) -m localcluster down
+
+status: $(STAMP)
+	$(PY) -m localcluster status
 
 # Regenerate manifests/webhook-configurations.yaml from the registered rule sets.
 manifests: $(STAMP)
