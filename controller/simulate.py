@@ -13,9 +13,8 @@ import json
 import sys
 from typing import TextIO
 
-from controller.preemption.engine import OPT_OUT_MODES, decide
+from controller.preemption.engine import OPT_OUT_MODES, decide, prepare
 from controller.preemption.snapshot import build_snapshot, load_objects
-from controller.preemption.state import build_state
 
 EXIT_BAD_INPUT = 2
 
@@ -52,7 +51,7 @@ def read_text(path: str, stdin: TextIO) -> str:
 
 def run(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stderr: TextIO) -> int:
     try:
-        state = build_state(build_snapshot(load_objects(read_text(args.snapshot, stdin))))
+        state = prepare(build_snapshot(load_objects(read_text(args.snapshot, stdin))))
         # The snapshot lives until exit: keep the collector from re-scanning its millions of
         # objects while decisions allocate (a full collection costs ~0.5 s at 150k pods).
         gc.freeze()

@@ -168,7 +168,7 @@ def add(a: Mapping[str, Fraction], b: Mapping[str, Fraction]) -> ResourceList:
     """Per-resource sum; a resource missing on one side counts as zero."""
     total = dict(a)
     for name, q in b.items():
-        total[name] = total.get(name, Fraction(0)) + q
+        total[name] = total[name] + q if name in total else q
     return total
 
 
@@ -184,7 +184,7 @@ def maximum(a: Mapping[str, Fraction], b: Mapping[str, Fraction]) -> ResourceLis
     """Per-resource maximum; a missing resource counts as zero."""
     most = dict(a)
     for name, q in b.items():
-        most[name] = max(most.get(name, Fraction(0)), q)
+        most[name] = max(most[name], q) if name in most else max(q, Fraction(0))
     return most
 
 

@@ -156,14 +156,16 @@ def critical_start(
     nodes that cannot be among the last k to hold a member are never walked."""
     vec = member.vector
     heap: list[tuple[float, int, str, int]] = []  # (-value, 0 exact / 1 bound, node, members)
-    for node in sorted(member.nodes):
-        if all(b >= a for b, a in zip(base[node], vec, strict=True)):
+    normal = NORMAL * order.stride
+    per_node = index.per_node
+    for node in member.nodes:  # entries are fully ordered (names differ): no need to sort
+        if _holds(base[node], vec):
             heap.append((-math.inf, 1, node, 0))
             continue
-        rows = index.per_node.get(node)
+        rows = per_node.get(node)
         if rows is None or rows.ranks[-1] < order.r0:
             continue  # nothing to remove here and no room now
-        heap.append((-(NORMAL * order.stride + rows.ranks[-1]), 1, node, 0))
+        heap.append((-(normal + rows.ranks[-1]), 1, node, 0))
     heapq.heapify(heap)
     layouts: dict[str, _Layout] = {}
     first: dict[str, float] = {}

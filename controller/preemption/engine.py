@@ -17,6 +17,7 @@ from controller.preemption.outcome import Outcome, unresolved
 from controller.preemption.single import preempt_pod
 from controller.preemption.snapshot import NEVER, PodGroupInfo, PodInfo, Snapshot
 from controller.preemption.state import ClusterState, apply_decision, build_state, is_pending
+from controller.preemption.table import carry_tables, screen_table
 from controller.preemption.units import GROUP_PREFIX
 
 OPT_OUT_MODES = ("hard", "soft")
@@ -125,9 +126,11 @@ def run(state: ClusterState, *, opt_out_mode: str = "hard", explain: bool = Fals
             outcome = preempt_group(state, preemptor.gang, opt_out_mode=opt_out_mode, explain=explain)
         outcomes.append(outcome)
         if outcome.status == "preempt":
-            state = apply_decision(
-                state, [v.key for v in outcome.victims], outcome.placements, outcome.clear_below
-            )
+            victims = [v.key for v in outcome.victims]
+            after = apply_decision(state, victims, outcome.placements, outcome.clear_below)
+            touched = {v.node_name for v in outcome.victims} | set(outcome.placements.values())
+            carry_tables(state, after, touched)
+            state = after
     return tuple(outcomes)
 
 
@@ -145,6 +148,13 @@ def decide(state: ClusterState, *, opt_out_mode: str = "hard", explain: bool = F
     return Result(outcomes, nodes=len(state.nodes), pods=len(state.pods), seconds=seconds)
 
 
+def prepare(snapshot: Snapshot) -> ClusterState:
+    """The state with its per-snapshot aggregates, including the screening table."""
+    state = build_state(snapshot)
+    screen_table(state, include_opted_out=False)
+    return state
+
+
 def simulate(snapshot: Snapshot, *, opt_out_mode: str = "hard", explain: bool = False) -> Result:
     """Decide every preemption in `snapshot`; decision time excludes building the state."""
-    return decide(build_state(snapshot), opt_out_mode=opt_out_mode, explain=explain)
+    return decide(prepare(snapshot), opt_out_mode=opt_out_mode, explain=explain)

@@ -72,7 +72,12 @@ def _problem(state: ClusterState, request: GangRequest, members: Sequence[PodInf
         shapes.setdefault((vector, static_signature(member)), []).append(member)
     classes, usable, failures = [], set(), {}
     for (vector, _), pods in shapes.items():
-        allowed = frozenset(n for n in state.node_names if not static_failure(pods[0], state.nodes[n].info))
+        constrained = bool(pods[0].node_selector) or pods[0].affinity is not None
+        allowed = frozenset(
+            name
+            for name, node, restricted, *_ in state.rows
+            if not ((constrained or restricted) and static_failure(pods[0], node.info))
+        )
         classes.append(MemberClass(vector, tuple(p.key for p in pods), allowed))
         usable |= allowed
     for name in state.node_names:
@@ -81,16 +86,19 @@ def _problem(state: ClusterState, request: GangRequest, members: Sequence[PodInf
     own = group_members(state).get(request.group.key, frozenset())
     pairs = tuple((d, 0) for d in dims)
     now, base = {}, {}
-    for name in sorted(usable):
-        node = state.nodes[name]
-        held = (
-            nominated_load(state, name, priority, own, pairs) if name in state.nominated else (0,) * len(dims)
-        )
-        free = [node.free[d] - h for d, h in zip(dims, held, strict=True)]
-        now[name] = tuple(free)
-        leaving = node.terminating
-        last, row = leaving.cum[len(leaving)], leaving.cum[leaving.below(priority)]
-        base[name] = tuple(f + last[d] - row[d] for f, d in zip(free, dims, strict=True))
+    for name, _, _, free_all_dims, leaving, _, _ in state.rows:
+        if name not in usable:
+            continue
+        free = tuple(free_all_dims[d] for d in dims)
+        if name in state.nominated:
+            held = nominated_load(state, name, priority, own, pairs)
+            free = tuple(f - h for f, h in zip(free, held, strict=True))
+        now[name] = free
+        if leaving is None:
+            base[name] = free
+        else:  # lower-priority terminating pods are leaving anyway
+            last, row = leaving.cum[len(leaving)], leaving.cum[leaving.below(priority)]
+            base[name] = tuple(f + last[d] - row[d] for f, d in zip(free, dims, strict=True))
     key = GROUP_PREFIX + request.group.key
     return Problem(key, priority, dims, tuple(classes), tuple(sorted(usable)), now, base, failures)
 

@@ -1,28 +1,35 @@
 """Which node a single pod should preempt on: every node screened, then kube-scheduler's node
 order over the candidates, evaluated best-first with exact lower bounds.
 
-Screening a node is a few lookups into its precomputed aggregates, and yields a lower bound
-of the node's key. A node short of `s` in some dimension whose largest possible victim has
-`l` there needs at least c = ceil(s / l) victims. Any c of its possible victims include one
-at least as important as the c-th least important one (the pivot), so the highest victim
-priority is at least the pivot's and the priority sum at least that of the c least
-important pods; and when the highest victim priority equals the pivot's, enough victims of
-that priority are taken that the earliest of them started no later than the pivot.
-Candidates are then fully evaluated in bound order until no bound can beat the best key
-found: the answer is the one an evaluation of every node gives (no sampling), for less work.
+Screening works on the state's column table (see table): per requested dimension, the slack
+(free minus request) of every node, then the same plus what removing every lower-priority
+possible victim frees. A node where the slack is >= 0 everywhere fits now; one where the
+second is >= 0 everywhere is a candidate.
+
+Each candidate gets a lower bound of its key. A node short of `s` in some dimension whose
+largest possible victim has `l` there needs at least c = ceil(s / l) victims. Any c of its
+possible victims include one at least as important as the c-th least important one (the
+pivot), so the highest victim priority is at least the pivot's and the priority sum at
+least that of the c least important pods; and when the highest victim priority equals the
+pivot's, enough victims of that priority are taken that the earliest of them started no
+later than the pivot. Candidates are fully evaluated in bound order until no bound can beat
+the best key found: the answer is the one an evaluation of every node gives (no
+sampling), for much less work.
 """
 
 from __future__ import annotations
 
 import heapq
-from bisect import bisect_right
-from collections.abc import Collection, Sequence
+from array import array
+from collections.abc import Collection
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from itertools import repeat
+from operator import add, sub
 
-from controller.preemption.fit import Need, insufficient_message, static_failure
+from controller.preemption.fit import PODS_DIM, Need, insufficient_message, static_failure
 from controller.preemption.snapshot import PodInfo
 from controller.preemption.state import ClusterState, NodeState, Ranked
+from controller.preemption.table import PIVOTS, ScreenTable, screen_table
 from controller.preemption.victims import PRIORITY_SHIFT, NodeVictims, node_victims, select_victims
 from controller.preemption.victims import violating_positions as _violating
 
@@ -30,11 +37,10 @@ NOT_HELPFUL = "even after preempting every lower-priority pod"
 NO_VICTIMS = "and no lower-priority pod to preempt"
 
 
-class Candidate(NamedTuple):
-    """A node where the preemptor fits once every lower-priority possible victim is gone.
-    (A NamedTuple: one is built per node per decision, and these are cheap to make.)"""
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """A node where the preemptor fits once every lower-priority possible victim is gone."""
 
-    bound: tuple  # no better than the node's exact key
     node: NodeState
     ranked: Ranked
     start: int  # ranked[start:] are the possible victims (priority below the preemptor's)
@@ -43,9 +49,16 @@ class Candidate(NamedTuple):
 
 @dataclass
 class Screening:
+    table: ScreenTable
+    priority: int
+    slack: list[array] = field(default_factory=list)  # per need dimension, per node
     fits_on: str = ""  # a node where the pod fits right now, if any
-    candidates: list[Candidate] = field(default_factory=list)
+    bounds: list[tuple[tuple, int]] = field(default_factory=list)  # (lower bound, node index)
     failures: dict[str, str] = field(default_factory=dict)  # node -> why it cannot help
+
+    def candidate(self, i: int) -> Candidate:
+        ranked = self.table.ranked[i]
+        return Candidate(self.table.nodes[i], ranked, ranked.below(self.priority), [c[i] for c in self.slack])
 
 
 def nominated_load(
@@ -65,69 +78,115 @@ def nominated_load(
     return load
 
 
-def screen_nodes(
-    state: ClusterState, pod: PodInfo, need: Need, priority: int, *, include_opted_out: bool
-) -> Screening:
-    """Sort every node into fits-now, preemption candidate, or cannot-help (with why).
+def _nonnegative(columns: list[array]) -> list[int]:
+    """Indices where every column is >= 0."""
+    return [i for i, row in enumerate(zip(*columns, strict=True)) if min(row) >= 0]
 
-    This loop runs once per node per decision, so it is written flat: one pass over the
-    requested dimensions computes the fit now, the slack once lower-priority terminating pods
-    are gone, whether removing every possible victim is enough, and the bound."""
-    result = Screening()
+
+def screen_nodes(
+    state: ClusterState,
+    pod: PodInfo,
+    need: Need,
+    priority: int,
+    *,
+    include_opted_out: bool,
+    want_failures: bool = False,
+) -> Screening:
+    """Sort every node into fits-now, preemption candidate, or cannot-help.
+
+    Why a node cannot help is worked out only when asked (`want_failures`) or when no node
+    can: it is text for humans, not needed to decide."""
+    table = screen_table(state, include_opted_out=include_opted_out)
+    result = Screening(table, priority)
+    count = len(table.names)
+    slack = [array("q", map(sub, table.free[d], repeat(amount, count))) for d, amount in need]
+    for name in state.nominated:
+        held = nominated_load(state, name, priority, (pod.key,), need)
+        i = table.index[name]
+        for column, amount in zip(slack, held, strict=True):
+            column[i] -= amount
+    result.slack = slack
     constrained = bool(pod.node_selector) or pod.affinity is not None
-    nominated = state.nominated
-    below = -priority
-    no_held = (0,) * len(need)
-    for name, node, restricted, free, leaving, strict, everything in state.rows:
-        if constrained or restricted:
-            why = static_failure(pod, node.info)
-            if why:
-                result.failures[name] = why
-                continue
-        held = nominated_load(state, name, priority, (pod.key,), need) if name in nominated else no_held
-        ranked = everything if include_opted_out else strict
-        start = bisect_right(ranked.neg_priority, below)
-        cum = ranked.cum
-        last, row = cum[-1], cum[start]
-        if leaving is not None:
-            gone_last, gone_row = leaving.cum[-1], leaving.cum[bisect_right(leaving.neg_priority, below)]
-        else:
-            gone_last = gone_row = None
-        fits_now = True
-        short: list[int] = []
-        slack: list[int] = []
-        count = 1
-        for (d, amount), reserved in zip(need, held, strict=True):
-            room = free[d] - amount - reserved
-            if room < 0:
-                fits_now = False
-            if gone_last is not None:  # lower-priority pods already terminating are leaving
-                room += gone_last[d] - gone_row[d]
-            slack.append(room)
-            if room < 0:
-                if room + last[d] - row[d] < 0:
-                    short.append(d)
-                else:
-                    count = max(count, -(room // ranked.largest[d]))  # ceil(-room / largest)
-        if fits_now:
-            result.fits_on = name
+    restricted = table.restricted
+
+    def allowed(i: int) -> bool:
+        return not ((constrained or i in restricted) and static_failure(pod, table.nodes[i].info))
+
+    for i in _nonnegative(slack):
+        if allowed(i):
+            result.fits_on = table.names[i]
             return result
-        if short:
-            lack = insufficient_message(short, state.dims)
-            result.failures[name] = (
-                f"{lack}, {NO_VICTIMS}" if start == len(ranked) else f"{lack} {NOT_HELPFUL}"
-            )
-            continue
-        if min(slack) >= 0:  # lower-priority pods already terminating make room: exact
-            bound = node_victims(name, (), 0, 0).key
-        else:
-            # Any `count` victims include one at least as important as the count-th least
-            # important pod, and sum at least the priorities of the `count` least important.
-            pivot = ranked.pods[-count]
-            total = ranked.priority_tail[-count - 1] + PRIORITY_SHIFT * count
-            bound = (0, 0, pivot.priority, total, count, -pivot.start_time, name)
-        result.candidates.append(Candidate(bound, node, ranked, start, slack))
+    for i in table.leaving:  # lower-priority terminating pods are leaving anyway
+        leaving = table.nodes[i].terminating
+        last, row = leaving.cum[len(leaving)], leaving.cum[leaving.below(priority)]
+        for column, (d, _) in zip(slack, need, strict=True):
+            column[i] += last[d] - row[d]
+    removable = table.removable(priority)
+    totals = [array("q", map(add, column, removable[d])) for column, (d, _) in zip(slack, need, strict=True)]
+    candidates = _nonnegative(totals)
+    if constrained:
+        candidates = [i for i in candidates if allowed(i)]
+    elif restricted:
+        candidates = [i for i in candidates if i not in restricted or allowed(i)]
+    result.bounds = _bounds(table, candidates, slack, need)
+    if want_failures or not result.bounds:
+        result.failures = _failures(state, pod, need, table, totals, removable, {i for _, i in result.bounds})
     return result
+
+
+def _bounds(
+    table: ScreenTable, candidates: list[int], slack: list[array], need: Need
+) -> list[tuple[tuple, int]]:
+    """(lower bound of the key, node index) per candidate (see the module docstring).
+    Column by column where possible: this runs for nearly every node of a full cluster."""
+    counts = [1] * len(candidates)
+    for column, (d, _) in zip(slack, need, strict=True):
+        largest = table.largest[d]
+        # ceil(-s / largest) where short of s, else 1
+        needed = [-(column[i] // largest[i]) if column[i] < 0 else 1 for i in candidates]
+        counts = list(map(max, counts, needed))
+    names, pivots, starts, tails = table.names, table.pivot_priority, table.pivot_start, table.tail_priority
+    bounds = []
+    for i, count in zip(candidates, counts, strict=True):
+        if count <= PIVOTS:
+            c = count - 1
+            priority, start, tail = pivots[c][i], starts[c][i], tails[c][i]
+        else:
+            ranked = table.ranked[i]
+            pivot = ranked.pods[-count]
+            priority, start, tail = (
+                pivot.priority,
+                pivot.start_time,
+                ranked.priority_tail[len(ranked) - count],
+            )
+        bounds.append(((0, 0, priority, tail + PRIORITY_SHIFT * count, count, -start, names[i]), i))
+    for j, i in enumerate(candidates):
+        if i in table.leaving_set and min(column[i] for column in slack) >= 0:
+            # lower-priority pods already terminating make room: the exact key, no victims
+            bounds[j] = (node_victims(names[i], (), 0, 0).key, i)
+    return bounds
+
+
+def _failures(
+    state: ClusterState,
+    pod: PodInfo,
+    need: Need,
+    table: ScreenTable,
+    totals: list[array],
+    removable: tuple[array, ...],
+    candidates: set[int],
+) -> dict[str, str]:
+    failures = {}
+    for i, name in enumerate(table.names):
+        if i in candidates:
+            continue
+        why = static_failure(pod, table.nodes[i].info)
+        if not why:
+            short = [d for column, (d, _) in zip(totals, need, strict=True) if column[i] < 0]
+            lack = insufficient_message(short, state.dims)
+            why = f"{lack}, {NO_VICTIMS}" if removable[PODS_DIM][i] == 0 else f"{lack} {NOT_HELPFUL}"
+        failures[name] = why
+    return failures
 
 
 def evaluate(state: ClusterState, candidate: Candidate, need: Need, opted_out_first: bool) -> NodeVictims:
@@ -144,26 +203,21 @@ def evaluate(state: ClusterState, candidate: Candidate, need: Need, opted_out_fi
 
 
 def choose_node(
-    state: ClusterState,
-    candidates: Sequence[Candidate],
-    need: Need,
-    *,
-    opted_out_first: bool,
-    exhaustive: bool,
+    state: ClusterState, screening: Screening, need: Need, *, opted_out_first: bool, exhaustive: bool
 ) -> tuple[NodeVictims, dict[str, NodeVictims]]:
     """The best candidate by kube-scheduler's node order, and the candidates evaluated.
 
     Bounds include the node name, so no two tie and the first bound above the best key ends
     the search. `exhaustive` evaluates every candidate (for --explain)."""
-    queue = [(c.bound, i) for i, c in enumerate(candidates)]
+    queue = list(screening.bounds)
     heapq.heapify(queue)
     evaluated: dict[str, NodeVictims] = {}
     best: NodeVictims | None = None
     while queue:
-        bound, index = heapq.heappop(queue)
+        bound, i = heapq.heappop(queue)
         if best is not None and not exhaustive and bound > best.key:
             break
-        result = evaluate(state, candidates[index], need, opted_out_first)
+        result = evaluate(state, screening.candidate(i), need, opted_out_first)
         evaluated[result.node] = result
         if best is None or result.key < best.key:
             best = result

@@ -41,7 +41,7 @@ def waiting_for_victims(state: ClusterState, pod: PodInfo, priority: int | None 
 
 def preempt_pod(state: ClusterState, pod: PodInfo, *, opt_out_mode: str, explain: bool) -> Outcome:
     need = need_of(state.vectors[pod.key])
-    screening = screen_nodes(state, pod, need, pod.priority, include_opted_out=False)
+    screening = screen_nodes(state, pod, need, pod.priority, include_opted_out=False, want_failures=explain)
     if screening.fits_on:
         return fits(pod.key)
     if pod.preemption_policy == NEVER:
@@ -50,23 +50,21 @@ def preempt_pod(state: ClusterState, pod: PodInfo, *, opt_out_mode: str, explain
         return unresolved(pod.key, with_note(NOT_ELIGIBLE_TERMINATING, pod.priority_note))
     opted_out_first = False
     soft = opt_out_mode == "soft" and any(node.has_opted_out for node in state.nodes.values())
-    if not screening.candidates and soft:
-        retry = screen_nodes(state, pod, need, pod.priority, include_opted_out=True)
-        if retry.candidates:
+    if not screening.bounds and soft:
+        retry = screen_nodes(state, pod, need, pod.priority, include_opted_out=True, want_failures=explain)
+        if retry.bounds:
             screening, opted_out_first = retry, True
     nodes_explained: dict[str, str] | None = dict(screening.failures) if explain else None
-    if not screening.candidates:
+    if not screening.bounds:
         reason = f"preemption is not helpful: {summarize_failures(screening.failures, len(state.nodes))}"
         return unresolved(pod.key, with_note(reason, pod.priority_note), nodes_explained)
-    best, evaluated = choose_node(
-        state, screening.candidates, need, opted_out_first=opted_out_first, exhaustive=explain
-    )
+    best, evaluated = choose_node(state, screening, need, opted_out_first=opted_out_first, exhaustive=explain)
     if nodes_explained is not None:
         for name, result in evaluated.items():
             nodes_explained[name] = "chosen" if result is best else lost_because(result, best)
     reason = (
         f"preempt on {best.node}: {describe_victims(best)}; "
-        f"best of {len(screening.candidates)} candidate node(s) by kube-scheduler's node order"
+        f"best of {len(screening.bounds)} candidate node(s) by kube-scheduler's node order"
     )
     return Outcome(
         preemptor=pod.key,

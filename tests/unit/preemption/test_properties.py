@@ -10,8 +10,11 @@ from __future__ import annotations
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from controller.preemption.engine import simulate
+from controller.preemption.engine import preemptors, simulate
+from controller.preemption.single import preempt_pod
 from controller.preemption.snapshot import build_snapshot
+from controller.preemption.state import apply_decision, build_state
+from controller.preemption.table import ScreenTable, carry_tables, screen_table
 from tests.unit.preemption import reference
 from tests.unit.preemption.builders import node, pdb, pod
 
@@ -98,3 +101,40 @@ def test_single_pod_decisions_equal_the_reference(objects, mode):
 @given(clusters())
 def test_exhaustive_evaluation_agrees_with_bounded_search(objects):
     assert engine(objects, "hard", explain=True) == engine(objects, "hard")
+
+
+def _columns(table: ScreenTable) -> tuple:
+    cuts = tuple(tuple(map(list, table.removable(level))) for level in (*table.levels, 10**9))
+    return (
+        table.names,
+        [n.name for n in table.nodes],
+        tuple(map(list, table.free)),
+        tuple(map(list, table.largest)),
+        tuple(map(list, table.pivot_priority)),
+        tuple(map(list, table.pivot_start)),
+        tuple(map(list, table.tail_priority)),
+        table.levels,
+        table.leaving,
+        table.restricted,
+        cuts,
+    )
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(clusters(), st.booleans())
+def test_tables_patched_after_a_decision_equal_rebuilt_ones(objects, include_opted_out):
+    state = build_state(build_snapshot(objects))
+    screen_table(state, include_opted_out=include_opted_out)
+    for preemptor in preemptors(state):
+        if preemptor.pod is None:
+            continue
+        outcome = preempt_pod(state, state.pods[preemptor.key], opt_out_mode="soft", explain=False)
+        if outcome.status != "preempt":
+            continue
+        after = apply_decision(
+            state, [v.key for v in outcome.victims], outcome.placements, outcome.clear_below
+        )
+        carry_tables(state, after, {v.node_name for v in outcome.victims} | set(outcome.placements.values()))
+        patched = screen_table(after, include_opted_out=include_opted_out)
+        assert _columns(patched) == _columns(ScreenTable(after, include_opted_out))
+        return
