@@ -22,6 +22,10 @@ from controller.preemption.units import GROUP_PREFIX
 
 OPT_OUT_MODES = ("hard", "soft")
 FINISHED_GROUP_PHASES = frozenset({"Completed", "Failed"})
+PENDING_GROUP = (
+    "PodGroup phase is Pending (not yet admitted to its queue); like Volcano's preempt action, "
+    "preemption waits until it is Inqueue"
+)
 
 
 @dataclass(frozen=True)
@@ -132,12 +136,6 @@ def run(state: ClusterState, *, opt_out_mode: str = "hard", explain: bool = Fals
             carry_tables(state, after, touched)
             state = after
     return tuple(outcomes)
-
-
-PENDING_GROUP = (
-    "PodGroup phase is Pending (not yet admitted to its queue); like Volcano's preempt action, "
-    "preemption waits until it is Inqueue"
-)
 
 
 def decide(state: ClusterState, *, opt_out_mode: str = "hard", explain: bool = False) -> Result:

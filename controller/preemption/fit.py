@@ -34,7 +34,7 @@ Vector = tuple[int, ...]
 Need = tuple[tuple[int, int], ...]
 
 FIRST_DIMS = (CPU, MEMORY, EPHEMERAL_STORAGE, PODS)
-CPU_DIM, PODS_DIM = 0, 3
+PODS_DIM = 3  # every pod counts 1 here
 _UNSCHEDULABLE = Taint(UNSCHEDULABLE_TAINT_KEY, "", "NoSchedule")
 SELECTOR_MISMATCH = "node(s) didn't match Pod's node affinity/selector"
 UNSCHEDULABLE = "node(s) were unschedulable"
@@ -95,11 +95,6 @@ def static_signature(pod: PodInfo) -> tuple:
         pod.affinity,
         tuple(sorted(set(pod.tolerations), key=repr)),
     )
-
-
-def shortfall(need: Need, free: Sequence[int]) -> list[int]:
-    """Dimensions where the need exceeds what is free."""
-    return [d for d, amount in need if amount > free[d]]
 
 
 def insufficient_message(dims_short: Iterable[int], dims: Sequence[str]) -> str:

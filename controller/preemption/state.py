@@ -101,8 +101,8 @@ class NodeState:
 
 
 class ScreenRow(NamedTuple):
-    """What screening reads of a node, flattened: the loop over every node per decision
-    unpacks one tuple instead of following attributes."""
+    """What per-node loops of a decision read of a node, flattened: they unpack one tuple
+    instead of following attributes."""
 
     name: str
     node: NodeState

@@ -42,10 +42,6 @@ class NodeVictims:
     opted_out: int  # victims that asked not to be preempted (soft mode only)
     key: tuple  # see node_victims
 
-    @property
-    def top_priority(self) -> int:
-        return self.victims[0].priority if self.victims else NO_VICTIM_PRIORITY
-
 
 def node_victims(node: str, victims: tuple[PodInfo, ...], pdb_violations: int, opted_out: int) -> NodeVictims:
     """kube-scheduler's node order as a key, lexicographic, smaller is better: fewest PDB
