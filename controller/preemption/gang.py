@@ -268,4 +268,5 @@ def _decision(
         placements=dict(sorted(solution.placement.items())),
         victims=victims,
         nodes=nodes,
+        clear_below=request.priority,
     )

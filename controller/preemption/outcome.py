@@ -24,7 +24,7 @@ class Outcome:
     placements: Mapping[str, str] = field(default_factory=dict)
     victims: tuple[PodInfo, ...] = ()
     nodes: Mapping[str, str] | None = None  # --explain: node -> why it lost
-    clear_below: tuple[str, int] | None = None  # (node, priority): nominations to drop
+    clear_below: int | None = None  # lower-priority nominations to the placement nodes are dropped
 
 
 def fits(preemptor: str) -> Outcome:

@@ -74,5 +74,5 @@ def preempt_pod(state: ClusterState, pod: PodInfo, *, opt_out_mode: str, explain
         placements={pod.key: best.node},
         victims=best.victims,
         nodes=nodes_explained,
-        clear_below=(best.node, pod.priority),
+        clear_below=pod.priority,
     )

@@ -239,10 +239,11 @@ def apply_decision(
     state: ClusterState,
     victims: Iterable[str],
     placements: Mapping[str, str],
-    clear_below: tuple[str, int] | None = None,
+    clear_below: int | None = None,
 ) -> ClusterState:
-    """The state after a decision: victims gone, preemptors bound to their nodes and, for a
-    single pod, lower-priority pods nominated to its node no longer nominated there."""
+    """The state after a decision: victims gone, preemptors bound to their nodes and pods
+    nominated to those nodes with priority below `clear_below` no longer nominated there
+    (they may not fit any more and should look elsewhere, as kube-scheduler does)."""
     pods = dict(state.pods)
     pdb_matches = dict(state.pdb_matches)
     touched: set[str] = set()
@@ -255,10 +256,10 @@ def apply_decision(
         pdb_matches[key] = _pdb_indices(pods[key], state.pdbs)
         touched.add(node)
     if clear_below is not None:
-        node, priority = clear_below
-        for pod in state.nominated.get(node, ()):
-            if pod.priority < priority and pod.key in pods and not pods[pod.key].node_name:
-                pods[pod.key] = dataclasses.replace(pod, nominated_node="")
+        for node in set(placements.values()):
+            for pod in state.nominated.get(node, ()):
+                if pod.priority < clear_below and pod.key in pods and not pods[pod.key].node_name:
+                    pods[pod.key] = dataclasses.replace(pod, nominated_node="")
     nodes = dict(state.nodes)
     for name in touched:
         staying = [pods[p.key] for p in nodes[name].pods if p.key in pods]

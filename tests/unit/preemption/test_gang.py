@@ -249,3 +249,20 @@ def test_explain_marks_hosting_nodes():
     nodes = decision(run(objects, explain=True))["nodes"]
     assert nodes["n1"].startswith("chosen: hosts 1 member(s), 1 victim(s) here")
     assert nodes["n2"].startswith("not used")
+
+
+def test_lower_priority_nominations_on_member_nodes_are_cleared():
+    objects = [
+        node("b", cpu="8"),
+        pod("vb", 1, "8", on="b"),
+        *gang(1, cpu="4"),
+        pod("nominee", 50, "4", nominated="b", created=1),
+        pod("later", 40, "4", created=2),
+    ]
+    result = run(objects)
+    assert decision(result)["placements"] == {"default/g0": "b"}
+    # nominee no longer holds b's remaining 4 cores against lower priorities: "later" fits
+    # there too (the scheduler sorts out who binds), so neither needs a decision. Had the
+    # nomination stayed, "later" would find b held and no victim to take.
+    assert [d["preemptor"] for d in result["decisions"]] == [GANG]
+    assert result["unresolved"] == []
