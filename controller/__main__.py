@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from controller import simulate
@@ -25,5 +26,18 @@ def main(argv: list[str] | None = None) -> int:
     return 2
 
 
+def _exit_quietly_on_closed_pipe() -> int:
+    # `simulate ... | head`: the reader left. Python would print a traceback at exit while
+    # flushing stdout; point stdout at /dev/null instead and leave like other CLI tools.
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    return 1
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        code = main()
+        sys.stdout.flush()
+    except BrokenPipeError:
+        code = _exit_quietly_on_closed_pipe()
+    sys.exit(code)

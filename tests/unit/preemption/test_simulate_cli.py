@@ -184,3 +184,21 @@ def test_any_mangled_snapshot_gives_a_result_or_one_line_error(data):
         assert out == "" and err.startswith("simulate: ") and err.count("\n") == 1
     else:
         assert set(json.loads(out)) == {"decisions", "unresolved", "stats"}
+
+
+def test_a_reader_that_leaves_early_gets_no_traceback():
+    big = as_list(*(node(f"n{i:04d}", cpu="1") for i in range(1500)), pod("p", 100, "2"))
+    reader = subprocess.Popen(
+        [sys.executable, "-m", "controller", "simulate", "-", "--explain"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=ROOT,
+    )
+    assert reader.stdin is not None and reader.stdout is not None and reader.stderr is not None
+    reader.stdin.write(json.dumps(big).encode())
+    reader.stdin.close()
+    assert reader.stdout.read(10) == b'{\n  "decis'
+    reader.stdout.close()  # like `| head`
+    reader.wait(timeout=60)
+    assert b"Traceback" not in reader.stderr.read()
