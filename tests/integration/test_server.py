@@ -35,7 +35,9 @@ def test_admissions_over_one_keepalive_connection(server):
         answer = post(conn, review(pod(priorityClassName="high")))
         assert answer["allowed"] is True
     denied = post(conn, review(pod(priorityClassName="missing")))
-    assert denied["status"]["message"] == 'pods "p" is forbidden: no PriorityClass with name missing was found'
+    assert (
+        denied["status"]["message"] == 'pods "p" is forbidden: no PriorityClass with name missing was found'
+    )
     conn.close()
 
 
