@@ -48,10 +48,6 @@ class ApiClient:
     def __init__(self, api_client: k8s.ApiClient) -> None:
         self._api = api_client
 
-    @property
-    def host(self) -> str:
-        return self._api.configuration.host
-
     def _send(
         self,
         method: str,
