@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import ssl
 import subprocess
 import sys
@@ -17,14 +16,9 @@ from pathlib import Path
 import yaml
 
 from certs import issue_ca, issue_leaf, write_pem
+from localcluster.procs import free_ports
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @dataclass
@@ -79,7 +73,7 @@ def start_server(
     write_pem(key_file, leaf.key_pem, private=True)
     classes_file = workdir / "priorityclasses.yaml"
     classes_file.write_text(yaml.safe_dump({"apiVersion": "v1", "kind": "List", "items": list(classes)}))
-    port = free_port()
+    port = free_ports(1)[0]
     cmd = [
         sys.executable,
         "-m",
