@@ -29,7 +29,7 @@ for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
 done
 
 echo ">> building the control plane into $out" >&2
-echo ">> the first build compiles Kubernetes from source: 20-40 minutes on 2 cores; later runs reuse it" >&2
+echo ">> the first build compiles Kubernetes from source: about 12 minutes on 2 cores (plus module downloads); later runs reuse it" >&2
 step=0
 total=${#bins[@]}
 build() {  # name, package
