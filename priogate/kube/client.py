@@ -67,7 +67,10 @@ class ApiClient:
             body=body,
             auth_settings=["BearerToken"],
         )
-        return self._api.call_api(method, url, header_params=headers, body=body, _request_timeout=timeout)
+        try:
+            return self._api.call_api(method, url, header_params=headers, body=body, _request_timeout=timeout)
+        except k8s.ApiException as e:
+            raise _api_error(e.status or 0, e.reason or "", e.body) from None
 
     def request(
         self,
@@ -79,12 +82,9 @@ class ApiClient:
         content_type: str = "application/json",
         timeout: Timeout | None = 30,
     ) -> JSON:
-        try:
-            response = self._send(
-                method, path, query=query, body=body, content_type=content_type, timeout=timeout
-            )
-        except k8s.ApiException as e:
-            raise _api_error(e.status or 0, e.reason or "", e.body) from None
+        response = self._send(
+            method, path, query=query, body=body, content_type=content_type, timeout=timeout
+        )
         data = response.read()
         if response.status >= 400:
             raise _api_error(response.status, response.reason or "", data)
@@ -94,10 +94,7 @@ class ApiClient:
         self, path: str, *, query: Sequence[tuple[str, str]] = (), timeout: Timeout | None = None
     ) -> Iterator[bytes]:
         """GET a streaming endpoint (a watch) and yield its newline-delimited JSON lines."""
-        try:
-            response = self._send("GET", path, query=query, timeout=timeout)
-        except k8s.ApiException as e:
-            raise _api_error(e.status or 0, e.reason or "", e.body) from None
+        response = self._send("GET", path, query=query, timeout=timeout)
         raw = response.response
         try:
             if response.status >= 400:
