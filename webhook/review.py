@@ -7,10 +7,11 @@ a one-line reason; it never reaches a rule set.
 from __future__ import annotations
 
 import base64
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+import orjson
 
 SUPPORTED_VERSIONS = ("admission.k8s.io/v1", "admission.k8s.io/v1beta1")
 OPERATIONS = ("CREATE", "UPDATE", "DELETE", "CONNECT")
@@ -60,7 +61,9 @@ def deny(message: str, *, code: int = 403, reason: str | None = None) -> Decisio
 
 
 def _require_mapping(value: object, what: str) -> Mapping[str, Any]:
-    if not isinstance(value, Mapping):
+    # Decoded JSON objects are exactly dict; the exact-type test is several times cheaper than
+    # an isinstance check against the Mapping ABC, and this runs a dozen times per request.
+    if type(value) is not dict:
         raise BadReview(f"{what} must be a JSON object")
     return value
 
@@ -82,8 +85,8 @@ def _string(value: object, what: str, *, required: bool = False) -> str:
 def parse_review(body: bytes) -> AdmissionRequest:
     """Decode an AdmissionReview body (admission.k8s.io/v1 or v1beta1)."""
     try:
-        doc = json.loads(body)
-    except (ValueError, UnicodeDecodeError) as e:
+        doc = orjson.loads(body)
+    except orjson.JSONDecodeError as e:
         raise BadReview(f"body is not valid JSON: {e}") from None
     doc = _require_mapping(doc, "body")
     if doc.get("kind") != "AdmissionReview":
@@ -98,7 +101,7 @@ def parse_review(body: bytes) -> AdmissionRequest:
     if operation not in OPERATIONS:
         raise BadReview(f"request.operation {operation!r} is not one of {', '.join(OPERATIONS)}")
     dry_run = req.get("dryRun", False)
-    if not isinstance(dry_run, bool | None):
+    if dry_run is not None and type(dry_run) is not bool:
         raise BadReview("request.dryRun must be a boolean")
     return AdmissionRequest(
         uid=_string(req.get("uid"), "request.uid", required=True),
@@ -129,9 +132,7 @@ def review_response(request: AdmissionRequest, decision: Decision) -> dict[str, 
         }
     elif decision.patch:
         response["patchType"] = "JSONPatch"
-        response["patch"] = base64.b64encode(
-            json.dumps(decision.patch, separators=(",", ":")).encode()
-        ).decode()
+        response["patch"] = base64.b64encode(orjson.dumps(decision.patch)).decode()
     if decision.warnings:
         response["warnings"] = decision.warnings
     return {"apiVersion": request.api_version, "kind": "AdmissionReview", "response": response}

@@ -154,7 +154,7 @@ def test_not_ready_until_synced():
 
 
 def test_unsynced_cache_denies_instead_of_guessing(monkeypatch):
-    monkeypatch.setattr("webhook.app.CACHE_SYNC_GRACE_SECONDS", 0.01)
+    monkeypatch.setattr("webhook.endpoints.CACHE_SYNC_GRACE_SECONDS", 0.01)
     client = make_app(CLASSES, synced=False).test_client()
     answer = client.post("/mutate/pods", json=review(pod())).get_json()["response"]
     assert answer["allowed"] is False
