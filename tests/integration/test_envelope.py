@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 
 import jsonpatch
@@ -132,7 +133,53 @@ def test_huge_body_is_413(client):
 
 def test_unknown_path_and_method(client):
     assert client.post("/mutate/nothing", json={}).status_code == 404
-    assert client.get("/mutate/pods").status_code == 405
+    resp = client.get("/mutate/pods")
+    assert resp.status_code == 405
+    assert resp.headers["Allow"] == "POST"
+
+
+def test_content_type_parameters_are_accepted(client):
+    body = json.dumps(review(pod(priorityClassName="high")))
+    resp = client.post("/mutate/pods", data=body, content_type="Application/JSON; charset=utf-8")
+    assert resp.status_code == 200
+    assert resp.get_json()["response"]["allowed"] is True
+
+
+def _call(app, body: bytes, **environ: object) -> tuple[str, bytes]:
+    """Drive the WSGI app with a hand-made environ (a chunked body has no CONTENT_LENGTH)."""
+    seen: list[str] = []
+    env = {
+        "REQUEST_METHOD": "POST",
+        "PATH_INFO": "/mutate/pods",
+        "CONTENT_TYPE": "application/json",
+        "wsgi.input": io.BytesIO(body),
+        "wsgi.url_scheme": "https",
+        "SERVER_NAME": "test",
+        "SERVER_PORT": "8443",
+        "SERVER_PROTOCOL": "HTTP/1.1",
+        **environ,
+    }
+    out = b"".join(app(env, lambda status, headers: seen.append(status)))
+    return seen[0], out
+
+
+def test_chunked_body_is_read_to_its_end():
+    body = json.dumps(review(pod(priorityClassName="high"))).encode()
+    status, out = _call(make_app(CLASSES), body, **{"wsgi.input_terminated": True})
+    assert status == "200 OK"
+    assert json.loads(out)["response"]["allowed"] is True
+
+
+def test_chunked_body_over_the_cap_is_413():
+    status, out = _call(make_app(CLASSES), b" " * (3 * 1024 * 1024 + 1), **{"wsgi.input_terminated": True})
+    assert status.startswith("413")
+    assert b"body larger than" in out
+
+
+def test_unparseable_content_length_is_400():
+    status, out = _call(make_app(CLASSES), b"{}", CONTENT_LENGTH="lots")
+    assert status.startswith("400")
+    assert b"Content-Length must be a number" in out
 
 
 def test_health_ready_metrics(client):

@@ -41,6 +41,25 @@ def test_admissions_over_one_keepalive_connection(server):
     conn.close()
 
 
+def test_chunked_body_and_oversized_body(server):
+    conn = http.client.HTTPSConnection("127.0.0.1", server.port, context=server.ssl_context(), timeout=5)
+    body = json.dumps(review(pod(priorityClassName="high"))).encode()
+    chunks = iter([body[:1000], body[1000:]])  # an iterable body is sent with chunked encoding
+    conn.request("POST", "/mutate/pods", chunks, {"Content-Type": "application/json"}, encode_chunked=True)
+    resp = conn.getresponse()
+    assert resp.status == 200
+    assert json.loads(resp.read())["response"]["allowed"] is True
+    # Refused from the Content-Length alone, before any of the body is sent or read.
+    conn.putrequest("POST", "/mutate/pods")
+    conn.putheader("Content-Type", "application/json")
+    conn.putheader("Content-Length", str(4 * 1024 * 1024))
+    conn.endheaders()
+    resp = conn.getresponse()
+    assert resp.status == 413
+    assert b"body larger than" in resp.read()
+    conn.close()
+
+
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")
 def test_tls_below_1_2_is_refused(server):
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
