@@ -179,16 +179,20 @@ def main() -> int:
             print("warming up (2 s) ...", file=sys.stderr)
             subprocess.run(cmd, env=env, check=True, capture_output=True)
             cmd[cmd.index("-d2s")] = f"-d{args.duration}s"
-            runs = []
+            worker = _worker_pid(server.process.pid)
+            runs, cpu_per_admission = [], []
             for i in range(args.rounds):
                 print(
                     f"run {i + 1}/{args.rounds}: {args.duration} s, {args.connections} keep-alive "
                     f"connections, 1 worker with {args.threads} threads ...",
                     file=sys.stderr,
                 )
+                cpu_before = _cpu_seconds(worker)
                 out = subprocess.run(cmd, env=env, check=True, capture_output=True, text=True).stdout
+                cpu_per_admission.append((_cpu_seconds(worker) - cpu_before) / _requests(out) * 1e6)
                 runs.append(parse_wrk(out))
-                print("  " + figures(*runs[-1]), file=sys.stderr)
+                cpu = cpu_per_admission[-1]
+                print(f"  {figures(*runs[-1])}; worker CPU {cpu:.0f} us/admission", file=sys.stderr)
         finally:
             server.stop()
     rate, p50, p99 = sorted(runs)[len(runs) // 2]
@@ -197,9 +201,35 @@ def main() -> int:
         f"in process, per admission: {priogate_us:.0f} us "
         f"(a bare Flask route reading the body: {floor_us:.0f} us)"
     )
+    cpu_us = sorted(cpu_per_admission)[len(cpu_per_admission) // 2]
+    print(
+        f"server CPU per admission (worker process, all threads): {cpu_us:.0f} us, "
+        f"so {1e6 / cpu_us:,.0f} admissions/s per fully used core"
+    )
     print(f"runs (admissions/s): {', '.join(f'{r[0]:,.0f}' for r in runs)}; the median run follows")
     print(f"mutate/pods: {figures(rate, p50, p99)}")
     return 0
+
+
+def _worker_pid(master: int) -> int:
+    children = Path(f"/proc/{master}/task/{master}/children").read_text().split()
+    if len(children) != 1:
+        raise RuntimeError(f"expected one gunicorn worker under pid {master}, found {children}")
+    return int(children[0])
+
+
+def _cpu_seconds(pid: int) -> float:
+    """utime + stime of a process (all its threads), from /proc: what the worker itself spent,
+    unlike wall-clock throughput, which other processes on a shared machine also move."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _requests(wrk_output: str) -> int:
+    m = re.search(r"(\d+) requests in", wrk_output)
+    if not m:
+        raise ValueError(f"wrk printed no request count:\n{wrk_output}")
+    return int(m.group(1))
 
 
 def figures(rate: float, p50: float, p99: float) -> str:
