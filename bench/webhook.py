@@ -21,6 +21,7 @@ from pathlib import Path
 
 from tests.builders import SYSTEM_CLASSES, priority_class, review
 from tests.serving import start_server
+from webhook.server import DEFAULT_THREADS
 
 LUA = """
 wrk.method = "POST"
@@ -145,7 +146,7 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--duration", type=int, default=10, help="seconds per run")
     p.add_argument("--connections", type=int, default=8)
-    p.add_argument("--threads", type=int, default=2, help="gunicorn threads per worker")
+    p.add_argument("--threads", type=int, default=DEFAULT_THREADS, help="gunicorn threads per worker")
     p.add_argument("--rounds", type=int, default=3, help="measured runs; the median run is the headline")
     args = p.parse_args()
     if not shutil.which("wrk"):

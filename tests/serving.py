@@ -17,6 +17,7 @@ import yaml
 
 from certs import issue_ca, issue_leaf, write_pem
 from localcluster.procs import free_ports
+from webhook.server import DEFAULT_THREADS
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -60,7 +61,7 @@ def start_server(
     classes: Sequence[dict],
     *,
     workers: int = 2,
-    threads: int = 8,
+    threads: int = DEFAULT_THREADS,
     cpu_list: str | None = None,
     ready_timeout: float = 30,
 ) -> RunningServer:

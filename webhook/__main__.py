@@ -11,6 +11,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from webhook.server import DEFAULT_THREADS  # imports neither prometheus_client nor the app
+
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m webhook", description="priogate admission webhook server")
@@ -23,7 +25,8 @@ def main(argv: list[str] | None = None) -> int:
         help="serve from this fixed YAML/JSON list of PriorityClasses, not a watch (benchmarks)",
     )
     p.add_argument("--workers", type=int, default=int(os.environ.get("PRIOGATE_WORKERS", "2")))
-    p.add_argument("--threads", type=int, default=int(os.environ.get("PRIOGATE_THREADS", "8")))
+    threads = int(os.environ.get("PRIOGATE_THREADS", str(DEFAULT_THREADS)))
+    p.add_argument("--threads", type=int, default=threads)
     p.add_argument("--log-level", default=os.environ.get("PRIOGATE_LOG_LEVEL", "INFO"))
     args = p.parse_args(argv)
     for f in (args.cert_file, args.key_file):
