@@ -7,6 +7,7 @@ the action the event describes.
 from __future__ import annotations
 
 import datetime as dt
+import uuid
 from collections.abc import Mapping
 from typing import Any
 
@@ -42,7 +43,12 @@ class EventRecorder:
         body = {
             "apiVersion": "events.k8s.io/v1",
             "kind": "Event",
-            "metadata": {"generateName": f"{meta.get('name', 'object')}.", "namespace": namespace},
+            # client-go's naming: the object's name, a dot, a unique suffix (generateName may not
+            # end with a dot, so the suffix is made here).
+            "metadata": {
+                "name": f"{meta.get('name', 'object')}.{uuid.uuid4().hex[:16]}",
+                "namespace": namespace,
+            },
             "eventTime": micro_time(dt.datetime.now(dt.UTC)),
             "reportingController": REPORTING_CONTROLLER,
             "reportingInstance": self.instance[:128],

@@ -172,6 +172,9 @@ class GangPreemptor:
         for victim in decision.victims:
             self._evict(victim, preemptor, now)
         for name, node in sorted(decision.placements.items()):
+            member = self.caches.pods.get(meta["namespace"], name)
+            if member is None or (member.get("spec") or {}).get("nodeName"):
+                continue  # gone, or bound already: a nomination is moot (and refused)
             self._guard()
             path = resource_path("v1", "pods", meta["namespace"], name) + "/status"
             try:
@@ -179,8 +182,11 @@ class GangPreemptor:
                     "PATCH", path, body={"status": {"nominatedNodeName": node}}, content_type=MERGE_PATCH
                 )
             except ApiError as e:
-                if e.status != 404:
+                # 404: gone; 422: bound since the cache saw it ("may not be set on pods that are
+                # already bound to a node"). Either way the nomination has no use any more.
+                if e.status not in (404, 422):
                     raise
+                log.info("nomination skipped", pod=f"{meta['namespace']}/{name}", status=e.status)
         self._mark_applied(group, decision)
         self.on_applied(len(decision.victims))
         victims = ", ".join(v.key for v in decision.victims)
