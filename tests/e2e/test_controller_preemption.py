@@ -89,3 +89,49 @@ def test_gang_preempts_lower_priority_pods(
     reasons = {(e["regarding"]["kind"], e["regarding"]["name"], e["reason"]) for e in events}
     assert ("PodGroup", "gang", "Preempted") in reasons
     assert all(("Pod", v, "Preempted") in reasons for v in victims)
+
+
+def test_a_recorded_decision_is_resumed_not_recomputed(client: ApiClient, namespace: str):
+    """As after a crash between recording a decision and applying it: the controller finishes
+    exactly the recorded decision. A recorded victim whose uid no longer matches (the pod was
+    replaced by one of the same name) is left alone."""
+    pods = resource_path("v1", "pods", namespace)
+    for name in ("keep", "victim", "renamed"):
+        client.create(pods, pod(name, "100m"))
+    wait_for(
+        lambda: all(pod_running(client, namespace, n) for n in ("keep", "victim", "renamed")), 60, "pods run"
+    )
+    victim_uid = client.get(f"{pods}/victim")["metadata"]["uid"]
+
+    client.create(groups_path(namespace), podgroup("resumed", 1))
+    wait_phase(client, namespace, "resumed", "Inqueue")
+    unapplied = {
+        "id": "crashed0001",
+        "decidedAt": 1.0,
+        "victims": [
+            {"namespace": namespace, "name": "victim", "uid": victim_uid, "node": ""},
+            {"namespace": namespace, "name": "renamed", "uid": "not-the-current-uid", "node": ""},
+        ],
+        "nominated": {},
+        "reason": "recorded before a crash",
+        "applied": False,
+    }
+    patch = {"metadata": {"annotations": {ANNOTATION: json.dumps(unapplied)}}}
+    client.request(
+        "PATCH", groups_path(namespace, "resumed"), body=patch, content_type="application/merge-patch+json"
+    )
+
+    def record() -> dict:
+        return json.loads(
+            client.get(groups_path(namespace, "resumed"))["metadata"]["annotations"][ANNOTATION]
+        )
+
+    wait_for(lambda: record()["applied"] is True, 60, "the recorded decision is finished")
+    assert record()["id"] == "crashed0001", "a second decision replaced the recorded one"
+    wait_for(
+        lambda: "victim" not in {p["metadata"]["name"] for p in client.get(pods)["items"]},
+        60,
+        "the victim is gone",
+    )
+    left = {p["metadata"]["name"] for p in client.get(pods)["items"]}
+    assert {"keep", "renamed"} <= left
