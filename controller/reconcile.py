@@ -7,7 +7,8 @@ needs it.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import structlog
@@ -45,11 +46,33 @@ def _bound_active(pod: Mapping[str, Any]) -> bool:
     )
 
 
+def _allocatable(nodes: Iterable[Mapping[str, Any]]) -> ResourceList:
+    total: ResourceList = {}
+    for node in nodes:
+        if (node.get("spec") or {}).get("unschedulable"):
+            continue
+        status = node.get("status") or {}
+        try:
+            total = add(total, parse_resource_list(status.get("allocatable") or status.get("capacity")))
+        except ValueError:
+            continue  # a node the scheduler cannot use either
+    return total
+
+
+@dataclass(frozen=True)
+class _ClusterView:
+    key: tuple[int, int, int]  # the caches' generations it was built from
+    allocatable: ResourceList
+    bound: list[enqueue.BoundPod]
+    holders: list[enqueue.GroupDemand]  # Inqueue/Running/Unknown groups
+
+
 class Reconciler:
     def __init__(self, client: ApiClient, caches: Caches, preemptor: GangPreemptor | None) -> None:
         self.client = client
         self.caches = caches
         self.preemptor = preemptor
+        self._view: _ClusterView | None = None
 
     # ---- inputs of the phase and enqueue functions ---------------------------------------------
 
@@ -89,36 +112,36 @@ class Reconciler:
             bound_members=len(bound),
         )
 
-    def _allocatable(self) -> ResourceList:
-        total: ResourceList = {}
-        for node in self.caches.nodes.items():
-            if (node.get("spec") or {}).get("unschedulable"):
-                continue
-            status = node.get("status") or {}
-            try:
-                total = add(total, parse_resource_list(status.get("allocatable") or status.get("capacity")))
-            except ValueError:
-                continue
-        return total
+    def _cluster(self) -> _ClusterView:
+        """What every enqueue decision reads, built in one pass over the caches and reused until
+        one of them changes: a resync of G groups costs O(pods + groups) once, not per group."""
+        key = (self.caches.pods.generation, self.caches.podgroups.generation, self.caches.nodes.generation)
+        if self._view is not None and self._view.key == key:
+            return self._view
+        members: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
+        bound = []
+        for pod in self.caches.pods.items():
+            name = group_of(pod)
+            if name:
+                members.setdefault((pod["metadata"].get("namespace", ""), name), []).append(pod)
+            if _bound_active(pod):
+                bound.append(enqueue.BoundPod(_priority_of(pod), _requests(pod)))
+        holders = []
+        for group in self.caches.podgroups.items():
+            if ((group.get("status") or {}).get("phase") or "") in enqueue.HOLDING_PHASES:
+                meta = group["metadata"]
+                holders.append(self.demand(group, members.get((meta["namespace"], meta["name"]), [])))
+        self._view = _ClusterView(key, _allocatable(self.caches.nodes.items()), bound, holders)
+        return self._view
 
     def enqueue_verdict(self, demand: enqueue.GroupDemand) -> phase.Enqueue:
         if not demand.min_resources:
             return phase.Enqueue(True, "no minResources")
-        bound = [
-            enqueue.BoundPod(_priority_of(p), _requests(p))
-            for p in self.caches.pods.items()
-            if _bound_active(p)
-        ]
-        others = []
-        for other in self.caches.podgroups.items():
-            other_meta = other["metadata"]
-            if f"{other_meta['namespace']}/{other_meta['name']}" == demand.key:
-                continue
-            if ((other.get("status") or {}).get("phase") or "") in enqueue.HOLDING_PHASES:
-                others.append(self.demand(other, self.members(other_meta["namespace"], other_meta["name"])))
+        view = self._cluster()
+        others = [h for h in view.holders if h.key != demand.key]
         quotas = list(self.caches.quotas.namespace(demand.namespace).values())
         try:
-            return enqueue.verdict(demand, quotas, self._allocatable(), bound, others)
+            return enqueue.verdict(demand, quotas, view.allocatable, view.bound, others)
         except ValueError as e:  # a malformed quota: hold the group back and say why
             return phase.Enqueue(False, str(e))
 

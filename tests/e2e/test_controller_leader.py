@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import pytest
 
 from localcluster import LocalCluster, components
-from localcluster.procs import free_ports
+from localcluster.procs import free_ports, log_tail
 from priogate.kube.client import ApiClient, load_client
 from tests.e2e.conftest import _figures
 from tests.e2e.controller_helpers import groups_path, metric, podgroup, wait_phase
@@ -61,6 +61,17 @@ def reconciles(url: str) -> float:
 def test_one_leader_reconciles_and_hands_over_on_sigterm(
     client: ApiClient, namespace: str, cluster: LocalCluster, contenders: dict[str, str]
 ):
+    try:
+        _contend(client, namespace, cluster, contenders)
+    except AssertionError as e:
+        tails = "\n".join(
+            f"--- controller {i} log:\n{log_tail(cluster.logs / f'controller-{i}.log', 40)}"
+            for i in contenders
+        )
+        raise AssertionError(f"{e}\n{tails}") from None
+
+
+def _contend(client: ApiClient, namespace: str, cluster: LocalCluster, contenders: dict[str, str]) -> None:
     wait_for(lambda: len(leaders(contenders)) == 1, 60, "one of the two controllers leads")
     (leader,) = leaders(contenders)
     (standby,) = set(contenders) - {leader}
