@@ -8,6 +8,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
+import requests
 
 from localcluster import LocalCluster, components
 from localcluster.procs import free_ports, log_tail
@@ -35,12 +36,22 @@ def contenders(cluster: LocalCluster) -> Iterator[dict[str, str]]:
             argv = components.controller(cluster.kubeconfig, port, f"--leader-elect-identity={identity}")
             cluster.supervisor.start(identity, argv, cluster.logs / f"controller-{identity}.log")
             urls[identity] = f"http://127.0.0.1:{port}"
+        # Both serving with synced caches, so both really contend (a slow start under load
+        # must not look like a standby that is not there).
+        wait_for(lambda: all(_healthy(u) for u in urls.values()), 60, "both controllers are healthy")
         yield urls
     finally:
         for identity in urls:
             if any(p.name == identity for p in cluster.supervisor.procs):
                 cluster.supervisor.stop(identity)
         cluster.start_controller()
+
+
+def _healthy(url: str) -> bool:
+    try:
+        return requests.get(f"{url}/healthz", timeout=3, proxies={"http": "", "https": ""}).status_code == 200
+    except requests.RequestException:
+        return False
 
 
 def leaders(urls: dict[str, str]) -> list[str]:
