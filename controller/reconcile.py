@@ -7,7 +7,7 @@ needs it.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -68,8 +68,15 @@ class _ClusterView:
 
 
 class Reconciler:
-    def __init__(self, client: ApiClient, caches: Caches, preemptor: GangPreemptor | None) -> None:
+    def __init__(
+        self,
+        client: ApiClient,
+        caches: Caches,
+        preemptor: GangPreemptor | None,
+        is_leader: Callable[[], bool] = lambda: True,
+    ) -> None:
         self.client = client
+        self.is_leader = is_leader
         self.caches = caches
         self.preemptor = preemptor
         self._view: _ClusterView | None = None
@@ -158,6 +165,8 @@ class Reconciler:
             status = self.desired_status(group, members)
             if status == (group.get("status") or {}):
                 break
+            if not self.is_leader():
+                return "not-leader"  # lost the lease since the worker took the key
             try:
                 group = self._write_status(group, status)
                 result = "updated"
