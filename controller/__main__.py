@@ -6,7 +6,7 @@ import argparse
 import os
 import sys
 
-from controller import simulate
+from controller import run, simulate
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -19,9 +19,18 @@ def main(argv: list[str] | None = None) -> int:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     simulate.add_arguments(simulate_parser)
+    run_parser = commands.add_parser(
+        "run",
+        help="run the controller: PodGroup phases, gang preemption, reservation reclaim",
+        description=run.__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    run.add_arguments(run_parser)
     args = parser.parse_args(argv)
     if args.command == "simulate":
         return simulate.run(args, sys.stdin, sys.stdout, sys.stderr)
+    if args.command == "run":
+        return run.run(args)
     parser.error(f"unknown command {args.command}")
     return 2
 

@@ -46,6 +46,7 @@ def _options(args: argparse.Namespace) -> Options:
         priority_plugin=args.keep_priority_plugin,
         webhook=not args.no_webhook,
         webhook_workers=args.workers,
+        controller=not args.no_controller,
     )
 
 
@@ -225,6 +226,7 @@ def main(argv: list[str] | None = None) -> int:
         help="keep kube-apiserver's built-in Priority admission plugin (see docs/modes.md)",
     )
     p.add_argument("--no-webhook", action="store_true", help="control plane only")
+    p.add_argument("--no-controller", action="store_true", help="do not start the priogate controller")
     p.add_argument("--workers", type=int, default=2, help="webhook (gunicorn) worker processes")
     p.add_argument("--timeout", type=float, default=300, help="up: seconds to wait until the webhooks answer")
     p.add_argument("--background", action="store_true", help=argparse.SUPPRESS)
@@ -239,6 +241,7 @@ def main(argv: list[str] | None = None) -> int:
         f"--workers={args.workers}",
         *(["--keep-priority-plugin"] if args.keep_priority_plugin else []),
         *(["--no-webhook"] if args.no_webhook else []),
+        *(["--no-controller"] if args.no_controller else []),
     ]
     try:
         return {"run": cmd_run, "up": cmd_up, "down": cmd_down, "status": cmd_status, "build": cmd_build}[

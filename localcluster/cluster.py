@@ -1,7 +1,7 @@
 """The local control plane with priogate inside it: start in dependency order, stop in reverse.
 
     etcd -> kube-apiserver -> kubeconfig -> kube-controller-manager, kube-scheduler, kwok
-         -> fake nodes -> webhook -> webhook configurations -> probe
+         -> fake nodes -> webhook -> webhook configurations -> probe -> controller
 
 Used by `python -m localcluster` (run/up) and by the e2e session fixture.
 """
@@ -29,7 +29,7 @@ from localcluster.binaries import REPO, ensure_binaries
 from localcluster.components import ApiServerMode, Ports
 from localcluster.pki import Pki, issue_all, write_kubeconfig
 from localcluster.procs import Proc, Supervisor, free_ports, progress, rss_kib, wait_until
-from localcluster.webhooks import WebhookPolicy, Webhooks
+from localcluster.webhooks import PRIOGATE_NAMESPACE, WebhookPolicy, Webhooks
 
 NODE_PREFIX = "kwok-node-"
 CRD_DIR = REPO / "manifests" / "crds"
@@ -47,6 +47,7 @@ class Options:
     priority_plugin: bool = False
     webhook: bool = True
     webhook_workers: int = 2
+    controller: bool = True
     # None: the mode's default (docs/modes.md).
     policy: WebhookPolicy | None = None
     start_timeout: float = 120.0
@@ -100,7 +101,7 @@ class LocalCluster:
         self.state_dir.mkdir(parents=True, exist_ok=True)
         if self.logs.exists():
             shutil.rmtree(self.logs)
-        self.ports = Ports(*free_ports(6))
+        self.ports = Ports(*free_ports(7))
         self.pki = issue_all(self.state_dir / "pki")
         self.mode = ApiServerMode(priority_plugin=o.priority_plugin)
 
@@ -172,8 +173,34 @@ class LocalCluster:
             self.webhooks.register(policy)
             self.timings["webhook-probe"] = self.webhooks.probe(priority_plugin=o.priority_plugin, proc=hook)
             self.timings["webhook"] = time.monotonic() - t0
+        if o.controller:
+            t0 = time.monotonic()
+            self.start_controller()
+            self.timings["controller"] = time.monotonic() - t0
         self.timings["total"] = time.monotonic() - t_total
         self.timings["warm-start"] = time.monotonic() - t_warm
+
+    def start_controller(self) -> Proc:
+        """The priogate controller, as the component "controller"; ready once its caches synced
+        (its /healthz). Its Lease lives in priogate-system, as in a real cluster."""
+        assert self.api and self.ports
+        if not self.webhooks:
+            self._install_crds()
+        self.api.create_or_replace("/api/v1/namespaces", {"metadata": {"name": PRIOGATE_NAMESPACE}})
+        progress(f"starting the priogate controller (metrics on {self.ports.controller_url})")
+        proc = self.supervisor.start(
+            "controller",
+            components.controller(self.kubeconfig, self.ports.controller),
+            self._log("controller"),
+            cwd=REPO,
+        )
+        wait_until(
+            lambda: _http_ok(f"{self.ports.controller_url}/healthz"),
+            timeout=60,
+            what="the controller's /healthz is 200",
+            proc=proc,
+        )
+        return proc
 
     def _install_crds(self) -> None:
         """The project's CRDs (PodGroup, ReservationLedger): the webhook watches them."""
@@ -310,6 +337,13 @@ def _healthz(port: int) -> bool:
         return conn.getresponse().status == 200
     finally:
         conn.close()
+
+
+def _http_ok(url: str) -> bool:
+    try:
+        return requests.get(url, timeout=3, proxies={"http": "", "https": ""}).status_code == 200
+    except requests.RequestException:
+        return False
 
 
 def _children(pid: int) -> Sequence[int]:

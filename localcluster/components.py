@@ -34,6 +34,7 @@ class Ports:
     controller_manager: int
     scheduler: int
     webhook: int
+    controller: int  # the priogate controller's /healthz and /metrics (plain HTTP)
 
     @property
     def etcd_url(self) -> str:
@@ -46,6 +47,10 @@ class Ports:
     @property
     def webhook_url(self) -> str:
         return f"https://{LOOPBACK}:{self.webhook}"
+
+    @property
+    def controller_url(self) -> str:
+        return f"http://{LOOPBACK}:{self.controller}"
 
 
 @dataclass(frozen=True)
@@ -167,4 +172,17 @@ def webhook(pki: Pki, kubeconfig: Path, ports: Ports, workers: int) -> list[str]
         f"--bind={LOOPBACK}:{ports.webhook}",
         f"--kubeconfig={kubeconfig}",
         f"--workers={workers}",
+    ]
+
+
+def controller(kubeconfig: Path, port: int, *extra: str) -> list[str]:
+    """The priogate controller (`python -m controller run`), leader-elected like in a cluster."""
+    return [
+        sys.executable,
+        "-m",
+        "controller",
+        "run",
+        f"--kubeconfig={kubeconfig}",
+        f"--bind={LOOPBACK}:{port}",
+        *extra,
     ]

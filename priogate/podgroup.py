@@ -12,7 +12,7 @@ GROUP_LABEL = "scheduling.x-k8s.io/pod-group"  # scheduler-plugins' link, accept
 DEFAULT_QUEUE = "default"
 DEFAULT_MIN_MEMBER = 1
 
-PHASES = ("Pending", "Inqueue", "Running", "Unknown", "Completed")
+PHASES = ("Pending", "Inqueue", "Running", "Unknown", "Completed", "Failed")
 TERMINAL_POD_PHASES = ("Succeeded", "Failed")
 
 

@@ -342,7 +342,7 @@ def _preempted_by_scheduler(conditions: Any) -> bool:
         isinstance(c, Mapping)
         and c.get("type") == "DisruptionTarget"
         and c.get("status") == "True"
-        and c.get("reason") == "PreemptionByScheduler"
+        and c.get("reason") in ("PreemptionByScheduler", "PreemptionByPriogate")
         for c in conditions
     )
 

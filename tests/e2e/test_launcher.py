@@ -41,6 +41,7 @@ def test_up_then_down_leaves_nothing_running(tmp_path: Path):
             "kube-scheduler",
             "kwok",
             "webhook",
+            "controller",
         ]
         assert all(running(r["pid"], r["start_time"]) for r in records)
 

@@ -41,3 +41,37 @@ def test_kustomize_builds():
         "ClusterRole",
         "PodDisruptionBudget",
     } <= kinds
+
+
+def test_controller_deployment_and_rbac():
+    kubectl = shutil.which("kubectl")
+    if kubectl is None:
+        pytest.fail("kubectl is needed to check that `kubectl apply -k manifests/` would work")
+    out = subprocess.run(
+        [kubectl, "kustomize", str(ROOT / "manifests")], capture_output=True, text=True, check=True
+    )
+    docs = {(d["kind"], d["metadata"]["name"]): d for d in yaml.safe_load_all(out.stdout) if d}
+    deployment = docs[("Deployment", "priogate-controller")]
+    assert deployment["spec"]["replicas"] == 2
+    command = deployment["spec"]["template"]["spec"]["containers"][0]["command"]
+    assert command[:4] == ["python", "-m", "controller", "run"]
+    granted = {
+        (group, resource, verb)
+        for rule in docs[("ClusterRole", "priogate-controller")]["rules"]
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+    }
+    for need in [
+        ("", "pods", "watch"),
+        ("", "pods", "delete"),
+        ("", "pods/status", "patch"),
+        ("scheduling.volcano.sh", "podgroups/status", "update"),
+        ("scheduling.volcano.sh", "podgroups", "patch"),
+        ("", "configmaps", "update"),
+        ("events.k8s.io", "events", "create"),
+        ("policy", "poddisruptionbudgets", "list"),
+    ]:
+        assert need in granted, need
+    lease_rules = docs[("Role", "priogate-controller-leader-election")]["rules"]
+    assert lease_rules[0]["resources"] == ["leases"] and "update" in lease_rules[0]["verbs"]

@@ -1,0 +1,256 @@
+"""Gang preemption applied: snapshot from the caches, the engine's decision for one PodGroup,
+then the writes, in an order that survives a crash at any point:
+
+1. record the decision on the PodGroup (annotation, resourceVersion precondition): the commit
+   point; a conflict here means nothing was touched and the next reconcile starts over;
+2. per victim: DisruptionTarget condition (pods/status), an Event, DELETE with a uid
+   precondition (a pod of the same name created since is not a victim);
+3. status.nominatedNodeName on the members the decision placed;
+4. mark the record applied, and an Event on the PodGroup.
+
+A restart between 1 and 4 finds the record unapplied and repeats 2 to 4 for the same victims;
+every step is harmless to repeat (404 and uid mismatches mean "already done").
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import structlog
+
+from controller import preemption_record as record
+from controller.caches import Caches
+from controller.events import EventRecorder
+from controller.leader import micro_time
+from controller.preemption.engine import gang_request, prepare
+from controller.preemption.gang import preempt_group
+from controller.preemption.snapshot import build_snapshot
+from controller.preemption_record import Decision, Step, Victim
+from priogate.kube.client import ApiClient, ApiError, resource_path
+from priogate.podgroup import GROUP_VERSION, PLURAL
+
+log = structlog.get_logger("priogate.controller.preemption")
+
+MERGE_PATCH = "application/merge-patch+json"
+STRATEGIC_PATCH = "application/strategic-merge-patch+json"
+
+
+class NotLeader(Exception):
+    """Leadership was lost mid-way: stop writing; the record lets the next leader finish."""
+
+
+class GangPreemptor:
+    def __init__(
+        self,
+        client: ApiClient,
+        caches: Caches,
+        events: EventRecorder,
+        is_leader: Callable[[], bool],
+        *,
+        opt_out_mode: str = "hard",
+        retry_after: float = record.DEFAULT_RETRY_AFTER,
+        on_applied: Callable[[int], None] = lambda victims: None,
+    ) -> None:
+        self.client = client
+        self.caches = caches
+        self.events = events
+        self.is_leader = is_leader
+        self.opt_out_mode = opt_out_mode
+        self.retry_after = retry_after
+        self.on_applied = on_applied
+
+    def handle(self, group: Mapping[str, Any], members: Sequence[Mapping[str, Any]], scheduled: int) -> str:
+        meta = group["metadata"]
+        key = f"{meta['namespace']}/{meta['name']}"
+        try:
+            decision = record.recorded(group)
+        except ValueError as e:
+            log.warning("ignoring an unreadable preemption record", podgroup=key, error=str(e))
+            decision = None
+        phase = (group.get("status") or {}).get("phase") or ""
+        min_member = int((group.get("spec") or {}).get("minMember") or 0)
+        needs = record.needs_preemption(phase, min_member, scheduled, members)
+        present = {
+            v.uid
+            for v in (decision.victims if decision else ())
+            if (self.caches.pods.get(v.namespace, v.name) or {}).get("metadata", {}).get("uid") == v.uid
+        }
+        step = record.next_step(decision, needs, present, time.time(), self.retry_after)
+        if step is Step.RESUME and decision is not None:
+            log.info("resuming a recorded preemption", podgroup=key, decision=decision.id)
+            self._apply(group, decision)
+            return "resumed"
+        if step is not Step.DECIDE:
+            return step.value
+        decision = self._decide(group, key)
+        if decision is None:
+            return "unresolved"
+        group = self._record(group, decision)
+        self._apply(group, decision)
+        return "preempted"
+
+    # ---- deciding ------------------------------------------------------------------------------
+
+    def _snapshot_objects(self) -> list[dict[str, Any]]:
+        # LIST items carry no kind; the snapshot builder sorts objects by it.
+        tagged = []
+        for kind, cache in (
+            ("Node", self.caches.nodes),
+            ("Pod", self.caches.pods),
+            ("PodGroup", self.caches.podgroups),
+            ("PodDisruptionBudget", self.caches.pdbs),
+            ("PriorityClass", self.caches.classes),
+        ):
+            tagged.extend({**obj, "kind": kind} for obj in cache.items())
+        return tagged
+
+    def _decide(self, group: Mapping[str, Any], key: str) -> Decision | None:
+        try:
+            state = prepare(build_snapshot(self._snapshot_objects()))
+        except ValueError as e:
+            log.warning("cannot build a preemption snapshot", podgroup=key, error=str(e))
+            return None
+        info = state.groups.get(key)
+        if info is None:
+            return None
+        request = gang_request(info, [p for p in state.pods.values() if p.group == key])
+        if request is None:
+            return None
+        outcome = preempt_group(state, request, opt_out_mode=self.opt_out_mode, explain=False)
+        if outcome.status != "preempt" or not outcome.victims:
+            log.info("no gang preemption", podgroup=key, status=outcome.status, reason=outcome.reason)
+            return None
+        victims = []
+        for v in outcome.victims:
+            uid = (self.caches.pods.get(v.namespace, v.name) or {}).get("metadata", {}).get("uid", "")
+            victims.append(Victim(v.namespace, v.name, uid, v.node_name))
+        placements = {pod_key.split("/", 1)[1]: node for pod_key, node in outcome.placements.items()}
+        return Decision(uuid.uuid4().hex[:12], time.time(), tuple(victims), placements, outcome.reason)
+
+    # ---- writing -------------------------------------------------------------------------------
+
+    def _guard(self) -> None:
+        if not self.is_leader():
+            raise NotLeader("leadership lost during a preemption")
+
+    def _group_path(self, group: Mapping[str, Any]) -> str:
+        meta = group["metadata"]
+        return resource_path(GROUP_VERSION, PLURAL, meta["namespace"], meta["name"])
+
+    def _patch_annotation(self, group: Mapping[str, Any], decision: Decision) -> dict[str, Any]:
+        body = {
+            "metadata": {
+                "resourceVersion": group["metadata"]["resourceVersion"],  # precondition
+                "annotations": {record.ANNOTATION: decision.to_annotation()},
+            }
+        }
+        self._guard()
+        written = self.client.request("PATCH", self._group_path(group), body=body, content_type=MERGE_PATCH)
+        self.caches.podgroups.apply_event("MODIFIED", written)
+        return written
+
+    def _record(self, group: Mapping[str, Any], decision: Decision) -> dict[str, Any]:
+        """The commit point. A 409 propagates: nothing was touched, the reconcile is retried."""
+        written = self._patch_annotation(group, decision)
+        log.info(
+            "recorded a gang preemption",
+            podgroup=f"{group['metadata']['namespace']}/{group['metadata']['name']}",
+            decision=decision.id,
+            victims=[v.key for v in decision.victims],
+            nominated=dict(decision.placements),
+        )
+        return written
+
+    def _apply(self, group: Mapping[str, Any], decision: Decision) -> None:
+        meta = group["metadata"]
+        preemptor = f"{meta['namespace']}/{meta['name']}"
+        now = micro_time(dt.datetime.now(dt.UTC))
+        for victim in decision.victims:
+            self._evict(victim, preemptor, now)
+        for name, node in sorted(decision.placements.items()):
+            member = self.caches.pods.get(meta["namespace"], name)
+            if member is None or (member.get("spec") or {}).get("nodeName"):
+                continue  # gone, or bound already: a nomination is moot (and refused)
+            self._guard()
+            path = resource_path("v1", "pods", meta["namespace"], name) + "/status"
+            try:
+                self.client.request(
+                    "PATCH", path, body={"status": {"nominatedNodeName": node}}, content_type=MERGE_PATCH
+                )
+            except ApiError as e:
+                # 404: gone; 422: bound since the cache saw it ("may not be set on pods that are
+                # already bound to a node"). Either way the nomination has no use any more.
+                if e.status not in (404, 422):
+                    raise
+                log.info("nomination skipped", pod=f"{meta['namespace']}/{name}", status=e.status)
+        self._mark_applied(group, decision)
+        self.on_applied(len(decision.victims))
+        victims = ", ".join(v.key for v in decision.victims)
+        self.events.emit(
+            group,
+            "PodGroup",
+            GROUP_VERSION,
+            type_="Normal",
+            reason="Preempted",
+            action="Preempt",
+            note=f"preempted {len(decision.victims)} pod(s) for the gang: {victims}; {decision.reason}",
+        )
+
+    def _evict(self, victim: Victim, preemptor: str, now: str) -> None:
+        pod = self.caches.pods.get(victim.namespace, victim.name)
+        path = resource_path("v1", "pods", victim.namespace, victim.name)
+        if (
+            pod is not None
+            and pod["metadata"].get("uid") == victim.uid
+            and not pod["metadata"].get("deletionTimestamp")
+        ):
+            self._guard()
+            try:
+                # Strategic merge: conditions merge by type, so others' conditions stay.
+                self.client.request(
+                    "PATCH",
+                    path + "/status",
+                    body={"status": {"conditions": [record.disruption_condition(now, preemptor)]}},
+                    content_type=STRATEGIC_PATCH,
+                )
+            except ApiError as e:
+                if e.status != 404:
+                    raise
+            self.events.emit(
+                pod,
+                "Pod",
+                "v1",
+                type_="Warning",
+                reason="Preempted",
+                action="Preempt",
+                note=f"preempted by priogate to make room for PodGroup {preemptor}",
+            )
+        self._guard()
+        try:
+            self.client.delete(path, preconditions={"uid": victim.uid})
+        except ApiError as e:
+            # 404: gone already; 409: the uid precondition failed, a new pod took the name.
+            if e.status not in (404, 409):
+                raise
+
+    def _mark_applied(self, group: Mapping[str, Any], decision: Decision) -> None:
+        path = self._group_path(group)
+        for _ in range(5):
+            current = self.client.get(path)
+            try:
+                mine = record.recorded(current)
+            except ValueError:
+                mine = None
+            if mine is None or mine.id != decision.id:
+                return  # replaced meanwhile: nothing of ours to mark
+            try:
+                self._patch_annotation(current, decision.done())
+                return
+            except ApiError as e:
+                if e.status != 409:
+                    raise
+        raise ApiError(409, "Conflict", f"could not mark preemption {decision.id} applied: kept conflicting")

@@ -1,0 +1,146 @@
+"""The PodGroup phase function: a group, its member pods and the enqueue verdict in, the new
+status out. Pure; docs/controller.md has the table.
+
+The rules follow the kube-batch "Delay Pod Creation" table (Pending -> Inqueue when resources
+are there, Inqueue -> Pending when they are not any more, Inqueue -> Running when minMember
+members run) and Volcano's session-close function (a member counts as scheduled once bound,
+including finished members and terminating ones still on their node, so the phase does not
+flap while victims leave), plus the end states: Completed, and Failed when every member
+finished and fewer than minMember succeeded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+PENDING, INQUEUE, RUNNING, UNKNOWN, COMPLETED, FAILED = (
+    "Pending",
+    "Inqueue",
+    "Running",
+    "Unknown",
+    "Completed",
+    "Failed",
+)
+FINISHED = (COMPLETED, FAILED)
+SCHEDULED = "Scheduled"
+UNSCHEDULABLE = "Unschedulable"
+
+
+@dataclass(frozen=True)
+class Members:
+    running: int = 0
+    succeeded: int = 0
+    failed: int = 0
+    scheduled: int = 0  # bound to a node, or finished
+    active: int = 0  # neither Succeeded nor Failed (pending, bound, running, terminating)
+
+
+@dataclass(frozen=True)
+class Enqueue:
+    """The enqueue policy's verdict (controller/enqueue.py): may the group hold resources now?"""
+
+    admitted: bool
+    reason: str = ""
+
+
+def count_members(pods: Iterable[Mapping[str, Any]]) -> Members:
+    running = succeeded = failed = scheduled = active = 0
+    for pod in pods:
+        phase = (pod.get("status") or {}).get("phase") or "Pending"
+        if phase == "Succeeded":
+            succeeded += 1
+            scheduled += 1
+            continue
+        if phase == "Failed":
+            failed += 1
+            scheduled += 1
+            continue
+        active += 1
+        if (pod.get("spec") or {}).get("nodeName"):
+            scheduled += 1
+            if phase == "Running" and not (pod.get("metadata") or {}).get("deletionTimestamp"):
+                running += 1
+    return Members(running, succeeded, failed, scheduled, active)
+
+
+def next_phase(current: str, min_member: int, members: Members, enqueue: Enqueue) -> str:
+    need = max(min_member, 1)
+    current = current or PENDING
+    if members.active == 0 and members.succeeded + members.failed >= need:
+        return COMPLETED if members.succeeded >= min_member else FAILED
+    if current in FINISHED and members.active == 0:
+        return current  # members gone (pod garbage collection): the group stays finished
+    if members.scheduled >= need:
+        return RUNNING
+    if current in (RUNNING, UNKNOWN):
+        # Below minMember: with members still running the gang is broken but alive (Volcano's
+        # Unknown; its owner decides); with none running it starts over from Pending.
+        return UNKNOWN if members.running > 0 else PENDING
+    if current == INQUEUE:
+        # Members already bound are on their way; otherwise roll back when resources went away
+        # (the seed's InQueue -> Pending), so a group does not hold a reservation it cannot use.
+        return INQUEUE if members.scheduled > 0 or enqueue.admitted else PENDING
+    return INQUEUE if enqueue.admitted else PENDING
+
+
+def _condition(type_: str, status: bool, reason: str, message: str) -> dict[str, str]:
+    return {"type": type_, "status": "True" if status else "False", "reason": reason, "message": message}
+
+
+def desired_conditions(
+    phase: str, min_member: int, members: Members, enqueue: Enqueue
+) -> list[dict[str, str]]:
+    scheduled = members.scheduled >= max(min_member, 1)
+    counts = f"{members.scheduled}/{min_member} members scheduled"
+    conditions = [
+        _condition(
+            SCHEDULED, scheduled, "MinMemberScheduled" if scheduled else "NotEnoughMembersScheduled", counts
+        )
+    ]
+    if phase == PENDING and not enqueue.admitted:
+        conditions.append(_condition(UNSCHEDULABLE, True, "NotEnoughResources", enqueue.reason))
+    elif phase == UNKNOWN:
+        conditions.append(
+            _condition(UNSCHEDULABLE, True, "GangBroken", f"{counts}, {members.running} running")
+        )
+    else:
+        conditions.append(_condition(UNSCHEDULABLE, False, "Schedulable", ""))
+    return conditions
+
+
+def merge_conditions(
+    old: Sequence[Mapping[str, Any]], new: Sequence[Mapping[str, str]], now: str
+) -> list[dict[str, Any]]:
+    """New conditions with lastTransitionTime kept unless a condition's status changed.
+    Conditions of other types (written by someone else) are kept as they are."""
+    by_type = {c.get("type"): c for c in old if isinstance(c, Mapping)}
+    merged: list[dict[str, Any]] = []
+    for condition in new:
+        previous = by_type.pop(condition["type"], None)
+        changed = previous is None or previous.get("status") != condition["status"]
+        stamp = now if changed else previous.get("lastTransitionTime") or now
+        merged.append({**condition, "lastTransitionTime": stamp})
+    merged.extend(dict(c) for c in by_type.values())
+    return merged
+
+
+def next_status(
+    status: Mapping[str, Any] | None, min_member: int, members: Members, enqueue: Enqueue, now: str
+) -> dict[str, Any]:
+    """The whole new status. Equal to `status` (==) when nothing changed, so the caller writes
+    only on a real change."""
+    status = dict(status or {})
+    phase = next_phase(status.get("phase") or "", min_member, members, enqueue)
+    conditions = merge_conditions(
+        status.get("conditions") or [], desired_conditions(phase, min_member, members, enqueue), now
+    )
+    return {
+        **status,
+        "phase": phase,
+        "conditions": conditions,
+        "running": members.running,
+        "succeeded": members.succeeded,
+        "failed": members.failed,
+    }

@@ -1,0 +1,232 @@
+"""The PodGroup reconciler: cache state in, the phase function's status out, written to the
+status subresource only when it changed, with the resourceVersion read (409: re-read the
+object from the API server, recompute, write again). Then gang preemption, if the group
+needs it.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import structlog
+
+from controller import enqueue, phase
+from controller.caches import Caches
+from controller.gang_preemptor import GangPreemptor, NotLeader
+from priogate import priority as prio
+from priogate.kube.client import ApiClient, ApiError, resource_path
+from priogate.ledger import now_rfc3339
+from priogate.podgroup import GROUP_VERSION, PLURAL, group_of
+from priogate.resources import ResourceList, add, parse_resource_list, pod_requests
+
+log = structlog.get_logger("priogate.controller.reconcile")
+
+MAX_CONFLICT_RETRIES = 5
+
+
+def _priority_of(pod: Mapping[str, Any]) -> int:
+    value = (pod.get("spec") or {}).get("priority")
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def _requests(pod: Mapping[str, Any]) -> ResourceList:
+    try:
+        return pod_requests(pod)
+    except ValueError:
+        return {}  # admission refuses such pods; an old one must not stop every reconcile
+
+
+def _bound_active(pod: Mapping[str, Any]) -> bool:
+    return bool((pod.get("spec") or {}).get("nodeName")) and (pod.get("status") or {}).get("phase") not in (
+        "Succeeded",
+        "Failed",
+    )
+
+
+def _allocatable(nodes: Iterable[Mapping[str, Any]]) -> ResourceList:
+    total: ResourceList = {}
+    for node in nodes:
+        if (node.get("spec") or {}).get("unschedulable"):
+            continue
+        status = node.get("status") or {}
+        try:
+            total = add(total, parse_resource_list(status.get("allocatable") or status.get("capacity")))
+        except ValueError:
+            continue  # a node the scheduler cannot use either
+    return total
+
+
+@dataclass(frozen=True)
+class _ClusterView:
+    key: tuple[int, int, int]  # the caches' generations it was built from
+    allocatable: ResourceList
+    bound: list[enqueue.BoundPod]
+    holders: list[enqueue.GroupDemand]  # Inqueue/Running/Unknown groups
+
+
+class Reconciler:
+    def __init__(
+        self,
+        client: ApiClient,
+        caches: Caches,
+        preemptor: GangPreemptor | None,
+        is_leader: Callable[[], bool] = lambda: True,
+    ) -> None:
+        self.client = client
+        self.is_leader = is_leader
+        self.caches = caches
+        self.preemptor = preemptor
+        self._view: _ClusterView | None = None
+
+    # ---- inputs of the phase and enqueue functions ---------------------------------------------
+
+    def members(self, namespace: str, name: str) -> list[Mapping[str, Any]]:
+        return [p for p in self.caches.pods.namespace(namespace).values() if group_of(p) == name]
+
+    def _class_priority(self, class_name: str) -> tuple[int, bool] | None:
+        pc = self.caches.classes.get("", class_name)
+        if pc is None:
+            return None
+        return int(pc.get("value") or 0), pc.get("preemptionPolicy") != prio.PREEMPT_NEVER
+
+    def demand(self, group: Mapping[str, Any], members: Sequence[Mapping[str, Any]]) -> enqueue.GroupDemand:
+        meta, spec = group["metadata"], group.get("spec") or {}
+        class_name = spec.get("priorityClassName") or ""
+        resolved = self._class_priority(class_name) if class_name else None
+        if resolved is None:  # no class (or not found): the members' priority, as the engine does
+            resolved = (max((_priority_of(p) for p in members), default=0), True)
+        bound = [p for p in members if _bound_active(p)]
+        consumed: ResourceList = {}
+        for pod in bound:
+            consumed = add(consumed, _requests(pod))
+        try:
+            min_resources = enqueue.min_resources_of(spec.get("minResources"))
+        except ValueError:
+            min_resources = {}
+        return enqueue.GroupDemand(
+            key=f"{meta['namespace']}/{meta['name']}",
+            namespace=meta["namespace"],
+            priority_class=class_name,
+            priority=resolved[0],
+            preempts=resolved[1],
+            phase=(group.get("status") or {}).get("phase") or "",
+            min_member=int(spec.get("minMember") or 0),
+            min_resources=min_resources,
+            consumed=consumed,
+            bound_members=len(bound),
+        )
+
+    def _cluster(self) -> _ClusterView:
+        """What every enqueue decision reads, built in one pass over the caches and reused until
+        one of them changes: a resync of G groups costs O(pods + groups) once, not per group."""
+        key = (self.caches.pods.generation, self.caches.podgroups.generation, self.caches.nodes.generation)
+        if self._view is not None and self._view.key == key:
+            return self._view
+        members: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
+        bound = []
+        for pod in self.caches.pods.items():
+            name = group_of(pod)
+            if name:
+                members.setdefault((pod["metadata"].get("namespace", ""), name), []).append(pod)
+            if _bound_active(pod):
+                bound.append(enqueue.BoundPod(_priority_of(pod), _requests(pod)))
+        holders = []
+        for group in self.caches.podgroups.items():
+            if ((group.get("status") or {}).get("phase") or "") in enqueue.HOLDING_PHASES:
+                meta = group["metadata"]
+                holders.append(self.demand(group, members.get((meta["namespace"], meta["name"]), [])))
+        self._view = _ClusterView(key, _allocatable(self.caches.nodes.items()), bound, holders)
+        return self._view
+
+    def enqueue_verdict(self, demand: enqueue.GroupDemand) -> phase.Enqueue:
+        if not demand.min_resources:
+            return phase.Enqueue(True, "no minResources")
+        view = self._cluster()
+        others = [h for h in view.holders if h.key != demand.key]
+        quotas = list(self.caches.quotas.namespace(demand.namespace).values())
+        try:
+            return enqueue.verdict(demand, quotas, view.allocatable, view.bound, others)
+        except ValueError as e:  # a malformed quota: hold the group back and say why
+            return phase.Enqueue(False, str(e))
+
+    # ---- the reconcile -------------------------------------------------------------------------
+
+    def reconcile(self, namespace: str, name: str) -> str:
+        """One PodGroup. Returns the result label for metrics."""
+        group = self.caches.podgroups.get(namespace, name)
+        result = "unchanged"
+        for _ in range(MAX_CONFLICT_RETRIES):
+            if group is None or (group.get("metadata") or {}).get("deletionTimestamp"):
+                return "gone"
+            members = self.members(namespace, name)
+            status = self.desired_status(group, members)
+            if status == (group.get("status") or {}):
+                break
+            if not self.is_leader():
+                return "not-leader"  # lost the lease since the worker took the key
+            try:
+                group = self._write_status(group, status)
+                result = "updated"
+                break
+            except ApiError as e:
+                if e.status == 404:
+                    return "gone"
+                if e.status != 409:
+                    raise
+                log.info("status write conflicted; re-reading", podgroup=f"{namespace}/{name}")
+                group = self._fresh(namespace, name)
+        else:
+            return "conflict"
+        if self.preemptor is not None and group is not None:
+            scheduled = phase.count_members(self.members(namespace, name)).scheduled
+            try:
+                outcome = self.preemptor.handle(group, self.members(namespace, name), scheduled)
+            except NotLeader:
+                return "not-leader"
+            if outcome in ("preempted", "resumed"):
+                result = outcome
+        return result
+
+    def desired_status(
+        self, group: Mapping[str, Any], members: Sequence[Mapping[str, Any]]
+    ) -> dict[str, Any]:
+        counts = phase.count_members(members)
+        current = (group.get("status") or {}).get("phase") or ""
+        if current in ("", phase.PENDING, phase.INQUEUE):
+            verdict = self.enqueue_verdict(self.demand(group, members))
+        else:
+            verdict = phase.Enqueue(True)  # not consulted once a group is past Inqueue
+        min_member = int((group.get("spec") or {}).get("minMember") or 0)
+        now = now_rfc3339(dt.datetime.now(dt.UTC))
+        return phase.next_status(group.get("status"), min_member, counts, verdict, now)
+
+    def _path(self, namespace: str, name: str) -> str:
+        return resource_path(GROUP_VERSION, PLURAL, namespace, name)
+
+    def _write_status(self, group: Mapping[str, Any], status: dict[str, Any]) -> dict[str, Any]:
+        meta = group["metadata"]
+        body = {**group, "status": status}  # metadata.resourceVersion as read: the precondition
+        written = self.client.replace(self._path(meta["namespace"], meta["name"]) + "/status", body)
+        # Seen at once by the next reconcile (FCFS enqueue must count this group's reservation),
+        # not only when the watch delivers it.
+        self.caches.podgroups.apply_event("MODIFIED", written)
+        old, new = (group.get("status") or {}).get("phase"), status.get("phase")
+        log.info(
+            "podgroup status",
+            podgroup=f"{meta['namespace']}/{meta['name']}",
+            phase=new,
+            previous=old or "",
+            running=status.get("running"),
+        )
+        return written
+
+    def _fresh(self, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            return self.client.get(self._path(namespace, name))
+        except ApiError as e:
+            if e.status == 404:
+                return None
+            raise

@@ -1,0 +1,265 @@
+"""`python -m controller run`: the controller program.
+
+Watch caches feed a work queue (keys "podgroup:NS/NAME" and "ledger:NS"); one worker, while
+this process leads, reconciles PodGroup status, applies gang preemption and reclaims stale
+ledger entries. One worker on purpose: enqueue decisions are first come, first served, and a
+group's reservation must be visible to the next group's decision.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import signal
+import threading
+import time
+from types import FrameType
+
+import structlog
+
+from controller.caches import build_caches
+from controller.election import LeaderElector, default_identity
+from controller.events import EventRecorder
+from controller.gang_preemptor import GangPreemptor
+from controller.leader import LEASE_DURATION, RENEW_DEADLINE, RETRY_PERIOD
+from controller.preemption.engine import OPT_OUT_MODES
+from controller.preemption_record import DEFAULT_RETRY_AFTER
+from controller.reclaim import Reclaimer
+from controller.reconcile import Reconciler
+from controller.serving import Metrics, serve
+from controller.workqueue import WorkQueue
+from priogate.kube.cache import Obj
+from priogate.kube.client import ApiClient, load_client
+from priogate.kube.ledger_store import LedgerStore
+from priogate.logs import configure_logging
+from priogate.podgroup import group_of
+
+log = structlog.get_logger("priogate.controller")
+
+GROUP_KEY = "podgroup:"
+LEDGER_KEY = "ledger:"
+FINISHED = ("Completed", "Failed")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--kubeconfig", default=None, help="kubeconfig file (default: $KUBECONFIG, else in-cluster)"
+    )
+    p.add_argument(
+        "--leader-elect",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="elect a leader (default on)",
+    )
+    p.add_argument("--leader-elect-namespace", default="priogate-system", help="namespace of the Lease")
+    p.add_argument("--leader-elect-name", default="priogate-controller", help="name of the Lease")
+    p.add_argument(
+        "--leader-elect-identity", default=None, help="holderIdentity (default: hostname + suffix)"
+    )
+    p.add_argument("--lease-duration", type=float, default=LEASE_DURATION, help="seconds (default 15)")
+    p.add_argument("--renew-deadline", type=float, default=RENEW_DEADLINE, help="seconds (default 10)")
+    p.add_argument("--retry-period", type=float, default=RETRY_PERIOD, help="seconds (default 2)")
+    p.add_argument(
+        "--bind", default="0.0.0.0:8080", help="/healthz and /metrics address (default 0.0.0.0:8080)"
+    )
+    p.add_argument(
+        "--resync-seconds", type=float, default=10.0, help="re-reconcile unfinished groups this often"
+    )
+    p.add_argument("--reclaim-seconds", type=float, default=30.0, help="sweep every ledger this often")
+    p.add_argument(
+        "--reclaim-grace-seconds", type=float, default=60.0, help="age before an orphan reservation is stale"
+    )
+    p.add_argument("--gang-preemption", action=argparse.BooleanOptionalAction, default=True)
+    p.add_argument("--opt-out-mode", choices=OPT_OUT_MODES, default="hard", help="see `simulate --help`")
+    p.add_argument(
+        "--preemption-retry-seconds",
+        type=float,
+        default=DEFAULT_RETRY_AFTER,
+        help="wait this long after a gang preemption before deciding another for the same group",
+    )
+    p.add_argument("--log-level", default="INFO")
+
+
+class Controller:
+    def __init__(self, args: argparse.Namespace, client: ApiClient) -> None:
+        self.args = args
+        self.client = client
+        self.identity = args.leader_elect_identity or default_identity()
+        self.metrics = Metrics()
+        self.queue = WorkQueue()
+        self.stop = threading.Event()
+        self.leading = threading.Event()
+        self.idle = threading.Event()
+        self.idle.set()
+        self.caches = build_caches(client, self.on_event)
+        self.elector: LeaderElector | None = None
+        if args.leader_elect:
+            self.elector = LeaderElector(
+                client,
+                args.leader_elect_namespace,
+                args.leader_elect_name,
+                self.identity,
+                lease_duration=args.lease_duration,
+                renew_deadline=args.renew_deadline,
+                retry_period=args.retry_period,
+                on_started=self.started_leading,
+                on_stopped=self.stopped_leading,
+            )
+        events = EventRecorder(client, self.identity)
+        preemptor = None
+        if args.gang_preemption:
+            preemptor = GangPreemptor(
+                client,
+                self.caches,
+                events,
+                self.is_leader,
+                opt_out_mode=args.opt_out_mode,
+                retry_after=args.preemption_retry_seconds,
+                on_applied=self._count_preemption,
+            )
+        self.reconciler = Reconciler(client, self.caches, preemptor, self.is_leader)
+        self.reclaimer = Reclaimer(
+            LedgerStore(client), self.caches, dt.timedelta(seconds=args.reclaim_grace_seconds)
+        )
+
+    def is_leader(self) -> bool:
+        return self.elector.is_leader() if self.elector is not None else not self.stop.is_set()
+
+    def _count_preemption(self, victims: int) -> None:
+        self.metrics.preemptions.inc()
+        self.metrics.victims.inc(victims)
+
+    # ---- events into keys ----------------------------------------------------------------------
+
+    def on_event(self, cache: str, event_type: str, obj: Obj) -> None:
+        meta = obj.get("metadata") or {}
+        namespace = meta.get("namespace", "")
+        if cache == "podgroups":
+            self.queue.add(f"{GROUP_KEY}{namespace}/{meta.get('name')}")
+            if event_type == "DELETED":
+                self.queue.add(f"{LEDGER_KEY}{namespace}")
+        elif cache == "pods":
+            group = group_of(obj)
+            if group:
+                self.queue.add(f"{GROUP_KEY}{namespace}/{group}")
+        elif cache == "quotas":
+            for group in self.caches.podgroups.namespace(namespace).values():
+                self.queue.add(f"{GROUP_KEY}{namespace}/{group['metadata']['name']}")
+        elif cache == "ledgers" and event_type != "DELETED":
+            self.queue.add(f"{LEDGER_KEY}{namespace}")
+        self.metrics.queue_depth.set(self.queue.depth())
+
+    def resync(self) -> None:
+        for group in self.caches.podgroups.items():
+            if ((group.get("status") or {}).get("phase") or "") not in FINISHED:
+                meta = group["metadata"]
+                self.queue.add(f"{GROUP_KEY}{meta['namespace']}/{meta['name']}")
+
+    def sweep_ledgers(self) -> None:
+        for namespace in self.reclaimer.namespaces():
+            self.queue.add(f"{LEDGER_KEY}{namespace}")
+
+    # ---- leadership ----------------------------------------------------------------------------
+
+    def started_leading(self) -> None:
+        self.metrics.leader.set(1)
+        self.leading.set()
+        self.resync()
+        self.sweep_ledgers()
+
+    def stopped_leading(self) -> None:
+        self.metrics.leader.set(0)
+        self.leading.clear()
+        # The reconcile in flight checks leadership before each write; let it end.
+        self.idle.wait(10)
+
+    # ---- the worker ----------------------------------------------------------------------------
+
+    def worker(self) -> None:
+        while not self.stop.is_set():
+            if not self.leading.wait(0.5):
+                continue
+            key = self.queue.get(timeout=0.5)
+            self.metrics.queue_depth.set(self.queue.depth())
+            if key is None:
+                continue
+            self.idle.clear()
+            try:
+                if not self.is_leader():
+                    self.queue.add_after(key, 1.0)  # a later leader (maybe this one) does it
+                    continue
+                self.process(key)
+                self.queue.forget(key)
+            except Exception as e:
+                kind = key.split(":", 1)[0]
+                self.metrics.reconciles.labels(kind=kind, result="error").inc()
+                delay = self.queue.retry(key)
+                log.warning("reconcile failed; retrying", key=key, error=str(e), retry_in=round(delay, 2))
+            finally:
+                self.queue.done(key)
+                self.idle.set()
+
+    def process(self, key: str) -> None:
+        if key.startswith(GROUP_KEY):
+            namespace, _, name = key.removeprefix(GROUP_KEY).partition("/")
+            result = self.reconciler.reconcile(namespace, name)
+            self.metrics.reconciles.labels(kind="podgroup", result=result).inc()
+        elif key.startswith(LEDGER_KEY):
+            removed = self.reclaimer.reclaim(key.removeprefix(LEDGER_KEY))
+            self.metrics.reconciles.labels(
+                kind="ledger", result="reclaimed" if removed else "unchanged"
+            ).inc()
+
+    def ticker(self) -> None:
+        next_resync = next_sweep = time.monotonic()
+        while not self.stop.wait(1.0):
+            now = time.monotonic()
+            if not self.leading.is_set():
+                continue
+            if now >= next_resync:
+                self.resync()
+                next_resync = now + self.args.resync_seconds
+            if now >= next_sweep:
+                self.sweep_ledgers()
+                next_sweep = now + self.args.reclaim_seconds
+
+    def run(self) -> int:
+        server = serve(self.args.bind, self.metrics, self.caches.synced)
+        log.info("controller starting", identity=self.identity, bind=self.args.bind)
+        self.caches.start()
+        while not self.caches.wait_synced(1.0):
+            if self.stop.is_set():
+                return 0
+        log.info("caches synced")
+        threads = [
+            threading.Thread(target=self.worker, name="worker", daemon=True),
+            threading.Thread(target=self.ticker, name="ticker", daemon=True),
+        ]
+        for t in threads:
+            t.start()
+        if self.elector is not None:
+            self.elector.run(self.stop)  # returns after stop is set and the lease is released
+        else:
+            self.started_leading()
+            self.stop.wait()
+            self.stopped_leading()
+        self.queue.shut_down()
+        for t in threads:
+            t.join(5)
+        self.caches.stop()
+        server.shutdown()
+        log.info("controller stopped", identity=self.identity)
+        return 0
+
+
+def run(args: argparse.Namespace) -> int:
+    configure_logging(args.log_level)
+    controller = Controller(args, load_client(args.kubeconfig))
+
+    def on_signal(signum: int, _frame: FrameType | None) -> None:
+        log.info("signal received, stopping", signal=signal.Signals(signum).name)
+        controller.stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    return controller.run()

@@ -1,0 +1,62 @@
+"""/healthz and /metrics on a plain HTTP port (no TLS: nothing secret is served)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, generate_latest
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.reconciles = Counter(
+            "priogate_controller_reconciles",
+            "Reconciles by kind (podgroup, ledger) and result",
+            ["kind", "result"],
+            registry=self.registry,
+        )
+        self.preemptions = Counter(
+            "priogate_controller_preemptions", "Gang preemption decisions applied", registry=self.registry
+        )
+        self.victims = Counter(
+            "priogate_controller_preemption_victims", "Pods preempted for gangs", registry=self.registry
+        )
+        self.leader = Gauge(
+            "priogate_controller_leader",
+            "1 while this process holds the leader lease",
+            registry=self.registry,
+        )
+        self.queue_depth = Gauge(
+            "priogate_controller_queue_depth", "Keys waiting in the work queue", registry=self.registry
+        )
+
+
+def serve(bind: str, metrics: Metrics, healthy: Callable[[], bool]) -> ThreadingHTTPServer:
+    host, _, port = bind.rpartition(":")
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            if self.path == "/healthz":
+                ok = healthy()
+                self._send(200 if ok else 503, b"ok\n" if ok else b"caches not synced\n", "text/plain")
+            elif self.path == "/metrics":
+                self._send(200, generate_latest(metrics.registry), CONTENT_TYPE_LATEST)
+            else:
+                self._send(404, b"not found\n", "text/plain")
+
+        def _send(self, code: int, body: bytes, content_type: str) -> None:
+            self.send_response(code)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: object) -> None:
+            return  # probes every few seconds would drown the JSON log
+
+    server = ThreadingHTTPServer((host or "0.0.0.0", int(port)), Handler)
+    threading.Thread(target=server.serve_forever, name="http", daemon=True).start()
+    return server

@@ -1,0 +1,86 @@
+"""Helpers for the controller's e2e tests: PodGroups, member pods, the controller's metrics."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import requests
+
+from priogate.kube.client import ApiClient, ApiError, resource_path
+from tests.e2e.helpers import PAUSE, wait_for
+
+GROUP_VERSION = "scheduling.volcano.sh/v1beta1"
+
+
+def groups_path(namespace: str, name: str | None = None) -> str:
+    return resource_path(GROUP_VERSION, "podgroups", namespace, name)
+
+
+def podgroup(name: str, min_member: int, cpu: str | None = None, priority_class: str | None = None) -> dict:
+    spec: dict[str, Any] = {"minMember": min_member}
+    if cpu:
+        spec["minResources"] = {"cpu": cpu}
+    if priority_class:
+        spec["priorityClassName"] = priority_class
+    return {"apiVersion": GROUP_VERSION, "kind": "PodGroup", "metadata": {"name": name}, "spec": spec}
+
+
+def pod(name: str, cpu: str, group: str | None = None, **spec: Any) -> dict:
+    meta: dict[str, Any] = {"name": name}
+    if group:
+        meta["annotations"] = {"scheduling.k8s.io/group-name": group}
+    container = {"name": "c", "image": PAUSE, "resources": {"requests": {"cpu": cpu}, "limits": {"cpu": cpu}}}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": {"containers": [container], **spec}}
+
+
+def phase(client: ApiClient, namespace: str, name: str) -> str:
+    return (client.get(groups_path(namespace, name)).get("status") or {}).get("phase") or ""
+
+
+def wait_phase(client: ApiClient, namespace: str, name: str, want: str, timeout: float = 60) -> dict:
+    seen: list[str] = []
+
+    def check() -> bool:
+        got = phase(client, namespace, name)
+        if not seen or seen[-1] != got:
+            seen.append(got)
+        return got == want
+
+    wait_for(check, timeout, f"PodGroup {namespace}/{name} is {want} (phases seen: {seen})", 0.2)
+    return client.get(groups_path(namespace, name))
+
+
+def pod_running(client: ApiClient, namespace: str, name: str) -> bool:
+    try:
+        return (client.get(resource_path("v1", "pods", namespace, name)).get("status") or {}).get(
+            "phase"
+        ) == "Running"
+    except ApiError as e:
+        if e.status == 404:
+            return False
+        raise
+
+
+def delete_pod(client: ApiClient, namespace: str, name: str) -> None:
+    try:
+        client.delete(resource_path("v1", "pods", namespace, name))
+    except ApiError as e:
+        if e.status != 404:
+            raise
+
+
+def metric(base_url: str, name: str, labels: dict[str, str] | None = None) -> float:
+    """Sum of the samples of `name` whose labels include `labels`."""
+    text = requests.get(f"{base_url}/metrics", timeout=5, proxies={"http": "", "https": ""}).text
+    total = 0.0
+    for line in text.splitlines():
+        if not line.startswith(name):
+            continue
+        match = re.match(r"^([a-zA-Z_:]+)(\{[^}]*\})? (\S+)$", line)
+        if not match or match.group(1) != name:
+            continue
+        got = dict(re.findall(r'(\w+)="([^"]*)"', match.group(2) or ""))
+        if all(got.get(k) == v for k, v in (labels or {}).items()):
+            total += float(match.group(3))
+    return total

@@ -1,0 +1,137 @@
+"""Gang preemption through the real control plane.
+
+Low-priority pods fill every kwok node. A PodGroup whose class is high-priority needs three
+members at once. Its member pods carry the *same* low class as the fillers, so kube-scheduler's
+own single-pod preemption cannot help them (it only preempts strictly lower priorities): only
+the controller, which ranks a gang by its PodGroup's class (as KEP-5710 does), can make room.
+"""
+
+from __future__ import annotations
+
+import json
+from fractions import Fraction
+
+import pytest
+
+from localcluster import LocalCluster
+from localcluster.cluster import NODE_PREFIX
+from priogate.kube.client import ApiClient, load_client, resource_path
+from priogate.resources import format_quantity, parse_quantity, pod_requests
+from tests.e2e.conftest import ClassTracker
+from tests.e2e.controller_helpers import groups_path, pod, pod_running, podgroup, wait_phase
+from tests.e2e.helpers import pc_manifest, wait_for
+
+ANNOTATION = "priogate.io/preemption"
+
+
+@pytest.fixture(scope="module")
+def client(cluster: LocalCluster) -> ApiClient:
+    return load_client(str(cluster.kubeconfig))
+
+
+def free_cpu(client: ApiClient) -> dict[str, Fraction]:
+    """Per kwok node: allocatable cpu minus the requests of the unfinished pods bound to it."""
+    nodes = client.get("/api/v1/nodes", query=[("labelSelector", "type=kwok")])["items"]
+    free = {n["metadata"]["name"]: parse_quantity(n["status"]["allocatable"]["cpu"]) for n in nodes}
+    for p in client.get("/api/v1/pods")["items"]:
+        node = p["spec"].get("nodeName")
+        if node in free and p["status"].get("phase") not in ("Succeeded", "Failed"):
+            free[node] -= pod_requests(p).get("cpu", Fraction(0))
+    return free
+
+
+def test_gang_preempts_lower_priority_pods(
+    client: ApiClient, namespace: str, classes: ClassTracker, cluster: LocalCluster
+):
+    low, high = classes.name("low"), classes.name("high")
+    client.create("/apis/scheduling.k8s.io/v1/priorityclasses", pc_manifest(low, 10))
+    client.create("/apis/scheduling.k8s.io/v1/priorityclasses", pc_manifest(high, 1000))
+    pods = resource_path("v1", "pods", namespace)
+
+    # Fill each node with two low-priority pods taking all of its free cpu.
+    fillers = []
+    for node, cpu in sorted(free_cpu(client).items()):
+        assert node.startswith(NODE_PREFIX)
+        half = format_quantity(Fraction(int(cpu * 1000) // 2, 1000))
+        for i in range(2):
+            name = f"low-{node.removeprefix(NODE_PREFIX)}-{i}"
+            client.create(
+                pods, pod(name, half, priorityClassName=low, nodeSelector={"kubernetes.io/hostname": node})
+            )
+            fillers.append(name)
+    wait_for(lambda: all(pod_running(client, namespace, f) for f in fillers), 90, "the fillers run")
+    member_cpu = "3"
+    assert all(cpu < 3 for cpu in free_cpu(client).values()), "the nodes should be full"
+
+    client.create(groups_path(namespace), podgroup("gang", 3, cpu="9", priority_class=high))
+    for i in range(3):
+        client.create(pods, pod(f"m{i}", member_cpu, group="gang", priorityClassName=low))
+
+    wait_phase(client, namespace, "gang", "Running", timeout=120)
+    assert all(pod_running(client, namespace, f"m{i}") for i in range(3))
+
+    def recorded() -> dict:
+        annotations = client.get(groups_path(namespace, "gang"))["metadata"].get("annotations") or {}
+        return json.loads(annotations.get(ANNOTATION, "{}"))
+
+    wait_for(lambda: recorded().get("applied") is True, 60, "the preemption record is marked applied")
+    record = recorded()
+    victims = {v["name"] for v in record["victims"]}
+    assert victims and victims <= set(fillers), record
+    assert set(record["nominated"]) == {"m0", "m1", "m2"}
+    left = {p["metadata"]["name"] for p in client.get(pods)["items"]} & set(fillers)
+    assert left == set(fillers) - victims, "exactly the recorded victims are gone"
+    # Each member needs 3 of a node's cpus and each filler holds half of a node: one victim per
+    # node at least, never both fillers of every node.
+    assert 3 <= len(victims) < len(fillers)
+
+    events = client.get(resource_path("events.k8s.io/v1", "events", namespace))["items"]
+    reasons = {(e["regarding"]["kind"], e["regarding"]["name"], e["reason"]) for e in events}
+    assert ("PodGroup", "gang", "Preempted") in reasons
+    assert all(("Pod", v, "Preempted") in reasons for v in victims)
+
+
+def test_a_recorded_decision_is_resumed_not_recomputed(client: ApiClient, namespace: str):
+    """As after a crash between recording a decision and applying it: the controller finishes
+    exactly the recorded decision. A recorded victim whose uid no longer matches (the pod was
+    replaced by one of the same name) is left alone."""
+    pods = resource_path("v1", "pods", namespace)
+    for name in ("keep", "victim", "renamed"):
+        client.create(pods, pod(name, "100m"))
+    wait_for(
+        lambda: all(pod_running(client, namespace, n) for n in ("keep", "victim", "renamed")), 60, "pods run"
+    )
+    victim_uid = client.get(f"{pods}/victim")["metadata"]["uid"]
+
+    client.create(groups_path(namespace), podgroup("resumed", 1))
+    wait_phase(client, namespace, "resumed", "Inqueue")
+    unapplied = {
+        "id": "crashed0001",
+        "decidedAt": 1.0,
+        "victims": [
+            {"namespace": namespace, "name": "victim", "uid": victim_uid, "node": ""},
+            {"namespace": namespace, "name": "renamed", "uid": "not-the-current-uid", "node": ""},
+        ],
+        "nominated": {},
+        "reason": "recorded before a crash",
+        "applied": False,
+    }
+    patch = {"metadata": {"annotations": {ANNOTATION: json.dumps(unapplied)}}}
+    client.request(
+        "PATCH", groups_path(namespace, "resumed"), body=patch, content_type="application/merge-patch+json"
+    )
+
+    def record() -> dict:
+        return json.loads(
+            client.get(groups_path(namespace, "resumed"))["metadata"]["annotations"][ANNOTATION]
+        )
+
+    wait_for(lambda: record()["applied"] is True, 60, "the recorded decision is finished")
+    assert record()["id"] == "crashed0001", "a second decision replaced the recorded one"
+    wait_for(
+        lambda: "victim" not in {p["metadata"]["name"] for p in client.get(pods)["items"]},
+        60,
+        "the victim is gone",
+    )
+    left = {p["metadata"]["name"] for p in client.get(pods)["items"]}
+    assert {"keep", "renamed"} <= left

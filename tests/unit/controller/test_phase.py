@@ -1,0 +1,103 @@
+"""The PodGroup phase function, as a table (docs/controller.md has the same table)."""
+
+from __future__ import annotations
+
+import pytest
+
+from controller.phase import Enqueue, Members, count_members, merge_conditions, next_phase, next_status
+
+YES, NO = Enqueue(True), Enqueue(False, "quota compute insufficient")
+
+
+def m(running=0, succeeded=0, failed=0, scheduled=None, active=None) -> Members:
+    scheduled = running + succeeded + failed if scheduled is None else scheduled
+    active = running if active is None else active
+    return Members(running, succeeded, failed, scheduled, active)
+
+
+@pytest.mark.parametrize(
+    ("current", "min_member", "members", "enqueue", "want"),
+    [
+        # Pending -> Inqueue only when the enqueue policy admits
+        ("", 3, m(), YES, "Inqueue"),
+        ("", 3, m(), NO, "Pending"),
+        ("Pending", 3, m(), YES, "Inqueue"),
+        ("Pending", 3, m(), NO, "Pending"),
+        ("Pending", 3, m(scheduled=2, active=3), NO, "Pending"),
+        # minMember scheduled -> Running, from any unfinished phase
+        ("Inqueue", 3, m(scheduled=2, active=3), YES, "Inqueue"),
+        ("Inqueue", 3, m(scheduled=3, active=3), YES, "Running"),
+        ("Inqueue", 3, m(running=3), NO, "Running"),
+        ("Pending", 3, m(running=3), NO, "Running"),
+        ("Unknown", 3, m(running=3), YES, "Running"),
+        ("Running", 2, m(running=2, scheduled=2, active=5), YES, "Running"),
+        # Inqueue -> Pending when resources went away and nothing is bound yet
+        ("Inqueue", 3, m(active=3), NO, "Pending"),
+        ("Inqueue", 3, m(scheduled=1, active=3), NO, "Inqueue"),
+        # below minMember after running: Unknown while some member runs, else Pending
+        ("Running", 3, m(running=1), YES, "Unknown"),
+        ("Running", 3, m(running=0, scheduled=0, active=2), YES, "Pending"),
+        ("Unknown", 3, m(running=0, scheduled=0, active=0), YES, "Pending"),
+        ("Unknown", 3, m(running=2), YES, "Unknown"),
+        # finished members count as scheduled: no flapping while a gang completes
+        ("Running", 3, m(running=1, succeeded=2), YES, "Running"),
+        # end states
+        ("Running", 3, m(succeeded=3), YES, "Completed"),
+        ("Running", 3, m(succeeded=2, failed=1, active=0), YES, "Failed"),
+        ("Running", 2, m(succeeded=2, failed=1, active=0), YES, "Completed"),
+        ("Completed", 3, m(), YES, "Completed"),  # members garbage-collected
+        ("Failed", 3, m(), YES, "Failed"),
+        ("Completed", 3, m(running=3), YES, "Running"),  # a retry runs members again
+        # minMember 0 behaves as 1: a group without members is not Running
+        ("", 0, m(), YES, "Inqueue"),
+        ("Inqueue", 0, m(running=1), YES, "Running"),
+    ],
+)
+def test_next_phase(current, min_member, members, enqueue, want):
+    assert next_phase(current, min_member, members, enqueue) == want
+
+
+def pod(phase: str, node: str = "", deleting: bool = False) -> dict:
+    meta = {"deletionTimestamp": "2026-01-01T00:00:00Z"} if deleting else {}
+    return {"metadata": meta, "spec": {"nodeName": node}, "status": {"phase": phase}}
+
+
+def test_count_members():
+    pods = [
+        pod("Pending"),
+        pod("Pending", "n1"),
+        pod("Running", "n1"),
+        pod("Running", "n2", deleting=True),
+        pod("Succeeded", "n1"),
+        pod("Failed", "n2"),
+    ]
+    assert count_members(pods) == Members(running=1, succeeded=1, failed=1, scheduled=5, active=4)
+
+
+def test_transition_time_changes_only_with_status():
+    old = [
+        {"type": "Scheduled", "status": "False", "reason": "A", "message": "1/3", "lastTransitionTime": "T0"},
+        {"type": "Other", "status": "True", "lastTransitionTime": "T0"},
+    ]
+    new = [{"type": "Scheduled", "status": "False", "reason": "A", "message": "2/3"}]
+    merged = merge_conditions(old, new, "T1")
+    assert merged[0] == {**new[0], "lastTransitionTime": "T0"}
+    assert merged[1] == old[1]  # someone else's condition is kept
+    flipped = merge_conditions(old, [{**new[0], "status": "True"}], "T1")
+    assert flipped[0]["lastTransitionTime"] == "T1"
+
+
+def test_unchanged_input_gives_an_equal_status():
+    """Idempotent: recomputing from the written status yields it again, so nothing is rewritten."""
+    first = next_status({}, 3, m(running=3), YES, "T1")
+    again = next_status(first, 3, m(running=3), YES, "T2")
+    assert again == first
+    assert first["phase"] == "Running" and first["running"] == 3
+
+
+def test_pending_says_why():
+    status = next_status({}, 3, m(), NO, "T1")
+    unschedulable = next(c for c in status["conditions"] if c["type"] == "Unschedulable")
+    assert unschedulable["status"] == "True"
+    assert unschedulable["reason"] == "NotEnoughResources"
+    assert unschedulable["message"] == NO.reason

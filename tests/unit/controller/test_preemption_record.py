@@ -1,0 +1,66 @@
+"""Recording and resuming gang preemption decisions."""
+
+from __future__ import annotations
+
+import pytest
+
+from controller.preemption_record import (
+    ANNOTATION,
+    Decision,
+    Step,
+    Victim,
+    needs_preemption,
+    next_step,
+    recorded,
+)
+
+V1, V2 = Victim("ns", "low-1", "u1", "n1"), Victim("ns", "low-2", "u2", "n2")
+DECIDED = Decision("abc", 1000.0, (V1, V2), {"m0": "n1", "m1": "n2"}, "place 2 member(s)")
+APPLIED = DECIDED.done()
+
+
+@pytest.mark.parametrize(
+    ("decision", "needs", "present", "now", "want"),
+    [
+        (None, False, set(), 0, Step.IDLE),
+        (None, True, set(), 0, Step.DECIDE),
+        # a decision recorded but not finished is finished, whatever else holds: no new victims
+        (DECIDED, True, {"u1", "u2"}, 1001, Step.RESUME),
+        (DECIDED, False, set(), 5000, Step.RESUME),
+        # applied: wait while its victims leave, and give the scheduler time
+        (APPLIED, True, {"u2"}, 5000, Step.WAIT),
+        (APPLIED, True, set(), 1010, Step.WAIT),
+        (APPLIED, True, set(), 1030, Step.DECIDE),
+        (APPLIED, False, set(), 5000, Step.IDLE),
+    ],
+)
+def test_next_step(decision, needs, present, now, want):
+    assert next_step(decision, needs, present, now, retry_after=30) == want
+
+
+def test_annotation_round_trip():
+    group = {"metadata": {"annotations": {ANNOTATION: DECIDED.to_annotation()}}}
+    assert recorded(group) == DECIDED
+    assert recorded({"metadata": {}}) is None
+    with pytest.raises(ValueError, match="not a preemption record"):
+        recorded({"metadata": {"annotations": {ANNOTATION: '{"id": 1}'}}})
+
+
+def member(node: str = "", reason: str | None = "Unschedulable") -> dict:
+    conditions = [] if reason is None else [{"type": "PodScheduled", "status": "False", "reason": reason}]
+    return {"metadata": {}, "spec": {"nodeName": node}, "status": {"conditions": conditions}}
+
+
+@pytest.mark.parametrize(
+    ("phase", "scheduled", "members", "want"),
+    [
+        ("Inqueue", 0, [member()], True),
+        ("Unknown", 1, [member("n1", None), member()], True),
+        ("Pending", 0, [member()], False),  # waits for the enqueue step
+        ("Running", 3, [member()], False),
+        ("Inqueue", 0, [member(reason=None)], False),  # the scheduler has not tried yet
+        ("Inqueue", 0, [member(reason="SchedulingGated")], False),
+    ],
+)
+def test_needs_preemption(phase, scheduled, members, want):
+    assert needs_preemption(phase, 3, scheduled, members) is want
