@@ -1,6 +1,7 @@
 """`make bench-webhook`: the real gunicorn server over TLS, driven by wrk over keep-alive connections.
 
-One worker process pinned to CPU 0 and wrk pinned to CPU 1, so the figure is per worker core.
+The priority server as manifests/ deploys it (`--serve priority`, its default threads), with one
+worker process pinned to CPU 0 and wrk pinned to CPU 1, so the figure is per worker core.
 The body is a realistic ~4 KB Pod AdmissionReview. Several runs, because a shared 2-core machine
 swings by a third from minute to minute; the last line is the median run:
     mutate/pods: N admissions/s, p50 X ms, p99 Y ms
@@ -21,7 +22,7 @@ from pathlib import Path
 
 from tests.builders import SYSTEM_CLASSES, priority_class, review
 from tests.serving import start_server
-from webhook.server import DEFAULT_THREADS
+from webhook.registry import SERVERS
 
 LUA = """
 wrk.method = "POST"
@@ -146,7 +147,9 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--duration", type=int, default=10, help="seconds per run")
     p.add_argument("--connections", type=int, default=8)
-    p.add_argument("--threads", type=int, default=DEFAULT_THREADS, help="gunicorn threads per worker")
+    p.add_argument(
+        "--threads", type=int, default=SERVERS["priority"], help="threads per worker (default: as deployed)"
+    )
     p.add_argument("--rounds", type=int, default=3, help="measured runs; the median run is the headline")
     args = p.parse_args()
     if not shutil.which("wrk"):
@@ -161,7 +164,12 @@ def main() -> int:
         floor_us, priogate_us = in_process_cost(body_file.read_bytes(), classes)
         cpus = os.cpu_count() or 1
         server = start_server(
-            Path(tmp) / "server", classes, workers=1, threads=args.threads, cpu_list="0" if cpus > 1 else None
+            Path(tmp) / "server",
+            classes,
+            workers=1,
+            threads=args.threads,
+            serve="priority",
+            cpu_list="0" if cpus > 1 else None,
         )
         try:
             cmd = [

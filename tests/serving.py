@@ -17,7 +17,6 @@ import yaml
 
 from certs import issue_ca, issue_leaf, write_pem
 from localcluster.procs import free_ports
-from webhook.server import DEFAULT_THREADS
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -61,7 +60,8 @@ def start_server(
     classes: Sequence[dict],
     *,
     workers: int = 2,
-    threads: int = DEFAULT_THREADS,
+    threads: int | None = None,
+    serve: str | None = None,
     cpu_list: str | None = None,
     ready_timeout: float = 30,
 ) -> RunningServer:
@@ -89,11 +89,13 @@ def start_server(
         str(classes_file),
         "--workers",
         str(workers),
-        "--threads",
-        str(threads),
         "--log-level",
         "WARNING",
     ]
+    if threads is not None:
+        cmd += ["--threads", str(threads)]
+    if serve is not None:
+        cmd += ["--serve", serve]
     if cpu_list:
         cmd = ["taskset", "-c", cpu_list, *cmd]
     log_file = workdir / "webhook.log"

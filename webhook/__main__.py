@@ -11,7 +11,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from webhook.server import DEFAULT_THREADS  # imports neither prometheus_client nor the app
+from webhook.registry import SERVERS  # imports neither prometheus_client nor the app
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -25,10 +25,23 @@ def main(argv: list[str] | None = None) -> int:
         help="serve from this fixed YAML/JSON list of PriorityClasses, not a watch (benchmarks)",
     )
     p.add_argument("--workers", type=int, default=int(os.environ.get("PRIOGATE_WORKERS", "2")))
-    threads = int(os.environ.get("PRIOGATE_THREADS", str(DEFAULT_THREADS)))
-    p.add_argument("--threads", type=int, default=threads)
+    p.add_argument(
+        "--serve",
+        default=os.environ.get("PRIOGATE_SERVE", ",".join(SERVERS)),
+        help=f"comma-separated servers whose rule sets to answer, of: {', '.join(SERVERS)} (default: all)",
+    )
+    threads = os.environ.get("PRIOGATE_THREADS")
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=int(threads) if threads else None,
+        help="threads per worker (default: " + ", ".join(f"{k} {v}" for k, v in SERVERS.items()) + ")",
+    )
     p.add_argument("--log-level", default=os.environ.get("PRIOGATE_LOG_LEVEL", "INFO"))
     args = p.parse_args(argv)
+    servers = tuple(s.strip() for s in args.serve.split(",") if s.strip())
+    if not servers or set(servers) - set(SERVERS):
+        p.error(f"--serve {args.serve!r}: give one or more of {', '.join(SERVERS)}, comma-separated")
     for f in (args.cert_file, args.key_file):
         if not Path(f).is_file():
             p.error(f"{f} does not exist; issue a certificate first: python -m certs --out DIR")
@@ -47,6 +60,7 @@ def main(argv: list[str] | None = None) -> int:
         workers=args.workers,
         priorityclasses_file=args.priorityclasses_file,
         threads=args.threads,
+        servers=servers,
     )
     WebhookServer(options).run()
     return 0

@@ -13,6 +13,9 @@ from typing import Any
 from webhook.registry import RuleSet, load_rule_sets
 
 DEFAULT_EXEMPT_NAMESPACES = ("kube-system", "priogate-system")
+# The Service port of each server (webhook.registry.SERVERS): one Service, one port per server
+# container, so each rule set reaches the server that answers it.
+SERVICE_PORTS = {"priority": 443, "quota": 8444}
 
 
 def _client_config(
@@ -24,7 +27,7 @@ def _client_config(
     if base_url is not None:
         config["url"] = base_url.rstrip("/") + rule_set.path
     elif service is not None:
-        config["service"] = {**service, "path": rule_set.path}
+        config["service"] = {**service, "port": SERVICE_PORTS[rule_set.server], "path": rule_set.path}
     else:
         raise ValueError("give either base_url or service")
     return config
@@ -103,7 +106,7 @@ def webhook_configurations(
     return configs
 
 
-IN_CLUSTER_SERVICE = {"namespace": "priogate-system", "name": "priogate-webhook", "port": 443}
+IN_CLUSTER_SERVICE = {"namespace": "priogate-system", "name": "priogate-webhook"}
 
 
 def in_cluster_manifest() -> str:

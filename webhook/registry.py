@@ -53,6 +53,19 @@ class RuleSet:
     # kube-apiserver's built-in Priority plugin enforces the same rules when it is enabled, so
     # the hook may then exempt system namespaces and fail open (docs/modes.md).
     builtin_fallback: bool = False
+    # Which server answers it in a cluster (SERVERS). The priority rule sets are pure CPU over
+    # one small cache; the quota rule sets keep every pod in their caches and block on ledger
+    # writes. They want different thread counts and memory, so they run as separate servers.
+    server: Literal["priority", "quota"] = "priority"
+
+
+# Threads per gunicorn worker for each server. The priority path is pure CPU under the GIL, so
+# threads only add queueing: at 8 busy keep-alive connections p99 was 7.4 to 7.8 ms with 2
+# threads against 15 to 17 ms with 4 and 28 to 40 ms with 8, at the same rate (make
+# bench-webhook --threads N). The quota path blocks on ledger writes, and a namespace's waiting
+# requests share one write, so more threads mean bigger batches: with 4 threads 5 of 400
+# contended admissions timed out, with 8 none (make bench-quota).
+SERVERS = {"priority": 2, "quota": 8}
 
 
 RULE_SET_MODULES = (
@@ -64,9 +77,20 @@ RULE_SET_MODULES = (
 )
 
 
-def load_rule_sets(modules: Sequence[str] = RULE_SET_MODULES) -> list[RuleSet]:
+def load_rule_sets(
+    modules: Sequence[str] = RULE_SET_MODULES, servers: Sequence[str] | None = None
+) -> list[RuleSet]:
+    """The registered rule sets, or those answered by the given servers."""
+    unknown = set(servers or ()) - set(SERVERS)
+    if unknown:
+        raise ValueError(f"unknown server {sorted(unknown)}; choose from {', '.join(SERVERS)}")
     rule_sets = [importlib.import_module(m).RULE_SET for m in modules]
+    rule_sets = [r for r in rule_sets if servers is None or r.server in servers]
     paths = [r.path for r in rule_sets]
     if len(set(paths)) != len(paths):
         raise ValueError(f"two rule sets share a path: {paths}")
     return rule_sets
+
+
+def default_threads(servers: Sequence[str]) -> int:
+    return max(SERVERS[s] for s in servers)

@@ -13,14 +13,9 @@ from typing import Any
 import structlog
 from gunicorn.app.base import BaseApplication
 
+from webhook.registry import default_threads
+
 log = structlog.get_logger("priogate.server")
-
-
-# Threads per worker. The priority path is pure CPU under the GIL: beyond a few threads, requests
-# only queue for the GIL in 5 ms switch intervals (p99 28 to 40 ms with 8 threads at 8 busy
-# connections, against 8 to 15 ms with 2 to 4). The quota paths block on ledger writes, but
-# concurrent writes of a namespace share one batch, so a handful of threads keeps them busy.
-DEFAULT_THREADS = 4
 
 
 @dataclass
@@ -30,8 +25,10 @@ class ServerOptions:
     key_file: str
     kubeconfig: str | None
     priorityclasses_file: str | None = None
+    # Which servers' rule sets to answer (webhook.registry.SERVERS); all of them by default.
+    servers: tuple[str, ...] = ("priority", "quota")
     workers: int = 2
-    threads: int = DEFAULT_THREADS
+    threads: int | None = None  # None: what the served rule sets want (registry.default_threads)
     # kube-apiserver keeps idle connections for 90 s; closing earlier churns TLS handshakes and
     # races requests against the close.
     keepalive: int = 120
@@ -58,8 +55,10 @@ class _ContextCache:
         return self._context
 
 
-def build_view(kubeconfig: str | None, priorityclasses_file: str | None = None) -> Any:
-    """Caches for what the registered rule sets need, started in this worker."""
+def build_view(
+    kubeconfig: str | None, priorityclasses_file: str | None = None, servers: tuple[str, ...] | None = None
+) -> Any:
+    """Caches for what the served rule sets need, started in this worker."""
     from priogate.kube.cache import WatchCache
     from priogate.kube.client import load_client
     from priogate.kube.ledger_store import LedgerStore
@@ -68,7 +67,7 @@ def build_view(kubeconfig: str | None, priorityclasses_file: str | None = None) 
     from webhook.registry import load_rule_sets
     from webhook.view import CACHE_SOURCES, CacheView
 
-    needed = sorted({name for rule_set in load_rule_sets() for name in rule_set.needs})
+    needed = sorted({name for rule_set in load_rule_sets(servers=servers) for name in rule_set.needs})
     if priorityclasses_file:
         # Offline: fixed PriorityClasses, empty everything else, the ledger in this process.
         classes = _load_list(priorityclasses_file)
@@ -94,7 +93,7 @@ class WebhookServer(BaseApplication):
             "bind": o.bind,
             "workers": o.workers,
             "worker_class": "gthread",
-            "threads": o.threads,
+            "threads": o.threads or default_threads(o.servers),
             "keepalive": o.keepalive,
             "graceful_timeout": o.graceful_timeout,
             "timeout": 30,
@@ -115,8 +114,11 @@ class WebhookServer(BaseApplication):
             app = self.app_factory()
         else:
             from webhook.app import create_app
+            from webhook.registry import load_rule_sets
 
-            app = create_app(build_view(self.options.kubeconfig, self.options.priorityclasses_file))
+            o = self.options
+            view = build_view(o.kubeconfig, o.priorityclasses_file, o.servers)
+            app = create_app(view, load_rule_sets(servers=o.servers))
         # Everything imported so far (the kubernetes client alone is ~100k objects) lives as long
         # as the worker: take it out of the collector's view, so full collections stay short and
         # do not show up as p99 latency spikes.

@@ -103,3 +103,18 @@ def test_metrics_aggregate_workers(server):
     assert "priogate_webhook_requests_total" in text
     assert "priogate_webhook_latency_seconds_bucket" in text
     assert "priogate_webhook_requests_in_flight" in text
+
+
+def test_a_server_answers_only_its_rule_sets(tmp_path):
+    srv = start_server(tmp_path, [*SYSTEM_CLASSES, priority_class("high", 1000)], workers=1, serve="priority")
+    try:
+        conn = http.client.HTTPSConnection("127.0.0.1", srv.port, context=srv.ssl_context(), timeout=5)
+        assert post(conn, review(pod(priorityClassName="high")))["allowed"] is True
+        conn.request("POST", "/validate/podgroups", "{}", {"Content-Type": "application/json"})
+        resp = conn.getresponse()
+        assert resp.status == 404
+        assert "/mutate/pods" in resp.read().decode()
+        assert srv.get("/readyz")[0] == 200
+        conn.close()
+    finally:
+        assert srv.stop() == 0

@@ -24,14 +24,18 @@ def test_webhook_configurations_match_the_registry():
     assert paths == {r.path for r in load_rule_sets()}
 
 
-def test_kustomize_builds():
+def kustomize_build() -> dict[tuple[str, str], dict]:
     kubectl = shutil.which("kubectl")
     if kubectl is None:
         pytest.fail("kubectl is needed to check that `kubectl apply -k manifests/` would work")
     out = subprocess.run(
         [kubectl, "kustomize", str(ROOT / "manifests")], capture_output=True, text=True, check=True
     )
-    kinds = {doc["kind"] for doc in yaml.safe_load_all(out.stdout) if doc}
+    return {(d["kind"], d["metadata"]["name"]): d for d in yaml.safe_load_all(out.stdout) if d}
+
+
+def test_kustomize_builds():
+    kinds = {kind for kind, _ in kustomize_build()}
     assert {
         "CustomResourceDefinition",
         "Deployment",
@@ -43,14 +47,25 @@ def test_kustomize_builds():
     } <= kinds
 
 
+def test_each_hook_reaches_the_server_that_answers_it():
+    docs = kustomize_build()
+    service = docs[("Service", "priogate-webhook")]
+    target_of = {p["port"]: p["targetPort"] for p in service["spec"]["ports"]}
+    pod = docs[("Deployment", "priogate-webhook")]["spec"]["template"]["spec"]
+    serving = {}  # container port name -> the --serve value of the container that opens it
+    for container in pod["containers"]:
+        serve = next(a.split("=", 1)[1] for a in container["command"] if a.startswith("--serve="))
+        for port in container["ports"]:
+            serving[port["name"]] = serve
+    server_of = {r.path: r.server for r in load_rule_sets()}
+    for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
+        for hook in docs[(kind, "priogate")]["webhooks"]:
+            ref = hook["clientConfig"]["service"]
+            assert serving[target_of[ref["port"]]] == server_of[ref["path"]], hook["name"]
+
+
 def test_controller_deployment_and_rbac():
-    kubectl = shutil.which("kubectl")
-    if kubectl is None:
-        pytest.fail("kubectl is needed to check that `kubectl apply -k manifests/` would work")
-    out = subprocess.run(
-        [kubectl, "kustomize", str(ROOT / "manifests")], capture_output=True, text=True, check=True
-    )
-    docs = {(d["kind"], d["metadata"]["name"]): d for d in yaml.safe_load_all(out.stdout) if d}
+    docs = kustomize_build()
     deployment = docs[("Deployment", "priogate-controller")]
     assert deployment["spec"]["replicas"] == 2
     command = deployment["spec"]["template"]["spec"]["containers"][0]["command"]

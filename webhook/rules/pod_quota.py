@@ -66,4 +66,5 @@ RULE_SET = RuleSet(
     resources=("pods",),
     operations=("CREATE",),
     needs=("resourcequotas", "ledgers", "pods", "podgroups"),
+    server="quota",
 )

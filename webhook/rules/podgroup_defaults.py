@@ -50,4 +50,5 @@ RULE_SET = RuleSet(
     resources=("podgroups",),
     operations=("CREATE", "UPDATE"),
     needs=("priorityclasses",),
+    server="quota",
 )

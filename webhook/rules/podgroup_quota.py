@@ -130,4 +130,5 @@ RULE_SET = RuleSet(
     side_effects="NoneOnDryRun",
     timeout_seconds=10,
     needs=("resourcequotas", "podgroups"),
+    server="quota",
 )
