@@ -30,6 +30,12 @@ R = TypeVar("R")
 Decide = Callable[[dict[str, Entry]], tuple[dict[str, Entry] | None, R]]
 
 
+# (connect, read) seconds for one ledger call: well inside kube-apiserver's webhook timeout, so a
+# hung call becomes a retry or a 'busy' answer, not a webhook timeout.
+CALL_TIMEOUT = (3, 5)
+TURN_POLL_SECONDS = 0.05
+
+
 class LedgerBusy(Exception):
     """Conflicts did not settle within the deadline; the caller should deny with 'retry'."""
 
@@ -38,6 +44,7 @@ class LedgerBusy(Exception):
 class _Request(Generic[R]):
     decide: Decide[R]
     dry_run: bool
+    deadline: float  # time.monotonic() by which its caller must have an answer
     done: threading.Event = field(default_factory=threading.Event)
     result: Any = None
     error: BaseException | None = None
@@ -71,49 +78,66 @@ class LedgerStore:
             return self._namespaces.setdefault(namespace, _Namespace())
 
     def update(self, namespace: str, decide: Decide[R], *, dry_run: bool = False) -> R:
-        deadline = time.monotonic() + self.deadline_seconds
         state = self._namespace(namespace)
-        request: _Request[R] = _Request(decide, dry_run)
+        request: _Request[R] = _Request(decide, dry_run, time.monotonic() + self.deadline_seconds)
         with state.waiting_lock:
             state.waiting.append(request)
         while not request.done.is_set():
-            if not state.turn.acquire(timeout=max(0.0, deadline - time.monotonic())):
+            remaining = request.deadline - time.monotonic()
+            if remaining <= 0:
                 with state.waiting_lock:
-                    if any(r is request for r in state.waiting):  # not in a batch yet: withdraw it
+                    if any(r is request for r in state.waiting):  # not in a batch: withdraw it
                         state.waiting.remove(request)
                         raise LedgerBusy(f"ledger of namespace {namespace} is busy in this process")
-                request.done.wait()  # a batch holds it: its outcome is on the way
-                break
+                request.done.wait(TURN_POLL_SECONDS)  # a batch holds it: its holder answers it
+                continue
+            # Bounded waits: a batch may be handed back to the waiting list at any time.
+            if not state.turn.acquire(timeout=min(remaining, TURN_POLL_SECONDS)):
+                continue
             try:
                 if request.done.is_set():  # decided in the batch of the previous turn holder
                     break
                 with state.waiting_lock:
                     batch, state.waiting = state.waiting, []
                 self.on_batch(len(batch))
-                self._decide_batch(namespace, batch, deadline)
+                self._decide_batch(state, namespace, batch, request)
             finally:
                 state.turn.release()
         if request.error is not None:
             raise request.error
         return request.result
 
-    def _decide_batch(self, namespace: str, batch: list[_Request], deadline: float) -> None:
+    def _decide_batch(
+        self, state: _Namespace, namespace: str, batch: list[_Request], holder: _Request
+    ) -> None:
+        pending = list(batch)
         try:
-            self._write_batch(namespace, batch, deadline)
+            self._write_batch(namespace, pending, holder)
         except Exception as e:
-            for request in batch:
+            for request in pending:
                 request.error = e
-        finally:
-            for request in batch:
                 request.done.set()
+            return
+        if holder.done.is_set() and pending:
+            # The holder's own deadline ran out while conflicts went on: it answers its caller
+            # now, and the rest go back to wait for a turn of their own, never held past their
+            # deadline by this thread.
+            with state.waiting_lock:
+                state.waiting[:0] = pending
+            return
+        for request in pending:
+            request.done.set()
 
-    def _write_batch(self, namespace: str, batch: list[_Request], deadline: float) -> None:
+    def _write_batch(self, namespace: str, batch: list[_Request], holder: _Request) -> None:
+        """Decide and write until the write lands (every request in `batch` then has its result)
+        or the holder's deadline has passed. A request whose deadline passes while conflicts go
+        on is answered 'busy' and leaves `batch`."""
         item = ledger_path(namespace)
         attempt = 0
         while True:
             attempt += 1
             try:
-                current = self.client.get(item, timeout=(3, 5))
+                current = self.client.get(item, timeout=CALL_TIMEOUT)
             except ApiError as e:
                 if e.status != 404:
                     raise
@@ -130,15 +154,24 @@ class LedgerStore:
             body = ledger_object(namespace, entries, version)
             try:
                 if version is None:
-                    self.client.create(ledger_path(namespace, collection=True), body)
+                    self.client.request(
+                        "POST", ledger_path(namespace, collection=True), body=body, timeout=CALL_TIMEOUT
+                    )
                 else:
-                    self.client.replace(item, body)
+                    self.client.request("PUT", item, body=body, timeout=CALL_TIMEOUT)
                 return
             except ApiError as e:
                 if e.status != 409:
                     raise
                 self.on_conflict()
-            if time.monotonic() > deadline:
-                raise LedgerBusy(f"ledger of namespace {namespace} kept changing ({attempt} attempts)")
+            now = time.monotonic()
+            for request in [r for r in batch if r.deadline < now]:
+                request.error = LedgerBusy(
+                    f"ledger of namespace {namespace} kept changing ({attempt} attempts)"
+                )
+                request.done.set()
+                batch.remove(request)
+            if holder.done.is_set():
+                return
             # Jittered, growing pause so contending processes spread out instead of colliding again.
             time.sleep(random.uniform(0, min(0.002 * 2 ** min(attempt, 6), 0.1)))

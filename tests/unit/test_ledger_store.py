@@ -1,0 +1,85 @@
+"""LedgerStore's batching under endless conflicts: every request is answered by its own deadline.
+
+The API here is a stand-in that answers every write with 409, the one behaviour kube-apiserver
+cannot be made to show on demand; the batching and deadline logic under test is all real.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+from priogate.kube.client import ApiError
+from priogate.kube.ledger_store import LedgerBusy, LedgerStore
+from priogate.ledger import Entry
+
+
+class AlwaysConflicting:
+    def __init__(self) -> None:
+        self.writes = 0
+
+    def get(self, path: str, **_: Any) -> dict:
+        time.sleep(0.005)
+        return {"metadata": {"name": "ledger", "resourceVersion": "1"}, "data": {}}
+
+    def request(self, method: str, path: str, **_: Any) -> dict:
+        time.sleep(0.005)
+        self.writes += 1
+        raise ApiError(409, "Conflict", "the object has been modified")
+
+
+def claim(entries: dict[str, Entry]) -> tuple[dict[str, Entry], str]:
+    return dict(entries), "decided"
+
+
+def test_each_request_is_answered_by_its_own_deadline_not_the_batch_holders():
+    api = AlwaysConflicting()
+    store = LedgerStore(api, deadline_seconds=0.4)  # type: ignore[arg-type]
+    answered: list[tuple[float, float, BaseException | None]] = []  # (started, took, error)
+    lock = threading.Lock()
+
+    def admit() -> None:
+        started = time.monotonic()
+        error: BaseException | None = None
+        try:
+            store.update("team-a", claim)
+        except LedgerBusy as e:
+            error = e
+        with lock:
+            answered.append((started, time.monotonic() - started, error))
+
+    threads = []
+    for _ in range(12):  # staggered arrivals, so later holders batch earlier waiters
+        threads.append(threading.Thread(target=admit))
+        threads[-1].start()
+        time.sleep(0.05)
+    for t in threads:
+        t.join(5)
+    assert len(answered) == 12
+    assert all(isinstance(error, LedgerBusy) for _, _, error in answered)
+    slowest = max(took for _, took, _ in answered)
+    # the deadline plus one retry's pause and round trip, never a second holder's whole deadline
+    assert slowest < 0.4 + 0.15, f"a request waited {slowest:.2f} s past a 0.4 s deadline"
+    assert api.writes > 12
+
+
+def test_a_batch_that_lands_answers_everyone_in_it():
+    class LandsOnce(AlwaysConflicting):
+        def request(self, method: str, path: str, **_: Any) -> dict:
+            time.sleep(0.02)
+            self.writes += 1
+            return {}
+
+    api = LandsOnce()
+    store = LedgerStore(api, deadline_seconds=2)  # type: ignore[arg-type]
+    results: list[str] = []
+    threads = [
+        threading.Thread(target=lambda: results.append(store.update("team-a", claim))) for _ in range(8)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(5)
+    assert results == ["decided"] * 8
+    assert api.writes < 8  # waiting requests shared writes
