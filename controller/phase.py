@@ -144,3 +144,34 @@ def next_status(
         "succeeded": members.succeeded,
         "failed": members.failed,
     }
+
+
+@dataclass(frozen=True)
+class PhaseEvent:
+    type: str  # Normal or Warning
+    reason: str
+    note: str
+
+
+# Moves that mean a gang lost ground: an admin wants them among the Warnings.
+_SETBACKS = {(INQUEUE, PENDING), (RUNNING, PENDING), (RUNNING, UNKNOWN), (UNKNOWN, PENDING)}
+
+
+def phase_event(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> PhaseEvent | None:
+    """The Event to record on the PodGroup for a status write, or None when the phase stayed.
+    The note carries the Unschedulable condition's message when there is one, so
+    `kubectl describe podgroup` says why without reading the status."""
+    before, after = (old or {}).get("phase") or "", new.get("phase") or ""
+    if before == after:
+        return None
+    why = next(
+        (
+            c.get("message")
+            for c in new.get("conditions") or []
+            if c.get("type") == UNSCHEDULABLE and c.get("status") == "True" and c.get("message")
+        ),
+        "",
+    )
+    note = f"phase {before or 'none'} -> {after}" + (f": {why}" if why else "")
+    warning = (before, after) in _SETBACKS or after == FAILED
+    return PhaseEvent("Warning" if warning else "Normal", after, note)

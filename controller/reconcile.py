@@ -15,6 +15,7 @@ import structlog
 
 from controller import enqueue, phase
 from controller.caches import Caches
+from controller.events import EventRecorder
 from controller.gang_preemptor import GangPreemptor, NotLeader
 from priogate import priority as prio
 from priogate.kube.client import ApiClient, ApiError, resource_path
@@ -74,8 +75,10 @@ class Reconciler:
         caches: Caches,
         preemptor: GangPreemptor | None,
         is_leader: Callable[[], bool] = lambda: True,
+        events: EventRecorder | None = None,
     ) -> None:
         self.client = client
+        self.events = events
         self.is_leader = is_leader
         self.caches = caches
         self.preemptor = preemptor
@@ -221,6 +224,17 @@ class Reconciler:
             previous=old or "",
             running=status.get("running"),
         )
+        event = phase.phase_event(group.get("status"), status)
+        if event is not None and self.events is not None:
+            self.events.emit(
+                written,
+                "PodGroup",
+                GROUP_VERSION,
+                type_=event.type,
+                reason=event.reason,
+                action="UpdatePhase",
+                note=event.note,
+            )
         return written
 
     def _fresh(self, namespace: str, name: str) -> dict[str, Any] | None:

@@ -117,7 +117,7 @@ class Controller:
                 retry_after=args.preemption_retry_seconds,
                 on_applied=self._count_preemption,
             )
-        self.reconciler = Reconciler(client, self.caches, preemptor, self.is_leader)
+        self.reconciler = Reconciler(client, self.caches, preemptor, self.is_leader, events)
         self.reclaimer = Reclaimer(
             LedgerStore(client), self.caches, dt.timedelta(seconds=args.reclaim_grace_seconds)
         )

@@ -74,6 +74,25 @@ def test_phases_follow_quota_and_members(client: ApiClient, namespace: str):
     group = wait_phase(client, namespace, "gang", "Inqueue")
     assert group["status"]["running"] == 0
 
+    # Every phase change is an Event on the PodGroup (what `kubectl describe podgroup` shows).
+    def phase_events() -> list[tuple[str, str, str]]:
+        events = client.get(resource_path("events.k8s.io/v1", "events", namespace))["items"]
+        mine = [e for e in events if e["regarding"]["name"] == "gang" and e.get("action") == "UpdatePhase"]
+        return [(e["type"], e["reason"], e["note"]) for e in sorted(mine, key=lambda e: e["eventTime"])]
+
+    wait_for(lambda: len(phase_events()) >= 6, 30, "six phase-change events on the PodGroup")
+    seen = phase_events()
+    assert [reason for _, reason, _ in seen][:6] == [
+        "Pending",
+        "Inqueue",
+        "Running",
+        "Unknown",
+        "Pending",
+        "Inqueue",
+    ]
+    assert seen[0] == ("Normal", "Pending", f"phase none -> Pending: {unschedulable['message']}")
+    assert seen[3][:2] == ("Warning", "Unknown")
+
 
 def test_a_finished_gang_is_completed(client: ApiClient, namespace: str):
     client.create(groups_path(namespace), podgroup("batch", 3))

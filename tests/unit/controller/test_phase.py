@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from controller.phase import Enqueue, Members, count_members, merge_conditions, next_phase, next_status
+from controller.phase import (
+    Enqueue,
+    Members,
+    count_members,
+    merge_conditions,
+    next_phase,
+    next_status,
+    phase_event,
+)
 
 YES, NO = Enqueue(True), Enqueue(False, "quota compute insufficient")
 
@@ -101,3 +109,41 @@ def test_pending_says_why():
     assert unschedulable["status"] == "True"
     assert unschedulable["reason"] == "NotEnoughResources"
     assert unschedulable["message"] == NO.reason
+
+
+def _status(phase: str, unschedulable: str = "") -> dict:
+    conditions = [
+        {"type": "Unschedulable", "status": "True" if unschedulable else "False", "message": unschedulable}
+    ]
+    return {"phase": phase, "conditions": conditions}
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "want"),
+    [
+        (None, _status("Inqueue"), ("Normal", "Inqueue", "phase none -> Inqueue")),
+        (
+            None,
+            _status("Pending", "quota compute insufficient"),
+            ("Normal", "Pending", "phase none -> Pending: quota compute insufficient"),
+        ),
+        (_status("Pending"), _status("Inqueue"), ("Normal", "Inqueue", "phase Pending -> Inqueue")),
+        (_status("Inqueue"), _status("Running"), ("Normal", "Running", "phase Inqueue -> Running")),
+        (
+            _status("Inqueue"),
+            _status("Pending", "cluster capacity insufficient"),
+            ("Warning", "Pending", "phase Inqueue -> Pending: cluster capacity insufficient"),
+        ),
+        (
+            _status("Running"),
+            _status("Unknown", "1/3 members scheduled, 1 running"),
+            ("Warning", "Unknown", "phase Running -> Unknown: 1/3 members scheduled, 1 running"),
+        ),
+        (_status("Running"), _status("Completed"), ("Normal", "Completed", "phase Running -> Completed")),
+        (_status("Running"), _status("Failed"), ("Warning", "Failed", "phase Running -> Failed")),
+        (_status("Running"), _status("Running"), None),  # counts or conditions changed: no event
+    ],
+)
+def test_phase_event(old, new, want):
+    event = phase_event(old, new)
+    assert (None if event is None else (event.type, event.reason, event.note)) == want
