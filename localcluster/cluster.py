@@ -21,15 +21,17 @@ from pathlib import Path
 from typing import Any
 
 import requests
+import urllib3
 import yaml
 
 from localcluster import components
-from localcluster.api import Api, ApiError, Etcd
+from localcluster.api import Etcd, apiserver_ready, create_or_replace
 from localcluster.binaries import REPO, ensure_binaries
 from localcluster.components import ApiServerMode, Ports
 from localcluster.pki import Pki, issue_all, write_kubeconfig
 from localcluster.procs import Proc, Supervisor, free_ports, progress, rss_kib, wait_until
 from localcluster.webhooks import PRIOGATE_NAMESPACE, WebhookPolicy, Webhooks
+from priogate.kube.client import ApiClient, ApiError, load_client
 
 NODE_PREFIX = "kwok-node-"
 CRD_DIR = REPO / "manifests" / "crds"
@@ -62,7 +64,7 @@ class LocalCluster:
     mode: ApiServerMode = field(default_factory=ApiServerMode)
     ports: Ports | None = None
     pki: Pki | None = None
-    api: Api | None = None
+    api: ApiClient | None = None
     etcd: Etcd | None = None
     webhooks: Webhooks | None = None
     etcd_data: Path | None = None
@@ -117,9 +119,9 @@ class LocalCluster:
             self.etcd.healthy, timeout=30, what="etcd /health is true", proc=proc
         )
 
-        self.api = Api(self.ports.apiserver_url, self.pki)
-        self.timings["kube-apiserver"] = self._start_apiserver()
         write_kubeconfig(self.kubeconfig, self.ports.apiserver_url, self.pki)
+        self.api = load_client(str(self.kubeconfig))
+        self.timings["kube-apiserver"] = self._start_apiserver()
 
         progress("starting kube-controller-manager, kube-scheduler and kwok")
         t0 = time.monotonic()
@@ -186,7 +188,7 @@ class LocalCluster:
         assert self.api and self.ports
         if not self.webhooks:
             self._install_crds()
-        self.api.create_or_replace("/api/v1/namespaces", {"metadata": {"name": PRIOGATE_NAMESPACE}})
+        create_or_replace(self.api, "/api/v1/namespaces", {"metadata": {"name": PRIOGATE_NAMESPACE}})
         progress(f"starting the priogate controller (metrics on {self.ports.controller_url})")
         proc = self.supervisor.start(
             "controller",
@@ -209,7 +211,7 @@ class LocalCluster:
         for path in sorted(CRD_DIR.glob("*.yaml")):
             for doc in yaml.safe_load_all(path.read_text()):
                 if doc and doc.get("kind") == "CustomResourceDefinition":
-                    self.api.create_or_replace(CRD_API, doc)
+                    create_or_replace(self.api, CRD_API, doc)
                     names.append(doc["metadata"]["name"])
 
         def established() -> bool:
@@ -233,7 +235,10 @@ class LocalCluster:
         else:
             proc = self.supervisor.start("kube-apiserver", argv, self._log("kube-apiserver"))
         return wait_until(
-            self.api.ready, timeout=self.options.start_timeout, what="/readyz is 200", proc=proc
+            lambda: apiserver_ready(self.api),
+            timeout=self.options.start_timeout,
+            what="/readyz is 200",
+            proc=proc,
         )
 
     def restart_apiserver(self, mode: ApiServerMode) -> float:
@@ -269,11 +274,11 @@ class LocalCluster:
                 "spec": {},
                 "status": {"allocatable": resources, "capacity": resources},
             }
-            self.api.create_or_replace("/api/v1/nodes", node)
+            create_or_replace(self.api, "/api/v1/nodes", node)
 
     def _nodes_ready(self) -> bool:
         assert self.api
-        items = self.api.get("/api/v1/nodes", params={"labelSelector": "type=kwok"})["items"]
+        items = self.api.get("/api/v1/nodes", query=[("labelSelector", "type=kwok")])["items"]
         ready = 0
         for node in items:
             conditions = {c["type"]: c["status"] for c in node.get("status", {}).get("conditions", [])}
@@ -321,7 +326,7 @@ class LocalCluster:
         ):
             try:
                 self.webhooks.unregister()
-            except (ApiError, requests.RequestException) as e:
+            except (ApiError, urllib3.exceptions.HTTPError) as e:
                 progress(f"could not delete the webhook configurations ({e}); they go away with etcd's data")
         self.supervisor.stop_all()
         if self.etcd_data is not None:

@@ -17,9 +17,10 @@ from typing import Any
 
 import requests
 
-from localcluster.api import Api, ApiError, metric_sum
+from localcluster.api import create_or_replace, delete_if_present, metric_sum
 from localcluster.pki import Pki
 from localcluster.procs import Proc, progress, wait_until
+from priogate.kube.client import ApiClient, ApiError
 from webhook.registry import load_rule_sets
 
 PROBE_NAMESPACE = "priogate-probe"
@@ -105,7 +106,7 @@ class WebhookPolicy:
 
 @dataclass
 class Webhooks:
-    api: Api
+    api: ApiClient
     pki: Pki
     base_url: str
     registered: list[tuple[str, str]] = field(default_factory=list)  # (kind, name)
@@ -157,7 +158,7 @@ class Webhooks:
         """Create (or replace) the configurations; `resources` limits them to hooks for those resources."""
         configs = self.configurations(policy, resources)
         for config in configs:
-            self.api.create_or_replace(CONFIG_PATHS[config["kind"]], config)
+            create_or_replace(self.api, CONFIG_PATHS[config["kind"]], config)
             key = (config["kind"], config["metadata"]["name"])
             if key not in self.registered:
                 self.registered.append(key)
@@ -169,7 +170,7 @@ class Webhooks:
 
     def unregister(self) -> None:
         for kind, name in list(self.registered):
-            self.api.delete(f"{CONFIG_PATHS[kind]}/{name}")
+            delete_if_present(self.api, f"{CONFIG_PATHS[kind]}/{name}")
             self.registered.remove((kind, name))
         self.hook_names = []
         self.hook_resources = set()
@@ -231,4 +232,4 @@ class Webhooks:
         return elapsed
 
     def _calls(self, hook_name: str) -> float:
-        return metric_sum(self.api.metrics(), WEBHOOK_METRIC, {"name": hook_name, "code": "200"})
+        return metric_sum(self.api.get_text("/metrics"), WEBHOOK_METRIC, {"name": hook_name, "code": "200"})

@@ -108,6 +108,14 @@ class ApiClient:
     def get(self, path: str, **kw: Any) -> JSON:
         return self.request("GET", path, **kw)
 
+    def get_text(self, path: str, *, timeout: Timeout | None = 30) -> str:
+        """GET an endpoint that answers plain text (/readyz, /metrics)."""
+        response = self._send("GET", path, timeout=timeout)
+        data = response.read()
+        if response.status >= 400:
+            raise _api_error(response.status, response.reason or "", data)
+        return data.decode()
+
     def create(self, path: str, body: Mapping[str, Any], *, dry_run: bool = False) -> JSON:
         return self.request("POST", path, body=body, query=[("dryRun", "All")] if dry_run else ())
 
