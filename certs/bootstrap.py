@@ -14,6 +14,7 @@ import datetime as dt
 from pathlib import Path
 
 import structlog
+from cryptography import x509
 
 from certs.files import write_pem
 from certs.issue import KeyPair, expires_within, issue_ca, issue_leaf
@@ -122,8 +123,36 @@ def bootstrap(
 ) -> None:
     dns_names = [f"{service}.{namespace}.svc", f"{service}.{namespace}.svc.cluster.local", service]
     ca, leaf = ensure_secret(client, namespace, secret, dns_names)
-    write_pem(out / "ca.crt", ca.cert_pem)
-    write_pem(out / "tls.crt", leaf.cert_pem)
-    write_pem(out / "tls.key", leaf.key_pem, private=True)
+    write_files(out, ca, leaf)
     changed = inject_ca_bundle(client, config_name, ca.cert_pem)
     log.info("certificates ready", out=str(out), ca_bundle_injected=changed)
+
+
+def write_files(out: Path, ca: KeyPair, leaf: KeyPair) -> None:
+    # Key before certificate: the server reloads when either changes, and a reload that meets a
+    # new key with the old certificate keeps serving the previous context (webhook/server.py).
+    write_pem(out / "ca.crt", ca.cert_pem)
+    write_pem(out / "tls.key", leaf.key_pem, private=True)
+    write_pem(out / "tls.crt", leaf.cert_pem)
+
+
+def refresh_files(client: ApiClient, namespace: str, secret: str, out: Path) -> bool:
+    """Renew the Secret's serving certificate when it is due (for the names the served one has),
+    and bring the PEM files in `out` up to date with the Secret. True when the files changed.
+    A running server calls this periodically, so a certificate never expires under it."""
+    served = (out / "tls.crt").read_bytes()
+    ca, leaf = ensure_secret(client, namespace, secret, dns_names_of(served))
+    if leaf.cert_pem == served:
+        return False
+    write_files(out, ca, leaf)
+    log.info("serving certificate refreshed from the secret", secret=f"{namespace}/{secret}", out=str(out))
+    return True
+
+
+def dns_names_of(cert_pem: bytes) -> list[str]:
+    cert = x509.load_pem_x509_certificate(cert_pem)
+    try:
+        sans = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    except x509.ExtensionNotFound:
+        return []
+    return sans.get_values_for_type(x509.DNSName)

@@ -38,7 +38,23 @@ def main(argv: list[str] | None = None) -> int:
         help="threads per worker (default: " + ", ".join(f"{k} {v}" for k, v in SERVERS.items()) + ")",
     )
     p.add_argument("--log-level", default=os.environ.get("PRIOGATE_LOG_LEVEL", "INFO"))
+    p.add_argument(
+        "--tls-secret",
+        default=os.environ.get("PRIOGATE_TLS_SECRET"),
+        help="NAMESPACE/NAME of the Secret the certificate files came from (python -m certs bootstrap):"
+        " renew from it before expiry and rewrite the files; they must be DIR/tls.crt and DIR/tls.key",
+    )
+    p.add_argument("--tls-check-seconds", type=float, default=3600.0, help="how often to check the Secret")
     args = p.parse_args(argv)
+    if args.tls_secret:
+        namespace, _, name = args.tls_secret.partition("/")
+        if not namespace or not name:
+            p.error(f"--tls-secret {args.tls_secret!r}: give NAMESPACE/NAME")
+        cert, key = Path(args.cert_file), Path(args.key_file)
+        if (cert.name, key.name) != ("tls.crt", "tls.key") or cert.parent != key.parent:
+            p.error(
+                "--tls-secret rewrites DIR/tls.crt and DIR/tls.key: point --cert-file and --key-file there"
+            )
     servers = tuple(s.strip() for s in args.serve.split(",") if s.strip())
     if not servers or set(servers) - set(SERVERS):
         p.error(f"--serve {args.serve!r}: give one or more of {', '.join(SERVERS)}, comma-separated")
@@ -61,6 +77,8 @@ def main(argv: list[str] | None = None) -> int:
         priorityclasses_file=args.priorityclasses_file,
         threads=args.threads,
         servers=servers,
+        tls_secret=args.tls_secret,
+        tls_check_seconds=args.tls_check_seconds,
     )
     WebhookServer(options).run()
     return 0

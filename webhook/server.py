@@ -8,6 +8,7 @@ import os
 import ssl
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import structlog
@@ -27,6 +28,10 @@ class ServerOptions:
     priorityclasses_file: str | None = None
     # Which servers' rule sets to answer (webhook.registry.SERVERS); all of them by default.
     servers: tuple[str, ...] = ("priority", "quota")
+    # "namespace/name" of the Secret the certificate files came from: when set, each worker
+    # renews from it before expiry and rewrites the files, which the TLS context then reloads.
+    tls_secret: str | None = None
+    tls_check_seconds: float = 3600.0
     workers: int = 2
     threads: int | None = None  # None: what the served rule sets want (registry.default_threads)
     # kube-apiserver keeps idle connections for 90 s; closing earlier churns TLS handshakes and
@@ -48,7 +53,15 @@ class _ContextCache:
             (s.st_mtime_ns, s.st_size, s.st_ino) for s in map(os.stat, (conf.certfile, conf.keyfile))
         )
         if self._context is None or stats != self._key:
-            context = default_factory()
+            try:
+                context = default_factory()
+            except (ssl.SSLError, OSError) as e:
+                if self._context is None:
+                    raise
+                # Mid-rotation (a new key beside the old certificate): keep serving the previous
+                # context; the next connection tries again.
+                log.warning("tls files not loadable yet; serving the previous certificate", error=str(e))
+                return self._context
             context.minimum_version = ssl.TLSVersion.TLSv1_2
             self._context, self._key = context, stats
             log.info("tls context loaded", certfile=conf.certfile)
@@ -110,15 +123,23 @@ class WebhookServer(BaseApplication):
 
     def load(self) -> Any:
         # Runs in each worker after fork: caches and their watch threads belong to the worker.
+        o = self.options
         if self.app_factory is not None:
             app = self.app_factory()
         else:
             from webhook.app import create_app
             from webhook.registry import load_rule_sets
 
-            o = self.options
             view = build_view(o.kubeconfig, o.priorityclasses_file, o.servers)
             app = create_app(view, load_rule_sets(servers=o.servers))
+        if o.tls_secret:
+            from certs.rotation import start_rotation
+            from priogate.kube.client import load_client
+
+            namespace, _, secret = o.tls_secret.partition("/")
+            client = load_client(o.kubeconfig)
+            out = Path(o.cert_file).parent
+            start_rotation(client, namespace, secret, out, interval_seconds=o.tls_check_seconds)
         # Everything imported so far (the kubernetes client alone is ~100k objects) lives as long
         # as the worker: take it out of the collector's view, so full collections stay short and
         # do not show up as p99 latency spikes.

@@ -4,12 +4,13 @@ race, files written, caBundle injected, the CA kept across renewals."""
 from __future__ import annotations
 
 import base64
+import datetime as dt
 import threading
 
 from cryptography import x509
 
-from certs.bootstrap import bootstrap, ensure_secret
-from certs.issue import KeyPair
+from certs.bootstrap import bootstrap, dns_names_of, ensure_secret, refresh_files, write_files
+from certs.issue import KeyPair, expires_within, issue_leaf
 from priogate.kube.client import load_client
 
 CONFIG = "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations"
@@ -68,3 +69,43 @@ def test_bootstrap_creates_one_secret_and_injects_the_ca(cluster, namespace, tmp
         assert again_ca.cert_pem == ca_pem
     finally:
         client.delete(f"{CONFIG}/{name}")
+
+
+def test_a_running_server_renews_a_due_certificate_from_the_secret(cluster, namespace, tmp_path):
+    client = load_client(str(cluster.kubeconfig))
+    names = [f"priogate-webhook.{namespace}.svc", "priogate-webhook"]
+    ca, _ = ensure_secret(client, namespace, "tls", names)
+    # Put a leaf that expires in 10 days (inside the 30-day renewal margin) into the Secret and
+    # the served files, as if the pod had been running for most of a year.
+    due = issue_leaf(ca, "priogate-webhook", dns_names=names, days=10)
+    path = f"/api/v1/namespaces/{namespace}/secrets/tls"
+    secret = client.get(path)
+    secret["data"].update({"tls.crt": _b64(due.cert_pem), "tls.key": _b64(due.key_pem)})
+    client.replace(path, secret)
+
+    outs = [tmp_path / f"pod-{i}" for i in range(3)]
+    for out in outs:
+        write_files(out, ca, due)
+    results: list[bool] = []
+    threads = [
+        threading.Thread(target=lambda o=o: results.append(refresh_files(client, namespace, "tls", o)))
+        for o in outs
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert results == [True, True, True]
+    served = {(out / "tls.crt").read_bytes() for out in outs}
+    assert len(served) == 1, "racing replicas must converge on one renewed certificate"
+    renewed = KeyPair(served.pop(), (outs[0] / "tls.key").read_bytes())
+    assert not expires_within(renewed.cert_pem, dt.timedelta(days=30))
+    assert renewed.certificate.serial_number != due.certificate.serial_number
+    assert (outs[0] / "ca.crt").read_bytes() == ca.cert_pem, "the CA (and so the caBundle) stays"
+    assert set(dns_names_of(renewed.cert_pem)) == set(names)
+    assert base64.b64decode(client.get(path)["data"]["tls.crt"]) == renewed.cert_pem
+    assert refresh_files(client, namespace, "tls", outs[0]) is False, "nothing due: nothing written"
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode()
