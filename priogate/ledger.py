@@ -156,7 +156,9 @@ class MemoryLedgerStore:
         self.ledgers: dict[str, dict[str, Entry]] = {}
         self.writes = 0
 
-    def update(self, namespace: str, decide: Any, *, dry_run: bool = False) -> Any:
+    def update(
+        self, namespace: str, decide: Any, *, dry_run: bool = False, deadline: float | None = None
+    ) -> Any:
         with self._lock:
             new_entries, result = decide(dict(self.ledgers.get(namespace, {})))
             if new_entries is not None and not dry_run:

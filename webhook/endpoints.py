@@ -23,7 +23,7 @@ import structlog
 from webhook import metrics
 from webhook.objects import MalformedObject
 from webhook.registry import RuleSet
-from webhook.review import BadReview, Decision, deny, parse_review, review_response
+from webhook.review import BadReview, Decision, caller_timeout, deny, parse_review, review_response
 from webhook.view import CacheView
 
 log = structlog.get_logger("priogate.webhook")
@@ -76,10 +76,12 @@ def read_body(environ: dict[str, Any]) -> bytes:
     return b""
 
 
-def decide(rule_set: RuleSet, view: CacheView, body: bytes) -> tuple[Answer, str, str]:
+def decide(
+    rule_set: RuleSet, view: CacheView, body: bytes, deadline: float | None = None
+) -> tuple[Answer, str, str]:
     """The answer, the operation and the decision label (allow, deny, error, bad-request)."""
     try:
-        review = parse_review(body)
+        review = parse_review(body, deadline)
     except BadReview as e:
         return bad_request(rule_set, str(e)), "", "bad-request"
     unsynced = view.unsynced(rule_set.needs)
@@ -164,7 +166,9 @@ class AdmissionEndpoints:
                 return plain(413, f"body larger than {MAX_BODY_BYTES} bytes")
             except BadReview as e:
                 return bad_request(rule_set, str(e))
-            answer, operation, decision = decide(rule_set, self.view, body)
+            timeout = caller_timeout(environ.get("QUERY_STRING", ""))
+            deadline = None if timeout is None else started + timeout
+            answer, operation, decision = decide(rule_set, self.view, body, deadline)
             self._count(rule_set.name, operation, decision)
             return answer
         finally:

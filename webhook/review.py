@@ -7,6 +7,7 @@ a one-line reason; it never reaches a rule set.
 from __future__ import annotations
 
 import base64
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -36,6 +37,9 @@ class AdmissionRequest:
     dry_run: bool
     user: Mapping[str, Any]
     options: Mapping[str, Any] | None = None
+    # time.monotonic() by which kube-apiserver stops waiting (from its ?timeout= parameter);
+    # rule sets that wait on the API server finish before it. None: no limit was given.
+    deadline: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,7 +86,7 @@ def _string(value: object, what: str, *, required: bool = False) -> str:
     return value
 
 
-def parse_review(body: bytes) -> AdmissionRequest:
+def parse_review(body: bytes, deadline: float | None = None) -> AdmissionRequest:
     """Decode an AdmissionReview body (admission.k8s.io/v1 or v1beta1)."""
     try:
         doc = orjson.loads(body)
@@ -117,6 +121,7 @@ def parse_review(body: bytes) -> AdmissionRequest:
         dry_run=bool(dry_run),
         user=_require_mapping(req.get("userInfo") or {}, "request.userInfo"),
         options=_optional_object(req.get("options"), "request.options"),
+        deadline=deadline,
     )
 
 
@@ -136,6 +141,21 @@ def review_response(request: AdmissionRequest, decision: Decision) -> dict[str, 
     if decision.warnings:
         response["warnings"] = decision.warnings
     return {"apiVersion": request.api_version, "kind": "AdmissionReview", "response": response}
+
+
+_DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m)$")
+
+
+def caller_timeout(query_string: str) -> float | None:
+    """Seconds from kube-apiserver's `timeout` query parameter (a Go duration such as `10s`;
+    it sends whole seconds), or None when absent or not understood."""
+    for part in query_string.split("&"):
+        key, _, value = part.partition("=")
+        if key == "timeout":
+            m = _DURATION.match(value)
+            if m:
+                return float(m.group(1)) * {"ms": 0.001, "s": 1.0, "m": 60.0}[m.group(2)]
+    return None
 
 
 # ---- JSON Patch (RFC 6902) helpers -------------------------------------------------------

@@ -34,6 +34,8 @@ Decide = Callable[[dict[str, Entry]], tuple[dict[str, Entry] | None, R]]
 # hung call becomes a retry or a 'busy' answer, not a webhook timeout.
 CALL_TIMEOUT = (3, 5)
 TURN_POLL_SECONDS = 0.05
+# Time kept back from the caller's deadline for the answer to travel (and a last write to end).
+ANSWER_MARGIN_SECONDS = 1.5
 
 
 class LedgerBusy(Exception):
@@ -77,9 +79,16 @@ class LedgerStore:
         with self._lock:
             return self._namespaces.setdefault(namespace, _Namespace())
 
-    def update(self, namespace: str, decide: Decide[R], *, dry_run: bool = False) -> R:
+    def update(
+        self, namespace: str, decide: Decide[R], *, dry_run: bool = False, deadline: float | None = None
+    ) -> R:
+        """`deadline` (time.monotonic()) is when the caller stops waiting; the answer comes
+        ANSWER_MARGIN_SECONDS before it, and never later than deadline_seconds from now."""
         state = self._namespace(namespace)
-        request: _Request[R] = _Request(decide, dry_run, time.monotonic() + self.deadline_seconds)
+        own = time.monotonic() + self.deadline_seconds
+        if deadline is not None:
+            own = min(own, deadline - ANSWER_MARGIN_SECONDS)
+        request: _Request[R] = _Request(decide, dry_run, own)
         with state.waiting_lock:
             state.waiting.append(request)
         while not request.done.is_set():

@@ -8,7 +8,8 @@ import json
 import jsonpatch
 import pytest
 
-from tests.builders import SYSTEM_CLASSES, decode_patch, make_app, pod, priority_class, review
+from tests.builders import SYSTEM_CLASSES, decode_patch, make_app, make_view, pod, priority_class, review
+from webhook.review import caller_timeout
 
 CLASSES = [*SYSTEM_CLASSES, priority_class("high", 1000), priority_class("low", 10, default=True)]
 
@@ -221,3 +222,40 @@ def test_update_preserves_priority_but_not_class(client):
 def test_dry_run_is_answered_the_same(client):
     answer = client.post("/mutate/pods", json=review(pod(), dry_run=True)).get_json()["response"]
     assert json.loads(__import__("base64").b64decode(answer["patch"]))
+
+
+@pytest.mark.parametrize(
+    ("query", "seconds"),
+    [
+        ("timeout=10s", 10.0),
+        ("dryRun=All&timeout=30s", 30.0),
+        ("timeout=500ms", 0.5),
+        ("timeout=2m", 120.0),
+        ("timeout=soon", None),
+        ("", None),
+        ("timeouts=5s", None),
+    ],
+)
+def test_callers_timeout_is_read_from_the_query(query, seconds):
+    assert caller_timeout(query) == seconds
+
+
+def test_rule_sets_see_the_callers_deadline():
+    import time
+
+    from webhook.app import create_app
+    from webhook.registry import RuleSet
+    from webhook.review import deny
+
+    def report(request, view):
+        left = None if request.deadline is None else round(request.deadline - time.monotonic())
+        return deny(f"left {left}")
+
+    echo = RuleSet(
+        "echo.priogate.io", "/validate/echo", "validating", report, ("",), ("v1",), ("pods",), ("CREATE",)
+    )
+    client = create_app(make_view(CLASSES), rule_sets=[echo]).test_client()
+    with_timeout = client.post("/validate/echo?timeout=10s", json=review(pod())).get_json()["response"]
+    assert with_timeout["status"]["message"] == "left 10"
+    without = client.post("/validate/echo", json=review(pod())).get_json()["response"]
+    assert without["status"]["message"] == "left None"

@@ -10,6 +10,8 @@ import threading
 import time
 from typing import Any
 
+import pytest
+
 from priogate.kube.client import ApiError
 from priogate.kube.ledger_store import LedgerBusy, LedgerStore
 from priogate.ledger import Entry
@@ -83,3 +85,12 @@ def test_a_batch_that_lands_answers_everyone_in_it():
         t.join(5)
     assert results == ["decided"] * 8
     assert api.writes < 8  # waiting requests shared writes
+
+
+def test_the_callers_deadline_is_kept_with_a_margin():
+    store = LedgerStore(AlwaysConflicting(), deadline_seconds=7)  # type: ignore[arg-type]
+    started = time.monotonic()
+    with pytest.raises(LedgerBusy):  # every write conflicts
+        store.update("team-a", claim, deadline=started + 1.5 + 0.3)
+    took = time.monotonic() - started
+    assert 0.25 < took < 0.3 + 0.15, f"answered after {took:.2f} s; the caller allowed 0.3 s plus the margin"

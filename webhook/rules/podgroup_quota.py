@@ -64,7 +64,9 @@ def _release(request: AdmissionRequest, view: ClusterView) -> Decision:
         return {k: e for k, e in entries.items() if k != key}, None
 
     try:
-        view.ledger_store.update(request.namespace, decide, dry_run=request.dry_run)
+        view.ledger_store.update(
+            request.namespace, decide, dry_run=request.dry_run, deadline=request.deadline
+        )
     except Exception as e:  # the delete goes ahead; the controller reclaims the entry later
         log.warning("release failed; the entry will be reclaimed", podgroup=request.name, error=repr(e))
     return allow()
@@ -99,7 +101,9 @@ def admit(request: AdmissionRequest, view: ClusterView) -> Decision:
         return kept, None
 
     try:
-        problem = view.ledger_store.update(request.namespace, decide, dry_run=request.dry_run)
+        problem = view.ledger_store.update(
+            request.namespace, decide, dry_run=request.dry_run, deadline=request.deadline
+        )
     except LedgerBusy as e:
         return deny(f"PodGroup quota ledger is busy, retry: {e}", code=429, reason="TooManyRequests")
     except ValueError as e:  # an unreadable ledger: refuse rather than guess
