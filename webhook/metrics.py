@@ -37,6 +37,13 @@ BAD_REQUESTS = Counter(
     "priogate_webhook_bad_requests_total", "Bodies refused with a 4xx before any rule ran.", ["webhook"]
 )
 
+TLS_EXPIRY = Gauge(
+    "priogate_tls_certificate_expiry_timestamp_seconds",
+    "When the serving certificate in use expires (Unix time); the earliest across workers. Alert"
+    " when it is less than 30 days away: renewal from the Secret should have happened by then.",
+    multiprocess_mode="livemin",
+)
+
 LEDGER_CONFLICTS = Counter(
     "priogate_ledger_conflicts_total",
     "Ledger writes that lost an optimistic-concurrency race (409) and were retried.",

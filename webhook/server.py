@@ -3,6 +3,7 @@ of watch-backed caches per worker process (threads do not survive fork)."""
 
 from __future__ import annotations
 
+import datetime as dt
 import gc
 import os
 import ssl
@@ -64,8 +65,19 @@ class _ContextCache:
                 return self._context
             context.minimum_version = ssl.TLSVersion.TLSv1_2
             self._context, self._key = context, stats
-            log.info("tls context loaded", certfile=conf.certfile)
+            expires = _not_after(conf.certfile)
+            log.info("tls context loaded", certfile=conf.certfile, expires=expires.isoformat())
+            from webhook.metrics import TLS_EXPIRY  # after PROMETHEUS_MULTIPROC_DIR is set
+
+            TLS_EXPIRY.set(expires.timestamp())
         return self._context
+
+
+def _not_after(cert_file: str) -> dt.datetime:
+    from cryptography import x509
+
+    with open(cert_file, "rb") as f:
+        return x509.load_pem_x509_certificate(f.read()).not_valid_after_utc
 
 
 def build_view(
@@ -124,6 +136,11 @@ class WebhookServer(BaseApplication):
     def load(self) -> Any:
         # Runs in each worker after fork: caches and their watch threads belong to the worker.
         o = self.options
+        from webhook.metrics import TLS_EXPIRY
+
+        # First thing: a worker's metrics file exists from here on, and until its first
+        # connection builds the TLS context it reports the file's expiry, never a 0.
+        TLS_EXPIRY.set(_not_after(o.cert_file).timestamp())
         if self.app_factory is not None:
             app = self.app_factory()
         else:

@@ -9,6 +9,7 @@ import socket
 import ssl
 
 import pytest
+from cryptography import x509
 
 from certs import issue_ca, issue_leaf, write_pem
 from tests.builders import SYSTEM_CLASSES, pod, priority_class, review
@@ -103,6 +104,14 @@ def test_metrics_aggregate_workers(server):
     assert "priogate_webhook_requests_total" in text
     assert "priogate_webhook_latency_seconds_bucket" in text
     assert "priogate_webhook_requests_in_flight" in text
+    expiry = next(
+        float(line.split()[-1])
+        for line in text.splitlines()
+        if line.startswith("priogate_tls_certificate_expiry_timestamp_seconds ")
+    )
+    not_after = x509.load_pem_x509_certificate(server.cert_file.read_bytes()).not_valid_after_utc
+    # every worker's certificate (the test above rotates it) was issued within a minute of this one
+    assert abs(expiry - not_after.timestamp()) < 120
 
 
 def test_a_server_answers_only_its_rule_sets(tmp_path):
