@@ -6,13 +6,13 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
 .PHONY: help venv lock lint format test test-unit test-integration test-e2e controlplane run up down status \
-        manifests certs bench-webhook bench-quota bench-preemption clean
+        manifests certs bench-webhook bench-quota bench-preemption bench-pod-cache clean
 
 help:
 	@echo "make run        start etcd, kube-apiserver, controller-manager, scheduler, kwok and priogate (Ctrl-C stops)"
 	@echo "make up / down  the same in the background / stop it"
 	@echo "make test       lint, unit, integration and e2e tests (what CI runs)"
-	@echo "make bench-webhook | bench-quota | bench-preemption"
+	@echo "make bench-webhook | bench-quota | bench-preemption | bench-pod-cache"
 
 $(STAMP): requirements-dev.txt requirements.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -76,6 +76,9 @@ bench-quota: $(STAMP) controlplane
 
 bench-preemption: $(STAMP)
 	$(PY) -m bench.preemption
+
+bench-pod-cache: $(STAMP)
+	$(PY) -m bench.pod_cache
 
 clean:
 	rm -rf .local .pytest_cache .ruff_cache .hypothesis

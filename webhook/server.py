@@ -101,8 +101,10 @@ def build_view(
     client = load_client(kubeconfig)
     caches = {}
     for name in needed:
-        path, selectors = CACHE_SOURCES[name]
-        caches[name] = WatchCache(client, path, name, selectors=selectors).start()
+        source = CACHE_SOURCES[name]
+        caches[name] = WatchCache(
+            client, source.path, name, selectors=source.selectors, transform=source.transform
+        ).start()
     return CacheView(caches, LedgerStore(client, on_conflict=LEDGER_CONFLICTS.inc))
 
 

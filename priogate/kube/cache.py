@@ -40,8 +40,12 @@ class WatchCache:
         watch_timeout_seconds: int = 240,
         on_change: Callable[[WatchCache], None] | None = None,
         selectors: Sequence[tuple[str, str]] = (),
+        transform: Callable[[Obj], Obj | None] | None = None,
     ) -> None:
         self.client = client
+        # What to keep of each object, or None to keep nothing (client-go's SetTransform): a
+        # cache of every pod in a cluster holds only what its readers use.
+        self.transform = transform
         self.path = path
         self.selectors = list(selectors)  # e.g. ("fieldSelector", "status.phase!=Succeeded")
         self.name = name
@@ -105,6 +109,8 @@ class WatchCache:
     # ---- writing (the watch thread, or tests feeding events) ---------------------------
 
     def replace_all(self, objects: list[Obj], resource_version: str) -> None:
+        if self.transform is not None:
+            objects = [kept for kept in map(self.transform, objects) if kept is not None]
         grouped: dict[str, dict[str, Obj]] = {}
         for obj in objects:
             meta = obj["metadata"]
@@ -124,7 +130,17 @@ class WatchCache:
             self.resource_version = meta.get("resourceVersion", self.resource_version)
             return
         namespace, name = meta.get("namespace", ""), meta["name"]
+        if self.transform is not None and event_type != "DELETED":
+            kept = self.transform(obj)
+            if kept is None:  # not (or no longer) of interest: like a deletion
+                event_type = "DELETED"
+            else:
+                obj = kept
         with self._changed:
+            if event_type == "DELETED" and name not in self._by_namespace.get(namespace, EMPTY):
+                # Nothing stored changes, so derived values keyed on the generation stay valid.
+                self.resource_version = meta.get("resourceVersion", self.resource_version)
+                return
             objs = dict(self._by_namespace.get(namespace, EMPTY))
             if event_type == "DELETED":
                 objs.pop(name, None)
