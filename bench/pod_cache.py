@@ -62,7 +62,8 @@ def main() -> int:
     members = int(args.pods * args.member_share)
     mib = 1024 * 1024
     print(
-        f"pods cache: {args.pods:,} pods ({members:,} in PodGroups): {whole / mib:.1f} MiB whole, {kept / mib:.1f} MiB kept"
+        f"pods cache: {args.pods:,} pods ({members:,} in PodGroups): "
+        f"{whole / mib:.1f} MiB whole, {kept / mib:.1f} MiB kept"
     )
     return 0
 
