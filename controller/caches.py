@@ -11,6 +11,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from controller.slim import slim_node, slim_pod
 from priogate.kube.cache import Obj, WatchCache
 from priogate.kube.client import ApiClient, resource_path
 from priogate.ledger import LEDGER_LABEL
@@ -82,9 +83,9 @@ def build_caches(client: ApiClient, on_event: Callable[[str, str, Obj], None]) -
 
     return Caches(
         podgroups=EventCache(client, resource_path(GROUP_VERSION, PLURAL), "podgroups", route("podgroups")),
-        pods=EventCache(client, resource_path("v1", "pods"), "pods", route("pods")),
+        pods=EventCache(client, resource_path("v1", "pods"), "pods", route("pods"), transform=slim_pod),
         quotas=EventCache(client, resource_path("v1", "resourcequotas"), "resourcequotas", route("quotas")),
-        nodes=EventCache(client, resource_path("v1", "nodes"), "nodes", route("nodes")),
+        nodes=EventCache(client, resource_path("v1", "nodes"), "nodes", route("nodes"), transform=slim_node),
         ledgers=EventCache(
             client,
             resource_path("v1", "configmaps"),

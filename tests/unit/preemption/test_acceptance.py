@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 from pathlib import Path
 
@@ -9,6 +10,7 @@ import pytest
 
 from controller.preemption.engine import simulate
 from controller.preemption.snapshot import build_snapshot, load_objects
+from controller.slim import slim_node, slim_pod
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "preemption"
 EXPECTED = json.loads((DATA / "expected.json").read_text())
@@ -45,3 +47,32 @@ def test_explain_does_not_change_decisions():
             stripped = [{k: v for k, v in e.items() if k != "nodes"} for e in explained[section]]
             assert stripped == plain[section]
             assert all("nodes" in e for e in explained[section])
+
+
+def _with_unread_fields(obj: dict) -> dict:
+    """The scenario's object as a live cluster would send it: managedFields, env, probes,
+    volumes, container statuses, a node's images."""
+    obj = copy.deepcopy(obj)
+    obj["metadata"]["managedFields"] = [{"manager": "kubectl", "fieldsV1": {"f:spec": {}}}]
+    if obj["kind"] == "Pod":
+        for c in obj["spec"].get("containers", []):
+            c.update(env=[{"name": "A", "value": "b"}], readinessProbe={"exec": {"command": ["true"]}})
+        obj["spec"]["volumes"] = [{"name": "v", "emptyDir": {}}]
+        obj.setdefault("status", {})["containerStatuses"] = [{"name": "c", "ready": True}]
+    else:
+        obj.setdefault("status", {})["images"] = [{"names": ["registry.example/app:1"], "sizeBytes": 1}]
+    return obj
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_slimmed_caches_decide_the_same(name):
+    slim = {"Pod": slim_pod, "Node": slim_node}
+    live = [
+        _with_unread_fields(o) if o.get("kind") in slim else o
+        for o in load_objects((DATA / f"{name}.json").read_text())
+    ]
+    slimmed = [slim[o["kind"]](o) if o.get("kind") in slim else o for o in live]
+    assert len(json.dumps(slimmed)) < len(json.dumps(live))
+    want, got = simulate(build_snapshot(live)).to_json(), simulate(build_snapshot(slimmed)).to_json()
+    for section in ("decisions", "unresolved"):
+        assert got[section] == want[section]
