@@ -11,6 +11,7 @@ The last line:
 from __future__ import annotations
 
 import argparse
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -28,6 +29,7 @@ def main() -> int:
     p.add_argument("--podgroups", type=int, default=400)
     p.add_argument("--in-flight", type=int, default=32)
     p.add_argument("--quota-cpu", type=int, default=200)
+    p.add_argument("--keep-logs", type=Path, help="copy the components' logs here before stopping")
     args = p.parse_args()
     with tempfile.TemporaryDirectory(prefix="priogate-bench-quota-") as tmp:
         cluster = LocalCluster(Options(state_dir=Path(tmp), nodes=1, webhook_workers=2))
@@ -60,6 +62,9 @@ def main() -> int:
                 result = create_concurrently(client, namespace, args.podgroups, in_flight=args.in_flight)
         finally:
             cluster.stop()
+            if args.keep_logs:
+                shutil.copytree(cluster.logs, args.keep_logs, dirs_exist_ok=True)
+                progress(f"logs kept in {args.keep_logs}")
     over = max(0, len(result.admitted) - args.quota_cpu)
     print(
         f"admitted {len(result.admitted)}, refused {sum(result.denials.values())}, "

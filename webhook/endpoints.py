@@ -30,6 +30,7 @@ log = structlog.get_logger("priogate.webhook")
 
 MAX_BODY_BYTES = 3 * 1024 * 1024  # kube-apiserver caps objects at 3 MiB in etcd; a review is ~that
 CACHE_SYNC_GRACE_SECONDS = 2.0
+SLOW_SECONDS = 1.0  # an admission slower than this is logged: kube-apiserver waits 5 to 10 s at most
 
 WSGIApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 Answer = tuple[str, list[tuple[str, str]], bytes]  # status line, headers, body
@@ -167,9 +168,18 @@ class AdmissionEndpoints:
             except BadReview as e:
                 return bad_request(rule_set, str(e))
             timeout = caller_timeout(environ.get("QUERY_STRING", ""))
-            deadline = None if timeout is None else started + timeout
+            deadline = None if timeout is None else time.monotonic() + timeout
             answer, operation, decision = decide(rule_set, self.view, body, deadline)
             self._count(rule_set.name, operation, decision)
+            seconds = time.perf_counter() - started
+            if seconds > SLOW_SECONDS:
+                log.warning(
+                    "slow admission",
+                    webhook=rule_set.name,
+                    operation=operation,
+                    decision=decision,
+                    seconds=round(seconds, 3),
+                )
             return answer
         finally:
             in_flight.dec()

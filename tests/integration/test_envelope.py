@@ -259,3 +259,28 @@ def test_rule_sets_see_the_callers_deadline():
     assert with_timeout["status"]["message"] == "left 10"
     without = client.post("/validate/echo", json=review(pod())).get_json()["response"]
     assert without["status"]["message"] == "left None"
+
+
+def test_slow_admissions_are_logged(monkeypatch):
+    import time
+
+    from structlog.testing import capture_logs
+
+    from webhook.app import create_app
+    from webhook.registry import RuleSet
+    from webhook.review import allow
+
+    def slow(request, view):
+        time.sleep(0.05)
+        return allow()
+
+    monkeypatch.setattr("webhook.endpoints.SLOW_SECONDS", 0.02)
+    rule = RuleSet(
+        "slow.priogate.io", "/validate/slow", "validating", slow, ("",), ("v1",), ("pods",), ("CREATE",)
+    )
+    client = create_app(make_view(CLASSES), rule_sets=[rule]).test_client()
+    with capture_logs() as logs:
+        assert client.post("/validate/slow", json=review(pod())).status_code == 200
+    slow_lines = [e for e in logs if e["event"] == "slow admission"]
+    assert len(slow_lines) == 1
+    assert slow_lines[0]["webhook"] == "slow.priogate.io" and slow_lines[0]["seconds"] >= 0.05
