@@ -82,13 +82,16 @@ class ApiClient:
         content_type: str = "application/json",
         timeout: Timeout | None = 30,
     ) -> JSON:
-        response = self._send(
-            method, path, query=query, body=body, content_type=content_type, timeout=timeout
-        )
+        data = self._read(method, path, query=query, body=body, content_type=content_type, timeout=timeout)
+        return json.loads(data) if data else {}
+
+    def _read(self, method: str, path: str, **kw: Any) -> bytes:
+        """The whole response body; an error status raises ApiError."""
+        response = self._send(method, path, **kw)
         data = response.read()
         if response.status >= 400:
             raise _api_error(response.status, response.reason or "", data)
-        return json.loads(data) if data else {}
+        return data
 
     def stream_lines(
         self, path: str, *, query: Sequence[tuple[str, str]] = (), timeout: Timeout | None = None
@@ -110,11 +113,7 @@ class ApiClient:
 
     def get_text(self, path: str, *, timeout: Timeout | None = 30) -> str:
         """GET an endpoint that answers plain text (/readyz, /metrics)."""
-        response = self._send("GET", path, timeout=timeout)
-        data = response.read()
-        if response.status >= 400:
-            raise _api_error(response.status, response.reason or "", data)
-        return data.decode()
+        return self._read("GET", path, timeout=timeout).decode()
 
     def create(self, path: str, body: Mapping[str, Any], *, dry_run: bool = False) -> JSON:
         return self.request("POST", path, body=body, query=[("dryRun", "All")] if dry_run else ())

@@ -66,12 +66,10 @@ class LedgerStore:
         *,
         deadline_seconds: float = 7.0,
         on_conflict: Callable[[], None] = lambda: None,
-        on_batch: Callable[[int], None] = lambda size: None,
     ) -> None:
         self.client = client
         self.deadline_seconds = deadline_seconds
         self.on_conflict = on_conflict
-        self.on_batch = on_batch
         self._namespaces: dict[str, _Namespace] = {}
         self._lock = threading.Lock()
 
@@ -108,7 +106,6 @@ class LedgerStore:
                     break
                 with state.waiting_lock:
                     batch, state.waiting = state.waiting, []
-                self.on_batch(len(batch))
                 self._decide_batch(state, namespace, batch, request)
             finally:
                 state.turn.release()
@@ -119,22 +116,21 @@ class LedgerStore:
     def _decide_batch(
         self, state: _Namespace, namespace: str, batch: list[_Request], holder: _Request
     ) -> None:
-        pending = list(batch)
         try:
-            self._write_batch(namespace, pending, holder)
+            self._write_batch(namespace, batch, holder)  # removes the requests it answers early
         except Exception as e:
-            for request in pending:
+            for request in batch:
                 request.error = e
                 request.done.set()
             return
-        if holder.done.is_set() and pending:
+        if holder.done.is_set() and batch:
             # The holder's own deadline ran out while conflicts went on: it answers its caller
             # now, and the rest go back to wait for a turn of their own, never held past their
             # deadline by this thread.
             with state.waiting_lock:
-                state.waiting[:0] = pending
+                state.waiting[:0] = batch
             return
-        for request in pending:
+        for request in batch:
             request.done.set()
 
     def _write_batch(self, namespace: str, batch: list[_Request], holder: _Request) -> None:
