@@ -1,7 +1,7 @@
 """Command lines of the control-plane components. Everything listens on 127.0.0.1 only.
 
-Flag choices follow ../shared/reference/controlplane.md sections 5 to 10 (envtest and kwokctl
-defaults), checked against the binaries built by hack/controlplane/build.sh.
+Flag choices follow the defaults of controller-runtime's envtest and of kwokctl, checked
+against the binaries built by hack/controlplane/build.sh.
 """
 
 from __future__ import annotations
