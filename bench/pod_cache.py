@@ -17,9 +17,9 @@ import tracemalloc
 from typing import Any
 
 from bench.webhook import realistic_pod
-from controller.slim import slim_pod
 from priogate import podgroup
 from priogate.kube.cache import WatchCache
+from priogate.slim import slim_pod
 from webhook.view import group_member_essentials
 
 

@@ -17,13 +17,13 @@ import sys
 import time
 from typing import Any
 
-from controller.preemption.engine import preemptors, prepare
-from controller.preemption.gang import preempt_group
-from controller.preemption.outcome import Outcome
-from controller.preemption.single import preempt_pod
-from controller.preemption.snapshot import build_snapshot
-from controller.preemption.state import ClusterState
-from controller.preemption.units import group_members, unit_index
+from priogate.preemption.engine import preemptors, prepare
+from priogate.preemption.gang import preempt_group
+from priogate.preemption.outcome import Outcome
+from priogate.preemption.single import preempt_pod
+from priogate.preemption.snapshot import build_snapshot
+from priogate.preemption.state import ClusterState
+from priogate.preemption.units import group_members, unit_index
 
 SIZES = (500, 1000, 5000)
 PODS_PER_NODE = 30

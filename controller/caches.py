@@ -11,11 +11,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from controller.slim import slim_node, slim_pod
 from priogate.kube.cache import Obj, WatchCache
 from priogate.kube.client import ApiClient, resource_path
 from priogate.ledger import LEDGER_LABEL
 from priogate.podgroup import GROUP_VERSION, PLURAL
+from priogate.slim import slim_node, slim_pod
 
 # (event type, object): "ADDED", "MODIFIED", "DELETED", or "SYNC" for every object of a relist.
 OnEvent = Callable[[str, Obj], None]

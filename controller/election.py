@@ -1,4 +1,4 @@
-"""The leader-election loop: controller/leader.py's decisions applied to a real Lease.
+"""The leader-election loop: priogate/lease.py's decisions applied to a real Lease.
 
 Every write carries the resourceVersion that was read, so when two candidates race the API
 server accepts one and answers 409 to the other, which re-reads on its next turn.
@@ -18,9 +18,9 @@ from typing import Any
 
 import structlog
 
-from controller import leader
-from controller.leader import Action, LeaseRecord
+from priogate import lease as leader
 from priogate.kube.client import ApiClient, ApiError, resource_path
+from priogate.lease import Action, LeaseRecord
 
 log = structlog.get_logger("priogate.controller.election")
 

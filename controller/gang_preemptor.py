@@ -22,16 +22,16 @@ from typing import Any
 
 import structlog
 
-from controller import preemption_record as record
 from controller.caches import Caches
 from controller.events import EventRecorder
-from controller.leader import micro_time
-from controller.preemption.engine import gang_request, prepare
-from controller.preemption.gang import preempt_group
-from controller.preemption.snapshot import build_snapshot
-from controller.preemption_record import Decision, Step, Victim
+from priogate import preemption_record as record
 from priogate.kube.client import ApiClient, ApiError, resource_path
+from priogate.lease import micro_time
 from priogate.podgroup import GROUP_VERSION, PLURAL
+from priogate.preemption.engine import gang_request, prepare
+from priogate.preemption.gang import preempt_group
+from priogate.preemption.snapshot import build_snapshot
+from priogate.preemption_record import Decision, Step, Victim
 
 log = structlog.get_logger("priogate.controller.preemption")
 

@@ -13,10 +13,10 @@ from typing import Any
 
 import structlog
 
-from controller import enqueue, phase
 from controller.caches import Caches
 from controller.events import EventRecorder
 from controller.gang_preemptor import GangPreemptor, NotLeader
+from priogate import enqueue, phase
 from priogate import priority as prio
 from priogate.kube.client import ApiClient, ApiError, resource_path
 from priogate.ledger import now_rfc3339

@@ -21,9 +21,6 @@ from controller.caches import build_caches
 from controller.election import LeaderElector, default_identity
 from controller.events import EventRecorder
 from controller.gang_preemptor import GangPreemptor
-from controller.leader import LEASE_DURATION, RENEW_DEADLINE, RETRY_PERIOD
-from controller.preemption.engine import OPT_OUT_MODES
-from controller.preemption_record import DEFAULT_RETRY_AFTER
 from controller.reclaim import Reclaimer
 from controller.reconcile import Reconciler
 from controller.serving import Metrics, serve
@@ -31,8 +28,11 @@ from controller.workqueue import WorkQueue
 from priogate.kube.cache import Obj
 from priogate.kube.client import ApiClient, load_client
 from priogate.kube.ledger_store import LedgerStore
+from priogate.lease import LEASE_DURATION, RENEW_DEADLINE, RETRY_PERIOD
 from priogate.logs import configure_logging
 from priogate.podgroup import group_of
+from priogate.preemption.engine import OPT_OUT_MODES
+from priogate.preemption_record import DEFAULT_RETRY_AFTER
 
 log = structlog.get_logger("priogate.controller")
 

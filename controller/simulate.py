@@ -13,8 +13,8 @@ import json
 import sys
 from typing import TextIO
 
-from controller.preemption.engine import OPT_OUT_MODES, decide, prepare
-from controller.preemption.snapshot import build_snapshot, load_objects
+from priogate.preemption.engine import OPT_OUT_MODES, decide, prepare
+from priogate.preemption.snapshot import build_snapshot, load_objects
 
 EXIT_BAD_INPUT = 2
 

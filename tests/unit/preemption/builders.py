@@ -5,8 +5,8 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from controller.preemption.engine import simulate
-from controller.preemption.snapshot import build_snapshot
+from priogate.preemption.engine import simulate
+from priogate.preemption.snapshot import build_snapshot
 
 EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
 

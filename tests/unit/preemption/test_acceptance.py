@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from controller.preemption.engine import simulate
-from controller.preemption.snapshot import build_snapshot, load_objects
-from controller.slim import slim_node, slim_pod
+from priogate.preemption.engine import simulate
+from priogate.preemption.snapshot import build_snapshot, load_objects
+from priogate.slim import slim_node, slim_pod
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "preemption"
 EXPECTED = json.loads((DATA / "expected.json").read_text())

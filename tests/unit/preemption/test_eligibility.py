@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from controller.preemption.single import NOT_ELIGIBLE_NEVER, NOT_ELIGIBLE_TERMINATING
+from priogate.preemption.single import NOT_ELIGIBLE_NEVER, NOT_ELIGIBLE_TERMINATING
 from tests.unit.preemption.builders import decided, node, pclass, pod, run, unresolved
 
 HIGH = 100

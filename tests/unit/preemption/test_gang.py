@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from controller.preemption.engine import PENDING_GROUP
-from controller.preemption.single import NOT_ELIGIBLE_NEVER
+from priogate.preemption.engine import PENDING_GROUP
+from priogate.preemption.single import NOT_ELIGIBLE_NEVER
 from tests.unit.preemption.builders import node, pclass, pdb, pod, podgroup, run, unresolved
 
 GANG = "podgroup:default/gang"

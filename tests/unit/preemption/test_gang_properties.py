@@ -17,10 +17,10 @@ from collections.abc import Iterable
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from controller.preemption.engine import preemptors, simulate
-from controller.preemption.gang import _problem, solve
-from controller.preemption.snapshot import build_snapshot
-from controller.preemption.state import build_state
+from priogate.preemption.engine import preemptors, simulate
+from priogate.preemption.gang import _problem, solve
+from priogate.preemption.snapshot import build_snapshot
+from priogate.preemption.state import build_state
 from tests.unit.preemption.builders import node, pclass, pdb, pod, podgroup
 from tests.unit.preemption.reference import DIMS, Node, Pod, static_ok
 

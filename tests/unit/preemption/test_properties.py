@@ -10,11 +10,11 @@ from __future__ import annotations
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from controller.preemption.engine import preemptors, simulate
-from controller.preemption.single import preempt_pod
-from controller.preemption.snapshot import build_snapshot
-from controller.preemption.state import apply_decision, build_state
-from controller.preemption.table import ScreenTable, carry_tables, screen_table
+from priogate.preemption.engine import preemptors, simulate
+from priogate.preemption.single import preempt_pod
+from priogate.preemption.snapshot import build_snapshot
+from priogate.preemption.state import apply_decision, build_state
+from priogate.preemption.table import ScreenTable, carry_tables, screen_table
 from tests.unit.preemption import reference
 from tests.unit.preemption.builders import node, pdb, pod
 

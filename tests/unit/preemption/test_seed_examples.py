@@ -8,7 +8,7 @@ pods that fit happens between snapshots.
 
 from __future__ import annotations
 
-from controller.preemption.single import NOT_ELIGIBLE_TERMINATING
+from priogate.preemption.single import NOT_ELIGIBLE_TERMINATING
 from tests.unit.preemption.builders import decided, node, pod, run, unresolved
 
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
-from controller.phase import Enqueue
+from priogate.phase import Enqueue
 from priogate.quota import Consumer, hard_limits, quota_applies, quota_names
 from priogate.quota import used as quota_used
 from priogate.resources import ResourceList, add, format_quantity, parse_resource_list, subtract

@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Literal
 
-from controller.preemption.snapshot import PodInfo
-from controller.preemption.victims import CRITERIA, NodeVictims
+from priogate.preemption.snapshot import PodInfo
+from priogate.preemption.victims import CRITERIA, NodeVictims
 
 Status = Literal["preempt", "unresolved", "fits"]
 

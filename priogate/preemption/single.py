@@ -8,9 +8,9 @@ only when no node works without them (YuniKorn's "victimised last").
 
 from __future__ import annotations
 
-from controller.preemption.fit import need_of, static_failure
-from controller.preemption.nodes import choose_node, screen_nodes
-from controller.preemption.outcome import (
+from priogate.preemption.fit import need_of, static_failure
+from priogate.preemption.nodes import choose_node, screen_nodes
+from priogate.preemption.outcome import (
     Outcome,
     describe_victims,
     fits,
@@ -19,8 +19,8 @@ from controller.preemption.outcome import (
     unresolved,
     with_note,
 )
-from controller.preemption.snapshot import NEVER, PodInfo
-from controller.preemption.state import ClusterState
+from priogate.preemption.snapshot import NEVER, PodInfo
+from priogate.preemption.state import ClusterState
 
 NOT_ELIGIBLE_NEVER = "not eligible due to preemptionPolicy=Never."
 NOT_ELIGIBLE_TERMINATING = "not eligible due to a terminating pod on the nominated node."

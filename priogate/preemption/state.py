@@ -14,8 +14,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from controller.preemption.fit import Vector, make_dims, to_vector
-from controller.preemption.snapshot import TERMINAL_PHASES, NodeInfo, PDBInfo, PodGroupInfo, PodInfo, Snapshot
+from priogate.preemption.fit import Vector, make_dims, to_vector
+from priogate.preemption.snapshot import TERMINAL_PHASES, NodeInfo, PDBInfo, PodGroupInfo, PodInfo, Snapshot
 
 
 def importance_key(pod: PodInfo) -> tuple[int, float, str]:

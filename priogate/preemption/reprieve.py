@@ -12,10 +12,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from controller.preemption.fit import Vector
-from controller.preemption.packing import Packer
-from controller.preemption.snapshot import PodInfo
-from controller.preemption.units import Unit
+from priogate.preemption.fit import Vector
+from priogate.preemption.packing import Packer
+from priogate.preemption.snapshot import PodInfo
+from priogate.preemption.units import Unit
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,8 @@ from typing import Any
 
 import yaml
 
-from controller.preemption.selectors import (
+from priogate import priority as prio
+from priogate.preemption.selectors import (
     LabelSelector,
     NodeSelectorTerm,
     Taint,
@@ -26,7 +27,6 @@ from controller.preemption.selectors import (
     parse_taints,
     parse_tolerations,
 )
-from priogate import priority as prio
 from priogate.resources import ResourceList, parse_resource_list, pod_requests
 
 GROUP_ANNOTATION = "scheduling.k8s.io/group-name"  # Volcano's pod-to-PodGroup link

@@ -12,13 +12,13 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from controller.preemption.gang import GangRequest, preempt_group
-from controller.preemption.outcome import Outcome, unresolved
-from controller.preemption.single import preempt_pod
-from controller.preemption.snapshot import NEVER, PodGroupInfo, PodInfo, Snapshot
-from controller.preemption.state import ClusterState, apply_decision, build_state, is_pending
-from controller.preemption.table import carry_tables, screen_table
-from controller.preemption.units import GROUP_PREFIX
+from priogate.preemption.gang import GangRequest, preempt_group
+from priogate.preemption.outcome import Outcome, unresolved
+from priogate.preemption.single import preempt_pod
+from priogate.preemption.snapshot import NEVER, PodGroupInfo, PodInfo, Snapshot
+from priogate.preemption.state import ClusterState, apply_decision, build_state, is_pending
+from priogate.preemption.table import carry_tables, screen_table
+from priogate.preemption.units import GROUP_PREFIX
 
 OPT_OUT_MODES = ("hard", "soft")
 FINISHED_GROUP_PHASES = frozenset({"Completed", "Failed"})

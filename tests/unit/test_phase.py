@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from controller.phase import (
+from priogate.phase import (
     Enqueue,
     Members,
     count_members,

@@ -6,7 +6,7 @@ import datetime as dt
 
 import pytest
 
-from controller.leader import Action, LeaseRecord, decide, next_record, released, still_leading
+from priogate.lease import Action, LeaseRecord, decide, next_record, released, still_leading
 
 ME, OTHER = "me_1", "other_2"
 

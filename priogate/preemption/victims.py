@@ -16,9 +16,9 @@ from bisect import bisect_left
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from controller.preemption.fit import Need
-from controller.preemption.snapshot import PDBInfo, PodInfo
-from controller.preemption.state import Ranked
+from priogate.preemption.fit import Need
+from priogate.preemption.snapshot import PDBInfo, PodInfo
+from priogate.preemption.state import Ranked
 
 PRIORITY_SHIFT = 2**31  # kube-scheduler shifts priorities so negative ones never help a sum
 NO_VICTIM_PRIORITY = -(2**31) - 1  # below any int32 priority: no victim beats any victim

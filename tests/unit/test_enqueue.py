@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fractions import Fraction
 
-from controller.enqueue import BoundPod, GroupDemand, min_resources_of, verdict
+from priogate.enqueue import BoundPod, GroupDemand, min_resources_of, verdict
 
 
 def group(

@@ -22,8 +22,8 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from controller.preemption.packing import MemberClass
-from controller.preemption.units import NodeUnits, Unit, UnitIndex
+from priogate.preemption.packing import MemberClass
+from priogate.preemption.units import NodeUnits, Unit, UnitIndex
 
 NORMAL = 3  # the segment of units that are not special
 PINNED = -1

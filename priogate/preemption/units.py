@@ -16,9 +16,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from controller.preemption.fit import Vector
-from controller.preemption.snapshot import PodGroupInfo, PodInfo
-from controller.preemption.state import ClusterState, importance_key
+from priogate.preemption.fit import Vector
+from priogate.preemption.snapshot import PodGroupInfo, PodInfo
+from priogate.preemption.state import ClusterState, importance_key
 
 GROUP_PREFIX = "podgroup:"
 

@@ -19,7 +19,7 @@ import math
 from array import array
 from bisect import bisect_left, bisect_right
 
-from controller.preemption.state import ClusterState, NodeState, Ranked
+from priogate.preemption.state import ClusterState, NodeState, Ranked
 
 MAX_LEVELS = 64  # more distinct victim priorities than this: cuts are computed on demand
 PIVOTS = 4  # lower-bound columns for up to this many victims per node

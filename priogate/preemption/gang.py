@@ -22,16 +22,16 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from operator import itemgetter
 
-from controller.preemption.critical import PINNED, Order, critical_start
-from controller.preemption.fit import need_of, static_failure, static_signature
-from controller.preemption.nodes import nominated_load
-from controller.preemption.outcome import Outcome, fits, unresolved, with_note
-from controller.preemption.packing import MemberClass, Packer
-from controller.preemption.reprieve import Reprieve, Taken, run_reprieve
-from controller.preemption.single import NOT_ELIGIBLE_NEVER, NOT_ELIGIBLE_TERMINATING, waiting_for_victims
-from controller.preemption.snapshot import PodGroupInfo, PodInfo
-from controller.preemption.state import ClusterState, importance_key
-from controller.preemption.units import GROUP_PREFIX, Unit, UnitIndex, group_members, unit_index
+from priogate.preemption.critical import PINNED, Order, critical_start
+from priogate.preemption.fit import need_of, static_failure, static_signature
+from priogate.preemption.nodes import nominated_load
+from priogate.preemption.outcome import Outcome, fits, unresolved, with_note
+from priogate.preemption.packing import MemberClass, Packer
+from priogate.preemption.reprieve import Reprieve, Taken, run_reprieve
+from priogate.preemption.single import NOT_ELIGIBLE_NEVER, NOT_ELIGIBLE_TERMINATING, waiting_for_victims
+from priogate.preemption.snapshot import PodGroupInfo, PodInfo
+from priogate.preemption.state import ClusterState, importance_key
+from priogate.preemption.units import GROUP_PREFIX, Unit, UnitIndex, group_members, unit_index
 
 
 @dataclass(frozen=True)

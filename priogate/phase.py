@@ -39,7 +39,7 @@ class Members:
 
 @dataclass(frozen=True)
 class Enqueue:
-    """The enqueue policy's verdict (controller/enqueue.py): may the group hold resources now?"""
+    """The enqueue policy's verdict (priogate/enqueue.py): may the group hold resources now?"""
 
     admitted: bool
     reason: str = ""

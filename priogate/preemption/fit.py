@@ -11,14 +11,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from controller.preemption.selectors import (
+from priogate.preemption.selectors import (
     BLOCKING_EFFECTS,
     UNSCHEDULABLE_TAINT_KEY,
     Taint,
     node_affinity_matches,
     tolerated,
 )
-from controller.preemption.snapshot import NodeInfo, PodInfo
+from priogate.preemption.snapshot import NodeInfo, PodInfo
 from priogate.resources import (
     CPU,
     EPHEMERAL_STORAGE,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from controller.preemption_record import (
+from priogate.preemption_record import (
     ANNOTATION,
     Decision,
     Step,

@@ -26,12 +26,12 @@ from dataclasses import dataclass, field
 from itertools import repeat
 from operator import add, sub
 
-from controller.preemption.fit import PODS_DIM, Need, insufficient_message, static_failure
-from controller.preemption.snapshot import PodInfo
-from controller.preemption.state import ClusterState, NodeState, Ranked
-from controller.preemption.table import PIVOTS, ScreenTable, screen_table
-from controller.preemption.victims import PRIORITY_SHIFT, NodeVictims, node_victims, select_victims
-from controller.preemption.victims import violating_positions as _violating
+from priogate.preemption.fit import PODS_DIM, Need, insufficient_message, static_failure
+from priogate.preemption.snapshot import PodInfo
+from priogate.preemption.state import ClusterState, NodeState, Ranked
+from priogate.preemption.table import PIVOTS, ScreenTable, screen_table
+from priogate.preemption.victims import PRIORITY_SHIFT, NodeVictims, node_victims, select_victims
+from priogate.preemption.victims import violating_positions as _violating
 
 NOT_HELPFUL = "even after preempting every lower-priority pod"
 NO_VICTIMS = "and no lower-priority pod to preempt"
