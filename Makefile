@@ -29,6 +29,8 @@ lock: $(STAMP)
 lint: $(STAMP)
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
+	@# the layering (pyproject.toml [tool.importlinter]); prints only the contracts' verdicts
+	@$(VENV)/bin/lint-imports --no-cache | sed -n '/^Contracts$$/,$$p'; exit $${PIPESTATUS[0]}
 
 format: $(STAMP)
 	$(PY) -m ruff format .
