@@ -38,7 +38,6 @@ class WatchCache:
         name: str,
         *,
         watch_timeout_seconds: int = 240,
-        on_change: Callable[[WatchCache], None] | None = None,
         selectors: Sequence[tuple[str, str]] = (),
         transform: Callable[[Obj], Obj | None] | None = None,
     ) -> None:
@@ -50,10 +49,8 @@ class WatchCache:
         self.selectors = list(selectors)  # e.g. ("fieldSelector", "status.phase!=Succeeded")
         self.name = name
         self.watch_timeout_seconds = watch_timeout_seconds
-        self.on_change = on_change
         self._by_namespace: dict[str, Mapping[str, Obj]] = {}
         self._lock = threading.Lock()
-        self._changed = threading.Condition(self._lock)
         self._synced = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -95,17 +92,6 @@ class WatchCache:
     def items(self) -> list[Obj]:
         return [obj for objs in list(self._by_namespace.values()) for obj in objs.values()]
 
-    def wait_for(self, predicate: Callable[[WatchCache], bool], timeout: float) -> bool:
-        """Block until predicate(cache) holds, e.g. until a write has been observed."""
-        deadline = time.monotonic() + timeout
-        with self._changed:
-            while not predicate(self):
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    return False
-                self._changed.wait(remaining)
-        return True
-
     # ---- writing (the watch thread, or tests feeding events) ---------------------------
 
     def replace_all(self, objects: list[Obj], resource_version: str) -> None:
@@ -115,14 +101,12 @@ class WatchCache:
         for obj in objects:
             meta = obj["metadata"]
             grouped.setdefault(meta.get("namespace", ""), {})[meta["name"]] = obj
-        with self._changed:
+        with self._lock:
             self._by_namespace = {ns: MappingProxyType(objs) for ns, objs in grouped.items()}
             self.resource_version = resource_version
             self.generation += 1
             self._relist_generation = self.generation
-            self._changed.notify_all()
         self._synced.set()
-        self._notify()
 
     def apply_event(self, event_type: str, obj: Obj) -> None:
         meta = obj.get("metadata", {})
@@ -136,7 +120,7 @@ class WatchCache:
                 event_type = "DELETED"
             else:
                 obj = kept
-        with self._changed:
+        with self._lock:
             if event_type == "DELETED" and name not in self._by_namespace.get(namespace, EMPTY):
                 # Nothing stored changes, so derived values keyed on the generation stay valid.
                 self.resource_version = meta.get("resourceVersion", self.resource_version)
@@ -153,12 +137,6 @@ class WatchCache:
             self.resource_version = meta.get("resourceVersion", self.resource_version)
             self.generation += 1
             self._namespace_generation[namespace] = self.generation
-            self._changed.notify_all()
-        self._notify()
-
-    def _notify(self) -> None:
-        if self.on_change is not None:
-            self.on_change(self)
 
     # ---- the list/watch loop -----------------------------------------------------------
 
