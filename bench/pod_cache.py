@@ -19,8 +19,7 @@ from typing import Any
 from bench.webhook import realistic_pod
 from priogate import podgroup
 from priogate.kube.cache import WatchCache
-from priogate.slim import slim_pod
-from webhook.view import group_member_essentials
+from priogate.slim import group_member_essentials, slim_pod
 
 
 def pods(count: int, member_share: float) -> list[dict]:

@@ -90,7 +90,7 @@ def build_view(
     from priogate.ledger import MemoryLedgerStore
     from webhook.metrics import LEDGER_CONFLICTS
     from webhook.registry import load_rule_sets
-    from webhook.view import CACHE_SOURCES, CacheView
+    from webhook.view import CACHES, CacheView
 
     needed = sorted({name for rule_set in load_rule_sets(servers=servers) for name in rule_set.needs})
     if priorityclasses_file:
@@ -101,10 +101,8 @@ def build_view(
     client = load_client(kubeconfig)
     caches = {}
     for name in needed:
-        source = CACHE_SOURCES[name]
-        caches[name] = WatchCache(
-            client, source.path, name, selectors=source.selectors, transform=source.transform
-        ).start()
+        source, transform = CACHES[name]
+        caches[name] = source.cache(client, transform=transform).start()
     return CacheView(caches, LedgerStore(client, on_conflict=LEDGER_CONFLICTS.inc))
 
 

@@ -24,6 +24,11 @@ log = structlog.get_logger("priogate.cache")
 
 Obj = Mapping[str, Any]
 EMPTY: Mapping[str, Obj] = MappingProxyType({})
+# What a cache keeps of each object, or None to keep nothing (client-go's SetTransform).
+Transform = Callable[[Obj], Obj | None]
+# (event type, object as the server sent it): "ADDED", "MODIFIED", "DELETED", or "SYNC" for
+# every object of a relist (client-go's ResourceEventHandler, with resync as "SYNC").
+OnEvent = Callable[[str, Obj], None]
 
 
 class Gone(Exception):
@@ -39,12 +44,15 @@ class WatchCache:
         *,
         watch_timeout_seconds: int = 240,
         selectors: Sequence[tuple[str, str]] = (),
-        transform: Callable[[Obj], Obj | None] | None = None,
+        transform: Transform | None = None,
+        on_event: OnEvent | None = None,
     ) -> None:
         self.client = client
-        # What to keep of each object, or None to keep nothing (client-go's SetTransform): a
-        # cache of every pod in a cluster holds only what its readers use.
+        # A cache of every pod in a cluster holds only what its readers use.
         self.transform = transform
+        # Per changed object, after the cache holds the change: the controller turns each into
+        # work (a pod event enqueues its PodGroup).
+        self.on_event = on_event
         self.path = path
         self.selectors = list(selectors)  # e.g. ("fieldSelector", "status.phase!=Succeeded")
         self.name = name
@@ -95,6 +103,8 @@ class WatchCache:
     # ---- writing (the watch thread, or tests feeding events) ---------------------------
 
     def replace_all(self, objects: list[Obj], resource_version: str) -> None:
+        listed = objects
+        before = self.items() if self.on_event is not None else []
         if self.transform is not None:
             objects = [kept for kept in map(self.transform, objects) if kept is not None]
         grouped: dict[str, dict[str, Obj]] = {}
@@ -107,12 +117,25 @@ class WatchCache:
             self.generation += 1
             self._relist_generation = self.generation
         self._synced.set()
+        if self.on_event is not None:
+            seen = {_key(obj) for obj in listed}
+            for obj in before:  # deleted while the watch was down: a relist is the only news of it
+                if _key(obj) not in seen:
+                    self.on_event("DELETED", obj)
+            for obj in listed:
+                self.on_event("SYNC", obj)
 
     def apply_event(self, event_type: str, obj: Obj) -> None:
         meta = obj.get("metadata", {})
         if event_type == "BOOKMARK":
             self.resource_version = meta.get("resourceVersion", self.resource_version)
             return
+        self._store(event_type, obj)
+        if self.on_event is not None:
+            self.on_event(event_type, obj)
+
+    def _store(self, event_type: str, obj: Obj) -> None:
+        meta = obj.get("metadata", {})
         namespace, name = meta.get("namespace", ""), meta["name"]
         if self.transform is not None and event_type != "DELETED":
             kept = self.transform(obj)
@@ -225,3 +248,8 @@ class WatchCache:
             )
             self._stop.wait(backoff * random.uniform(0.8, 1.2))
             backoff = min(backoff * 2, 30.0)
+
+
+def _key(obj: Obj) -> tuple[str, str]:
+    meta = obj.get("metadata") or {}
+    return meta.get("namespace", ""), meta.get("name", "")
