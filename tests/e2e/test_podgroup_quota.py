@@ -13,12 +13,12 @@ import yaml
 
 from localcluster import LocalCluster
 from localcluster.binaries import REPO
-from localcluster.podgroup_load import create_concurrently
-from localcluster.replicas import point_webhook, proxied, start_replicas
 from priogate.kube.client import ApiClient, ApiError, load_client, resource_path
 from priogate.ledger import entries_of, ledger_path
 from priogate.resources import parse_quantity
 from tests.e2e.helpers import wait_for
+from tests.podgroup_load import create_concurrently
+from tests.replicas import point_webhook, proxied, start_replicas
 
 GROUPS = resource_path("scheduling.volcano.sh/v1beta1", "podgroups")
 QUOTA_HOOK = "podgroup-quota.priogate.io"
