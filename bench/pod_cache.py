@@ -2,7 +2,7 @@
 quota server's (PodGroup members only, and only the fields the quota check reads) and the
 controller's (every pod, without the fields it never reads).
 
-Pods are realistic Deployment pods (~4 KB of JSON each); a share of them belongs to PodGroups.
+Pods are realistic Deployment pods (bench.webhook.realistic_pod); a share of them belongs to PodGroups.
 The last line:
     pods cache: N pods (M in PodGroups): X MiB whole, controller Y MiB, quota server Z MiB
 """

@@ -77,8 +77,8 @@ def create_quota(client: ApiClient, namespace: str, cpu: str) -> None:
     client.create(resource_path("v1", "resourcequotas", namespace), body)
     # ResourceQuota admission refuses pods until kube-controller-manager has filled status.used.
     # Generous: after test_differential restarts kube-apiserver, kube-controller-manager's quota
-    # controller was seen idle for 60 to 90 s (its log: no quota processed from the restart until
-    # ~87 s later, on main as on the controller branch), which made a 60 s wait flaky.
+    # controller was seen to stay idle for a long while before processing any quota, which made
+    # a shorter wait flaky.
     wait_for(
         lambda: (
             "cpu"
