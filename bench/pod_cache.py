@@ -2,7 +2,7 @@
 quota server's (PodGroup members only, and only the fields the quota check reads) and the
 controller's (every pod, without the fields it never reads).
 
-Pods are realistic Deployment pods (~4 KB of JSON each); a share of them belongs to PodGroups.
+Pods are realistic Deployment pods (bench.webhook.realistic_pod); a share of them belongs to PodGroups.
 The last line:
     pods cache: N pods (M in PodGroups): X MiB whole, controller Y MiB, quota server Z MiB
 """
@@ -19,8 +19,7 @@ from typing import Any
 from bench.webhook import realistic_pod
 from priogate import podgroup
 from priogate.kube.cache import WatchCache
-from priogate.slim import slim_pod
-from webhook.view import group_member_essentials
+from priogate.slim import group_member_essentials, slim_pod
 
 
 def pods(count: int, member_share: float) -> list[dict]:

@@ -18,10 +18,10 @@ from pathlib import Path
 
 from localcluster import LocalCluster, Options
 from localcluster.binaries import REPO
-from localcluster.podgroup_load import create_concurrently
 from localcluster.procs import progress
-from localcluster.replicas import point_webhook, proxied, start_replicas
 from priogate.kube.client import load_client, resource_path
+from tests.podgroup_load import create_concurrently
+from tests.replicas import point_webhook, proxied, start_replicas
 
 
 def main() -> int:

@@ -3,6 +3,5 @@ kwok with fake nodes) with the priogate webhook registered in it. `python -m loc
 
 from localcluster.cluster import LocalCluster, Options
 from localcluster.components import ApiServerMode
-from localcluster.webhooks import HookPolicy, WebhookPolicy
 
-__all__ = ["ApiServerMode", "HookPolicy", "LocalCluster", "Options", "WebhookPolicy"]
+__all__ = ["ApiServerMode", "LocalCluster", "Options"]

@@ -30,8 +30,9 @@ from localcluster.binaries import REPO, ensure_binaries
 from localcluster.components import ApiServerMode, Ports
 from localcluster.pki import Pki, issue_all, write_kubeconfig
 from localcluster.procs import Proc, Supervisor, free_ports, progress, rss_kib, wait_until
-from localcluster.webhooks import PRIOGATE_NAMESPACE, WebhookPolicy, Webhooks
+from localcluster.webhooks import PRIOGATE_NAMESPACE, Webhooks
 from priogate.kube.client import ApiClient, ApiError, load_client
+from webhook.policy import WebhookPolicy
 
 NODE_PREFIX = "kwok-node-"
 CRD_DIR = REPO / "manifests" / "crds"

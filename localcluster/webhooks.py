@@ -21,7 +21,7 @@ from localcluster.api import create_or_replace, delete_if_present, metric_sum
 from localcluster.pki import Pki
 from localcluster.procs import Proc, progress, wait_until
 from priogate.kube.client import ApiClient, ApiError
-from webhook.registry import load_rule_sets
+from webhook.policy import WebhookPolicy
 
 PROBE_NAMESPACE = "priogate-probe"
 PRIOGATE_NAMESPACE = "priogate-system"
@@ -63,47 +63,6 @@ PROBES: dict[str, tuple[str, dict[str, Any]]] = {
 }
 
 
-# The rule sets that replace the built-in Priority plugin. Every other rule set (PodGroup quota)
-# is enforced by priogate alone, whatever the mode.
-PRIORITY_HOOKS = frozenset(r.name for r in load_rule_sets() if r.builtin_fallback)
-SYSTEM_NAMESPACES = ("kube-system", PRIOGATE_NAMESPACE)
-
-
-@dataclass(frozen=True)
-class HookPolicy:
-    """Namespaces kube-apiserver does not send to a webhook, and what it does when the call fails."""
-
-    exempt_namespaces: tuple[str, ...]
-    failure_policy: str
-
-    def describe(self) -> str:
-        return f"failurePolicy {self.failure_policy}, exempt: {', '.join(self.exempt_namespaces) or 'none'}"
-
-
-@dataclass(frozen=True)
-class WebhookPolicy:
-    priority: HookPolicy  # PRIORITY_HOOKS
-    others: HookPolicy  # everything else
-
-    @classmethod
-    def for_mode(cls, priority_plugin: bool) -> WebhookPolicy:
-        """docs/modes.md.
-
-        Plugin enabled: the plugin resolves every pod and guards PriorityClasses before priogate
-        is asked, so the priority hooks may skip kube-system and priogate's own namespace, and an
-        outage falls back to upstream behaviour (Ignore). Plugin disabled: priogate is the only
-        resolver, so nothing is exempt from the priority hooks (an exempt pod gets no priority at
-        all) and an outage refuses (Fail) instead of admitting pods without one. The quota hooks
-        have no built-in fallback in either mode: Fail, with the system namespaces exempt."""
-        others = HookPolicy(SYSTEM_NAMESPACES, "Fail")
-        if priority_plugin:
-            return cls(HookPolicy(SYSTEM_NAMESPACES, "Ignore"), others)
-        return cls(HookPolicy((), "Fail"), others)
-
-    def describe(self) -> str:
-        return f"priority hooks: {self.priority.describe()}; other hooks: {self.others.describe()}"
-
-
 @dataclass
 class Webhooks:
     api: ApiClient
@@ -124,34 +83,15 @@ class Webhooks:
         `resources` keeps only the hooks for those resources."""
         from webhook.configuration import webhook_configurations
 
-        def generate(p: HookPolicy) -> list[dict]:
-            return webhook_configurations(
-                self.base_url,
-                self.pki.ca_pem(),
-                exempt_namespaces=p.exempt_namespaces,
-                failure_policy=p.failure_policy,
-            )
-
-        priority_configs, other_configs = generate(policy.priority), generate(policy.others)
-        found = {h["name"] for c in priority_configs for h in c.get("webhooks", [])}
-        if not found >= PRIORITY_HOOKS:
-            raise ValueError(
-                f"webhook.configuration no longer has the hooks {sorted(PRIORITY_HOOKS - found)}; "
-                f"update PRIORITY_HOOKS in {__file__}"
-            )
         out = []
-        for mine, theirs in zip(priority_configs, other_configs, strict=True):
-            hooks = [
-                p if p["name"] in PRIORITY_HOOKS else o
-                for p, o in zip(mine.get("webhooks", []), theirs.get("webhooks", []), strict=True)
-            ]
+        for config in webhook_configurations(self.base_url, self.pki.ca_pem(), policy=policy):
             hooks = [
                 h
-                for h in hooks
+                for h in config.get("webhooks", [])
                 if resources is None or any(set(r["resources"]) & set(resources) for r in h["rules"])
             ]
             if hooks:
-                out.append({**mine, "webhooks": hooks})
+                out.append({**config, "webhooks": hooks})
         return out
 
     def register(self, policy: WebhookPolicy, resources: Collection[str] | None = None) -> None:

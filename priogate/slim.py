@@ -1,16 +1,21 @@
-"""What the controller keeps of pods and nodes in its caches (WatchCache transforms).
+"""What each program's caches keep of pods and nodes (WatchCache transforms).
 
-Whole objects carry much the controller never reads: managedFields, container env, probes,
-volumes, per-container statuses, a node's image list. Dropping those keeps the caches of a large
-cluster small. The list is of fields known to be unread (the preemption engine, the phase and
-enqueue functions), so anything new the engine comes to read is kept by default; a test checks
-that every acceptance scenario decides the same on slimmed objects.
+The controller keeps whole objects without what it never reads: managedFields, container env,
+probes, volumes, per-container statuses, a node's image list. The list is of fields known to be
+unread (the preemption engine, the phase and enqueue functions), so anything new the engine
+comes to read is kept by default; a test checks that every acceptance scenario decides the same
+on slimmed objects.
+
+The quota server reads far less of a pod, and only of a PodGroup's members, so it keeps those
+alone and only the fields its check reads (group_member_essentials).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
+
+from priogate import podgroup
 
 UNREAD_CONTAINER_FIELDS = frozenset(
     {
@@ -54,3 +59,35 @@ def slim_pod(pod: Mapping[str, Any]) -> Mapping[str, Any]:
 def slim_node(node: Mapping[str, Any]) -> Mapping[str, Any]:
     status = {k: v for k, v in (node.get("status") or {}).items() if k not in UNREAD_NODE_STATUS}
     return {**node, "metadata": _meta(node), "status": status}
+
+
+def group_member_essentials(pod: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """What the pod quota check reads of a pod: nothing unless it belongs to a PodGroup (only
+    members draw on reservations), else its identity, group link, requests and phase."""
+    if not podgroup.group_of(pod):
+        return None
+    meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
+    annotations, labels = meta.get("annotations") or {}, meta.get("labels") or {}
+    slim_meta = {
+        k: meta[k] for k in ("name", "namespace", "uid", "resourceVersion", "deletionTimestamp") if k in meta
+    }
+    if podgroup.GROUP_ANNOTATION in annotations:
+        slim_meta["annotations"] = {podgroup.GROUP_ANNOTATION: annotations[podgroup.GROUP_ANNOTATION]}
+    if podgroup.GROUP_LABEL in labels:
+        slim_meta["labels"] = {podgroup.GROUP_LABEL: labels[podgroup.GROUP_LABEL]}
+    slim_spec: dict[str, Any] = {}
+    for key in ("containers", "initContainers"):
+        if isinstance(spec.get(key), list):
+            slim_spec[key] = [
+                {k: c[k] for k in ("name", "resources", "restartPolicy") if k in c}
+                if isinstance(c, Mapping)
+                else c
+                for c in spec[key]
+            ]
+    if "overhead" in spec:
+        slim_spec["overhead"] = spec["overhead"]
+    return {
+        "metadata": slim_meta,
+        "spec": slim_spec,
+        "status": {"phase": (pod.get("status") or {}).get("phase")},
+    }

@@ -1,4 +1,5 @@
-"""Mutating and Validating webhook configurations, derived from the registered rule sets.
+"""Mutating and Validating webhook configurations, derived from the registered rule sets and the
+mode policy (webhook.policy).
 
 Used by the local control plane (url + caBundle) and to check that manifests/ stays in step
 with the code (service reference).
@@ -10,9 +11,9 @@ import base64
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from webhook.policy import HookPolicy, WebhookPolicy
 from webhook.registry import RuleSet, load_rule_sets
 
-DEFAULT_EXEMPT_NAMESPACES = ("kube-system", "priogate-system")
 # The Service port of each server (webhook.registry.SERVERS): one Service, one port per server
 # container, so each rule set reaches the server that answers it.
 SERVICE_PORTS = {"priority": 443, "quota": 8444}
@@ -33,12 +34,7 @@ def _client_config(
     return config
 
 
-def _webhook(
-    rule_set: RuleSet,
-    client_config: dict,
-    exempt_namespaces: Sequence[str],
-    failure_policy: str,
-) -> dict[str, Any]:
+def _webhook(rule_set: RuleSet, client_config: dict, policy: HookPolicy) -> dict[str, Any]:
     hook: dict[str, Any] = {
         "name": rule_set.name,
         "clientConfig": client_config,
@@ -54,14 +50,18 @@ def _webhook(
         "admissionReviewVersions": ["v1", "v1beta1"],
         "sideEffects": rule_set.side_effects,
         "timeoutSeconds": rule_set.timeout_seconds,
-        "failurePolicy": failure_policy,
+        "failurePolicy": policy.failure_policy,
         "matchPolicy": "Equivalent",
     }
-    if exempt_namespaces:
+    if policy.exempt_namespaces:
         # Cluster-scoped objects (PriorityClasses) are never filtered by a namespace selector.
         hook["namespaceSelector"] = {
             "matchExpressions": [
-                {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": list(exempt_namespaces)}
+                {
+                    "key": "kubernetes.io/metadata.name",
+                    "operator": "NotIn",
+                    "values": list(policy.exempt_namespaces),
+                }
             ]
         }
     if rule_set.kind == "mutating":
@@ -73,15 +73,13 @@ def webhook_configurations(
     base_url: str | None,
     ca_bundle_pem: bytes,
     *,
-    exempt_namespaces: Sequence[str] = DEFAULT_EXEMPT_NAMESPACES,
-    failure_policy: str = "Fail",
+    policy: WebhookPolicy,
     service: Mapping[str, Any] | None = None,
     name: str = "priogate",
     rule_sets: Sequence[RuleSet] | None = None,
 ) -> list[dict[str, Any]]:
-    """[MutatingWebhookConfiguration, ValidatingWebhookConfiguration] for every rule set."""
-    if failure_policy not in ("Fail", "Ignore"):
-        raise ValueError(f"failure_policy must be Fail or Ignore, not {failure_policy!r}")
+    """[MutatingWebhookConfiguration, ValidatingWebhookConfiguration] for every rule set, each
+    hook under the policy for its rule set."""
     rule_sets = list(rule_sets if rule_sets is not None else load_rule_sets())
     configs = []
     for kind, config_kind in (
@@ -89,9 +87,7 @@ def webhook_configurations(
         ("validating", "ValidatingWebhookConfiguration"),
     ):
         hooks = [
-            _webhook(
-                rs, _client_config(rs, ca_bundle_pem, base_url, service), exempt_namespaces, failure_policy
-            )
+            _webhook(rs, _client_config(rs, ca_bundle_pem, base_url, service), policy.for_rule_set(rs))
             for rs in rule_sets
             if rs.kind == kind
         ]
@@ -116,18 +112,8 @@ def in_cluster_manifest() -> str:
 
     # Shipped for clusters that keep the built-in Priority plugin (managed ones cannot turn it
     # off): the priority hooks fail open to it, the quota hooks have no fallback and fail closed.
-    rule_sets = load_rule_sets()
-    with_fallback = [r for r in rule_sets if r.builtin_fallback]
-    without = [r for r in rule_sets if not r.builtin_fallback]
-    configs = webhook_configurations(None, b"", service=IN_CLUSTER_SERVICE, rule_sets=without)
-    for config, extra in zip(
-        configs,
-        webhook_configurations(
-            None, b"", service=IN_CLUSTER_SERVICE, rule_sets=with_fallback, failure_policy="Ignore"
-        ),
-        strict=True,
-    ):
-        config["webhooks"] = extra["webhooks"] + config["webhooks"]
+    policy = WebhookPolicy.for_mode(priority_plugin=True)
+    configs = webhook_configurations(None, b"", policy=policy, service=IN_CLUSTER_SERVICE)
     header = "# Generated from the registered rule sets by `make manifests`; do not edit by hand.\n"
     return header + yaml.safe_dump_all(configs, sort_keys=False)
 

@@ -35,8 +35,9 @@ class ServerOptions:
     tls_check_seconds: float = 3600.0
     workers: int = 2
     threads: int | None = None  # None: what the served rule sets want (registry.default_threads)
-    # kube-apiserver keeps idle connections for 90 s; closing earlier churns TLS handshakes and
-    # races requests against the close.
+    # kube-apiserver keeps idle connections for 90 s (Go net/http DefaultTransport's
+    # IdleConnTimeout, which k8s.io/apimachinery/pkg/util/net SetTransportDefaults applies);
+    # closing earlier churns TLS handshakes and races requests against the close.
     keepalive: int = 120
     graceful_timeout: int = 20
 
@@ -90,7 +91,7 @@ def build_view(
     from priogate.ledger import MemoryLedgerStore
     from webhook.metrics import LEDGER_CONFLICTS
     from webhook.registry import load_rule_sets
-    from webhook.view import CACHE_SOURCES, CacheView
+    from webhook.view import CACHES, CacheView
 
     needed = sorted({name for rule_set in load_rule_sets(servers=servers) for name in rule_set.needs})
     if priorityclasses_file:
@@ -101,10 +102,8 @@ def build_view(
     client = load_client(kubeconfig)
     caches = {}
     for name in needed:
-        source = CACHE_SOURCES[name]
-        caches[name] = WatchCache(
-            client, source.path, name, selectors=source.selectors, transform=source.transform
-        ).start()
+        source, transform = CACHES[name]
+        caches[name] = source.cache(client, transform=transform).start()
     return CacheView(caches, LedgerStore(client, on_conflict=LEDGER_CONFLICTS.inc))
 
 
@@ -159,9 +158,9 @@ class WebhookServer(BaseApplication):
             client = load_client(o.kubeconfig)
             out = Path(o.cert_file).parent
             start_rotation(client, namespace, secret, out, interval_seconds=o.tls_check_seconds)
-        # Everything imported so far (the kubernetes client alone is ~100k objects) lives as long
-        # as the worker: take it out of the collector's view, so full collections stay short and
-        # do not show up as p99 latency spikes.
+        # Everything imported so far (the kubernetes client alone is a great many objects) lives
+        # as long as the worker: take it out of the collector's view, so full collections stay
+        # short and do not show up as latency spikes.
         gc.freeze()
         return app
 

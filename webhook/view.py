@@ -4,70 +4,31 @@ cache change, not per request."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from priogate import podgroup, priority
-from priogate.kube.cache import WatchCache
+from priogate.kube import catalogue
+from priogate.kube.cache import Transform, WatchCache
+from priogate.kube.catalogue import Source
 from priogate.kube.ledger_store import LedgerStore
-from priogate.ledger import LEDGER_LABEL, LEDGER_NAME, Entry, entries_of
+from priogate.ledger import LEDGER_NAME, Entry, entries_of
 from priogate.quota import quota_names
 from priogate.resources import ResourceList, add, pod_requests
+from priogate.slim import group_member_essentials
 
-
-def group_member_essentials(pod: Mapping[str, Any]) -> Mapping[str, Any] | None:
-    """What the pod quota check reads of a pod: nothing unless it belongs to a PodGroup (only
-    members draw on reservations), else its identity, group link, requests and phase. The
-    pods cache of a large cluster then holds the gang members alone, a few hundred bytes each."""
-    if not podgroup.group_of(pod):
-        return None
-    meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
-    annotations, labels = meta.get("annotations") or {}, meta.get("labels") or {}
-    slim_meta = {
-        k: meta[k] for k in ("name", "namespace", "uid", "resourceVersion", "deletionTimestamp") if k in meta
-    }
-    if podgroup.GROUP_ANNOTATION in annotations:
-        slim_meta["annotations"] = {podgroup.GROUP_ANNOTATION: annotations[podgroup.GROUP_ANNOTATION]}
-    if podgroup.GROUP_LABEL in labels:
-        slim_meta["labels"] = {podgroup.GROUP_LABEL: labels[podgroup.GROUP_LABEL]}
-    slim_spec: dict[str, Any] = {}
-    for key in ("containers", "initContainers"):
-        if isinstance(spec.get(key), list):
-            slim_spec[key] = [
-                {k: c[k] for k in ("name", "resources", "restartPolicy") if k in c}
-                if isinstance(c, Mapping)
-                else c
-                for c in spec[key]
-            ]
-    if "overhead" in spec:
-        slim_spec["overhead"] = spec["overhead"]
-    return {
-        "metadata": slim_meta,
-        "spec": slim_spec,
-        "status": {"phase": (pod.get("status") or {}).get("phase")},
-    }
-
-
-@dataclass(frozen=True)
-class CacheSource:
-    path: str
-    selectors: tuple[tuple[str, str], ...] = ()
-    transform: Callable[[Mapping[str, Any]], Mapping[str, Any] | None] | None = None
-
-
-# Where each cache lists and watches; a server starts only the ones its rule sets need.
-CACHE_SOURCES: dict[str, CacheSource] = {
-    "priorityclasses": CacheSource("/apis/scheduling.k8s.io/v1/priorityclasses"),
-    "resourcequotas": CacheSource("/api/v1/resourcequotas"),
-    "podgroups": CacheSource(f"/apis/{podgroup.GROUP_VERSION}/{podgroup.PLURAL}"),
-    "ledgers": CacheSource("/api/v1/configmaps", (("labelSelector", "=".join(LEDGER_LABEL)),)),
-    # Terminated pods use no quota; only PodGroup members matter, and only a few of their fields.
-    "pods": CacheSource(
-        "/api/v1/pods",
-        (("fieldSelector", "status.phase!=Succeeded,status.phase!=Failed"),),
-        group_member_essentials,
-    ),
+# The caches a rule set may need (RuleSet.needs) by name, and what each keeps: of pods, only
+# PodGroup members' essentials (only members draw on reservations).
+CACHES: dict[str, tuple[Source, Transform | None]] = {
+    source.name: (source, transform)
+    for source, transform in (
+        (catalogue.PRIORITY_CLASSES, None),
+        (catalogue.RESOURCE_QUOTAS, None),
+        (catalogue.PODGROUPS, None),
+        (catalogue.LEDGERS, None),
+        (catalogue.UNFINISHED_PODS, group_member_essentials),
+    )
 }
 
 

@@ -24,6 +24,11 @@ log = structlog.get_logger("priogate.cache")
 
 Obj = Mapping[str, Any]
 EMPTY: Mapping[str, Obj] = MappingProxyType({})
+# What a cache keeps of each object, or None to keep nothing (client-go's SetTransform).
+Transform = Callable[[Obj], Obj | None]
+# (event type, object as the server sent it): "ADDED", "MODIFIED", "DELETED", or "SYNC" for
+# every object of a relist (client-go's ResourceEventHandler, with resync as "SYNC").
+OnEvent = Callable[[str, Obj], None]
 
 
 class Gone(Exception):
@@ -38,22 +43,22 @@ class WatchCache:
         name: str,
         *,
         watch_timeout_seconds: int = 240,
-        on_change: Callable[[WatchCache], None] | None = None,
         selectors: Sequence[tuple[str, str]] = (),
-        transform: Callable[[Obj], Obj | None] | None = None,
+        transform: Transform | None = None,
+        on_event: OnEvent | None = None,
     ) -> None:
         self.client = client
-        # What to keep of each object, or None to keep nothing (client-go's SetTransform): a
-        # cache of every pod in a cluster holds only what its readers use.
+        # A cache of every pod in a cluster holds only what its readers use.
         self.transform = transform
+        # Per changed object, after the cache holds the change: the controller turns each into
+        # work (a pod event enqueues its PodGroup).
+        self.on_event = on_event
         self.path = path
         self.selectors = list(selectors)  # e.g. ("fieldSelector", "status.phase!=Succeeded")
         self.name = name
         self.watch_timeout_seconds = watch_timeout_seconds
-        self.on_change = on_change
         self._by_namespace: dict[str, Mapping[str, Obj]] = {}
         self._lock = threading.Lock()
-        self._changed = threading.Condition(self._lock)
         self._synced = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -95,40 +100,42 @@ class WatchCache:
     def items(self) -> list[Obj]:
         return [obj for objs in list(self._by_namespace.values()) for obj in objs.values()]
 
-    def wait_for(self, predicate: Callable[[WatchCache], bool], timeout: float) -> bool:
-        """Block until predicate(cache) holds, e.g. until a write has been observed."""
-        deadline = time.monotonic() + timeout
-        with self._changed:
-            while not predicate(self):
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    return False
-                self._changed.wait(remaining)
-        return True
-
     # ---- writing (the watch thread, or tests feeding events) ---------------------------
 
     def replace_all(self, objects: list[Obj], resource_version: str) -> None:
+        listed = objects
+        before = self.items() if self.on_event is not None else []
         if self.transform is not None:
             objects = [kept for kept in map(self.transform, objects) if kept is not None]
         grouped: dict[str, dict[str, Obj]] = {}
         for obj in objects:
             meta = obj["metadata"]
             grouped.setdefault(meta.get("namespace", ""), {})[meta["name"]] = obj
-        with self._changed:
+        with self._lock:
             self._by_namespace = {ns: MappingProxyType(objs) for ns, objs in grouped.items()}
             self.resource_version = resource_version
             self.generation += 1
             self._relist_generation = self.generation
-            self._changed.notify_all()
         self._synced.set()
-        self._notify()
+        if self.on_event is not None:
+            seen = {_key(obj) for obj in listed}
+            for obj in before:  # deleted while the watch was down: a relist is the only news of it
+                if _key(obj) not in seen:
+                    self.on_event("DELETED", obj)
+            for obj in listed:
+                self.on_event("SYNC", obj)
 
     def apply_event(self, event_type: str, obj: Obj) -> None:
         meta = obj.get("metadata", {})
         if event_type == "BOOKMARK":
             self.resource_version = meta.get("resourceVersion", self.resource_version)
             return
+        self._store(event_type, obj)
+        if self.on_event is not None:
+            self.on_event(event_type, obj)
+
+    def _store(self, event_type: str, obj: Obj) -> None:
+        meta = obj.get("metadata", {})
         namespace, name = meta.get("namespace", ""), meta["name"]
         if self.transform is not None and event_type != "DELETED":
             kept = self.transform(obj)
@@ -136,7 +143,7 @@ class WatchCache:
                 event_type = "DELETED"
             else:
                 obj = kept
-        with self._changed:
+        with self._lock:
             if event_type == "DELETED" and name not in self._by_namespace.get(namespace, EMPTY):
                 # Nothing stored changes, so derived values keyed on the generation stay valid.
                 self.resource_version = meta.get("resourceVersion", self.resource_version)
@@ -153,12 +160,6 @@ class WatchCache:
             self.resource_version = meta.get("resourceVersion", self.resource_version)
             self.generation += 1
             self._namespace_generation[namespace] = self.generation
-            self._changed.notify_all()
-        self._notify()
-
-    def _notify(self) -> None:
-        if self.on_change is not None:
-            self.on_change(self)
 
     # ---- the list/watch loop -----------------------------------------------------------
 
@@ -247,3 +248,8 @@ class WatchCache:
             )
             self._stop.wait(backoff * random.uniform(0.8, 1.2))
             backoff = min(backoff * 2, 30.0)
+
+
+def _key(obj: Obj) -> tuple[str, str]:
+    meta = obj.get("metadata") or {}
+    return meta.get("namespace", ""), meta.get("name", "")

@@ -27,10 +27,11 @@ import pytest
 import yaml
 from kubernetes.client.rest import ApiException
 
-from localcluster import ApiServerMode, LocalCluster, WebhookPolicy
+from localcluster import ApiServerMode, LocalCluster
 from localcluster.procs import progress
 from localcluster.webhooks import PROBE_NAMESPACE
 from tests.e2e.differential import CaseRunner, Outcome, expected_view, message_problems
+from webhook.policy import WebhookPolicy
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "priority-cases.yaml"
 ACCEPTANCE = yaml.safe_load(DATA.read_text())

@@ -13,12 +13,12 @@ import yaml
 
 from localcluster import LocalCluster
 from localcluster.binaries import REPO
-from localcluster.podgroup_load import create_concurrently
-from localcluster.replicas import point_webhook, proxied, start_replicas
 from priogate.kube.client import ApiClient, ApiError, load_client, resource_path
 from priogate.ledger import entries_of, ledger_path
 from priogate.resources import parse_quantity
 from tests.e2e.helpers import wait_for
+from tests.podgroup_load import create_concurrently
+from tests.replicas import point_webhook, proxied, start_replicas
 
 GROUPS = resource_path("scheduling.volcano.sh/v1beta1", "podgroups")
 QUOTA_HOOK = "podgroup-quota.priogate.io"
@@ -77,8 +77,8 @@ def create_quota(client: ApiClient, namespace: str, cpu: str) -> None:
     client.create(resource_path("v1", "resourcequotas", namespace), body)
     # ResourceQuota admission refuses pods until kube-controller-manager has filled status.used.
     # Generous: after test_differential restarts kube-apiserver, kube-controller-manager's quota
-    # controller was seen idle for 60 to 90 s (its log: no quota processed from the restart until
-    # ~87 s later, on main as on the controller branch), which made a 60 s wait flaky.
+    # controller was seen to stay idle for a long while before processing any quota, which made
+    # a shorter wait flaky.
     wait_for(
         lambda: (
             "cpu"

@@ -8,8 +8,8 @@ import json
 import re
 
 from localcluster.api import metric_sum
-from localcluster.webhooks import PRIORITY_HOOKS
 from tests.e2e.helpers import PAUSE, SYSTEM_CLASSES, pc_manifest, pod_manifest, wait_for
+from webhook.policy import PRIORITY_HOOKS
 
 PC_WEBHOOK = "priorityclasses.priogate.io"
 POD_WEBHOOK = "pod-priority.priogate.io"

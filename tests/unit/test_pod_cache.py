@@ -10,7 +10,7 @@ import pytest
 from priogate import podgroup
 from priogate.kube.cache import WatchCache
 from priogate.resources import pod_requests
-from webhook.view import group_member_essentials
+from priogate.slim import group_member_essentials
 
 
 def member(name: str = "m0", *, link: str = "annotation", phase: str = "Running") -> dict:

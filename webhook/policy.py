@@ -1,0 +1,56 @@
+"""The mode policy: which namespaces kube-apiserver does not send to each hook, and what it does
+when a call fails, with kube-apiserver's built-in Priority plugin kept or replaced
+(docs/modes.md). The shipped manifests and the local control plane both register under it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from webhook.registry import RuleSet, load_rule_sets
+
+SYSTEM_NAMESPACES = ("kube-system", "priogate-system")
+# The rule sets the built-in Priority plugin also enforces (RuleSet.builtin_fallback). Every
+# other rule set (PodGroup quota) is enforced by priogate alone, whatever the mode.
+PRIORITY_HOOKS = frozenset(r.name for r in load_rule_sets() if r.builtin_fallback)
+
+
+@dataclass(frozen=True)
+class HookPolicy:
+    """Namespaces kube-apiserver does not send to a webhook, and what it does when the call fails."""
+
+    exempt_namespaces: tuple[str, ...]
+    failure_policy: Literal["Fail", "Ignore"]
+
+    def __post_init__(self) -> None:
+        if self.failure_policy not in ("Fail", "Ignore"):
+            raise ValueError(f"failure_policy must be Fail or Ignore, not {self.failure_policy!r}")
+
+    def describe(self) -> str:
+        return f"failurePolicy {self.failure_policy}, exempt: {', '.join(self.exempt_namespaces) or 'none'}"
+
+
+@dataclass(frozen=True)
+class WebhookPolicy:
+    priority: HookPolicy  # the rule sets with a built-in fallback (PRIORITY_HOOKS)
+    others: HookPolicy  # everything else
+
+    @classmethod
+    def for_mode(cls, priority_plugin: bool) -> WebhookPolicy:
+        """Plugin enabled: the plugin resolves every pod and guards PriorityClasses before priogate
+        is asked, so the priority hooks may skip kube-system and priogate's own namespace, and an
+        outage falls back to upstream behaviour (Ignore). Plugin disabled: priogate is the only
+        resolver, so nothing is exempt from the priority hooks (an exempt pod gets no priority at
+        all) and an outage refuses (Fail) instead of admitting pods without one. The quota hooks
+        have no built-in fallback in either mode: Fail, with the system namespaces exempt."""
+        others = HookPolicy(SYSTEM_NAMESPACES, "Fail")
+        if priority_plugin:
+            return cls(HookPolicy(SYSTEM_NAMESPACES, "Ignore"), others)
+        return cls(HookPolicy((), "Fail"), others)
+
+    def for_rule_set(self, rule_set: RuleSet) -> HookPolicy:
+        return self.priority if rule_set.builtin_fallback else self.others
+
+    def describe(self) -> str:
+        return f"priority hooks: {self.priority.describe()}; other hooks: {self.others.describe()}"
