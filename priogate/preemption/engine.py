@@ -174,8 +174,8 @@ def decide_for_group(
 
     It is the step `run` takes for that group, on the snapshot as it is: no other preemptor
     is decided first. Unlike `run`, a group in phase Pending is decided too: the controller
-    asks only for groups it found admitted (preemption_record.needs_preemption), reading the
-    phase from the object it just wrote, which a cache may not show yet.
+    asks only for groups it found admitted (preemption_record.needs_preemption), on the
+    PodGroup object it holds, which may be newer than the snapshot's copy.
     """
     _check_opt_out_mode(opt_out_mode)
     key = GROUP_PREFIX + group_key
