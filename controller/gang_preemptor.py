@@ -28,9 +28,8 @@ from priogate import preemption_record as record
 from priogate.kube.client import ApiClient, ApiError, resource_path
 from priogate.lease import micro_time
 from priogate.podgroup import GROUP_VERSION, PLURAL
-from priogate.preemption.engine import gang_request, prepare
-from priogate.preemption.gang import preempt_group
-from priogate.preemption.snapshot import build_snapshot
+from priogate.preemption.engine import decide_for_group
+from priogate.preemption.snapshot import Snapshot
 from priogate.preemption_record import Decision, Step, Victim
 
 log = structlog.get_logger("priogate.controller.preemption")
@@ -95,32 +94,22 @@ class GangPreemptor:
 
     # ---- deciding ------------------------------------------------------------------------------
 
-    def _snapshot_objects(self) -> list[dict[str, Any]]:
-        # LIST items carry no kind; the snapshot builder sorts objects by it.
-        tagged = []
-        for kind, cache in (
-            ("Node", self.caches.nodes),
-            ("Pod", self.caches.pods),
-            ("PodGroup", self.caches.podgroups),
-            ("PodDisruptionBudget", self.caches.pdbs),
-            ("PriorityClass", self.caches.classes),
-        ):
-            tagged.extend({**obj, "kind": kind} for obj in cache.items())
-        return tagged
+    def _snapshot(self) -> Snapshot:
+        return Snapshot.from_objects(
+            nodes=self.caches.nodes.items(),
+            pods=self.caches.pods.items(),
+            podgroups=self.caches.podgroups.items(),
+            pdbs=self.caches.pdbs.items(),
+            priority_classes=self.caches.classes.items(),
+        )
 
     def _decide(self, group: Mapping[str, Any], key: str) -> Decision | None:
         try:
-            state = prepare(build_snapshot(self._snapshot_objects()))
+            snapshot = self._snapshot()
         except ValueError as e:
             log.warning("cannot build a preemption snapshot", podgroup=key, error=str(e))
             return None
-        info = state.groups.get(key)
-        if info is None:
-            return None
-        request = gang_request(info, [p for p in state.pods.values() if p.group == key])
-        if request is None:
-            return None
-        outcome = preempt_group(state, request, opt_out_mode=self.opt_out_mode, explain=False)
+        outcome = decide_for_group(snapshot, key, opt_out_mode=self.opt_out_mode)
         if outcome.status != "preempt" or not outcome.victims:
             log.info("no gang preemption", podgroup=key, status=outcome.status, reason=outcome.reason)
             return None

@@ -160,11 +160,13 @@ class Reconciler:
     def reconcile(self, namespace: str, name: str) -> str:
         """One PodGroup. Returns the result label for metrics."""
         group = self.caches.podgroups.get(namespace, name)
+        # One pass over the namespace's pods serves the status, the count and the preemptor; a
+        # status conflict is about the PodGroup object, so a retry reuses the members.
+        members = self.members(namespace, name) if group is not None else []
         result = "unchanged"
         for _ in range(MAX_CONFLICT_RETRIES):
             if group is None or (group.get("metadata") or {}).get("deletionTimestamp"):
                 return "gone"
-            members = self.members(namespace, name)
             status = self.desired_status(group, members)
             if status == (group.get("status") or {}):
                 break
@@ -184,9 +186,9 @@ class Reconciler:
         else:
             return "conflict"
         if self.preemptor is not None and group is not None:
-            scheduled = phase.count_members(self.members(namespace, name)).scheduled
+            scheduled = phase.count_members(members).scheduled
             try:
-                outcome = self.preemptor.handle(group, self.members(namespace, name), scheduled)
+                outcome = self.preemptor.handle(group, members, scheduled)
             except NotLeader:
                 return "not-leader"
             if outcome in ("preempted", "resumed"):

@@ -4,6 +4,8 @@ applied to the state before the next one is taken.
 Order: priority (highest first), then creation time, then name. A pod whose PodGroup still
 needs members to reach minMember is not a preemptor on its own: the group is, and preempts
 for all its needed members at once. A pod that fits without preemption gets no decision.
+
+`decide_for_group` is one PodGroup's decision on its own: what the controller applies.
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ PENDING_GROUP = (
     "PodGroup phase is Pending (not yet admitted to its queue); like Volcano's preempt action, "
     "preemption waits until it is Inqueue"
 )
+NOT_IN_SNAPSHOT = "PodGroup not in the snapshot"
+NOTHING_TO_PLACE = "PodGroup finished, or no pending member is needed to reach minMember"
 
 
 @dataclass(frozen=True)
@@ -111,9 +115,13 @@ def gang_request(group: PodGroupInfo, members: list[PodInfo]) -> GangRequest | N
     return GangRequest(group, tuple(pending), needed, priority, never)
 
 
-def run(state: ClusterState, *, opt_out_mode: str = "hard", explain: bool = False) -> tuple[Outcome, ...]:
+def _check_opt_out_mode(opt_out_mode: str) -> None:
     if opt_out_mode not in OPT_OUT_MODES:
         raise ValueError(f"opt-out mode must be one of {OPT_OUT_MODES}, not {opt_out_mode!r}")
+
+
+def run(state: ClusterState, *, opt_out_mode: str = "hard", explain: bool = False) -> tuple[Outcome, ...]:
+    _check_opt_out_mode(opt_out_mode)
     outcomes: list[Outcome] = []
     for preemptor in preemptors(state):
         # A pod decided earlier in this run may have been placed or preempted meanwhile.
@@ -156,3 +164,26 @@ def prepare(snapshot: Snapshot) -> ClusterState:
 def simulate(snapshot: Snapshot, *, opt_out_mode: str = "hard", explain: bool = False) -> Result:
     """Decide every preemption in `snapshot`; decision time excludes building the state."""
     return decide(prepare(snapshot), opt_out_mode=opt_out_mode, explain=explain)
+
+
+def decide_for_group(
+    snapshot: Snapshot, group_key: str, *, opt_out_mode: str = "hard", explain: bool = False
+) -> Outcome:
+    """The gang preemption decision for one PodGroup ("namespace/name") of `snapshot`: the
+    decision the controller records and applies.
+
+    It is the step `run` takes for that group, on the snapshot as it is: no other preemptor
+    is decided first. Unlike `run`, a group in phase Pending is decided too: the controller
+    asks only for groups it found admitted (preemption_record.needs_preemption), on the
+    PodGroup object it holds, which may be newer than the snapshot's copy.
+    """
+    _check_opt_out_mode(opt_out_mode)
+    key = GROUP_PREFIX + group_key
+    state = prepare(snapshot)
+    group = state.groups.get(group_key)
+    if group is None:
+        return unresolved(key, NOT_IN_SNAPSHOT)
+    request = gang_request(group, [p for p in state.pods.values() if p.group == group_key])
+    if request is None:
+        return unresolved(key, NOTHING_TO_PLACE)
+    return preempt_group(state, request, opt_out_mode=opt_out_mode, explain=explain)

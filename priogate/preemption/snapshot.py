@@ -1,8 +1,11 @@
 """A cluster snapshot: Nodes, Pods, PodGroups, PodDisruptionBudgets and PriorityClasses.
 
-`load_objects` turns YAML or JSON text into API objects; `build_snapshot` turns those into
-immutable, validated records holding exactly what preemption needs. Every malformed input
-raises ValueError naming the object, so the CLI can print one line and never a traceback.
+`Snapshot.from_objects` turns API objects, given per kind, into immutable, validated records
+holding exactly what preemption needs; the controller calls it with its watch caches' contents.
+`load_objects` turns YAML or JSON text into API objects and `build_snapshot` sorts a mixed list
+of them by `kind` for `from_objects` (how `python -m controller simulate` reads a List file).
+Every malformed input raises ValueError naming the object, so the CLI can print one line and
+never a traceback.
 """
 
 from __future__ import annotations
@@ -10,7 +13,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
@@ -107,6 +110,34 @@ class Snapshot:
     pdbs: tuple[PDBInfo, ...]
     ignored_kinds: Mapping[str, int] = field(default_factory=dict)
 
+    @classmethod
+    def from_objects(
+        cls,
+        *,
+        nodes: Iterable[Mapping[str, Any]] = (),
+        pods: Iterable[Mapping[str, Any]] = (),
+        podgroups: Iterable[Mapping[str, Any]] = (),
+        pdbs: Iterable[Mapping[str, Any]] = (),
+        priority_classes: Iterable[Mapping[str, Any]] = (),
+    ) -> Snapshot:
+        """The snapshot of these API objects, one iterable per kind. The objects need no `kind`
+        field (LIST and watch items carry none); each iterable is read once."""
+        # PriorityClasses first: a pod's or group's priority is resolved against them.
+        classes = {_name(pc, "PriorityClass"): _priority_class(pc) for pc in priority_classes}
+        default_class = prio.current_default(classes.values())
+        node_records = tuple(_node(obj) for obj in nodes)
+        pod_records = tuple(_pod(obj, classes, default_class) for obj in pods)
+        groups = tuple(_group(obj, classes) for obj in podgroups)
+        pdb_records = tuple(_pdb(obj) for obj in pdbs)
+        for kind, records in (("Node", node_records), ("Pod", pod_records), ("PodGroup", groups)):
+            seen: set[str] = set()
+            for record in records:
+                key = record.name if isinstance(record, NodeInfo) else record.key
+                if key in seen:
+                    raise ValueError(f"{kind} {key} appears twice in the snapshot")
+                seen.add(key)
+        return cls(node_records, pod_records, groups, pdb_records)
+
 
 # ---- text -> objects --------------------------------------------------------------------------
 
@@ -150,6 +181,8 @@ def _one_line(message: str) -> str:
 
 
 def build_snapshot(objects: Iterable[Mapping[str, Any]]) -> Snapshot:
+    """The snapshot of a mixed list of API objects (a List file's items), sorted by `kind`;
+    kinds preemption does not read are counted in `ignored_kinds`."""
     by_kind: dict[str, list[Mapping[str, Any]]] = {kind: [] for kind in KINDS}
     ignored: dict[str, int] = {}
     for index, obj in enumerate(objects):
@@ -160,20 +193,14 @@ def build_snapshot(objects: Iterable[Mapping[str, Any]]) -> Snapshot:
             by_kind[kind].append(obj)
         else:
             ignored[kind] = ignored.get(kind, 0) + 1
-    classes = {_name(pc, "PriorityClass"): _priority_class(pc) for pc in by_kind["PriorityClass"]}
-    default_class = prio.current_default(classes.values())
-    nodes = tuple(_node(obj) for obj in by_kind["Node"])
-    pods = tuple(_pod(obj, classes, default_class) for obj in by_kind["Pod"])
-    groups = tuple(_group(obj, classes) for obj in by_kind["PodGroup"])
-    pdbs = tuple(_pdb(obj) for obj in by_kind["PodDisruptionBudget"])
-    for kind, records in (("Node", nodes), ("Pod", pods), ("PodGroup", groups)):
-        seen: set[str] = set()
-        for record in records:
-            key = record.name if isinstance(record, NodeInfo) else record.key
-            if key in seen:
-                raise ValueError(f"{kind} {key} appears twice in the snapshot")
-            seen.add(key)
-    return Snapshot(nodes, pods, groups, pdbs, ignored)
+    snapshot = Snapshot.from_objects(
+        nodes=by_kind["Node"],
+        pods=by_kind["Pod"],
+        podgroups=by_kind["PodGroup"],
+        pdbs=by_kind["PodDisruptionBudget"],
+        priority_classes=by_kind["PriorityClass"],
+    )
+    return replace(snapshot, ignored_kinds=ignored)
 
 
 def _meta(obj: Mapping[str, Any], kind: str) -> Mapping[str, Any]:

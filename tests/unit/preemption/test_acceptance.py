@@ -1,8 +1,13 @@
-"""The shared acceptance scenarios (copied into tests/data/preemption) and their outcomes."""
+"""The shared acceptance scenarios (copied into tests/data/preemption) and their outcomes.
+
+expected.json names fields as `python -m controller simulate` prints them; the engine's typed
+outcomes are compared with it here, the printing is tested in test_simulate_cli.
+"""
 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 from pathlib import Path
 
@@ -11,6 +16,7 @@ import pytest
 from priogate.preemption.engine import simulate
 from priogate.preemption.snapshot import build_snapshot, load_objects
 from priogate.slim import slim_node, slim_pod
+from tests.unit.preemption.outcomes import outcomes
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "preemption"
 EXPECTED = json.loads((DATA / "expected.json").read_text())
@@ -24,29 +30,30 @@ def test_every_scenario_file_has_an_expectation():
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 @pytest.mark.parametrize("opt_out_mode", ["hard", "soft"])
 def test_acceptance_scenario(name, opt_out_mode):
-    snapshot = build_snapshot(load_objects((DATA / f"{name}.json").read_text()))
-    result = simulate(snapshot, opt_out_mode=opt_out_mode).to_json()
+    found = outcomes(load_objects((DATA / f"{name}.json").read_text()), opt_out_mode=opt_out_mode)
+    decisions = [o for o in found if o.status == "preempt"]
     want = EXPECTED[name]["expected"]
     got = [
-        {"preemptor": d["preemptor"], "nominatedNode": d["nominatedNode"], "victims": d["victims"]}
-        for d in result["decisions"]
+        {"preemptor": o.preemptor, "nominatedNode": o.node, "victims": [v.key for v in o.victims]}
+        for o in decisions
     ]
     assert got == want["decisions"]
-    assert [u["preemptor"] for u in result["unresolved"]] == want.get("unresolved", [])
-    for decision in result["decisions"]:
-        assert decision["placements"] == {decision["preemptor"]: decision["nominatedNode"]}
-        assert decision["reason"]
+    assert [o.preemptor for o in found if o.status == "unresolved"] == want.get("unresolved", [])
+    for decision in decisions:
+        assert decision.placements == {decision.preemptor: decision.node}
+        assert decision.reason
 
 
 def test_explain_does_not_change_decisions():
     for name in EXPECTED:
         snapshot = build_snapshot(load_objects((DATA / f"{name}.json").read_text()))
-        plain = simulate(snapshot).to_json()
-        explained = simulate(snapshot, explain=True).to_json(explain=True)
+        plain = simulate(snapshot)
+        explained = simulate(snapshot, explain=True)
+        stripped = [dataclasses.replace(o, nodes=None) for o in explained.outcomes]
+        assert stripped == list(plain.outcomes)
+        shown = explained.to_json(explain=True)
         for section in ("decisions", "unresolved"):
-            stripped = [{k: v for k, v in e.items() if k != "nodes"} for e in explained[section]]
-            assert stripped == plain[section]
-            assert all("nodes" in e for e in explained[section])
+            assert all("nodes" in e for e in shown[section])
 
 
 def _with_unread_fields(obj: dict) -> dict:
@@ -73,6 +80,4 @@ def test_slimmed_caches_decide_the_same(name):
     ]
     slimmed = [slim[o["kind"]](o) if o.get("kind") in slim else o for o in live]
     assert len(json.dumps(slimmed)) < len(json.dumps(live))
-    want, got = simulate(build_snapshot(live)).to_json(), simulate(build_snapshot(slimmed)).to_json()
-    for section in ("decisions", "unresolved"):
-        assert got[section] == want[section]
+    assert outcomes(slimmed) == outcomes(live)

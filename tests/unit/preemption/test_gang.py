@@ -1,12 +1,19 @@
-"""Gang preemption for PodGroups: scenarios."""
+"""Gang preemption for PodGroups: scenarios.
+
+A group's own decision is read through `decide_for_group`, the controller's entry point
+(outcomes.group_outcome also checks simulate's run agrees); what the whole run does around it
+(other preemptors, the order) through the simulate JSON.
+"""
 
 from __future__ import annotations
 
 import pytest
 
 from priogate.preemption.engine import PENDING_GROUP
+from priogate.preemption.outcome import Outcome
 from priogate.preemption.single import NOT_ELIGIBLE_NEVER
 from tests.unit.preemption.builders import node, pclass, pdb, pod, podgroup, run, unresolved
+from tests.unit.preemption.outcomes import group_outcome
 
 GANG = "podgroup:default/gang"
 
@@ -22,9 +29,12 @@ def gang(
     return objects
 
 
-def decision(result: dict) -> dict:
-    found = [d for d in result["decisions"] if d["preemptor"] == GANG]
-    return found[0] if found else {}
+def decision(objects: list[dict], **options) -> Outcome:
+    return group_outcome(objects, "default/gang", **options)
+
+
+def victims(outcome: Outcome) -> list[str]:
+    return [v.key for v in outcome.victims]
 
 
 def test_members_land_on_several_nodes_with_the_lowest_victims():
@@ -39,11 +49,11 @@ def test_members_land_on_several_nodes_with_the_lowest_victims():
         pod("c1", 7, "4", on="n3"),
         *gang(3),
     ]
-    d = decision(run(objects))
-    assert d["nominatedNode"] is None
-    assert sorted(d["victims"]) == ["default/a1", "default/b1", "default/b2"]
-    assert sorted(d["placements"]) == ["default/g0", "default/g1", "default/g2"]
-    assert sorted(d["placements"].values()) == ["n1", "n2", "n2"]
+    d = decision(objects)
+    assert d.node is None
+    assert sorted(victims(d)) == ["default/a1", "default/b1", "default/b2"]
+    assert sorted(d.placements) == ["default/g0", "default/g1", "default/g2"]
+    assert sorted(d.placements.values()) == ["n1", "n2", "n2"]
 
 
 def test_surplus_members_of_a_group_go_before_the_whole_group():
@@ -57,10 +67,10 @@ def test_surplus_members_of_a_group_go_before_the_whole_group():
         pod("s", 4, "2", on="n2"),
         *gang(1),
     ]
-    d = decision(run(objects))
+    d = decision(objects)
     # one surplus member goes (the least important, j3) and the job keeps minMember 2
-    assert d["victims"] == ["default/j3"]
-    assert "surplus member" in d["reason"]
+    assert victims(d) == ["default/j3"]
+    assert "surplus member" in d.reason
 
 
 def test_a_group_that_would_drop_below_min_member_goes_whole():
@@ -74,10 +84,10 @@ def test_a_group_that_would_drop_below_min_member_goes_whole():
         pod("j3", 3, "1", on="n3", group="job"),
         *gang(2, cpu="4"),
     ]
-    d = decision(run(objects))
+    d = decision(objects)
     # Both big members must go (j3's node is too small for the gang anyway); that would
     # leave j3 alone, below minMember 2: the group goes whole.
-    assert sorted(d["victims"]) == ["default/j1", "default/j2", "default/j3"]
+    assert sorted(victims(d)) == ["default/j1", "default/j2", "default/j3"]
 
 
 def test_a_group_without_surplus_goes_whole_or_not_at_all():
@@ -89,9 +99,9 @@ def test_a_group_without_surplus_goes_whole_or_not_at_all():
         pod("j2", 3, "4", on="n2", group="job"),
         *gang(1, cpu="4"),
     ]
-    d = decision(run(objects))
-    assert sorted(d["victims"]) == ["default/j1", "default/j2"]
-    assert "1 whole PodGroup(s)" in d["reason"]
+    d = decision(objects)
+    assert sorted(victims(d)) == ["default/j1", "default/j2"]
+    assert "1 whole PodGroup(s)" in d.reason
 
 
 def test_a_cheaper_single_pod_is_taken_before_a_group_of_equal_priority():
@@ -105,7 +115,7 @@ def test_a_cheaper_single_pod_is_taken_before_a_group_of_equal_priority():
         pod("single", 3, "4", on="n3", start=50),
         *gang(1, cpu="4"),
     ]
-    assert decision(run(objects))["victims"] == ["default/single"]
+    assert victims(decision(objects)) == ["default/single"]
 
 
 def test_nothing_is_taken_unless_every_member_can_be_placed():
@@ -116,9 +126,9 @@ def test_nothing_is_taken_unless_every_member_can_be_placed():
         pod("b", 1, "4", on="n2"),
         *gang(3, cpu="4"),
     ]
-    result = run(objects)
-    assert decision(result) == {}
-    assert "cannot place all 3 needed member(s)" in unresolved(result)[GANG]
+    d = decision(objects)
+    assert d.status == "unresolved"
+    assert "cannot place all 3 needed member(s)" in d.reason
 
 
 def test_only_lower_priority_victims():
@@ -129,9 +139,7 @@ def test_only_lower_priority_victims():
         pod("low", 1, "4", on="n2"),
         *gang(2, "4"),
     ]
-    result = run(objects)
-    assert decision(result) == {}
-    assert GANG in unresolved(result)
+    assert decision(objects).status == "unresolved"
 
 
 def test_running_members_count_towards_min_member():
@@ -142,10 +150,10 @@ def test_running_members_count_towards_min_member():
         *gang(3, cpu="4", min_member=2),
     ]
     objects.append(pod("running", None, "4", klass="high", group="gang", on="n1"))
-    d = decision(run(objects))
+    d = decision(objects)
     # minMember 2 with one member placed: one pending member is needed, not three
-    assert d["placements"] == {"default/g0": "n2"}
-    assert d["victims"] == ["default/low"]
+    assert d.placements == {"default/g0": "n2"}
+    assert victims(d) == ["default/low"]
 
 
 def test_a_complete_gang_lets_its_other_members_preempt_one_by_one():
@@ -187,8 +195,8 @@ def test_a_group_with_a_protected_member_is_never_taken():
         pod("o2", 1, "2", on="n2", group="other"),
         *gang(1, cpu="4"),
     ]
-    d = decision(run(objects))
-    assert sorted(d["victims"]) == ["default/o1", "default/o2"]
+    d = decision(objects)
+    assert sorted(victims(d)) == ["default/o1", "default/o2"]
 
 
 def test_pdbs_are_best_effort_for_gangs():
@@ -200,13 +208,13 @@ def test_pdbs_are_best_effort_for_gangs():
         pdb("x", {"app": "x"}, allowed=0),
         *gang(1, cpu="4"),
     ]
-    assert decision(run(objects))["victims"] == ["default/free"]
+    assert victims(decision(objects)) == ["default/free"]
     objects.append(pod("g1", None, "4", klass="high", group="gang", created=1))
     group = next(o for o in objects if o["kind"] == "PodGroup")
     group["spec"]["minMember"] = 2  # now both nodes are needed: the PDB gives way
-    d = decision(run(objects))
-    assert sorted(d["victims"]) == ["default/free", "default/guarded"]
-    assert "1 PDB violation(s)" in d["reason"]
+    d = decision(objects)
+    assert sorted(victims(d)) == ["default/free", "default/guarded"]
+    assert "1 PDB violation(s)" in d.reason
 
 
 def test_members_of_different_shapes():
@@ -221,21 +229,21 @@ def test_members_of_different_shapes():
         pod("driver", None, "2", klass="high", group="gang", created=0),
         pod("worker", None, "6", klass="high", group="gang", created=1),
     ]
-    d = decision(run(objects))
-    assert d["placements"] == {"default/driver": "n2", "default/worker": "n1"}
-    assert sorted(d["victims"]) == ["default/a", "default/c"]
+    d = decision(objects)
+    assert d.placements == {"default/driver": "n2", "default/worker": "n1"}
+    assert sorted(victims(d)) == ["default/a", "default/c"]
 
 
 @pytest.mark.parametrize("mode", ["hard", "soft"])
 def test_opted_out_pods_in_gang_preemption(mode):
     opted = {"priogate.io/allow-preemption": "false"}
     objects = [node("n1"), pod("o", 1, "4", on="n1", labels=opted), *gang(1, cpu="4")]
-    result = run(objects, opt_out_mode=mode)
+    d = decision(objects, opt_out_mode=mode)
     if mode == "hard":
-        assert GANG in unresolved(result)
+        assert d.status == "unresolved"
     else:
-        assert decision(result)["victims"] == ["default/o"]
-        assert "opted-out pods included" in decision(result)["reason"]
+        assert victims(d) == ["default/o"]
+        assert "opted-out pods included" in d.reason
 
 
 def test_explain_marks_hosting_nodes():
@@ -246,7 +254,7 @@ def test_explain_marks_hosting_nodes():
         pod("b", 9, "4", on="n2"),
         *gang(1, cpu="4"),
     ]
-    nodes = decision(run(objects, explain=True))["nodes"]
+    nodes = decision(objects, explain=True).nodes
     assert nodes["n1"].startswith("chosen: hosts 1 member(s), 1 victim(s) here")
     assert nodes["n2"].startswith("not used")
 
@@ -259,8 +267,8 @@ def test_lower_priority_nominations_on_member_nodes_are_cleared():
         pod("nominee", 50, "4", nominated="b", created=1),
         pod("later", 40, "4", created=2),
     ]
+    assert decision(objects).placements == {"default/g0": "b"}
     result = run(objects)
-    assert decision(result)["placements"] == {"default/g0": "b"}
     # nominee no longer holds b's remaining 4 cores against lower priorities: "later" fits
     # there too (the scheduler sorts out who binds), so neither needs a decision. Had the
     # nomination stayed, "later" would find b held and no victim to take.

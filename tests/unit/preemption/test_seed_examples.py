@@ -9,7 +9,8 @@ pods that fit happens between snapshots.
 from __future__ import annotations
 
 from priogate.preemption.single import NOT_ELIGIBLE_TERMINATING
-from tests.unit.preemption.builders import decided, node, pod, run, unresolved
+from tests.unit.preemption.builders import node, pod
+from tests.unit.preemption.outcomes import decided, outcomes, unresolved
 
 
 def a_and_b(*, terminating: bool = False, gone: tuple[str, ...] = ()) -> list[dict]:
@@ -31,17 +32,17 @@ def d(**kwargs) -> dict:
 def test_example_1():
     node1 = node("node-1", cpu="10")
     # C preempts both A and B; D can preempt nothing and, once C is placed, does not fit.
-    first = run([node1, *a_and_b(), c(), d()])
+    first = outcomes([node1, *a_and_b(), c(), d()])
     assert decided(first) == {"default/C": ("node-1", ["default/A", "default/B"])}
     assert list(unresolved(first)) == ["default/D"]
     # B has gone, A is still terminating: C waits (no more preemption), D does not fit,
     # because C's nomination holds node-1 against lower priorities.
-    waiting = run([node1, *a_and_b(terminating=True, gone=("B",)), c(nominated="node-1"), d()])
+    waiting = outcomes([node1, *a_and_b(terminating=True, gone=("B",)), c(nominated="node-1"), d()])
     assert decided(waiting) == {}
     assert unresolved(waiting)["default/C"] == NOT_ELIGIBLE_TERMINATING
     assert "default/D" in unresolved(waiting)
     # A has gone too: C fits (the scheduler binds it); D still does not fit and cannot preempt.
-    done = run([node1, c(nominated="node-1"), d()])
+    done = outcomes([node1, c(nominated="node-1"), d()])
     assert decided(done) == {}
     assert list(unresolved(done)) == ["default/D"]
 
@@ -49,38 +50,40 @@ def test_example_1():
 def test_example_2():
     nodes = [node("node-1", cpu="10"), node("node-2", cpu="10")]
     e = pod("E", 2000, "10", on="node-2")
-    first = run([*nodes, *a_and_b(), e, c(), d()])
+    first = outcomes([*nodes, *a_and_b(), e, c(), d()])
     assert decided(first) == {"default/C": ("node-1", ["default/A", "default/B"])}
     # E terminates while A and B are still going: C now fits on node-2 (no decision; the
     # scheduler places it there, ignoring its nomination).
-    e_gone = run([*nodes, *a_and_b(terminating=True), c(nominated="node-1"), d()])
+    e_gone = outcomes([*nodes, *a_and_b(terminating=True), c(nominated="node-1"), d()])
     assert "default/C" not in decided(e_gone) and "default/C" not in unresolved(e_gone)
     # C is bound to node-2: D cannot preempt A or B (higher priority) and does not fit.
-    c_bound = run([*nodes, *a_and_b(terminating=True), pod("C", 1000, "10", on="node-2"), d()])
+    c_bound = outcomes([*nodes, *a_and_b(terminating=True), pod("C", 1000, "10", on="node-2"), d()])
     assert decided(c_bound) == {}
     assert list(unresolved(c_bound)) == ["default/D"]
     # B terminates: D fits on node-1 without preempting anything. (It may look as if B was
     # preempted for D; D was never nominated.)
-    b_gone = run([*nodes, *a_and_b(terminating=True, gone=("B",)), pod("C", 1000, "10", on="node-2"), d()])
-    assert b_gone["decisions"] == [] and b_gone["unresolved"] == []
+    b_gone = outcomes(
+        [*nodes, *a_and_b(terminating=True, gone=("B",)), pod("C", 1000, "10", on="node-2"), d()]
+    )
+    assert decided(b_gone) == {} and unresolved(b_gone) == {}
 
 
 def test_example_3():
     nodes = [node("node-1", cpu="10"), node("node-2", cpu="10")]
     e = pod("E", 2000, "8", on="node-2")
-    result = run([*nodes, *a_and_b(), e, c(), d()])
+    result = outcomes([*nodes, *a_and_b(), e, c(), d()])
     # C preempts on node-1; D fits in node-2's two free units: no decision for D.
     assert decided(result) == {"default/C": ("node-1", ["default/A", "default/B"])}
-    assert result["unresolved"] == []
+    assert unresolved(result) == {}
 
 
 def test_example_4():
     node1 = node("node-1", cpu="10")
     f = pod("F", 2000, "10", created=3)
-    result = run([node1, *a_and_b(terminating=True), c(nominated="node-1"), d(), f])
+    result = outcomes([node1, *a_and_b(terminating=True), c(nominated="node-1"), d(), f])
     # F takes node-1: A and B are already leaving, so no new victims; C's nomination (lower
     # priority) is cleared, and C, now holding nothing, cannot preempt F.
     assert decided(result) == {"default/F": ("node-1", [])}
-    assert "no new victims" in result["decisions"][0]["reason"]
+    assert "no new victims" in next(o for o in result if o.status == "preempt").reason
     assert list(unresolved(result)) == ["default/C", "default/D"]
     assert unresolved(result)["default/C"] != NOT_ELIGIBLE_TERMINATING
