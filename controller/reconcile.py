@@ -20,7 +20,7 @@ from priogate import enqueue, phase
 from priogate import priority as prio
 from priogate.kube.client import ApiClient, ApiError, resource_path
 from priogate.ledger import now_rfc3339
-from priogate.podgroup import GROUP_VERSION, PLURAL, group_of
+from priogate.podgroup import GROUP_VERSION, HOLDING_PHASES, PLURAL, TERMINAL_POD_PHASES, Phase, group_of
 from priogate.resources import ResourceList, add, parse_resource_list, pod_requests
 
 log = structlog.get_logger("priogate.controller.reconcile")
@@ -41,9 +41,9 @@ def _requests(pod: Mapping[str, Any]) -> ResourceList:
 
 
 def _bound_active(pod: Mapping[str, Any]) -> bool:
-    return bool((pod.get("spec") or {}).get("nodeName")) and (pod.get("status") or {}).get("phase") not in (
-        "Succeeded",
-        "Failed",
+    return (
+        bool((pod.get("spec") or {}).get("nodeName"))
+        and (pod.get("status") or {}).get("phase") not in TERMINAL_POD_PHASES
     )
 
 
@@ -138,7 +138,7 @@ class Reconciler:
                 bound.append(enqueue.BoundPod(_priority_of(pod), _requests(pod)))
         holders = []
         for group in self.caches.podgroups.items():
-            if ((group.get("status") or {}).get("phase") or "") in enqueue.HOLDING_PHASES:
+            if ((group.get("status") or {}).get("phase") or "") in HOLDING_PHASES:
                 meta = group["metadata"]
                 holders.append(self.demand(group, members.get((meta["namespace"], meta["name"]), [])))
         self._view = _ClusterView(key, _allocatable(self.caches.nodes.items()), bound, holders)
@@ -198,7 +198,7 @@ class Reconciler:
     ) -> dict[str, Any]:
         counts = phase.count_members(members)
         current = (group.get("status") or {}).get("phase") or ""
-        if current in ("", phase.PENDING, phase.INQUEUE):
+        if current in ("", Phase.PENDING, Phase.INQUEUE):
             verdict = self.enqueue_verdict(self.demand(group, members))
         else:
             verdict = phase.Enqueue(True)  # not consulted once a group is past Inqueue

@@ -23,12 +23,12 @@ from fractions import Fraction
 from typing import Any
 
 from priogate.phase import Enqueue
+from priogate.podgroup import HOLDING_PHASES
 from priogate.quota import Consumer, Reservation, first_exceeded, format_amounts, quota_names
 from priogate.quota import min_resources_of as min_resources_of  # re-exported: callers read it here
 from priogate.resources import ResourceList, add, subtract
 
 ZERO = Fraction(0)
-HOLDING_PHASES = ("Inqueue", "Running", "Unknown")
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
+from priogate.podgroup import Phase
+
 ANNOTATION = "priogate.io/preemption"
 CONDITION_REASON = "PreemptionByPriogate"
 SCHEDULER_REASON = "PreemptionByScheduler"
@@ -130,7 +132,7 @@ def needs_preemption(
     """A gang worth preempting for: admitted (Inqueue, or Unknown after losing members), below
     minMember, and with a pending member the scheduler has already failed to place. Pending
     groups wait for the enqueue step, as in Volcano; kube-scheduler handles single pods."""
-    if phase not in ("Inqueue", "Unknown") or scheduled >= max(min_member, 1):
+    if phase not in (Phase.INQUEUE, Phase.UNKNOWN) or scheduled >= max(min_member, 1):
         return False
     return any(
         not (m.get("spec") or {}).get("nodeName")

@@ -17,6 +17,7 @@ from typing import Any
 import yaml
 
 from priogate import priority as prio
+from priogate.podgroup import GROUP_ANNOTATION, GROUP_LABEL, PodPhase
 from priogate.preemption.selectors import (
     LabelSelector,
     NodeSelectorTerm,
@@ -29,12 +30,9 @@ from priogate.preemption.selectors import (
 )
 from priogate.resources import ResourceList, parse_resource_list, pod_requests
 
-GROUP_ANNOTATION = "scheduling.k8s.io/group-name"  # Volcano's pod-to-PodGroup link
-GROUP_LABEL = "scheduling.x-k8s.io/pod-group"  # scheduler-plugins' link, accepted too
 OPT_OUT_LABEL = "priogate.io/allow-preemption"
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 NEVER = prio.PREEMPT_NEVER
-TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
 KINDS = ("Node", "Pod", "PodGroup", "PodDisruptionBudget", "PriorityClass")
 
 
@@ -298,7 +296,7 @@ def _pod(obj: Mapping[str, Any], classes: Mapping[str, Any], default_class: Mapp
         requests=requests,
         node_name=_text(spec.get("nodeName"), f"{where} spec.nodeName"),
         nominated_node=_text(status.get("nominatedNodeName"), f"{where} status.nominatedNodeName"),
-        phase=_text(status.get("phase"), f"{where} status.phase") or "Pending",
+        phase=_text(status.get("phase"), f"{where} status.phase") or PodPhase.PENDING,
         terminating=bool(meta.get("deletionTimestamp")),
         preempted_by_scheduler=_preempted_by_scheduler(status.get("conditions")),
         start_time=parse_time(status.get("startTime"), f"{where} status.startTime"),
