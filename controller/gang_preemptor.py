@@ -25,8 +25,8 @@ import structlog
 from controller.caches import Caches
 from controller.events import EventRecorder
 from priogate import preemption_record as record
+from priogate.clock import micro_time
 from priogate.kube.client import ApiClient, ApiError, resource_path
-from priogate.lease import micro_time
 from priogate.podgroup import GROUP_VERSION, PLURAL
 from priogate.preemption.engine import gang_request, prepare
 from priogate.preemption.gang import preempt_group

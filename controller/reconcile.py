@@ -18,8 +18,8 @@ from controller.events import EventRecorder
 from controller.gang_preemptor import GangPreemptor, NotLeader
 from priogate import enqueue, phase
 from priogate import priority as prio
+from priogate.clock import rfc3339
 from priogate.kube.client import ApiClient, ApiError, resource_path
-from priogate.ledger import now_rfc3339
 from priogate.podgroup import GROUP_VERSION, HOLDING_PHASES, PLURAL, TERMINAL_POD_PHASES, Phase, group_of
 from priogate.resources import ResourceList, add, parse_resource_list, pod_requests
 
@@ -203,7 +203,7 @@ class Reconciler:
         else:
             verdict = phase.Enqueue(True)  # not consulted once a group is past Inqueue
         min_member = int((group.get("spec") or {}).get("minMember") or 0)
-        now = now_rfc3339(dt.datetime.now(dt.UTC))
+        now = rfc3339(dt.datetime.now(dt.UTC))
         return phase.next_status(group.get("status"), min_member, counts, verdict, now)
 
     def _path(self, namespace: str, name: str) -> str:

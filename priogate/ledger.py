@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from priogate.clock import parse_rfc3339
 from priogate.quota import Reservation, quota_names
 from priogate.resources import format_quantity, parse_resource_list
 
@@ -119,10 +120,6 @@ def ledger_object(
     }
 
 
-def now_rfc3339(now: dt.datetime | None = None) -> str:
-    return (now or dt.datetime.now(dt.UTC)).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 def stale_entries(
     entries: Mapping[str, Entry],
     live_groups: Mapping[str, str],
@@ -137,7 +134,7 @@ def stale_entries(
         if entry.uid and entry.uid in live_groups:
             continue
         try:
-            admitted = dt.datetime.strptime(entry.admitted_at, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.UTC)
+            admitted = parse_rfc3339(entry.admitted_at)
         except ValueError:
             admitted = dt.datetime.min.replace(tzinfo=dt.UTC)  # unreadable: treat as old
         if now - admitted > grace:

@@ -18,6 +18,8 @@ from typing import Any
 from priogate.podgroup import Phase
 
 ANNOTATION = "priogate.io/preemption"
+# The pod condition a preemption victim gets (KEP-3329), and the reasons that name who preempted.
+DISRUPTION_TARGET = "DisruptionTarget"
 CONDITION_REASON = "PreemptionByPriogate"
 SCHEDULER_REASON = "PreemptionByScheduler"
 DEFAULT_RETRY_AFTER = 30.0
@@ -144,7 +146,7 @@ def needs_preemption(
 
 def disruption_condition(now: str, preemptor: str) -> dict[str, str]:
     return {
-        "type": "DisruptionTarget",
+        "type": DISRUPTION_TARGET,
         "status": "True",
         "reason": CONDITION_REASON,
         "message": f"priogate: preempted to make room for PodGroup {preemptor}",

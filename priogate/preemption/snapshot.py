@@ -11,12 +11,12 @@ import json
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any
 
 import yaml
 
 from priogate import priority as prio
+from priogate.clock import epoch_seconds
 from priogate.podgroup import GROUP_ANNOTATION, GROUP_LABEL, PodPhase
 from priogate.preemption.selectors import (
     LabelSelector,
@@ -28,6 +28,7 @@ from priogate.preemption.selectors import (
     parse_taints,
     parse_tolerations,
 )
+from priogate.preemption_record import CONDITION_REASON, DISRUPTION_TARGET, SCHEDULER_REASON
 from priogate.resources import ResourceList, parse_resource_list, pod_requests
 
 OPT_OUT_LABEL = "priogate.io/allow-preemption"
@@ -59,7 +60,7 @@ class PodInfo:
     nominated_node: str
     phase: str
     terminating: bool
-    preempted_by_scheduler: bool  # DisruptionTarget=True, reason PreemptionByScheduler
+    preempted_by_scheduler: bool  # DisruptionTarget=True: preempted by the scheduler or priogate
     start_time: float  # epoch seconds; +inf when unknown ("now", the least important)
     created: float
     protected: str  # why it can never be a victim ("DaemonSet pod", "mirror pod"), else ""
@@ -221,7 +222,7 @@ def parse_time(value: Any, where: str) -> float:
     if not isinstance(value, str):
         raise ValueError(f"{where}: expected an RFC 3339 time, got {value!r}")
     try:
-        return datetime.fromisoformat(value.replace("z", "Z")).timestamp()
+        return epoch_seconds(value)
     except ValueError:
         raise ValueError(f"{where}: invalid RFC 3339 time {value!r}") from None
 
@@ -338,9 +339,9 @@ def _preempted_by_scheduler(conditions: Any) -> bool:
         return False
     return any(
         isinstance(c, Mapping)
-        and c.get("type") == "DisruptionTarget"
+        and c.get("type") == DISRUPTION_TARGET
         and c.get("status") == "True"
-        and c.get("reason") in ("PreemptionByScheduler", "PreemptionByPriogate")
+        and c.get("reason") in (SCHEDULER_REASON, CONDITION_REASON)
         for c in conditions
     )
 

@@ -13,8 +13,9 @@ import datetime as dt
 import structlog
 
 from priogate import podgroup
+from priogate.clock import rfc3339
 from priogate.kube.ledger_store import LedgerBusy
-from priogate.ledger import Entry, normalize, now_rfc3339, stale_entries
+from priogate.ledger import Entry, normalize, stale_entries
 from priogate.quota import check_podgroup
 from webhook.objects import (
     MalformedObject,
@@ -50,7 +51,7 @@ def _entry(request: AdmissionRequest, obj: dict, where: str) -> Entry:
         min_resources=min_resources,
         min_member=min_member,
         priority_class=optional_str(spec, "priorityClassName", f"{where}.spec") or "",
-        admitted_at=now_rfc3339(),
+        admitted_at=rfc3339(dt.datetime.now(dt.UTC)),
     )
 
 
