@@ -31,7 +31,7 @@ from priogate.podgroup import GROUP_VERSION, PLURAL
 from priogate.preemption.engine import gang_request, prepare
 from priogate.preemption.gang import preempt_group
 from priogate.preemption.snapshot import build_snapshot
-from priogate.preemption_record import Decision, Step, Victim
+from priogate.preemption_record import RecordedDecision, Step, Victim
 
 log = structlog.get_logger("priogate.controller.preemption")
 
@@ -108,7 +108,7 @@ class GangPreemptor:
             tagged.extend({**obj, "kind": kind} for obj in cache.items())
         return tagged
 
-    def _decide(self, group: Mapping[str, Any], key: str) -> Decision | None:
+    def _decide(self, group: Mapping[str, Any], key: str) -> RecordedDecision | None:
         try:
             state = prepare(build_snapshot(self._snapshot_objects()))
         except ValueError as e:
@@ -129,7 +129,9 @@ class GangPreemptor:
             uid = (self.caches.pods.get(v.namespace, v.name) or {}).get("metadata", {}).get("uid", "")
             victims.append(Victim(v.namespace, v.name, uid, v.node_name))
         placements = {pod_key.split("/", 1)[1]: node for pod_key, node in outcome.placements.items()}
-        return Decision(uuid.uuid4().hex[:12], time.time(), tuple(victims), placements, outcome.reason)
+        return RecordedDecision(
+            uuid.uuid4().hex[:12], time.time(), tuple(victims), placements, outcome.reason
+        )
 
     # ---- writing -------------------------------------------------------------------------------
 
@@ -141,7 +143,7 @@ class GangPreemptor:
         meta = group["metadata"]
         return resource_path(GROUP_VERSION, PLURAL, meta["namespace"], meta["name"])
 
-    def _patch_annotation(self, group: Mapping[str, Any], decision: Decision) -> dict[str, Any]:
+    def _patch_annotation(self, group: Mapping[str, Any], decision: RecordedDecision) -> dict[str, Any]:
         body = {
             "metadata": {
                 "resourceVersion": group["metadata"]["resourceVersion"],  # precondition
@@ -153,7 +155,7 @@ class GangPreemptor:
         self.caches.podgroups.apply_event("MODIFIED", written)
         return written
 
-    def _record(self, group: Mapping[str, Any], decision: Decision) -> dict[str, Any]:
+    def _record(self, group: Mapping[str, Any], decision: RecordedDecision) -> dict[str, Any]:
         """The commit point. A 409 propagates: nothing was touched, the reconcile is retried."""
         written = self._patch_annotation(group, decision)
         log.info(
@@ -165,7 +167,7 @@ class GangPreemptor:
         )
         return written
 
-    def _apply(self, group: Mapping[str, Any], decision: Decision) -> None:
+    def _apply(self, group: Mapping[str, Any], decision: RecordedDecision) -> None:
         meta = group["metadata"]
         preemptor = f"{meta['namespace']}/{meta['name']}"
         now = micro_time(dt.datetime.now(dt.UTC))
@@ -237,7 +239,7 @@ class GangPreemptor:
             if e.status not in (404, 409):
                 raise
 
-    def _mark_applied(self, group: Mapping[str, Any], decision: Decision) -> None:
+    def _mark_applied(self, group: Mapping[str, Any], decision: RecordedDecision) -> None:
         path = self._group_path(group)
         for _ in range(5):
             current = self.client.get(path)

@@ -61,7 +61,7 @@ def _allocatable(nodes: Iterable[Mapping[str, Any]]) -> ResourceList:
 
 
 @dataclass(frozen=True)
-class _ClusterView:
+class _EnqueueInputs:
     key: tuple[int, int, int]  # the caches' generations it was built from
     allocatable: ResourceList
     bound: list[enqueue.BoundPod]
@@ -82,7 +82,7 @@ class Reconciler:
         self.is_leader = is_leader
         self.caches = caches
         self.preemptor = preemptor
-        self._view: _ClusterView | None = None
+        self._view: _EnqueueInputs | None = None
 
     # ---- inputs of the phase and enqueue functions ---------------------------------------------
 
@@ -122,7 +122,7 @@ class Reconciler:
             bound_members=len(bound),
         )
 
-    def _cluster(self) -> _ClusterView:
+    def _cluster(self) -> _EnqueueInputs:
         """What every enqueue decision reads, built in one pass over the caches and reused until
         one of them changes: a resync of G groups costs O(pods + groups) once, not per group."""
         key = (self.caches.pods.generation, self.caches.podgroups.generation, self.caches.nodes.generation)
@@ -141,19 +141,19 @@ class Reconciler:
             if ((group.get("status") or {}).get("phase") or "") in HOLDING_PHASES:
                 meta = group["metadata"]
                 holders.append(self.demand(group, members.get((meta["namespace"], meta["name"]), [])))
-        self._view = _ClusterView(key, _allocatable(self.caches.nodes.items()), bound, holders)
+        self._view = _EnqueueInputs(key, _allocatable(self.caches.nodes.items()), bound, holders)
         return self._view
 
-    def enqueue_verdict(self, demand: enqueue.GroupDemand) -> phase.Enqueue:
+    def enqueue_verdict(self, demand: enqueue.GroupDemand) -> phase.EnqueueVerdict:
         if not demand.min_resources:
-            return phase.Enqueue(True, "no minResources")
+            return phase.EnqueueVerdict(True, "no minResources")
         view = self._cluster()
         others = [h for h in view.holders if h.key != demand.key]
         quotas = list(self.caches.quotas.namespace(demand.namespace).values())
         try:
             return enqueue.verdict(demand, quotas, view.allocatable, view.bound, others)
         except ValueError as e:  # a malformed quota: hold the group back and say why
-            return phase.Enqueue(False, str(e))
+            return phase.EnqueueVerdict(False, str(e))
 
     # ---- the reconcile -------------------------------------------------------------------------
 
@@ -201,7 +201,7 @@ class Reconciler:
         if current in ("", Phase.PENDING, Phase.INQUEUE):
             verdict = self.enqueue_verdict(self.demand(group, members))
         else:
-            verdict = phase.Enqueue(True)  # not consulted once a group is past Inqueue
+            verdict = phase.EnqueueVerdict(True)  # not consulted once a group is past Inqueue
         min_member = int((group.get("spec") or {}).get("minMember") or 0)
         now = rfc3339(dt.datetime.now(dt.UTC))
         return phase.next_status(group.get("status"), min_member, counts, verdict, now)

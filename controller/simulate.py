@@ -13,7 +13,7 @@ import json
 import sys
 from typing import TextIO
 
-from priogate.preemption.engine import OPT_OUT_MODES, decide, prepare
+from priogate.preemption.engine import OPT_OUT_MODES, prepare, run_timed
 from priogate.preemption.snapshot import build_snapshot, load_objects
 
 EXIT_BAD_INPUT = 2
@@ -56,7 +56,7 @@ def run(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stderr: TextIO)
         # objects while decisions allocate (a full collection costs ~0.5 s at 150k pods).
         gc.freeze()
         try:
-            result = decide(state, opt_out_mode=args.opt_out_mode, explain=args.explain)
+            result = run_timed(state, opt_out_mode=args.opt_out_mode, explain=args.explain)
         finally:
             gc.unfreeze()
     except (ValueError, RecursionError) as err:

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
-from priogate.phase import Enqueue
+from priogate.phase import EnqueueVerdict
 from priogate.podgroup import HOLDING_PHASES
 from priogate.quota import Consumer, Reservation, first_exceeded, format_amounts, quota_names
 from priogate.quota import min_resources_of as min_resources_of  # re-exported: callers read it here
@@ -115,8 +115,8 @@ def verdict(
     allocatable: ResourceList,
     bound: Sequence[BoundPod],
     others: Sequence[GroupDemand],
-) -> Enqueue:
+) -> EnqueueVerdict:
     if not group.min_resources:
-        return Enqueue(True, "no minResources")  # Volcano enqueues such groups at once
+        return EnqueueVerdict(True, "no minResources")  # Volcano enqueues such groups at once
     problem = check_quota(group, quotas, others) or check_capacity(group, allocatable, bound, others)
-    return Enqueue(problem is None, problem or "")
+    return EnqueueVerdict(problem is None, problem or "")

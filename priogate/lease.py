@@ -62,7 +62,7 @@ class Action(Enum):
     WAIT = "wait"  # someone else holds a live lease
 
 
-def decide(
+def next_action(
     observed: LeaseRecord | None, observed_at: float, now: float, identity: str, duration: float
 ) -> Action:
     """What a candidate should do. `observed_at` is the local monotonic time at which the current

@@ -31,7 +31,7 @@ class Members:
 
 
 @dataclass(frozen=True)
-class Enqueue:
+class EnqueueVerdict:
     """The enqueue policy's verdict (priogate/enqueue.py): may the group hold resources now?"""
 
     admitted: bool
@@ -58,7 +58,7 @@ def count_members(pods: Iterable[Mapping[str, Any]]) -> Members:
     return Members(running, succeeded, failed, scheduled, active)
 
 
-def next_phase(current: str, min_member: int, members: Members, enqueue: Enqueue) -> str:
+def next_phase(current: str, min_member: int, members: Members, enqueue: EnqueueVerdict) -> str:
     need = max(min_member, 1)
     current = current or Phase.PENDING
     if members.active == 0 and members.succeeded + members.failed >= need:
@@ -83,7 +83,7 @@ def _condition(type_: str, status: bool, reason: str, message: str) -> dict[str,
 
 
 def desired_conditions(
-    phase: str, min_member: int, members: Members, enqueue: Enqueue
+    phase: str, min_member: int, members: Members, enqueue: EnqueueVerdict
 ) -> list[dict[str, str]]:
     scheduled = members.scheduled >= max(min_member, 1)
     counts = f"{members.scheduled}/{min_member} members scheduled"
@@ -120,7 +120,7 @@ def merge_conditions(
 
 
 def next_status(
-    status: Mapping[str, Any] | None, min_member: int, members: Members, enqueue: Enqueue, now: str
+    status: Mapping[str, Any] | None, min_member: int, members: Members, enqueue: EnqueueVerdict, now: str
 ) -> dict[str, Any]:
     """The whole new status. Equal to `status` (==) when nothing changed, so the caller writes
     only on a real change."""

@@ -38,7 +38,9 @@ class Victim:
 
 
 @dataclass(frozen=True)
-class Decision:
+class RecordedDecision:
+    """A gang preemption decision as the PodGroup's annotation records it."""
+
     id: str
     decided_at: float  # epoch seconds
     victims: tuple[Victim, ...]
@@ -63,7 +65,7 @@ class Decision:
         )
 
     @classmethod
-    def from_annotation(cls, text: str) -> Decision:
+    def from_annotation(cls, text: str) -> RecordedDecision:
         """Raises ValueError for a record that is not ours to read."""
         try:
             raw = json.loads(text)
@@ -81,15 +83,15 @@ class Decision:
         except (ValueError, KeyError, TypeError, AttributeError) as e:
             raise ValueError(f"annotation {ANNOTATION} is not a preemption record: {e}") from None
 
-    def done(self) -> Decision:
-        return Decision(self.id, self.decided_at, self.victims, self.placements, self.reason, True)
+    def done(self) -> RecordedDecision:
+        return RecordedDecision(self.id, self.decided_at, self.victims, self.placements, self.reason, True)
 
 
-def recorded(podgroup: Mapping[str, Any]) -> Decision | None:
+def recorded(podgroup: Mapping[str, Any]) -> RecordedDecision | None:
     text = ((podgroup.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION)
     if not text:
         return None
-    return Decision.from_annotation(text)
+    return RecordedDecision.from_annotation(text)
 
 
 class Step(Enum):
@@ -100,7 +102,7 @@ class Step(Enum):
 
 
 def next_step(
-    decision: Decision | None,
+    decision: RecordedDecision | None,
     needs_preemption: bool,
     present_victims: Collection[str],
     now: float,

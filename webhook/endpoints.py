@@ -8,7 +8,7 @@ readiness, metrics, unknown paths). Behaviour is the same either way: a 400 with
 reason for a body that is not an AdmissionReview, 405 for a method other than POST, 413 above
 the body cap; never a 500 for bad input.
 
-decide() owns the envelope; rule sets only see a parsed request and the ClusterView.
+answer_review() owns the envelope; rule sets only see a parsed request and the ClusterView.
 """
 
 from __future__ import annotations
@@ -77,7 +77,7 @@ def read_body(environ: dict[str, Any]) -> bytes:
     return b""
 
 
-def decide(
+def answer_review(
     rule_set: RuleSet, view: CacheView, body: bytes, deadline: float | None = None
 ) -> tuple[Answer, str, str]:
     """The answer, the operation and the decision label (allow, deny, error, bad-request)."""
@@ -169,7 +169,7 @@ class AdmissionEndpoints:
                 return bad_request(rule_set, str(e))
             timeout = caller_timeout(environ.get("QUERY_STRING", ""))
             deadline = None if timeout is None else time.monotonic() + timeout
-            answer, operation, decision = decide(rule_set, self.view, body, deadline)
+            answer, operation, decision = answer_review(rule_set, self.view, body, deadline)
             self._count(rule_set.name, operation, decision)
             seconds = time.perf_counter() - started
             if seconds > SLOW_SECONDS:

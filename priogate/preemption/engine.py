@@ -138,7 +138,7 @@ def run(state: ClusterState, *, opt_out_mode: str = "hard", explain: bool = Fals
     return tuple(outcomes)
 
 
-def decide(state: ClusterState, *, opt_out_mode: str = "hard", explain: bool = False) -> Result:
+def run_timed(state: ClusterState, *, opt_out_mode: str = "hard", explain: bool = False) -> Result:
     """Every decision for `state`, timed (the state's aggregates are built already)."""
     started = time.perf_counter()
     outcomes = run(state, opt_out_mode=opt_out_mode, explain=explain)
@@ -155,4 +155,4 @@ def prepare(snapshot: Snapshot) -> ClusterState:
 
 def simulate(snapshot: Snapshot, *, opt_out_mode: str = "hard", explain: bool = False) -> Result:
     """Decide every preemption in `snapshot`; decision time excludes building the state."""
-    return decide(prepare(snapshot), opt_out_mode=opt_out_mode, explain=explain)
+    return run_timed(prepare(snapshot), opt_out_mode=opt_out_mode, explain=explain)
