@@ -90,10 +90,11 @@ class Reconciler:
         return [p for p in self.caches.pods.namespace(namespace).values() if group_of(p) == name]
 
     def _class_priority(self, class_name: str) -> tuple[int, bool] | None:
+        """(value, may preempt) of a PriorityClass, read as admission reads it; None if unknown."""
         pc = self.caches.classes.get("", class_name)
         if pc is None:
             return None
-        return int(pc.get("value") or 0), pc.get("preemptionPolicy") != prio.PREEMPT_NEVER
+        return prio.class_value(pc), prio.class_policy(pc) != prio.PREEMPT_NEVER
 
     def demand(self, group: Mapping[str, Any], members: Sequence[Mapping[str, Any]]) -> enqueue.GroupDemand:
         meta, spec = group["metadata"], group.get("spec") or {}
