@@ -1,7 +1,9 @@
 """The enqueue policy: may a Pending PodGroup move to Inqueue (hold resources) now? Pure.
 
-The seed's two tests (kube-batch "Delay Pod Creation", Volcano's resourcequota and overcommit
-plugins), with this project's preemption folded in:
+The two tests of the enqueue action in kube-batch's "Delay Pod Creation" design
+(kubernetes-sigs/kube-batch doc/design/delay-pod-creation.md), as Volcano implements them
+(pkg/scheduler/plugins/resourcequota and pkg/scheduler/plugins/overcommit), with this
+project's preemption folded in:
 
 1. quota: for every ResourceQuota of the namespace that applies to the group,
    used + the unconsumed minResources of the namespace's other Inqueue/Running groups

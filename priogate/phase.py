@@ -73,7 +73,8 @@ def next_phase(current: str, min_member: int, members: Members, enqueue: Enqueue
         return Phase.UNKNOWN if members.running > 0 else Phase.PENDING
     if current == Phase.INQUEUE:
         # Members already bound are on their way; otherwise roll back when resources went away
-        # (the seed's InQueue -> Pending), so a group does not hold a reservation it cannot use.
+        # (Delay Pod Creation's InQueue -> Pending), so a group does not hold a reservation it
+        # cannot use.
         return Phase.INQUEUE if members.scheduled > 0 or enqueue.admitted else Phase.PENDING
     return Phase.INQUEUE if enqueue.admitted else Phase.PENDING
 

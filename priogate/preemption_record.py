@@ -2,9 +2,11 @@
 
 The decision is written to the PodGroup (annotation priogate.io/preemption) *before* any
 victim is touched. A controller that restarts, or a new leader, finds the record and finishes
-that same decision instead of computing a second round of victims from a half-changed cluster
-(DESIGN.md's last invariant). A new decision is taken only after the recorded one was applied,
-its victims are gone, and the scheduler had `retry_after` seconds to use the room.
+that same decision instead of computing a second round of victims from a half-changed cluster.
+A new decision is taken only after the recorded one was applied, its victims are gone, and the
+scheduler had `retry_after` seconds to use the room: the same guard as kube-scheduler's
+PodEligibleToPreemptOthers (pkg/scheduler/framework/plugins/defaultpreemption), which lets a
+pod preempt again only once the pods preempted on its nominated node have terminated.
 """
 
 from __future__ import annotations
