@@ -125,7 +125,7 @@ class LeaderElector:
         now = time.monotonic()
         if record != self._observed:
             self._observed, self._observed_at = record, now
-        action = leader.decide(record, self._observed_at, now, self.identity, self.lease_duration)
+        action = leader.next_action(record, self._observed_at, now, self.identity, self.lease_duration)
         if action is Action.WAIT:
             return False
         new = leader.next_record(action, record, self.identity, dt.datetime.now(dt.UTC), self.lease_duration)

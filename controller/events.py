@@ -13,8 +13,8 @@ from typing import Any
 
 import structlog
 
+from priogate.clock import micro_time
 from priogate.kube.client import ApiClient, ApiError, resource_path
-from priogate.lease import micro_time
 
 log = structlog.get_logger("priogate.controller.events")
 

@@ -25,12 +25,12 @@ import structlog
 from controller.caches import Caches
 from controller.events import EventRecorder
 from priogate import preemption_record as record
+from priogate.clock import micro_time
 from priogate.kube.client import ApiClient, ApiError, resource_path
-from priogate.lease import micro_time
 from priogate.podgroup import GROUP_VERSION, PLURAL
 from priogate.preemption.engine import decide_for_group
 from priogate.preemption.snapshot import Snapshot
-from priogate.preemption_record import Decision, Step, Victim
+from priogate.preemption_record import RecordedDecision, Step, Victim
 
 log = structlog.get_logger("priogate.controller.preemption")
 
@@ -103,7 +103,7 @@ class GangPreemptor:
             priority_classes=self.caches.classes.items(),
         )
 
-    def _decide(self, group: Mapping[str, Any], key: str) -> Decision | None:
+    def _decide(self, group: Mapping[str, Any], key: str) -> RecordedDecision | None:
         try:
             snapshot = self._snapshot()
         except ValueError as e:
@@ -118,7 +118,9 @@ class GangPreemptor:
             uid = (self.caches.pods.get(v.namespace, v.name) or {}).get("metadata", {}).get("uid", "")
             victims.append(Victim(v.namespace, v.name, uid, v.node_name))
         placements = {pod_key.split("/", 1)[1]: node for pod_key, node in outcome.placements.items()}
-        return Decision(uuid.uuid4().hex[:12], time.time(), tuple(victims), placements, outcome.reason)
+        return RecordedDecision(
+            uuid.uuid4().hex[:12], time.time(), tuple(victims), placements, outcome.reason
+        )
 
     # ---- writing -------------------------------------------------------------------------------
 
@@ -130,7 +132,7 @@ class GangPreemptor:
         meta = group["metadata"]
         return resource_path(GROUP_VERSION, PLURAL, meta["namespace"], meta["name"])
 
-    def _patch_annotation(self, group: Mapping[str, Any], decision: Decision) -> dict[str, Any]:
+    def _patch_annotation(self, group: Mapping[str, Any], decision: RecordedDecision) -> dict[str, Any]:
         body = {
             "metadata": {
                 "resourceVersion": group["metadata"]["resourceVersion"],  # precondition
@@ -142,7 +144,7 @@ class GangPreemptor:
         self.caches.podgroups.apply_event("MODIFIED", written)
         return written
 
-    def _record(self, group: Mapping[str, Any], decision: Decision) -> dict[str, Any]:
+    def _record(self, group: Mapping[str, Any], decision: RecordedDecision) -> dict[str, Any]:
         """The commit point. A 409 propagates: nothing was touched, the reconcile is retried."""
         written = self._patch_annotation(group, decision)
         log.info(
@@ -154,7 +156,7 @@ class GangPreemptor:
         )
         return written
 
-    def _apply(self, group: Mapping[str, Any], decision: Decision) -> None:
+    def _apply(self, group: Mapping[str, Any], decision: RecordedDecision) -> None:
         meta = group["metadata"]
         preemptor = f"{meta['namespace']}/{meta['name']}"
         now = micro_time(dt.datetime.now(dt.UTC))
@@ -226,7 +228,7 @@ class GangPreemptor:
             if e.status not in (404, 409):
                 raise
 
-    def _mark_applied(self, group: Mapping[str, Any], decision: Decision) -> None:
+    def _mark_applied(self, group: Mapping[str, Any], decision: RecordedDecision) -> None:
         path = self._group_path(group)
         for _ in range(5):
             current = self.client.get(path)

@@ -51,13 +51,13 @@ class Reclaimer:
             return []
         live = self.live_groups(namespace)
 
-        def decide(entries: dict[str, Entry]) -> tuple[dict[str, Entry] | None, list[str]]:
+        def drop_stale(entries: dict[str, Entry]) -> tuple[dict[str, Entry] | None, list[str]]:
             stale = stale_entries(entries, live, now, self.grace)
             if not stale:
                 return None, []
             return {k: v for k, v in entries.items() if k not in stale}, stale
 
-        removed = self.store.update(namespace, decide)
+        removed = self.store.update(namespace, drop_stale)
         if removed:
             log.info(
                 "reclaimed stale reservations",

@@ -18,9 +18,9 @@ from controller.events import EventRecorder
 from controller.gang_preemptor import GangPreemptor, NotLeader
 from priogate import enqueue, phase
 from priogate import priority as prio
+from priogate.clock import rfc3339
 from priogate.kube.client import ApiClient, ApiError, resource_path
-from priogate.ledger import now_rfc3339
-from priogate.podgroup import GROUP_VERSION, PLURAL, group_of
+from priogate.podgroup import GROUP_VERSION, HOLDING_PHASES, PLURAL, TERMINAL_POD_PHASES, Phase, group_of
 from priogate.resources import ResourceList, add, parse_resource_list, pod_requests
 
 log = structlog.get_logger("priogate.controller.reconcile")
@@ -41,9 +41,9 @@ def _requests(pod: Mapping[str, Any]) -> ResourceList:
 
 
 def _bound_active(pod: Mapping[str, Any]) -> bool:
-    return bool((pod.get("spec") or {}).get("nodeName")) and (pod.get("status") or {}).get("phase") not in (
-        "Succeeded",
-        "Failed",
+    return (
+        bool((pod.get("spec") or {}).get("nodeName"))
+        and (pod.get("status") or {}).get("phase") not in TERMINAL_POD_PHASES
     )
 
 
@@ -61,7 +61,7 @@ def _allocatable(nodes: Iterable[Mapping[str, Any]]) -> ResourceList:
 
 
 @dataclass(frozen=True)
-class _ClusterView:
+class _EnqueueInputs:
     key: tuple[int, int, int]  # the caches' generations it was built from
     allocatable: ResourceList
     bound: list[enqueue.BoundPod]
@@ -82,7 +82,7 @@ class Reconciler:
         self.is_leader = is_leader
         self.caches = caches
         self.preemptor = preemptor
-        self._view: _ClusterView | None = None
+        self._view: _EnqueueInputs | None = None
 
     # ---- inputs of the phase and enqueue functions ---------------------------------------------
 
@@ -90,10 +90,11 @@ class Reconciler:
         return [p for p in self.caches.pods.namespace(namespace).values() if group_of(p) == name]
 
     def _class_priority(self, class_name: str) -> tuple[int, bool] | None:
+        """(value, may preempt) of a PriorityClass, read as admission reads it; None if unknown."""
         pc = self.caches.classes.get("", class_name)
         if pc is None:
             return None
-        return int(pc.get("value") or 0), pc.get("preemptionPolicy") != prio.PREEMPT_NEVER
+        return prio.class_value(pc), prio.class_policy(pc) != prio.PREEMPT_NEVER
 
     def demand(self, group: Mapping[str, Any], members: Sequence[Mapping[str, Any]]) -> enqueue.GroupDemand:
         meta, spec = group["metadata"], group.get("spec") or {}
@@ -122,7 +123,7 @@ class Reconciler:
             bound_members=len(bound),
         )
 
-    def _cluster(self) -> _ClusterView:
+    def _cluster(self) -> _EnqueueInputs:
         """What every enqueue decision reads, built in one pass over the caches and reused until
         one of them changes: a resync of G groups costs O(pods + groups) once, not per group."""
         key = (self.caches.pods.generation, self.caches.podgroups.generation, self.caches.nodes.generation)
@@ -138,22 +139,22 @@ class Reconciler:
                 bound.append(enqueue.BoundPod(_priority_of(pod), _requests(pod)))
         holders = []
         for group in self.caches.podgroups.items():
-            if ((group.get("status") or {}).get("phase") or "") in enqueue.HOLDING_PHASES:
+            if ((group.get("status") or {}).get("phase") or "") in HOLDING_PHASES:
                 meta = group["metadata"]
                 holders.append(self.demand(group, members.get((meta["namespace"], meta["name"]), [])))
-        self._view = _ClusterView(key, _allocatable(self.caches.nodes.items()), bound, holders)
+        self._view = _EnqueueInputs(key, _allocatable(self.caches.nodes.items()), bound, holders)
         return self._view
 
-    def enqueue_verdict(self, demand: enqueue.GroupDemand) -> phase.Enqueue:
+    def enqueue_verdict(self, demand: enqueue.GroupDemand) -> phase.EnqueueVerdict:
         if not demand.min_resources:
-            return phase.Enqueue(True, "no minResources")
+            return phase.EnqueueVerdict(True, "no minResources")
         view = self._cluster()
         others = [h for h in view.holders if h.key != demand.key]
         quotas = list(self.caches.quotas.namespace(demand.namespace).values())
         try:
             return enqueue.verdict(demand, quotas, view.allocatable, view.bound, others)
         except ValueError as e:  # a malformed quota: hold the group back and say why
-            return phase.Enqueue(False, str(e))
+            return phase.EnqueueVerdict(False, str(e))
 
     # ---- the reconcile -------------------------------------------------------------------------
 
@@ -200,12 +201,12 @@ class Reconciler:
     ) -> dict[str, Any]:
         counts = phase.count_members(members)
         current = (group.get("status") or {}).get("phase") or ""
-        if current in ("", phase.PENDING, phase.INQUEUE):
+        if current in ("", Phase.PENDING, Phase.INQUEUE):
             verdict = self.enqueue_verdict(self.demand(group, members))
         else:
-            verdict = phase.Enqueue(True)  # not consulted once a group is past Inqueue
+            verdict = phase.EnqueueVerdict(True)  # not consulted once a group is past Inqueue
         min_member = int((group.get("spec") or {}).get("minMember") or 0)
-        now = now_rfc3339(dt.datetime.now(dt.UTC))
+        now = rfc3339(dt.datetime.now(dt.UTC))
         return phase.next_status(group.get("status"), min_member, counts, verdict, now)
 
     def _path(self, namespace: str, name: str) -> str:

@@ -30,7 +30,7 @@ from priogate.kube.client import ApiClient, load_client
 from priogate.kube.ledger_store import LedgerStore
 from priogate.lease import LEASE_DURATION, RENEW_DEADLINE, RETRY_PERIOD
 from priogate.logs import configure_logging
-from priogate.podgroup import group_of
+from priogate.podgroup import FINISHED_PHASES, group_of
 from priogate.preemption.engine import OPT_OUT_MODES
 from priogate.preemption_record import DEFAULT_RETRY_AFTER
 
@@ -38,7 +38,6 @@ log = structlog.get_logger("priogate.controller")
 
 GROUP_KEY = "podgroup:"
 LEDGER_KEY = "ledger:"
-FINISHED = ("Completed", "Failed")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -151,7 +150,7 @@ class Controller:
 
     def resync(self) -> None:
         for group in self.caches.podgroups.items():
-            if ((group.get("status") or {}).get("phase") or "") not in FINISHED:
+            if ((group.get("status") or {}).get("phase") or "") not in FINISHED_PHASES:
                 meta = group["metadata"]
                 self.queue.add(f"{GROUP_KEY}{meta['namespace']}/{meta['name']}")
 

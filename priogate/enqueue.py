@@ -1,7 +1,9 @@
 """The enqueue policy: may a Pending PodGroup move to Inqueue (hold resources) now? Pure.
 
-The seed's two tests (kube-batch "Delay Pod Creation", Volcano's resourcequota and overcommit
-plugins), with this project's preemption folded in:
+The two tests of the enqueue action in kube-batch's "Delay Pod Creation" design
+(kubernetes-sigs/kube-batch doc/design/delay-pod-creation.md), as Volcano implements them
+(pkg/scheduler/plugins/resourcequota and pkg/scheduler/plugins/overcommit), with this
+project's preemption folded in:
 
 1. quota: for every ResourceQuota of the namespace that applies to the group,
    used + the unconsumed minResources of the namespace's other Inqueue/Running groups
@@ -22,13 +24,13 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
-from priogate.phase import Enqueue
-from priogate.quota import Consumer, hard_limits, quota_applies, quota_names
-from priogate.quota import used as quota_used
-from priogate.resources import ResourceList, add, format_quantity, parse_resource_list, subtract
+from priogate.phase import EnqueueVerdict
+from priogate.podgroup import HOLDING_PHASES
+from priogate.quota import Consumer, Reservation, first_exceeded, format_amounts, quota_names
+from priogate.quota import min_resources_of as min_resources_of  # re-exported: callers read it here
+from priogate.resources import ResourceList, add, subtract
 
 ZERO = Fraction(0)
-HOLDING_PHASES = ("Inqueue", "Running", "Unknown")
 
 
 @dataclass(frozen=True)
@@ -57,22 +59,6 @@ class BoundPod:
     requests: ResourceList
 
 
-def min_resources_of(raw: Mapping[str, object] | None) -> ResourceList:
-    """spec.minResources as plain resource names: requests.cpu counts as cpu; limits.* and pod
-    counts are left to the webhook's quota check."""
-    out: ResourceList = {}
-    for name, amount in parse_resource_list(raw, context="spec.minResources").items():
-        base = name.removeprefix("requests.")
-        if base.startswith("limits.") or base in ("pods", "count/pods"):
-            continue
-        out[base] = out.get(base, ZERO) + amount
-    return out
-
-
-def _fmt(names: Iterable[str], amounts: Mapping[str, Fraction]) -> str:
-    return ", ".join(f"{n}={format_quantity(amounts.get(n, ZERO))}" for n in names)
-
-
 def check_quota(
     group: GroupDemand, quotas: Sequence[Mapping[str, Any]], others: Iterable[GroupDemand]
 ) -> str | None:
@@ -80,31 +66,20 @@ def check_quota(
     # come count against hard.
     pending_members = max(group.min_member - group.bound_members, 0)
     demand = quota_names(group.unconsumed, pending_members)
-    holders = [o for o in others if o.namespace == group.namespace and o.key != group.key]
-    holders = [o for o in holders if o.phase in HOLDING_PHASES]
-    for quota in sorted(quotas, key=lambda q: str((q.get("metadata") or {}).get("name", ""))):
-        if not quota_applies(quota, Consumer(group.priority_class)):
-            continue
-        hard, used = hard_limits(quota), quota_used(quota)
-        reserved: ResourceList = {}
-        for other in holders:
-            if quota_applies(quota, Consumer(other.priority_class)):
-                reserved = add(reserved, quota_names(other.unconsumed, 0))
-        over = sorted(
-            name
-            for name, limit in hard.items()
-            if demand.get(name, ZERO) > 0
-            and used.get(name, ZERO) + reserved.get(name, ZERO) + demand[name] > limit
-        )
-        if over:
-            name = (quota.get("metadata") or {}).get("name", "")
-            # No used/reserved amounts in the text: they change with every pod, and the text
-            # goes into a status condition, which would then be rewritten on every resync.
-            return (
-                f"quota {name} insufficient: requested {_fmt(over, demand)} on top of what is used "
-                f"and reserved by other PodGroups, limited {_fmt(over, hard)}"
-            )
-    return None
+    holders = [
+        Reservation(o.key, o.priority_class, quota_names(o.unconsumed, 0))
+        for o in others
+        if o.namespace == group.namespace and o.key != group.key and o.phase in HOLDING_PHASES
+    ]
+    found = first_exceeded(quotas, Consumer(group.priority_class), demand, holders, count_used=True)
+    if found is None:
+        return None
+    # No used/reserved amounts in the text: they change with every pod, and the text goes into a
+    # status condition, which would then be rewritten on every resync.
+    return (
+        f"quota {found.quota} insufficient: requested {format_amounts(found.over, demand)} on top of "
+        f"what is used and reserved by other PodGroups, limited {format_amounts(found.over, found.hard)}"
+    )
 
 
 def check_capacity(
@@ -129,9 +104,9 @@ def check_capacity(
     short = sorted(name for name, amount in demand.items() if amount > free.get(name, ZERO))
     if short:
         return (
-            f"cluster capacity insufficient: minResources {_fmt(short, demand)} exceed what is not "
+            f"cluster capacity insufficient: minResources {format_amounts(short, demand)} exceed what is not "
             f"held by pods and PodGroups of priority >= {group.priority} "
-            f"(allocatable {_fmt(short, allocatable)})"
+            f"(allocatable {format_amounts(short, allocatable)})"
         )
     return None
 
@@ -142,8 +117,8 @@ def verdict(
     allocatable: ResourceList,
     bound: Sequence[BoundPod],
     others: Sequence[GroupDemand],
-) -> Enqueue:
+) -> EnqueueVerdict:
     if not group.min_resources:
-        return Enqueue(True, "no minResources")  # Volcano enqueues such groups at once
+        return EnqueueVerdict(True, "no minResources")  # Volcano enqueues such groups at once
     problem = check_quota(group, quotas, others) or check_capacity(group, allocatable, bound, others)
-    return Enqueue(problem is None, problem or "")
+    return EnqueueVerdict(problem is None, problem or "")

@@ -16,10 +16,11 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
+from priogate.clock import micro_time
+
 LEASE_DURATION = 15.0
 RENEW_DEADLINE = 10.0
 RETRY_PERIOD = 2.0
-MICRO_TIME = "%Y-%m-%dT%H:%M:%S.%fZ"
 
 
 @dataclass(frozen=True)
@@ -61,7 +62,7 @@ class Action(Enum):
     WAIT = "wait"  # someone else holds a live lease
 
 
-def decide(
+def next_action(
     observed: LeaseRecord | None, observed_at: float, now: float, identity: str, duration: float
 ) -> Action:
     """What a candidate should do. `observed_at` is the local monotonic time at which the current
@@ -105,7 +106,3 @@ def released(record: LeaseRecord, now_wall: dt.datetime) -> LeaseRecord:
 def still_leading(last_renewed: float, now: float, renew_deadline: float) -> bool:
     """A leader that has not renewed within renewDeadline must stop acting."""
     return now - last_renewed < renew_deadline
-
-
-def micro_time(moment: dt.datetime) -> str:
-    return moment.astimezone(dt.UTC).strftime(MICRO_TIME)

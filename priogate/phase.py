@@ -15,15 +15,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-PENDING, INQUEUE, RUNNING, UNKNOWN, COMPLETED, FAILED = (
-    "Pending",
-    "Inqueue",
-    "Running",
-    "Unknown",
-    "Completed",
-    "Failed",
-)
-FINISHED = (COMPLETED, FAILED)
+from priogate.podgroup import FINISHED_PHASES, Phase, PodPhase
+
 SCHEDULED = "Scheduled"
 UNSCHEDULABLE = "Unschedulable"
 
@@ -38,7 +31,7 @@ class Members:
 
 
 @dataclass(frozen=True)
-class Enqueue:
+class EnqueueVerdict:
     """The enqueue policy's verdict (priogate/enqueue.py): may the group hold resources now?"""
 
     admitted: bool
@@ -48,41 +41,42 @@ class Enqueue:
 def count_members(pods: Iterable[Mapping[str, Any]]) -> Members:
     running = succeeded = failed = scheduled = active = 0
     for pod in pods:
-        phase = (pod.get("status") or {}).get("phase") or "Pending"
-        if phase == "Succeeded":
+        phase = (pod.get("status") or {}).get("phase") or PodPhase.PENDING
+        if phase == PodPhase.SUCCEEDED:
             succeeded += 1
             scheduled += 1
             continue
-        if phase == "Failed":
+        if phase == PodPhase.FAILED:
             failed += 1
             scheduled += 1
             continue
         active += 1
         if (pod.get("spec") or {}).get("nodeName"):
             scheduled += 1
-            if phase == "Running" and not (pod.get("metadata") or {}).get("deletionTimestamp"):
+            if phase == PodPhase.RUNNING and not (pod.get("metadata") or {}).get("deletionTimestamp"):
                 running += 1
     return Members(running, succeeded, failed, scheduled, active)
 
 
-def next_phase(current: str, min_member: int, members: Members, enqueue: Enqueue) -> str:
+def next_phase(current: str, min_member: int, members: Members, enqueue: EnqueueVerdict) -> str:
     need = max(min_member, 1)
-    current = current or PENDING
+    current = current or Phase.PENDING
     if members.active == 0 and members.succeeded + members.failed >= need:
-        return COMPLETED if members.succeeded >= min_member else FAILED
-    if current in FINISHED and members.active == 0:
+        return Phase.COMPLETED if members.succeeded >= min_member else Phase.FAILED
+    if current in FINISHED_PHASES and members.active == 0:
         return current  # members gone (pod garbage collection): the group stays finished
     if members.scheduled >= need:
-        return RUNNING
-    if current in (RUNNING, UNKNOWN):
+        return Phase.RUNNING
+    if current in (Phase.RUNNING, Phase.UNKNOWN):
         # Below minMember: with members still running the gang is broken but alive (Volcano's
         # Unknown; its owner decides); with none running it starts over from Pending.
-        return UNKNOWN if members.running > 0 else PENDING
-    if current == INQUEUE:
+        return Phase.UNKNOWN if members.running > 0 else Phase.PENDING
+    if current == Phase.INQUEUE:
         # Members already bound are on their way; otherwise roll back when resources went away
-        # (the seed's InQueue -> Pending), so a group does not hold a reservation it cannot use.
-        return INQUEUE if members.scheduled > 0 or enqueue.admitted else PENDING
-    return INQUEUE if enqueue.admitted else PENDING
+        # (Delay Pod Creation's InQueue -> Pending), so a group does not hold a reservation it
+        # cannot use.
+        return Phase.INQUEUE if members.scheduled > 0 or enqueue.admitted else Phase.PENDING
+    return Phase.INQUEUE if enqueue.admitted else Phase.PENDING
 
 
 def _condition(type_: str, status: bool, reason: str, message: str) -> dict[str, str]:
@@ -90,7 +84,7 @@ def _condition(type_: str, status: bool, reason: str, message: str) -> dict[str,
 
 
 def desired_conditions(
-    phase: str, min_member: int, members: Members, enqueue: Enqueue
+    phase: str, min_member: int, members: Members, enqueue: EnqueueVerdict
 ) -> list[dict[str, str]]:
     scheduled = members.scheduled >= max(min_member, 1)
     counts = f"{members.scheduled}/{min_member} members scheduled"
@@ -99,9 +93,9 @@ def desired_conditions(
             SCHEDULED, scheduled, "MinMemberScheduled" if scheduled else "NotEnoughMembersScheduled", counts
         )
     ]
-    if phase == PENDING and not enqueue.admitted:
+    if phase == Phase.PENDING and not enqueue.admitted:
         conditions.append(_condition(UNSCHEDULABLE, True, "NotEnoughResources", enqueue.reason))
-    elif phase == UNKNOWN:
+    elif phase == Phase.UNKNOWN:
         conditions.append(
             _condition(UNSCHEDULABLE, True, "GangBroken", f"{counts}, {members.running} running")
         )
@@ -127,7 +121,7 @@ def merge_conditions(
 
 
 def next_status(
-    status: Mapping[str, Any] | None, min_member: int, members: Members, enqueue: Enqueue, now: str
+    status: Mapping[str, Any] | None, min_member: int, members: Members, enqueue: EnqueueVerdict, now: str
 ) -> dict[str, Any]:
     """The whole new status. Equal to `status` (==) when nothing changed, so the caller writes
     only on a real change."""
@@ -154,7 +148,12 @@ class PhaseEvent:
 
 
 # Moves that mean a gang lost ground: an admin wants them among the Warnings.
-_SETBACKS = {(INQUEUE, PENDING), (RUNNING, PENDING), (RUNNING, UNKNOWN), (UNKNOWN, PENDING)}
+_SETBACKS = {
+    (Phase.INQUEUE, Phase.PENDING),
+    (Phase.RUNNING, Phase.PENDING),
+    (Phase.RUNNING, Phase.UNKNOWN),
+    (Phase.UNKNOWN, Phase.PENDING),
+}
 
 
 def phase_event(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> PhaseEvent | None:
@@ -173,5 +172,5 @@ def phase_event(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> PhaseE
         "",
     )
     note = f"phase {before or 'none'} -> {after}" + (f": {why}" if why else "")
-    warning = (before, after) in _SETBACKS or after == FAILED
+    warning = (before, after) in _SETBACKS or after == Phase.FAILED
     return PhaseEvent("Warning" if warning else "Normal", after, note)

@@ -1,8 +1,11 @@
-"""The PodGroup model (Volcano's scheduling.volcano.sh/v1beta1 schema) and pod membership."""
+"""The PodGroup vocabulary (Volcano's scheduling.volcano.sh/v1beta1 schema): the pod-to-group
+link, the PodGroup phases and the pod phases that decide membership. Every module reads these
+names here."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from enum import StrEnum
 from typing import Any
 
 GROUP_VERSION = "scheduling.volcano.sh/v1beta1"
@@ -12,8 +15,35 @@ GROUP_LABEL = "scheduling.x-k8s.io/pod-group"  # scheduler-plugins' link, accept
 DEFAULT_QUEUE = "default"
 DEFAULT_MIN_MEMBER = 1
 
-PHASES = ("Pending", "Inqueue", "Running", "Unknown", "Completed", "Failed")
-TERMINAL_POD_PHASES = ("Succeeded", "Failed")
+
+class Phase(StrEnum):
+    """status.phase of a PodGroup (Volcano's PodGroupPhase). A StrEnum, so a member equals the
+    plain string read from the API server."""
+
+    PENDING = "Pending"
+    INQUEUE = "Inqueue"
+    RUNNING = "Running"
+    UNKNOWN = "Unknown"
+    COMPLETED = "Completed"
+    FAILED = "Failed"
+
+
+# Tuples, not sets: `in` then also answers (False) for an unhashable phase in a malformed object.
+HOLDING_PHASES = (Phase.INQUEUE, Phase.RUNNING, Phase.UNKNOWN)  # admitted and not finished
+FINISHED_PHASES = (Phase.COMPLETED, Phase.FAILED)
+
+
+class PodPhase(StrEnum):
+    """status.phase of a Pod (core/v1 PodPhase)."""
+
+    PENDING = "Pending"
+    RUNNING = "Running"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+    UNKNOWN = "Unknown"
+
+
+TERMINAL_POD_PHASES = (PodPhase.SUCCEEDED, PodPhase.FAILED)
 
 
 def group_of(pod: Mapping[str, Any]) -> str:

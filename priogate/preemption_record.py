@@ -2,9 +2,11 @@
 
 The decision is written to the PodGroup (annotation priogate.io/preemption) *before* any
 victim is touched. A controller that restarts, or a new leader, finds the record and finishes
-that same decision instead of computing a second round of victims from a half-changed cluster
-(DESIGN.md's last invariant). A new decision is taken only after the recorded one was applied,
-its victims are gone, and the scheduler had `retry_after` seconds to use the room.
+that same decision instead of computing a second round of victims from a half-changed cluster.
+A new decision is taken only after the recorded one was applied, its victims are gone, and the
+scheduler had `retry_after` seconds to use the room: the same guard as kube-scheduler's
+PodEligibleToPreemptOthers (pkg/scheduler/framework/plugins/defaultpreemption), which lets a
+pod preempt again only once the pods preempted on its nominated node have terminated.
 """
 
 from __future__ import annotations
@@ -15,7 +17,11 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
+from priogate.podgroup import Phase
+
 ANNOTATION = "priogate.io/preemption"
+# The pod condition a preemption victim gets (KEP-3329), and the reasons that name who preempted.
+DISRUPTION_TARGET = "DisruptionTarget"
 CONDITION_REASON = "PreemptionByPriogate"
 SCHEDULER_REASON = "PreemptionByScheduler"
 DEFAULT_RETRY_AFTER = 30.0
@@ -34,7 +40,9 @@ class Victim:
 
 
 @dataclass(frozen=True)
-class Decision:
+class RecordedDecision:
+    """A gang preemption decision as the PodGroup's annotation records it."""
+
     id: str
     decided_at: float  # epoch seconds
     victims: tuple[Victim, ...]
@@ -59,7 +67,7 @@ class Decision:
         )
 
     @classmethod
-    def from_annotation(cls, text: str) -> Decision:
+    def from_annotation(cls, text: str) -> RecordedDecision:
         """Raises ValueError for a record that is not ours to read."""
         try:
             raw = json.loads(text)
@@ -77,15 +85,15 @@ class Decision:
         except (ValueError, KeyError, TypeError, AttributeError) as e:
             raise ValueError(f"annotation {ANNOTATION} is not a preemption record: {e}") from None
 
-    def done(self) -> Decision:
-        return Decision(self.id, self.decided_at, self.victims, self.placements, self.reason, True)
+    def done(self) -> RecordedDecision:
+        return RecordedDecision(self.id, self.decided_at, self.victims, self.placements, self.reason, True)
 
 
-def recorded(podgroup: Mapping[str, Any]) -> Decision | None:
+def recorded(podgroup: Mapping[str, Any]) -> RecordedDecision | None:
     text = ((podgroup.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION)
     if not text:
         return None
-    return Decision.from_annotation(text)
+    return RecordedDecision.from_annotation(text)
 
 
 class Step(Enum):
@@ -96,7 +104,7 @@ class Step(Enum):
 
 
 def next_step(
-    decision: Decision | None,
+    decision: RecordedDecision | None,
     needs_preemption: bool,
     present_victims: Collection[str],
     now: float,
@@ -130,7 +138,7 @@ def needs_preemption(
     """A gang worth preempting for: admitted (Inqueue, or Unknown after losing members), below
     minMember, and with a pending member the scheduler has already failed to place. Pending
     groups wait for the enqueue step, as in Volcano; kube-scheduler handles single pods."""
-    if phase not in ("Inqueue", "Unknown") or scheduled >= max(min_member, 1):
+    if phase not in (Phase.INQUEUE, Phase.UNKNOWN) or scheduled >= max(min_member, 1):
         return False
     return any(
         not (m.get("spec") or {}).get("nodeName")
@@ -142,7 +150,7 @@ def needs_preemption(
 
 def disruption_condition(now: str, preemptor: str) -> dict[str, str]:
     return {
-        "type": "DisruptionTarget",
+        "type": DISRUPTION_TARGET,
         "status": "True",
         "reason": CONDITION_REASON,
         "message": f"priogate: preempted to make room for PodGroup {preemptor}",

@@ -1,7 +1,8 @@
 """Pod priority resolution and PriorityClass rules, with upstream Kubernetes semantics.
 
-Pure functions over plain dicts (the JSON shape of the API objects). The texts of denials are
-upstream's own (plugin/pkg/admission/priority and pkg/apis/scheduling/validation), so tools and
+Pure functions over plain dicts (the JSON shape of the API objects). The rules and the texts
+of denials are upstream's own (kubernetes/kubernetes plugin/pkg/admission/priority/admission.go,
+pkg/apis/scheduling/validation/validation.go and pkg/apis/scheduling/helpers.go), so tools and
 runbooks that grep for them keep working.
 """
 
@@ -47,12 +48,13 @@ class ClassNotFound(LookupError):
 
 
 def class_value(pc: Mapping) -> int:
-    # An absent value decodes as 0 on the server (priority.md PC-DEF-2).
+    # value is a plain int32 in scheduling/v1 (not a pointer): absent decodes as 0 on the server.
     return int(pc.get("value") or 0)
 
 
 def class_policy(pc: Mapping) -> str:
-    # Stored v1 classes are always defaulted; treat a missing policy the same way (PC-DEF-1).
+    # Stored v1 classes are always defaulted (pkg/apis/scheduling/v1/defaults.go); treat a
+    # missing policy the same way.
     return pc.get("preemptionPolicy") or PREEMPT_LOWER_PRIORITY
 
 
@@ -76,9 +78,10 @@ def current_default(classes: Iterable[Mapping]) -> Mapping | None:
 
 
 def resolve(class_name: str | None, classes: Mapping[str, Mapping], default: Mapping | None) -> Resolution:
-    """Resolve a pod's class name to its priority and preemption policy (POD-C1, POD-C2).
+    """Resolve a pod's class name to its priority and preemption policy: the named class, else
+    the globalDefault, else 0 (admission.go admitPod).
 
-    Raises ClassNotFound for a named class that does not exist (POD-C3)."""
+    Raises ClassNotFound for a named class that does not exist."""
     if class_name:
         pc = classes.get(class_name)
         if pc is None:
@@ -90,7 +93,7 @@ def resolve(class_name: str | None, classes: Mapping[str, Mapping], default: Map
 
 
 def preset_conflict(spec: Mapping, resolution: Resolution) -> str | None:
-    """A preset spec.priority or spec.preemptionPolicy must equal the computed one (POD-C4, C5).
+    """A preset spec.priority or spec.preemptionPolicy must equal the computed one (admitPod).
 
     Priority is checked first; when both disagree only the priority message is returned."""
     given = spec.get("priority")
@@ -116,7 +119,8 @@ def is_dns1123_subdomain(name: str) -> bool:
 
 
 def system_class_problem(pc: Mapping) -> str | None:
-    """Why a system- named class does not match a built-in one exactly, or None (PC-V2)."""
+    """Why a system- named class does not match a built-in one exactly, or None
+    (helpers.go IsKnownSystemPriorityClass)."""
     name = pc["metadata"]["name"]
     want = SYSTEM_CLASSES.get(name)
     if want is None:
@@ -140,7 +144,8 @@ def validate_preemption_policy(policy: object) -> str | None:
 
 
 def validate_class_create(pc: Mapping) -> list[str]:
-    """Field errors of a new PriorityClass, all at once, in upstream's wording (PC-V1..V5)."""
+    """Field errors of a new PriorityClass, all at once, in upstream's wording (validation.go
+    ValidatePriorityClass)."""
     errors: list[str] = []
     name = pc.get("metadata", {}).get("name") or ""
     if not name:
@@ -174,7 +179,8 @@ def validate_class_create(pc: Mapping) -> list[str]:
 
 
 def validate_class_update(old: Mapping, new: Mapping) -> list[str]:
-    """value and preemptionPolicy are immutable (PC-U1, PC-U2); nothing else is re-checked (PC-U4)."""
+    """value and preemptionPolicy are immutable; nothing else is re-checked (validation.go
+    ValidatePriorityClassUpdate)."""
     errors: list[str] = []
     if class_value(new) != class_value(old):
         errors.append("value: Forbidden: may not be changed in an update.")
@@ -187,7 +193,8 @@ def validate_class_update(old: Mapping, new: Mapping) -> list[str]:
 
 
 def global_default_conflict(pc: Mapping, operation: str, default: Mapping | None) -> str | None:
-    """Only one globalDefault may exist (PC-A2). `default` is the current one from the cache."""
+    """Only one globalDefault may exist (admission.go validatePriorityClass). `default` is the
+    current one from the cache."""
     if not is_global_default(pc) or default is None:
         return None
     if operation == "UPDATE" and default["metadata"]["name"] == pc["metadata"]["name"]:

@@ -41,6 +41,18 @@ def quota_names(requests: Mapping[str, Fraction], pods: int) -> ResourceList:
     return out
 
 
+def min_resources_of(raw: Mapping[str, object] | None) -> ResourceList:
+    """spec.minResources as plain resource names: requests.cpu counts as cpu; limits.* and pod
+    counts are left to the webhook's quota check."""
+    out: ResourceList = {}
+    for name, amount in parse_resource_list(raw, context="spec.minResources").items():
+        base = name.removeprefix("requests.")
+        if base.startswith("limits.") or base in ("pods", "count/pods"):
+            continue
+        out[base] = out.get(base, ZERO) + amount
+    return out
+
+
 # ---- which quotas apply ---------------------------------------------------------------------
 
 
@@ -122,48 +134,87 @@ def _name(obj: Mapping[str, Any]) -> str:
     return (obj.get("metadata") or {}).get("name", "")
 
 
-def _fmt(names: Iterable[str], amounts: Mapping[str, Fraction]) -> str:
+def format_amounts(names: Iterable[str], amounts: Mapping[str, Fraction]) -> str:
+    """ "cpu=2, pods=3": the amounts of `names`, for denial and status texts."""
     return ", ".join(f"{n}={format_quantity(amounts.get(n, ZERO))}" for n in names)
 
 
-# ---- guarantee 1: summed reservations within hard ---------------------------------------------
+# ---- the one comparison: demand on top of what is used and reserved, against hard -------------
 
 
 @dataclass(frozen=True)
 class Reservation:
-    """One admitted PodGroup's reservation, in quota names."""
+    """One admitted PodGroup's reservation (or what is left of it), in quota names."""
 
     group: str
     priority_class: str
     demand: ResourceList
 
 
+@dataclass(frozen=True)
+class Exceeded:
+    """The first quota (by name) that a demand would push over its hard limits."""
+
+    quota: str
+    over: list[str]  # the resource names over hard, sorted
+    hard: ResourceList
+    used: ResourceList  # {} when status.used is not counted
+    reserved: ResourceList  # by the reservations the quota applies to
+
+
+def first_exceeded(
+    quotas: Iterable[Mapping[str, Any]],
+    consumer: Consumer,
+    demand: Mapping[str, Fraction],
+    reservations: Iterable[Reservation],
+    *,
+    count_used: bool,
+    reserved_names_only: bool = False,
+) -> Exceeded | None:
+    """For each quota that applies to `consumer`, in name order: the resources where
+    (status.used, when `count_used`) + the reservations it applies to + `demand` exceed hard.
+    With `reserved_names_only`, only resources some reservation holds count, and a quota with no
+    reservations at all is not read (the built-in ResourceQuota plugin judges it alone)."""
+    reservations = list(reservations)
+    for quota in sorted(quotas, key=lambda q: str(_name(q))):
+        if not quota_applies(quota, consumer):
+            continue
+        reserved: ResourceList = {}
+        for reservation in reservations:
+            if quota_applies(quota, Consumer(reservation.priority_class)):
+                reserved = add(reserved, reservation.demand)
+        if reserved_names_only and not reserved:
+            continue
+        hard = hard_limits(quota)
+        in_use = used(quota) if count_used else {}
+        over = sorted(
+            name
+            for name, limit in hard.items()
+            if demand.get(name, ZERO) > 0
+            and (reserved.get(name, ZERO) > 0 or not reserved_names_only)
+            and in_use.get(name, ZERO) + reserved.get(name, ZERO) + demand[name] > limit
+        )
+        if over:
+            return Exceeded(_name(quota), over, hard, in_use, reserved)
+    return None
+
+
+# ---- guarantee 1: summed reservations within hard ---------------------------------------------
+
+
 def check_podgroup(
     quotas: Iterable[Mapping[str, Any]], others: Iterable[Reservation], this: Reservation
 ) -> str | None:
     """Refuse when the namespace's admitted reservations plus this one exceed a quota's hard."""
-    others = list(others)
-    consumer = Consumer(this.priority_class)
-    for quota in sorted(quotas, key=_name):
-        if not quota_applies(quota, consumer):
-            continue
-        hard = hard_limits(quota)
-        reserved: ResourceList = {}
-        for other in others:
-            if quota_applies(quota, Consumer(other.priority_class)):
-                reserved = add(reserved, other.demand)
-        over = sorted(
-            name
-            for name, limit in hard.items()
-            if this.demand.get(name, ZERO) > 0 and reserved.get(name, ZERO) + this.demand[name] > limit
-        )
-        if over:
-            return (
-                f"exceeded quota: {_name(quota)}, requested: {_fmt(over, this.demand)}, "
-                f"reserved: {_fmt(over, reserved)}, limited: {_fmt(over, hard)}: "
-                "the summed minResources of the namespace's PodGroups may not exceed its ResourceQuota"
-            )
-    return None
+    found = first_exceeded(quotas, Consumer(this.priority_class), this.demand, others, count_used=False)
+    if found is None:
+        return None
+    over = found.over
+    return (
+        f"exceeded quota: {found.quota}, requested: {format_amounts(over, this.demand)}, "
+        f"reserved: {format_amounts(over, found.reserved)}, limited: {format_amounts(over, found.hard)}: "
+        "the summed minResources of the namespace's PodGroups may not exceed its ResourceQuota"
+    )
 
 
 # ---- guarantee 2: reservations are not for others --------------------------------------------
@@ -187,29 +238,18 @@ def check_pod(
     """Refuse when used + this pod's request + the unconsumed reservations of other groups
     exceed hard. `other_groups` pairs each reservation with its unconsumed part; the pod's own
     group is left out, so a member draws on its own reservation first."""
-    other_groups = list(other_groups)
-    for quota in sorted(quotas, key=_name):
-        if not quota_applies(quota, pod_consumer):
-            continue
-        reserved: ResourceList = {}
-        for reservation, left in other_groups:
-            if quota_applies(quota, Consumer(reservation.priority_class)):
-                reserved = add(reserved, left)
-        if not reserved:
-            continue
-        hard, in_use = hard_limits(quota), used(quota)
-        over = sorted(
-            name
-            for name, limit in hard.items()
-            if pod_demand.get(name, ZERO) > 0
-            and reserved.get(name, ZERO) > 0
-            and in_use.get(name, ZERO) + pod_demand[name] + reserved[name] > limit
-        )
-        if over:
-            return (
-                f"exceeded quota: {_name(quota)}, requested: {_fmt(over, pod_demand)}, "
-                f"used: {_fmt(over, in_use)}, reserved by PodGroups: {_fmt(over, reserved)}, "
-                f"limited: {_fmt(over, hard)}: resources reserved by PodGroups' "
-                "minResources cannot be used by other pods"
-            )
-    return None
+    unconsumed_parts = (
+        Reservation(reservation.group, reservation.priority_class, left) for reservation, left in other_groups
+    )
+    found = first_exceeded(
+        quotas, pod_consumer, pod_demand, unconsumed_parts, count_used=True, reserved_names_only=True
+    )
+    if found is None:
+        return None
+    over = found.over
+    return (
+        f"exceeded quota: {found.quota}, requested: {format_amounts(over, pod_demand)}, "
+        f"used: {format_amounts(over, found.used)}, reserved by PodGroups: "
+        f"{format_amounts(over, found.reserved)}, limited: {format_amounts(over, found.hard)}: "
+        "resources reserved by PodGroups' minResources cannot be used by other pods"
+    )

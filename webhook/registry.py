@@ -60,11 +60,10 @@ class RuleSet:
 
 
 # Threads per gunicorn worker for each server. The priority path is pure CPU under the GIL, so
-# threads only add queueing: at 8 busy keep-alive connections p99 was 7.4 to 7.8 ms with 2
-# threads against 15 to 17 ms with 4 and 28 to 40 ms with 8, at the same rate (make
-# bench-webhook --threads N). The quota path blocks on ledger writes, and a namespace's waiting
-# requests share one write, so more threads mean bigger batches: with 4 threads 5 of 400
-# contended admissions timed out, with 8 none (make bench-quota).
+# more threads only add queueing and raise tail latency (make bench-webhook --threads N). The
+# quota path blocks on ledger writes, and a namespace's waiting requests share one write, so
+# more threads mean bigger batches and fewer contended admissions time out (make bench-quota).
+# README has the measurements.
 SERVERS = {"priority": 2, "quota": 8}
 
 

@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from priogate.podgroup import FINISHED_PHASES, Phase, PodPhase
 from priogate.preemption.gang import GangRequest, preempt_group
 from priogate.preemption.outcome import Outcome, unresolved
 from priogate.preemption.single import preempt_pod
@@ -23,7 +24,6 @@ from priogate.preemption.table import carry_tables, screen_table
 from priogate.preemption.units import GROUP_PREFIX
 
 OPT_OUT_MODES = ("hard", "soft")
-FINISHED_GROUP_PHASES = frozenset({"Completed", "Failed"})
 PENDING_GROUP = (
     "PodGroup phase is Pending (not yet admitted to its queue); like Volcano's preempt action, "
     "preemption waits until it is Inqueue"
@@ -94,7 +94,7 @@ def preemptors(state: ClusterState) -> list[Preemptor]:
         found.append(Preemptor(request.priority, group.created, GROUP_PREFIX + key, gang=request))
     for pod in state.pods.values():
         if is_pending(pod) and not pod.gated and pod.key not in gang_members:
-            if pod.group in state.groups and state.groups[pod.group].phase in FINISHED_GROUP_PHASES:
+            if pod.group in state.groups and state.groups[pod.group].phase in FINISHED_PHASES:
                 continue
             found.append(Preemptor(pod.priority, pod.created, pod.key, pod=pod))
     return sorted(found, key=lambda p: p.order)
@@ -103,9 +103,9 @@ def preemptors(state: ClusterState) -> list[Preemptor]:
 def gang_request(group: PodGroupInfo, members: list[PodInfo]) -> GangRequest | None:
     """The group as a preemptor when it has fewer than minMember members placed; None when it
     is finished or already complete (its other pending pods then preempt one by one)."""
-    if group.phase in FINISHED_GROUP_PHASES:
+    if group.phase in FINISHED_PHASES:
         return None
-    placed = [p for p in members if p.node_name and not p.terminating and p.phase != "Failed"]
+    placed = [p for p in members if p.node_name and not p.terminating and p.phase != PodPhase.FAILED]
     needed = group.min_member - len(placed)
     pending = sorted((p for p in members if is_pending(p) and not p.gated), key=lambda p: (p.created, p.key))
     if needed <= 0 or not pending:
@@ -132,7 +132,7 @@ def run(state: ClusterState, *, opt_out_mode: str = "hard", explain: bool = Fals
             outcome = preempt_pod(state, current, opt_out_mode=opt_out_mode, explain=explain)
         else:
             assert preemptor.gang is not None
-            if preemptor.gang.group.phase == "Pending":
+            if preemptor.gang.group.phase == Phase.PENDING:
                 outcomes.append(unresolved(preemptor.key, PENDING_GROUP))
                 continue
             outcome = preempt_group(state, preemptor.gang, opt_out_mode=opt_out_mode, explain=explain)
@@ -146,7 +146,7 @@ def run(state: ClusterState, *, opt_out_mode: str = "hard", explain: bool = Fals
     return tuple(outcomes)
 
 
-def decide(state: ClusterState, *, opt_out_mode: str = "hard", explain: bool = False) -> Result:
+def run_timed(state: ClusterState, *, opt_out_mode: str = "hard", explain: bool = False) -> Result:
     """Every decision for `state`, timed (the state's aggregates are built already)."""
     started = time.perf_counter()
     outcomes = run(state, opt_out_mode=opt_out_mode, explain=explain)
@@ -163,7 +163,7 @@ def prepare(snapshot: Snapshot) -> ClusterState:
 
 def simulate(snapshot: Snapshot, *, opt_out_mode: str = "hard", explain: bool = False) -> Result:
     """Decide every preemption in `snapshot`; decision time excludes building the state."""
-    return decide(prepare(snapshot), opt_out_mode=opt_out_mode, explain=explain)
+    return run_timed(prepare(snapshot), opt_out_mode=opt_out_mode, explain=explain)
 
 
 def decide_for_group(

@@ -6,9 +6,9 @@ import math
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Literal
 
+from priogate.clock import from_epoch, rfc3339
 from priogate.preemption.snapshot import PodInfo
 from priogate.preemption.victims import CRITERIA, NodeVictims
 
@@ -43,7 +43,7 @@ def with_note(reason: str, *notes: str) -> str:
 def iso(ts: float) -> str:
     if math.isinf(ts):
         return "not started"
-    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return rfc3339(from_epoch(ts))
 
 
 def summarize_failures(failures: Mapping[str, str], total: int) -> str:

@@ -14,12 +14,13 @@ import json
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from datetime import datetime
 from typing import Any
 
 import yaml
 
 from priogate import priority as prio
+from priogate.clock import epoch_seconds
+from priogate.podgroup import GROUP_ANNOTATION, GROUP_LABEL, PodPhase
 from priogate.preemption.selectors import (
     LabelSelector,
     NodeSelectorTerm,
@@ -30,14 +31,12 @@ from priogate.preemption.selectors import (
     parse_taints,
     parse_tolerations,
 )
+from priogate.preemption_record import CONDITION_REASON, DISRUPTION_TARGET, SCHEDULER_REASON
 from priogate.resources import ResourceList, parse_resource_list, pod_requests
 
-GROUP_ANNOTATION = "scheduling.k8s.io/group-name"  # Volcano's pod-to-PodGroup link
-GROUP_LABEL = "scheduling.x-k8s.io/pod-group"  # scheduler-plugins' link, accepted too
 OPT_OUT_LABEL = "priogate.io/allow-preemption"
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 NEVER = prio.PREEMPT_NEVER
-TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
 KINDS = ("Node", "Pod", "PodGroup", "PodDisruptionBudget", "PriorityClass")
 
 
@@ -64,7 +63,7 @@ class PodInfo:
     nominated_node: str
     phase: str
     terminating: bool
-    preempted_by_scheduler: bool  # DisruptionTarget=True, reason PreemptionByScheduler
+    preempted_by_scheduler: bool  # DisruptionTarget=True: preempted by the scheduler or priogate
     start_time: float  # epoch seconds; +inf when unknown ("now", the least important)
     created: float
     protected: str  # why it can never be a victim ("DaemonSet pod", "mirror pod"), else ""
@@ -250,7 +249,7 @@ def parse_time(value: Any, where: str) -> float:
     if not isinstance(value, str):
         raise ValueError(f"{where}: expected an RFC 3339 time, got {value!r}")
     try:
-        return datetime.fromisoformat(value.replace("z", "Z")).timestamp()
+        return epoch_seconds(value)
     except ValueError:
         raise ValueError(f"{where}: invalid RFC 3339 time {value!r}") from None
 
@@ -325,7 +324,7 @@ def _pod(obj: Mapping[str, Any], classes: Mapping[str, Any], default_class: Mapp
         requests=requests,
         node_name=_text(spec.get("nodeName"), f"{where} spec.nodeName"),
         nominated_node=_text(status.get("nominatedNodeName"), f"{where} status.nominatedNodeName"),
-        phase=_text(status.get("phase"), f"{where} status.phase") or "Pending",
+        phase=_text(status.get("phase"), f"{where} status.phase") or PodPhase.PENDING,
         terminating=bool(meta.get("deletionTimestamp")),
         preempted_by_scheduler=_preempted_by_scheduler(status.get("conditions")),
         start_time=parse_time(status.get("startTime"), f"{where} status.startTime"),
@@ -367,9 +366,9 @@ def _preempted_by_scheduler(conditions: Any) -> bool:
         return False
     return any(
         isinstance(c, Mapping)
-        and c.get("type") == "DisruptionTarget"
+        and c.get("type") == DISRUPTION_TARGET
         and c.get("status") == "True"
-        and c.get("reason") in ("PreemptionByScheduler", "PreemptionByPriogate")
+        and c.get("reason") in (SCHEDULER_REASON, CONDITION_REASON)
         for c in conditions
     )
 

@@ -14,8 +14,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+from priogate.podgroup import TERMINAL_POD_PHASES, PodPhase
 from priogate.preemption.fit import Vector, make_dims, to_vector
-from priogate.preemption.snapshot import TERMINAL_PHASES, NodeInfo, PDBInfo, PodGroupInfo, PodInfo, Snapshot
+from priogate.preemption.snapshot import NodeInfo, PDBInfo, PodGroupInfo, PodInfo, Snapshot
 
 
 def importance_key(pod: PodInfo) -> tuple[int, float, str]:
@@ -150,11 +151,11 @@ class ClusterState:
 
 def occupies(pod: PodInfo, nodes: Mapping[str, object]) -> bool:
     """Bound to a known node and not finished: it uses that node's resources."""
-    return bool(pod.node_name) and pod.node_name in nodes and pod.phase not in TERMINAL_PHASES
+    return bool(pod.node_name) and pod.node_name in nodes and pod.phase not in TERMINAL_POD_PHASES
 
 
 def is_pending(pod: PodInfo) -> bool:
-    return not pod.node_name and pod.phase not in TERMINAL_PHASES and not pod.terminating
+    return not pod.node_name and pod.phase not in TERMINAL_POD_PHASES and not pod.terminating
 
 
 def build_state(snapshot: Snapshot) -> ClusterState:
@@ -252,7 +253,7 @@ def apply_decision(
         pdb_matches.pop(key, None)
         touched.add(victim.node_name)
     for key, node in placements.items():
-        pods[key] = dataclasses.replace(pods[key], node_name=node, nominated_node="", phase="Running")
+        pods[key] = dataclasses.replace(pods[key], node_name=node, nominated_node="", phase=PodPhase.RUNNING)
         pdb_matches[key] = _pdb_indices(pods[key], state.pdbs)
         touched.add(node)
     if clear_below is not None:

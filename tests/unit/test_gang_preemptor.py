@@ -21,7 +21,7 @@ from priogate import preemption_record as record
 from priogate.kube.cache import WatchCache
 from priogate.kube.client import ApiClient, ApiError, resource_path
 from priogate.podgroup import GROUP_VERSION, PLURAL
-from priogate.preemption_record import Decision, Victim
+from priogate.preemption_record import RecordedDecision, Victim
 from tests.unit.preemption.builders import node, pclass, pod, podgroup
 
 NS = "default"
@@ -130,7 +130,7 @@ def member(name: str) -> dict:
     return obj
 
 
-def gang_group(decision: Decision | None = None) -> dict:
+def gang_group(decision: RecordedDecision | None = None) -> dict:
     obj = podgroup("gang", 1, klass="high", phase="Inqueue")
     obj["metadata"].update(uid="uid-gang", resourceVersion="7")
     if decision is not None:
@@ -154,7 +154,7 @@ class Cluster:
         ]
         return preemptor.handle(group, members, phase.count_members(members).scheduled)
 
-    def recorded(self) -> Decision | None:
+    def recorded(self) -> RecordedDecision | None:
         return record.recorded(self.client.objects[GROUP_PATH])
 
     def watch_deleted(self) -> None:
@@ -190,8 +190,8 @@ def summary(calls: list[Call]) -> list[tuple[str, str]]:
     ]
 
 
-def annotation_of(call: Call) -> Decision:
-    return Decision.from_annotation(call.body["metadata"]["annotations"][record.ANNOTATION])
+def annotation_of(call: Call) -> RecordedDecision:
+    return RecordedDecision.from_annotation(call.body["metadata"]["annotations"][record.ANNOTATION])
 
 
 # ---- a new decision ---------------------------------------------------------------------------
@@ -291,7 +291,7 @@ def test_an_applied_record_with_victims_still_present_waits():
 def test_an_unapplied_record_is_resumed_with_the_same_victims():
     # An earlier leader recorded low2 alone (the cluster has changed since): the new leader
     # finishes that decision and takes none of its own.
-    earlier = Decision(
+    earlier = RecordedDecision(
         "earlier", 1.0, (Victim(NS, "low2", "uid-low2", "n1"),), {"g0": "n1"}, "recorded earlier"
     )
     c = cluster(gang_group(earlier))
@@ -336,7 +336,7 @@ def test_leadership_lost_mid_way_stops_the_writes_and_the_next_leader_finishes()
 
 
 def test_a_victim_replaced_by_a_new_pod_of_the_same_name_is_spared():
-    earlier = Decision(
+    earlier = RecordedDecision(
         "earlier", 1.0, (Victim(NS, "low1", "uid-old", "n1"),), {"g0": "n1"}, "recorded earlier"
     )
     c = cluster(gang_group(earlier))

@@ -6,7 +6,7 @@ import datetime as dt
 
 import pytest
 
-from priogate.lease import Action, LeaseRecord, decide, next_record, released, still_leading
+from priogate.lease import Action, LeaseRecord, next_action, next_record, released, still_leading
 
 ME, OTHER = "me_1", "other_2"
 
@@ -31,7 +31,7 @@ def rec(holder: str, duration: int = 15, transitions: int = 0) -> LeaseRecord:
     ],
 )
 def test_decide(observed, observed_at, now, want):
-    assert decide(observed, observed_at, now, ME, 15.0) == want
+    assert next_action(observed, observed_at, now, ME, 15.0) == want
 
 
 NOW = dt.datetime(2026, 5, 1, 12, 0, 0, 123456, tzinfo=dt.UTC)

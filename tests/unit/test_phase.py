@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from priogate.phase import (
-    Enqueue,
+    EnqueueVerdict,
     Members,
     count_members,
     merge_conditions,
@@ -14,7 +14,7 @@ from priogate.phase import (
     phase_event,
 )
 
-YES, NO = Enqueue(True), Enqueue(False, "quota compute insufficient")
+YES, NO = EnqueueVerdict(True), EnqueueVerdict(False, "quota compute insufficient")
 
 
 def m(running=0, succeeded=0, failed=0, scheduled=None, active=None) -> Members:

@@ -6,7 +6,7 @@ import pytest
 
 from priogate.preemption_record import (
     ANNOTATION,
-    Decision,
+    RecordedDecision,
     Step,
     Victim,
     needs_preemption,
@@ -15,7 +15,7 @@ from priogate.preemption_record import (
 )
 
 V1, V2 = Victim("ns", "low-1", "u1", "n1"), Victim("ns", "low-2", "u2", "n2")
-DECIDED = Decision("abc", 1000.0, (V1, V2), {"m0": "n1", "m1": "n2"}, "place 2 member(s)")
+DECIDED = RecordedDecision("abc", 1000.0, (V1, V2), {"m0": "n1", "m1": "n2"}, "place 2 member(s)")
 APPLIED = DECIDED.done()
 
 

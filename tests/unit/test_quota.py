@@ -7,7 +7,7 @@ from fractions import Fraction as F
 
 import pytest
 
-from priogate import ledger, quota
+from priogate import clock, ledger, quota
 from priogate.resources import parse_resource_list
 
 
@@ -193,7 +193,7 @@ NOW = dt.datetime(2026, 11, 22, 12, 0, 0, tzinfo=dt.UTC)
 
 def entry(group, uid, age_seconds):
     return ledger.Entry(
-        group, uid, {"cpu": "1"}, 1, "", ledger.now_rfc3339(NOW - dt.timedelta(seconds=age_seconds))
+        group, uid, {"cpu": "1"}, 1, "", clock.rfc3339(NOW - dt.timedelta(seconds=age_seconds))
     )
 
 

@@ -1,10 +1,11 @@
 """Mutating pods: resolve spec.priorityClassName to spec.priority and spec.preemptionPolicy.
 
-Upstream's Priority admission plugin, rule for rule (priority.md section 4): CREATE resolves
-(named class, else the globalDefault, else 0) and refuses disagreeing preset values; UPDATE only
-carries the old integer and policy over when the new object lacks them; subresources are
-ignored. Equal preset values pass, so the patch is idempotent under reinvocation and agrees with
-the built-in plugin when a cluster keeps both.
+Upstream's Priority admission plugin, rule for rule (kubernetes/kubernetes
+plugin/pkg/admission/priority/admission.go admitPod): CREATE resolves (named class, else the
+globalDefault, else 0) and refuses disagreeing preset values; UPDATE only carries the old
+integer and policy over when the new object lacks them; subresources are ignored. Equal preset
+values pass, so the patch is idempotent under reinvocation and agrees with the built-in plugin
+when a cluster keeps both.
 """
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ def _set(spec: Any, key: str, value: Any) -> dict[str, Any]:
 
 
 def _admit_update(request: AdmissionRequest) -> Decision:
-    # POD-U1: preserve, never recompute; the class may have changed since the pod was created.
+    # Preserve, never recompute (as admitPod on UPDATE); the class may have changed since the pod was created.
     spec = mapping(new_object(request), "spec", "object")
     old_spec = mapping(old_object(request), "spec", "oldObject")
     patch = [

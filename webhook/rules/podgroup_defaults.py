@@ -2,7 +2,8 @@
 
 The class is resolved as for pods: an unknown class is refused with the pod rule's message, and
 a group without one gets the globalDefault class's name, so ResourceQuota scopes match a group
-and its pods alike (priority.md RQ-2)."""
+and its pods alike (upstream's admitPod writes the default class's name into a pod's
+spec.priorityClassName the same way)."""
 
 from __future__ import annotations
 

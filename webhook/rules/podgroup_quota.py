@@ -13,8 +13,9 @@ import datetime as dt
 import structlog
 
 from priogate import podgroup
+from priogate.clock import rfc3339
 from priogate.kube.ledger_store import LedgerBusy
-from priogate.ledger import Entry, normalize, now_rfc3339, stale_entries
+from priogate.ledger import Entry, normalize, stale_entries
 from priogate.quota import check_podgroup
 from webhook.objects import (
     MalformedObject,
@@ -50,7 +51,7 @@ def _entry(request: AdmissionRequest, obj: dict, where: str) -> Entry:
         min_resources=min_resources,
         min_member=min_member,
         priority_class=optional_str(spec, "priorityClassName", f"{where}.spec") or "",
-        admitted_at=now_rfc3339(),
+        admitted_at=rfc3339(dt.datetime.now(dt.UTC)),
     )
 
 
@@ -58,14 +59,14 @@ def _release(request: AdmissionRequest, view: ClusterView) -> Decision:
     meta = mapping(request.old_object or {}, "metadata", "oldObject")
     key = optional_str(meta, "uid", "oldObject.metadata") or f"name:{request.name}"
 
-    def decide(entries: dict[str, Entry]) -> tuple[dict[str, Entry] | None, None]:
+    def drop_entry(entries: dict[str, Entry]) -> tuple[dict[str, Entry] | None, None]:
         if key not in entries:
             return None, None
         return {k: e for k, e in entries.items() if k != key}, None
 
     try:
         view.ledger_store.update(
-            request.namespace, decide, dry_run=request.dry_run, deadline=request.deadline
+            request.namespace, drop_entry, dry_run=request.dry_run, deadline=request.deadline
         )
     except Exception as e:  # the delete goes ahead; the controller reclaims the entry later
         log.warning("release failed; the entry will be reclaimed", podgroup=request.name, error=repr(e))
@@ -83,7 +84,7 @@ def admit(request: AdmissionRequest, view: ClusterView) -> Decision:
     live = view.live_podgroups(request.namespace)
     now = dt.datetime.now(dt.UTC)
 
-    def decide(entries: dict[str, Entry]) -> tuple[dict[str, Entry] | None, str | None]:
+    def reserve(entries: dict[str, Entry]) -> tuple[dict[str, Entry] | None, str | None]:
         existing = entries.get(entry.key)
         if existing is not None and existing.same_claim(entry):
             return None, None  # already recorded (a retry, or an update that changes no claim)
@@ -102,7 +103,7 @@ def admit(request: AdmissionRequest, view: ClusterView) -> Decision:
 
     try:
         problem = view.ledger_store.update(
-            request.namespace, decide, dry_run=request.dry_run, deadline=request.deadline
+            request.namespace, reserve, dry_run=request.dry_run, deadline=request.deadline
         )
     except LedgerBusy as e:
         return deny(f"PodGroup quota ledger is busy, retry: {e}", code=429, reason="TooManyRequests")

@@ -1,10 +1,13 @@
 """Validating PriorityClasses: names, the value ceiling, one globalDefault, immutability, and the
-two system classes that cannot be deleted (priority.md section 3).
+two system classes that cannot be deleted, as kubernetes/kubernetes does them
+(pkg/apis/scheduling/validation, plugin/pkg/admission/priority/admission.go and
+pkg/registry/scheduling/priorityclass/storage).
 
 Field errors are 422 in upstream's "is invalid" envelope; the globalDefault and delete refusals
 are 403 as upstream's. One deliberate tightening: upstream guards only a single DELETE of a
-system class, while a deletecollection removes them (SYS-3). Here every DELETE of a system class
-is refused, which closes that gap, because admission sees each item of a deletecollection.
+system class (storage.go REST.Delete), while a deletecollection removes them. Here every DELETE
+of a system class is refused, which closes that gap, because admission sees each item of a
+deletecollection.
 """
 
 from __future__ import annotations

@@ -1,0 +1,39 @@
+"""Kubernetes time formats, as pure functions: the one place a timestamp is written or read.
+
+metav1.Time is RFC 3339 in UTC to the second ("2024-05-01T12:00:00Z"), as written to
+status.conditions[].lastTransitionTime and the ledger's admittedAt; metav1.MicroTime adds
+microseconds, as written to a Lease's acquireTime/renewTime and an Event's eventTime
+(k8s.io/apimachinery pkg/apis/meta/v1 time.go and micro_time.go).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+RFC3339 = "%Y-%m-%dT%H:%M:%SZ"
+MICRO_TIME = "%Y-%m-%dT%H:%M:%S.%fZ"
+
+
+def rfc3339(moment: dt.datetime) -> str:
+    """metav1.Time's form, in UTC."""
+    return moment.astimezone(dt.UTC).strftime(RFC3339)
+
+
+def micro_time(moment: dt.datetime) -> str:
+    """metav1.MicroTime's form, in UTC."""
+    return moment.astimezone(dt.UTC).strftime(MICRO_TIME)
+
+
+def from_epoch(seconds: float) -> dt.datetime:
+    return dt.datetime.fromtimestamp(seconds, dt.UTC)
+
+
+def parse_rfc3339(text: str) -> dt.datetime:
+    """Exactly the form rfc3339() writes, as an aware UTC datetime; ValueError otherwise."""
+    return dt.datetime.strptime(text, RFC3339).replace(tzinfo=dt.UTC)
+
+
+def epoch_seconds(text: str) -> float:
+    """Any RFC 3339 time as the API server or a hand-written object may hold it (fractions,
+    offsets, a lowercase z) as epoch seconds; ValueError otherwise."""
+    return dt.datetime.fromisoformat(text.replace("z", "Z")).timestamp()
