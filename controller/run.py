@@ -76,6 +76,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=DEFAULT_RETRY_AFTER,
         help="wait this long after a gang preemption before deciding another for the same group",
     )
+    p.add_argument(
+        "--inqueue-timeout",
+        type=float,
+        default=300.0,
+        help="seconds an Inqueue group may stay with no member bound, members unschedulable and no "
+        "preemption possible before it goes back to Pending (0: never)",
+    )
+    p.add_argument(
+        "--enqueue-backoff",
+        type=float,
+        default=60.0,
+        help="seconds a group rolled back by --inqueue-timeout waits before it may be enqueued again",
+    )
     p.add_argument("--log-level", default="INFO")
 
 
@@ -116,7 +129,15 @@ class Controller:
                 retry_after=args.preemption_retry_seconds,
                 on_applied=self._count_preemption,
             )
-        self.reconciler = Reconciler(client, self.caches, preemptor, self.is_leader, events)
+        self.reconciler = Reconciler(
+            client,
+            self.caches,
+            preemptor,
+            self.is_leader,
+            events,
+            inqueue_timeout=args.inqueue_timeout,
+            enqueue_backoff=args.enqueue_backoff,
+        )
         self.reclaimer = Reclaimer(
             LedgerStore(client), self.caches, dt.timedelta(seconds=args.reclaim_grace_seconds)
         )

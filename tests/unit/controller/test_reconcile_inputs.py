@@ -87,5 +87,10 @@ def test_other_holding_groups_of_equal_priority_count():
     holder = group("first", "3", "high", phase="Inqueue")
     g = group("g", "2", "high")
     assert phase_of(reconciler([], [holder, g]), g) == "Pending"
-    waiting = group("first", "3", "high", phase="Pending")  # a Pending group holds nothing
-    assert phase_of(reconciler([], [waiting, g]), g) == "Inqueue"
+    # A Pending group holds nothing for a group ahead of it in the enqueue order (here, by
+    # name, as neither has a creation time), but what it waits for is held against the groups
+    # behind it (tests/unit/test_enqueue_order.py has the table).
+    behind = group("second", "3", "high", phase="Pending")
+    assert phase_of(reconciler([], [behind, g]), g) == "Inqueue"
+    ahead = group("first", "3", "high", phase="Pending")
+    assert phase_of(reconciler([], [ahead, g]), g) == "Pending"
