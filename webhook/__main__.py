@@ -45,7 +45,16 @@ def main(argv: list[str] | None = None) -> int:
         " renew from it before expiry and rewrite the files; they must be DIR/tls.crt and DIR/tls.key",
     )
     p.add_argument("--tls-check-seconds", type=float, default=3600.0, help="how often to check the Secret")
+    p.add_argument(
+        "--controller-username",
+        default=os.environ.get("PRIOGATE_CONTROLLER_USERNAME"),
+        help="the only user allowed to write priogate.io/ annotations on PodGroups "
+        "(default: system:serviceaccount:priogate-system:priogate-controller)",
+    )
     args = p.parse_args(argv)
+    if args.controller_username:
+        # Read by webhook/rules/podgroup_annotations.py in every worker (they inherit it).
+        os.environ["PRIOGATE_CONTROLLER_USERNAME"] = args.controller_username
     if args.tls_secret:
         namespace, _, name = args.tls_secret.partition("/")
         if not namespace or not name:

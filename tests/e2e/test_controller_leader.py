@@ -33,7 +33,9 @@ def contenders(cluster: LocalCluster) -> Iterator[dict[str, str]]:
     urls = {}
     try:
         for identity, port in zip(("e2e-a", "e2e-b"), free_ports(2), strict=True):
-            argv = components.controller(cluster.kubeconfig, port, f"--leader-elect-identity={identity}")
+            argv = components.controller(
+                cluster.controller_kubeconfig, port, f"--leader-elect-identity={identity}"
+            )
             cluster.supervisor.start(identity, argv, cluster.logs / f"controller-{identity}.log")
             urls[identity] = f"http://127.0.0.1:{port}"
         # Both serving with synced caches, so both really contend (a slow start under load
