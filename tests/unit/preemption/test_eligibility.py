@@ -6,7 +6,7 @@ import pytest
 
 from priogate.preemption.single import NOT_ELIGIBLE_NEVER, NOT_ELIGIBLE_TERMINATING
 from tests.builders import node, pod, priority_class
-from tests.unit.preemption.builders import decided, run, unresolved
+from tests.unit.preemption.outcomes import decided, outcomes, unresolved
 
 HIGH = 100
 
@@ -23,7 +23,7 @@ def test_preemption_policy_never_is_not_eligible():
         *full_node(pod("low", priority=1, cpu="4", node="n")),
         pod("p", priority=HIGH, cpu="2", preemption_policy="Never"),
     ]
-    result = run(objects)
+    result = outcomes(objects)
     assert decided(result) == {}
     assert unresolved(result) == {"default/p": NOT_ELIGIBLE_NEVER}
 
@@ -34,12 +34,12 @@ def test_preemption_policy_never_from_the_class():
         priority_class("batch-never", value=HIGH, preemption_policy="Never"),
         pod("p", cpu="2", priority_class="batch-never"),
     ]
-    assert unresolved(run(objects)) == {"default/p": NOT_ELIGIBLE_NEVER}
+    assert unresolved(outcomes(objects)) == {"default/p": NOT_ELIGIBLE_NEVER}
 
 
 def test_never_pod_that_fits_gets_nothing():
     objects = [node("n", cpu="4"), pod("p", priority=HIGH, cpu="2", preemption_policy="Never")]
-    assert run(objects)["decisions"] == [] and run(objects)["unresolved"] == []
+    assert decided(outcomes(objects)) == {} and unresolved(outcomes(objects)) == {}
 
 
 def test_terminating_victim_on_nominated_node_blocks_new_preemption():
@@ -53,7 +53,7 @@ def test_terminating_victim_on_nominated_node_blocks_new_preemption():
         pod("m1", priority=1, cpu="4", node="m"),
         pod("p", priority=HIGH, cpu="4", nominated="n"),
     ]
-    assert unresolved(run(objects)) == {"default/p": NOT_ELIGIBLE_TERMINATING}
+    assert unresolved(outcomes(objects)) == {"default/p": NOT_ELIGIBLE_TERMINATING}
 
 
 @pytest.mark.parametrize(
@@ -77,7 +77,7 @@ def test_terminating_pods_that_do_not_block(victim, why):
         pod("other", priority=1, cpu="2", node="n"),
         pod("p", priority=HIGH, cpu="2", nominated="n"),
     ]
-    result = run(objects)
+    result = outcomes(objects)
     assert (
         "default/p" not in unresolved(result) or unresolved(result)["default/p"] != NOT_ELIGIBLE_TERMINATING
     ), why
@@ -91,7 +91,7 @@ def test_a_nominated_node_the_pod_can_never_use_does_not_block():
         pod("m1", priority=1, cpu="4", node="m"),
         pod("p", priority=HIGH, cpu="4", nominated="n"),
     ]
-    assert decided(run(objects)) == {"default/p": ("m", ["default/m1"])}
+    assert decided(outcomes(objects)) == {"default/p": ("m", ["default/m1"])}
 
 
 # ---- victims ------------------------------------------------------------------------------------
@@ -106,7 +106,7 @@ def test_a_nominated_node_the_pod_can_never_use_does_not_block():
     ],
 )
 def test_never_victims(protected):
-    result = run([node("n", cpu="4"), protected, pod("p", priority=HIGH, cpu="2")])
+    result = outcomes([node("n", cpu="4"), protected, pod("p", priority=HIGH, cpu="2")])
     assert decided(result) == {}
     assert "no lower-priority pod to preempt" in unresolved(result)["default/p"]
 
@@ -119,9 +119,9 @@ def test_terminating_lower_priority_pods_free_space_without_being_victims():
         pod("b", priority=100, cpu="5", node="n", deleting=True, preempted=True),
         pod("f", priority=2000, cpu="10"),
     ]
-    result = run(objects)
+    result = outcomes(objects)
     assert decided(result) == {"default/f": ("n", [])}
-    assert "no new victims" in result["decisions"][0]["reason"]
+    assert "no new victims" in next(o for o in result if o.status == "preempt").reason
 
 
 def test_opt_out_soft_mode_takes_opted_out_pods_only_when_nothing_else_works():
@@ -131,14 +131,14 @@ def test_opt_out_soft_mode_takes_opted_out_pods_only_when_nothing_else_works():
         pod("o", priority=1, cpu="4", node="n", labels=opted),
         pod("p", priority=HIGH, cpu="2"),
     ]
-    assert decided(run(only_opted, opt_out_mode="hard")) == {}
-    result = run(only_opted, opt_out_mode="soft")
+    assert decided(outcomes(only_opted, opt_out_mode="hard")) == {}
+    result = outcomes(only_opted, opt_out_mode="soft")
     assert decided(result) == {"default/p": ("n", ["default/o"])}
-    assert "opted out" in result["decisions"][0]["reason"]
+    assert "opted out" in next(o for o in result if o.status == "preempt").reason
     # With an ordinary victim elsewhere, soft mode leaves the opted-out pod alone, even though
     # the ordinary victim has a higher priority.
     both = [*only_opted, node("m", cpu="4"), pod("m1", priority=9, cpu="4", node="m")]
-    assert decided(run(both, opt_out_mode="soft")) == {"default/p": ("m", ["default/m1"])}
+    assert decided(outcomes(both, opt_out_mode="soft")) == {"default/p": ("m", ["default/m1"])}
 
 
 def test_opt_out_soft_mode_spares_opted_out_pods_first_on_a_node():
@@ -153,7 +153,7 @@ def test_opt_out_soft_mode_spares_opted_out_pods_first_on_a_node():
     ]
     # Neither node works without an opted-out pod. Both then take one; n also needs "plain"
     # (priority 5), so m, whose only victim has priority 1, wins on the highest victim.
-    assert decided(run(objects, opt_out_mode="soft")) == {"default/p": ("m", ["default/mo"])}
+    assert decided(outcomes(objects, opt_out_mode="soft")) == {"default/p": ("m", ["default/mo"])}
 
 
 # ---- preemptor order and sequencing ---------------------------------------------------------------
@@ -167,7 +167,7 @@ def test_preemptors_go_by_priority_then_creation_and_never_share_freed_space():
         pod("first", priority=50, cpu="4", created=1),
         pod("top", priority=60, cpu="4", created=9),
     ]
-    result = run(objects)
+    result = outcomes(objects)
     assert decided(result) == {"default/top": ("n", ["default/low"])}
     assert list(unresolved(result)) == ["default/first", "default/second"]
 
@@ -180,8 +180,8 @@ def test_gated_and_finished_pods_are_not_preemptors():
         pod("done", priority=HIGH, cpu="2", phase="Succeeded"),
         pod("failed", priority=HIGH, cpu="2", phase="Failed"),
     ]
-    result = run(objects)
-    assert result["decisions"] == [] and result["unresolved"] == []
+    result = outcomes(objects)
+    assert decided(result) == {} and unresolved(result) == {}
 
 
 def test_finished_pods_use_nothing():
@@ -190,7 +190,7 @@ def test_finished_pods_use_nothing():
         pod("done", priority=1, cpu="4", node="n", phase="Succeeded"),
         pod("p", priority=HIGH, cpu="4"),
     ]
-    assert run(objects)["decisions"] == [] and run(objects)["unresolved"] == []
+    assert decided(outcomes(objects)) == {} and unresolved(outcomes(objects)) == {}
 
 
 def test_a_later_lower_priority_preemptor_sees_the_first_decision():
@@ -201,7 +201,7 @@ def test_a_later_lower_priority_preemptor_sees_the_first_decision():
         pod("big", priority=90, cpu="2", created=1),
         pod("small", priority=80, cpu="2", created=0),
     ]
-    result = run(objects)
+    result = outcomes(objects)
     # big takes v1's space; small then takes v2's, never v1's again
     assert decided(result) == {"default/big": ("n", ["default/v1"]), "default/small": ("n", ["default/v2"])}
 
@@ -214,12 +214,12 @@ def test_lower_priority_nominations_on_the_chosen_node_are_cleared():
         pod("nominee", priority=50, cpu="4", nominated="a", created=1),
         pod("later", priority=40, cpu="4", created=2),
     ]
-    result = run(objects)
+    result = outcomes(objects)
     assert decided(result) == {"default/top": ("a", ["default/v"])}
     # nominee no longer holds a's remaining 4 cores against lower priorities: "later" fits
     # there too (the scheduler sorts out who binds). Had the nomination stayed, "later"
     # would find a held and nothing it may preempt.
-    assert result["unresolved"] == []
+    assert unresolved(result) == {}
 
 
 def test_a_higher_priority_nomination_holds_its_node():
@@ -233,7 +233,7 @@ def test_a_higher_priority_nomination_holds_its_node():
     ]
     # holder waits for its victim on a (not eligible to preempt again); top may not use a
     # (holder's nomination counts against it), so top preempts w on b.
-    result = run(objects)
+    result = outcomes(objects)
     assert unresolved(result) == {"default/holder": NOT_ELIGIBLE_TERMINATING}
     assert decided(result) == {"default/top": ("b", ["default/w"])}
 
@@ -244,7 +244,7 @@ def test_unknown_priority_class_counts_as_zero_and_says_so():
         pod("v", priority=1, cpu="4", node="n"),
         pod("p", cpu="2", priority_class="missing"),
     ]
-    result = run(objects)
+    result = outcomes(objects)
     assert decided(result) == {}
     assert 'PriorityClass "missing" not found, priority 0 assumed' in unresolved(result)["default/p"]
 
@@ -257,6 +257,6 @@ def test_global_default_class_applies_to_pods_without_a_class():
         pod("v", priority=5, cpu="4", node="n"),
         pod("p", cpu="2"),
     ]
-    assert decided(run(objects)) == {"default/p": ("n", ["default/v"])}
+    assert decided(outcomes(objects)) == {"default/p": ("n", ["default/v"])}
     objects[3] = pod("v", priority=10, cpu="4", node="n")  # equal priority: not a victim
-    assert decided(run(objects)) == {}
+    assert decided(outcomes(objects)) == {}

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from tests.builders import node, pod
-from tests.unit.preemption.builders import decided, run, unresolved
+from tests.unit.preemption.outcomes import decided, outcomes, unresolved
 
 HIGH = 100
 
@@ -79,7 +79,7 @@ def full(n: dict, cpu: str = "4") -> list[dict]:
 )
 def test_required_node_affinity(terms, labels, ok):
     n = node("n", labels=labels)
-    result = run([n, *full(n), pod("p", priority=HIGH, cpu="2", node_affinity=terms)])
+    result = outcomes([n, *full(n), pod("p", priority=HIGH, cpu="2", node_affinity=terms)])
     if ok:
         assert decided(result) == {"default/p": ("n", ["default/low"])}
     else:
@@ -91,7 +91,7 @@ def test_required_node_affinity(terms, labels, ok):
 )
 def test_node_selector(selector, ok):
     n = node("n", labels={"zone": "a"})
-    result = run([n, *full(n), pod("p", priority=HIGH, cpu="2", node_selector=selector)])
+    result = outcomes([n, *full(n), pod("p", priority=HIGH, cpu="2", node_selector=selector)])
     assert (decided(result) != {}) is ok
 
 
@@ -119,7 +119,7 @@ def test_node_selector(selector, ok):
 )
 def test_taints_and_tolerations(taint, tolerations, ok):
     n = node("n", taints=[taint])
-    result = run([n, *full(n), pod("p", priority=HIGH, cpu="2", tolerations=tolerations)])
+    result = outcomes([n, *full(n), pod("p", priority=HIGH, cpu="2", tolerations=tolerations)])
     assert (decided(result) == {"default/p": ("n", ["default/low"])}) is ok
 
 
@@ -132,7 +132,7 @@ def test_taints_and_tolerations(taint, tolerations, ok):
 )
 def test_unschedulable_node(tolerations, ok):
     n = node("n", unschedulable=True)
-    result = run([n, *full(n), pod("p", priority=HIGH, cpu="2", tolerations=tolerations)])
+    result = outcomes([n, *full(n), pod("p", priority=HIGH, cpu="2", tolerations=tolerations)])
     assert (decided(result) != {}) is ok
     if not ok:
         assert "node(s) were unschedulable" in unresolved(result)["default/p"]
@@ -176,7 +176,7 @@ def test_resource_dimensions(node_args, bound, want, victims):
             requests=rest[1] if len(rest) > 1 else None,
         )
     )
-    assert decided(run(objects)) == {"default/p": ("n", victims)}
+    assert decided(outcomes(objects)) == {"default/p": ("n", victims)}
 
 
 def test_an_extended_resource_the_node_lacks_cannot_be_freed():
@@ -185,14 +185,14 @@ def test_an_extended_resource_the_node_lacks_cannot_be_freed():
         pod("low", priority=1, cpu="4", node="n"),
         pod("p", priority=HIGH, cpu="1", requests={"example.com/fpga": "1"}),
     ]
-    assert "Insufficient example.com/fpga" in unresolved(run(objects))["default/p"]
+    assert "Insufficient example.com/fpga" in unresolved(outcomes(objects))["default/p"]
 
 
 def test_zero_requests_fit_an_overcommitted_node_but_pod_count_still_counts():
     objects = [node("n", cpu="1", pods=2), pod("a", priority=1, cpu="2", node="n"), pod("p", priority=HIGH)]
-    assert run(objects)["decisions"] == [] and run(objects)["unresolved"] == []
+    assert decided(outcomes(objects)) == {} and unresolved(outcomes(objects)) == {}
     objects.insert(2, pod("b", priority=1, node="n"))
-    assert decided(run(objects)) == {"default/p": ("n", ["default/b"])}
+    assert decided(outcomes(objects)) == {"default/p": ("n", ["default/b"])}
 
 
 @pytest.mark.parametrize(
@@ -205,7 +205,7 @@ def test_nominated_pods_of_equal_or_higher_priority_hold_their_node(nominee_prio
         pod("nominee", priority=nominee_priority, cpu="4", nominated="n"),
         pod("p", priority=HIGH, cpu="4"),
     ]
-    result = run(objects)
+    result = outcomes(objects)
     p_outcome = unresolved(result).get("default/p") or decided(result).get("default/p")
     if fits:
         assert p_outcome is None  # fits without preemption: no decision
@@ -219,4 +219,4 @@ def test_init_containers_and_overhead_count():
     p["spec"]["overhead"] = {"cpu": "500m"}
     objects = [node("n", cpu="4"), pod("a", priority=1, cpu="1", node="n"), p]
     # effective request 3.5 > 3 free: the pod needs a victim
-    assert decided(run(objects)) == {"default/p": ("n", ["default/a"])}
+    assert decided(outcomes(objects)) == {"default/p": ("n", ["default/a"])}

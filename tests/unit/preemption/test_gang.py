@@ -13,8 +13,7 @@ from priogate.preemption.engine import PENDING_GROUP
 from priogate.preemption.outcome import Outcome
 from priogate.preemption.single import NOT_ELIGIBLE_NEVER
 from tests.builders import node, pdb, pod, podgroup, priority_class
-from tests.unit.preemption.builders import run, unresolved
-from tests.unit.preemption.outcomes import group_outcome
+from tests.unit.preemption.outcomes import decided, group_outcome, outcomes, unresolved
 
 GANG = "podgroup:default/gang"
 
@@ -167,23 +166,23 @@ def test_a_complete_gang_lets_its_other_members_preempt_one_by_one():
         *gang(1, cpu="4", min_member=1),
     ]
     objects.append(pod("running", cpu="4", priority_class="high", group="gang", node="n1"))
-    result = run(objects)
-    assert [d["preemptor"] for d in result["decisions"]] == ["default/g0"]
+    result = outcomes(objects)
+    assert list(decided(result)) == ["default/g0"]
 
 
 def test_too_few_pending_members():
     objects = [node("n1"), *gang(2, min_member=3)]
-    assert "only 2 are pending" in unresolved(run(objects))[GANG]
+    assert "only 2 are pending" in unresolved(outcomes(objects))[GANG]
 
 
 def test_a_gang_that_fits_gets_no_decision():
-    result = run([node("n1", cpu="8"), *gang(3)])
-    assert result["decisions"] == [] and result["unresolved"] == []
+    result = outcomes([node("n1", cpu="8"), *gang(3)])
+    assert decided(result) == {} and unresolved(result) == {}
 
 
 def test_a_pending_group_waits_for_its_queue():
     objects = [node("n1"), pod("low", priority=1, cpu="4", node="n1"), *gang(1, cpu="4", phase="Pending")]
-    assert unresolved(run(objects)) == {GANG: PENDING_GROUP}
+    assert unresolved(outcomes(objects)) == {GANG: PENDING_GROUP}
 
 
 def test_a_never_class_is_not_eligible():
@@ -196,7 +195,7 @@ def test_a_never_class_is_not_eligible():
         podgroup("gang", min_member=1, priority_class="calm", phase="Inqueue"),
         pod("g0", cpu="4", priority_class="calm", group="gang"),
     ]
-    assert unresolved(run(objects)) == {GANG: NOT_ELIGIBLE_NEVER}
+    assert unresolved(outcomes(objects)) == {GANG: NOT_ELIGIBLE_NEVER}
 
 
 def test_a_group_with_a_protected_member_is_never_taken():
@@ -290,9 +289,9 @@ def test_lower_priority_nominations_on_member_nodes_are_cleared():
         pod("later", priority=40, cpu="4", created=2),
     ]
     assert decision(objects).placements == {"default/g0": "b"}
-    result = run(objects)
+    result = outcomes(objects)
     # nominee no longer holds b's remaining 4 cores against lower priorities: "later" fits
     # there too (the scheduler sorts out who binds), so neither needs a decision. Had the
     # nomination stayed, "later" would find b held and no victim to take.
-    assert [d["preemptor"] for d in result["decisions"]] == [GANG]
-    assert result["unresolved"] == []
+    assert list(decided(result)) == [GANG]
+    assert unresolved(result) == {}

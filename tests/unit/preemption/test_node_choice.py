@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from tests.builders import node, pdb, pod
-from tests.unit.preemption.builders import decided, run
+from tests.unit.preemption.outcomes import decided, outcomes
 
 HIGH = 100
 
@@ -113,13 +113,13 @@ CASES = {
 @pytest.mark.parametrize("explain", [False, True])
 def test_node_order_criterion(name, explain):
     objects, (want_node, want_victims) = CASES[name]
-    result = run(objects, explain=explain)
+    result = outcomes(objects, explain=explain)
     assert decided(result) == {"default/p": (want_node, want_victims)}
 
 
 def test_explain_names_the_deciding_criterion():
     objects, _ = CASES["latest start"]
-    nodes = run(objects, explain=True)["decisions"][0]["nodes"]
+    nodes = next(o for o in outcomes(objects, explain=True) if o.status == "preempt").nodes
     assert nodes["b"] == "chosen"
     assert nodes["a"].startswith("lost to b on latest start of the highest-priority victims")
 
@@ -148,7 +148,7 @@ def test_victims_on_one_node(pods, want_cpu, victims):
         name, priority, cpu, *start = spec
         objects.append(pod(name, priority=priority, cpu=cpu, node="n", started=start[0] if start else 0))
     objects.append(pod("p", priority=HIGH, cpu=want_cpu))
-    assert decided(run(objects)) == {"default/p": ("n", victims)}
+    assert decided(outcomes(objects)) == {"default/p": ("n", victims)}
 
 
 def test_pdb_violating_pods_are_reprieved_first_but_taken_when_nothing_else_works():
@@ -159,9 +159,9 @@ def test_pdb_violating_pods_are_reprieved_first_but_taken_when_nothing_else_work
         pdb("x", match_labels={"app": "x"}, allowed=0),
         pod("p", priority=HIGH, cpu="2"),
     ]
-    assert decided(run(objects)) == {"default/p": ("n", ["default/free"])}
+    assert decided(outcomes(objects)) == {"default/p": ("n", ["default/free"])}
     objects[-1] = pod("p", priority=HIGH, cpu="4")
-    assert decided(run(objects)) == {"default/p": ("n", ["default/free", "default/guarded"])}
+    assert decided(outcomes(objects)) == {"default/p": ("n", ["default/free", "default/guarded"])}
 
 
 @pytest.mark.parametrize(
@@ -184,7 +184,7 @@ def test_pdb_accounting(pdb_args, want):
         pdb("x", match_labels={"app": "x"}, **pdb_args),
         pod("p", priority=HIGH, cpu="2"),
     ]
-    assert decided(run(objects)) == {"default/p": ("n", want)}
+    assert decided(outcomes(objects)) == {"default/p": ("n", want)}
 
 
 def test_pdb_violation_makes_a_node_lose_even_with_a_lower_victim():
@@ -196,4 +196,4 @@ def test_pdb_violation_makes_a_node_lose_even_with_a_lower_victim():
         pdb("x", match_labels={"app": "x"}, allowed=0),
         pod("p", priority=HIGH, cpu="2"),
     ]
-    assert decided(run(objects)) == {"default/p": ("b", ["default/b1"])}
+    assert decided(outcomes(objects)) == {"default/p": ("b", ["default/b1"])}
