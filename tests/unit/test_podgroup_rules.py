@@ -1,6 +1,7 @@
 """Tables for the PodGroup rules' answers to what a tenant may send: UPDATE keeps the stored
 class (webhook/rules/podgroup_defaults.py), negative minResources are refused and never lower a
-sum (webhook/rules/podgroup_quota.py, priogate/quota.py)."""
+sum (webhook/rules/podgroup_quota.py, priogate/quota.py), and updates that claim nothing more
+(finalizer removal, annotations, a terminating group) are never refused."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import orjson
 import pytest
 
 from priogate import quota
+from priogate.kube.ledger_store import LedgerBusy
 from priogate.ledger import Entry, MemoryLedgerStore
 from priogate.resources import parse_resource_list
 from tests.builders import SYSTEM_CLASSES, group_review, make_view, podgroup, priority_class, resource_quota
@@ -233,3 +235,51 @@ def test_check_podgroup_ignores_negative_demands_of_others():
     assert problem and problem.startswith(
         "exceeded quota: q, requested: cpu=11, reserved: cpu=0, limited: cpu=10"
     )
+
+
+# ---- podgroup_quota: updates that claim nothing more are never refused -----------------------------
+
+
+class BrokenStore:
+    """A ledger that cannot be written: busy (409s that never settle) or refused outright."""
+
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+        self.calls = 0
+
+    def update(self, *args: Any, **kw: Any) -> Any:
+        self.calls += 1
+        raise self.error
+
+
+@pytest.mark.parametrize(
+    "error", [LedgerBusy("kept changing"), ValueError("not a ledger"), RuntimeError("namespace terminating")]
+)
+def test_terminating_group_updates_skip_the_ledger(error):
+    store = BrokenStore(error)
+    old = group(meta={**TERMINATING, "finalizers": ["example.com/hold"]}, minResources={"cpu": "100"})
+    new = group(meta=TERMINATING, minResources={"cpu": "100"})
+    assert decide(podgroup_quota, new, old, view=quota_view(store, cpu="1")) == Decision(True)
+    assert store.calls == 0
+
+
+@pytest.mark.parametrize(
+    "error", [LedgerBusy("kept changing"), ValueError("not a ledger"), RuntimeError("forbidden")]
+)
+def test_an_update_claiming_no_more_is_allowed_when_the_ledger_cannot_be_written(error):
+    store = BrokenStore(error)
+    old = group(minResources={"cpu": "2"})
+    same = group(meta={"annotations": {"a": "b"}, "finalizers": []}, minResources={"cpu": "2"})
+    assert decide(podgroup_quota, same, old, view=quota_view(store)) == Decision(True)
+    smaller = group(minResources={"cpu": "1"})
+    assert decide(podgroup_quota, smaller, old, view=quota_view(store)) == Decision(True)
+    assert store.calls == 2
+
+
+@pytest.mark.parametrize(
+    ("error", "code"), [(LedgerBusy("kept changing"), 429), (ValueError("not a ledger"), 503)]
+)
+def test_a_growing_update_still_fails_closed(error, code):
+    old, grown = group(minResources={"cpu": "2"}), group(minResources={"cpu": "3"})
+    got = decide(podgroup_quota, grown, old, view=quota_view(BrokenStore(error)))
+    assert not got.allowed and got.code == code

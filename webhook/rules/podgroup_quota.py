@@ -8,7 +8,8 @@ decide but write nothing.
 
 A negative minResources amount is refused: it would lower the namespace's summed reservations
 and let a later group claim more than the quota (the CRD's pattern refuses it too, but Volcano's
-own CRD, which clusters with Volcano keep, allows a sign)."""
+own CRD, which clusters with Volcano keep, allows a sign). An update that claims nothing more
+than before is never refused, so finalizer removal and annotation writes always go through."""
 
 from __future__ import annotations
 
@@ -106,11 +107,21 @@ def admit(request: AdmissionRequest, view: ClusterView) -> Decision:
     if request.operation not in ("CREATE", "UPDATE"):
         return allow()
     obj = new_object(request)
+    if request.operation == "UPDATE" and mapping(obj, "metadata", "object").get("deletionTimestamp"):
+        # Terminating: the DELETE that set deletionTimestamp released the reservation (_release),
+        # so there is nothing to check and nothing to record. Recording would reserve again for
+        # a group on its way out, and a failed ledger write (the namespace is terminating, or the
+        # ledger is busy) must never hold up the finalizer removal that lets it go.
+        return allow()
     entry = _entry(request, obj, "object")
     previous = _entry(request, old_object(request), "oldObject") if request.operation == "UPDATE" else None
     negative = _negative(obj, request.old_object if previous else None)
     if negative:
         return deny(f'PodGroup.scheduling.volcano.sh "{entry.group}" is invalid: {negative}', code=422)
+    # Claims nothing more than the stored object did: never refused (see _within), and a ledger
+    # that cannot be written does not refuse it either; the worst is that the ledger keeps the
+    # larger, older amount, which over-reserves and never under-reserves.
+    shrinking = previous is not None and _within(entry, previous)
     quotas = view.resource_quotas(request.namespace)
     live = view.live_podgroups(request.namespace)
     now = dt.datetime.now(dt.UTC)
@@ -121,7 +132,6 @@ def admit(request: AdmissionRequest, view: ClusterView) -> Decision:
             return None, None  # already recorded (a retry, or an update that changes no claim)
         stale = set(stale_entries(entries, live, now))
         others = [e.reservation() for k, e in entries.items() if k != entry.key and k not in stale]
-        shrinking = previous is not None and _within(entry, previous)
         problem = None if shrinking else check_podgroup(quotas, others, entry.reservation())
         if problem:
             return None, problem
@@ -136,10 +146,19 @@ def admit(request: AdmissionRequest, view: ClusterView) -> Decision:
         problem = view.ledger_store.update(
             request.namespace, reserve, dry_run=request.dry_run, deadline=request.deadline
         )
-    except LedgerBusy as e:
-        return deny(f"PodGroup quota ledger is busy, retry: {e}", code=429, reason="TooManyRequests")
-    except ValueError as e:  # an unreadable ledger: refuse rather than guess
-        return deny(str(e), code=503, reason="ServiceUnavailable")
+    except Exception as e:
+        if shrinking:
+            log.warning(
+                "ledger not updated; an update claiming no more is allowed anyway",
+                podgroup=request.name,
+                error=repr(e),
+            )
+            return allow()
+        if isinstance(e, LedgerBusy):
+            return deny(f"PodGroup quota ledger is busy, retry: {e}", code=429, reason="TooManyRequests")
+        if isinstance(e, ValueError):  # an unreadable ledger: refuse rather than guess
+            return deny(str(e), code=503, reason="ServiceUnavailable")
+        raise
     if problem:
         return deny(problem)
     return allow()
