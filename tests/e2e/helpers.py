@@ -49,12 +49,16 @@ def api_error(e: ApiException) -> tuple[int, str]:
 @dataclass
 class Kubectl:
     kubeconfig: Path
+    # Act as this user (kubectl --as, the Impersonate-User header); the kubeconfig's own user
+    # is in system:masters, which may impersonate anyone.
+    as_user: str | None = None
 
     def __call__(
         self, *args: str, stdin: str | None = None, check: bool = True
     ) -> subprocess.CompletedProcess[str]:
+        who = [f"--as={self.as_user}"] if self.as_user else []
         result = subprocess.run(
-            [KUBECTL, f"--kubeconfig={self.kubeconfig}", *args],
+            [KUBECTL, f"--kubeconfig={self.kubeconfig}", *who, *args],
             input=stdin,
             capture_output=True,
             text=True,
