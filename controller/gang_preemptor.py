@@ -59,6 +59,11 @@ class Stopped(Exception):
     """The preemptor group went away (or its record changed) mid-way: no further victim."""
 
 
+def _uid_refused(e: ApiError) -> bool:
+    """kube-apiserver's answer to a write whose metadata.uid is not the stored object's."""
+    return e.status == 422 and "metadata.uid" in e.message
+
+
 class GangPreemptor:
     def __init__(
         self,
@@ -314,8 +319,9 @@ class GangPreemptor:
             self._guard()
             try:
                 # Strategic merge: conditions merge by type, so others' conditions stay.
-                # metadata.uid in the body is a precondition: kube-apiserver refuses (409) to
-                # patch a pod of that name with another uid.
+                # metadata.uid in the body is a precondition: uid is immutable, so kube-apiserver
+                # refuses to patch a pod of that name with another uid (422 "metadata.uid ...
+                # field is immutable"; tests/e2e/test_controller_trust.py shows it).
                 self.client.request(
                     "PATCH",
                     path + "/status",
@@ -326,7 +332,7 @@ class GangPreemptor:
                     content_type=STRATEGIC_PATCH,
                 )
             except ApiError as e:
-                if e.status in (404, 409):  # gone, or replaced by another pod of the name
+                if e.status in (404, 409) or _uid_refused(e):  # gone, or replaced by another pod
                     log.info("victim gone or replaced", pod=victim.key, status=e.status)
                     return
                 raise

@@ -88,7 +88,8 @@ class FakeApiClient(ApiClient):
             return {"kind": "Status", "status": "Success"}
         uid = ((body or {}).get("metadata") or {}).get("uid") if method == "PATCH" else None
         if uid is not None and uid != current["metadata"].get("uid"):
-            raise ApiError(409, "Conflict", "Precondition failed: UID in precondition")
+            # kube-apiserver's answer (tests/e2e/test_controller_trust.py): uid is immutable
+            raise ApiError(422, "Invalid", f'metadata.uid: Invalid value: "{uid}": field is immutable')
         if method == "PATCH" and path.endswith("/status"):
             status = current.setdefault("status", {})
             for key, value in body["status"].items():
