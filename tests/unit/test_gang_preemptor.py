@@ -44,8 +44,9 @@ class Call:
 
 class FakeApiClient(ApiClient):
     """The API server's answers to the preemptor's requests, on objects kept by path; every
-    request is recorded. A PATCH of an object honours metadata.resourceVersion as a
-    precondition (409) and merges annotations; a status PATCH merges conditions by type, as a
+    request is recorded. A PATCH honours metadata.resourceVersion as a precondition (409) and
+    metadata.uid as kube-apiserver does (422: uid is immutable); a PATCH of an object merges
+    annotations; a status PATCH merges conditions by type, as a
     strategic merge does; DELETE honours a uid precondition (409) and answers 404 for what is
     gone."""
 
