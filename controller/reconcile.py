@@ -6,6 +6,7 @@ needs it.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -75,7 +76,7 @@ def _allocatable(nodes: Iterable[Mapping[str, Any]]) -> ResourceList:
 
 @dataclass(frozen=True)
 class _EnqueueInputs:
-    key: tuple[int, int, int]  # the caches' generations it was built from
+    key: tuple[int, int, int, int]  # the caches' generations it was built from
     allocatable: ResourceList
     bound: list[enqueue.BoundPod]
     groups: list[enqueue.GroupDemand]  # every unfinished group: holding or waiting
@@ -155,7 +156,12 @@ class Reconciler:
     def _cluster(self) -> _EnqueueInputs:
         """What every enqueue decision reads, built in one pass over the caches and reused until
         one of them changes: a resync of G groups costs O(pods + groups) once, not per group."""
-        key = (self.caches.pods.generation, self.caches.podgroups.generation, self.caches.nodes.generation)
+        key = (
+            self.caches.pods.generation,
+            self.caches.podgroups.generation,
+            self.caches.nodes.generation,
+            self.caches.quotas.generation,  # whether a waiting group's own quota refuses it
+        )
         if self._view is not None and self._view.key == key:
             return self._view
         members: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
@@ -170,7 +176,15 @@ class Reconciler:
         for group in self.caches.podgroups.items():
             if ((group.get("status") or {}).get("phase") or "") not in FINISHED_PHASES:
                 meta = group["metadata"]
-                groups.append(self.demand(group, members.get((meta["namespace"], meta["name"]), [])))
+                demand = self.demand(group, members.get((meta["namespace"], meta["name"]), []))
+                if demand.phase in enqueue.WAITING_PHASES and demand.min_resources:
+                    quotas = list(self.caches.quotas.namespace(meta["namespace"]).values())
+                    try:
+                        blocked = enqueue.check_quota(demand, quotas, []) is not None
+                    except ValueError:
+                        blocked = True  # a malformed quota holds it back (enqueue_verdict says so)
+                    demand = dataclasses.replace(demand, quota_blocked=blocked)
+                groups.append(demand)
         self._view = _EnqueueInputs(key, _allocatable(self.caches.nodes.items()), bound, groups)
         return self._view
 
@@ -205,6 +219,7 @@ class Reconciler:
         result = "unchanged"
         for _ in range(MAX_CONFLICT_RETRIES):
             if group is None or (group.get("metadata") or {}).get("deletionTimestamp"):
+                self._stuck.pop(f"{namespace}/{name}", None)
                 return "gone"
             status = self.desired_status(group, members)
             if status == (group.get("status") or {}):
@@ -217,6 +232,7 @@ class Reconciler:
                 break
             except ApiError as e:
                 if e.status == 404:
+                    self._stuck.pop(f"{namespace}/{name}", None)
                     return "gone"
                 if e.status != 409:
                     raise

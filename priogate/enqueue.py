@@ -27,8 +27,10 @@ priority and creation time). When a waiting group is decided, the demand of the 
 ahead of it counts as held, so a younger group of lower or equal priority never takes what an
 older one waits for. A waiting group that could never fit (its demand alone exceeds a quota's
 hard or the cluster's allocatable) and a group backing off after an Inqueue timeout hold
-nothing, so neither blocks the queue behind it. An admitted group is not demoted because a
-higher-priority one arrived later: groups behind it in time do not count in its re-check.
+nothing, so neither blocks the queue behind it; a group its own namespace's quota refuses now
+holds nothing for other namespaces (one tenant's full quota must not stall another's groups).
+An admitted group is not demoted because a higher-priority one arrived later: groups behind it
+in time do not count in its re-check.
 """
 
 from __future__ import annotations
@@ -70,6 +72,10 @@ class GroupDemand:
     created_members: int = 0
     created_at: str = ""  # metadata.creationTimestamp (RFC 3339 UTC: sorts as text)
     backing_off: bool = False  # rolled back after an Inqueue timeout, not yet eligible again
+    # Its own namespace's quotas refuse it now (used + its demand > hard): a waiting group then
+    # holds nothing in other namespaces, or a tenant could block everyone's capacity with a
+    # group its own quota never lets in.
+    quota_blocked: bool = False
 
     @property
     def unconsumed(self) -> ResourceList:
@@ -112,6 +118,8 @@ def waiting_ahead(
             continue
         if any(amount > allocatable.get(name, ZERO) for name, amount in other.unconsumed.items()):
             continue  # can never fit the cluster: it would block everyone behind it for ever
+        if other.quota_blocked and other.namespace != group.namespace:
+            continue  # waits for its own quota: another namespace's queue must not wait with it
         if other.namespace == group.namespace and (
             first_exceeded(quotas, Consumer(other.priority_class), other.quota_demand, [], count_used=False)
             is not None

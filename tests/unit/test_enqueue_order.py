@@ -35,6 +35,7 @@ def g(
     created_members: int = 0,
     consumed: int = 0,
     backing_off: bool = False,
+    quota_blocked: bool = False,
 ) -> GroupDemand:
     return GroupDemand(
         key=f"{ns}/{key}",
@@ -50,6 +51,7 @@ def g(
         created_members=created_members,
         created_at=created,
         backing_off=backing_off,
+        quota_blocked=quota_blocked,
     )
 
 
