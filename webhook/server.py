@@ -19,6 +19,11 @@ from webhook.registry import default_threads
 
 log = structlog.get_logger("priogate.server")
 
+# TLS 1.2: ECDHE key exchange (forward secrecy) with AEAD ciphers only, no CBC; Go's client, and so
+# kube-apiserver's, offers these first (crypto/tls defaults). TLS 1.3 suites are all AEAD and are
+# not affected by this list.
+TLS12_CIPHERS = "ECDHE+AESGCM:ECDHE+CHACHA20"
+
 
 @dataclass
 class ServerOptions:
@@ -64,6 +69,7 @@ class _ContextCache:
                 log.warning("tls files not loadable yet; serving the previous certificate", error=str(e))
                 return self._context
             context.minimum_version = ssl.TLSVersion.TLSv1_2
+            context.set_ciphers(TLS12_CIPHERS)
             self._context, self._key = context, stats
             expires = _not_after(conf.certfile)
             log.info("tls context loaded", certfile=conf.certfile, expires=expires.isoformat())
