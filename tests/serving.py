@@ -64,6 +64,7 @@ def start_server(
     serve: str | None = None,
     cpu_list: str | None = None,
     ready_timeout: float = 30,
+    client_deadline_seconds: float | None = None,
 ) -> RunningServer:
     workdir.mkdir(parents=True, exist_ok=True)
     ca = issue_ca()
@@ -96,6 +97,8 @@ def start_server(
         cmd += ["--threads", str(threads)]
     if serve is not None:
         cmd += ["--serve", serve]
+    if client_deadline_seconds is not None:
+        cmd += ["--client-deadline-seconds", str(client_deadline_seconds)]
     if cpu_list:
         cmd = ["taskset", "-c", cpu_list, *cmd]
     log_file = workdir / "webhook.log"

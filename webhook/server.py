@@ -1,5 +1,6 @@
-"""gunicorn serving: TLS with a cached, hot-reloading SSL context, gthread workers, and one set
-of watch-backed caches per worker process (threads do not survive fork)."""
+"""gunicorn serving: TLS with a cached, hot-reloading SSL context, gthread workers that keep slow
+clients off their threads (webhook/worker.py), and one set of watch-backed caches per worker
+process (threads do not survive fork)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import structlog
 from gunicorn.app.base import BaseApplication
 
 from webhook.registry import default_threads
+from webhook.worker import DEFAULT_CLIENT_DEADLINE_SECONDS, GatedThreadWorker
 
 log = structlog.get_logger("priogate.server")
 
@@ -44,6 +46,9 @@ class ServerOptions:
     # races requests against the close.
     keepalive: int = 120
     graceful_timeout: int = 20
+    # A client has this long for the TLS handshake and its request head, and a thread serving it
+    # waits this long at most for its body (webhook/worker.py).
+    client_deadline_seconds: float = DEFAULT_CLIENT_DEADLINE_SECONDS
 
 
 class _ContextCache:
@@ -120,12 +125,18 @@ class WebhookServer(BaseApplication):
         self.app_factory = app_factory
         super().__init__()
 
+    @property
+    def client_deadline_seconds(self) -> float:
+        """Read by the worker (GatedThreadWorker), which gets this object as its `app`."""
+        return self.options.client_deadline_seconds
+
     def load_config(self) -> None:
         o = self.options
         settings = {
             "bind": o.bind,
             "workers": o.workers,
-            "worker_class": "gthread",
+            "worker_class": GatedThreadWorker,
+            "http_protocols": "h1",
             "threads": o.threads or default_threads(o.servers),
             "keepalive": o.keepalive,
             "graceful_timeout": o.graceful_timeout,

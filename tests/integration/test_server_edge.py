@@ -1,14 +1,18 @@
-"""The real server's edge: TLS suites."""
+"""The real server's edge: TLS suites, and clients that stall before or inside their request."""
 
 from __future__ import annotations
 
+import http.client
+import json
+import select
 import socket
 import ssl
+import time
 from collections.abc import Iterator
 
 import pytest
 
-from tests.builders import SYSTEM_CLASSES, priority_class
+from tests.builders import SYSTEM_CLASSES, pod, priority_class, review
 from tests.serving import RunningServer, start_server
 
 CLASSES = [*SYSTEM_CLASSES, priority_class("high", 1000)]
@@ -52,3 +56,114 @@ def test_aead_clients_are_served_over_tls_1_2_and_1_3(server):
     for suite in ("ECDHE-ECDSA-AES128-GCM-SHA256", "ECDHE-ECDSA-CHACHA20-POLY1305"):
         assert handshake(server, tls12_client(server, suite)) == ("TLSv1.2", suite)
     assert handshake(server, server.ssl_context())[0] == "TLSv1.3"
+
+
+def post_review(conn: http.client.HTTPSConnection) -> dict:
+    conn.request(
+        "POST",
+        "/mutate/pods",
+        json.dumps(review(pod(priorityClassName="high"))),
+        {"Content-Type": "application/json"},
+    )
+    resp = conn.getresponse()
+    assert resp.status == 200
+    return json.loads(resp.read())["response"]
+
+
+def still_open(socks: list[socket.socket], until: float) -> list[int]:
+    """Indexes of `socks` the server has not closed (EOF or reset) by time.monotonic() `until`."""
+    waiting = dict(enumerate(socks))
+    while waiting and time.monotonic() < until:
+        readable, _, _ = select.select(list(waiting.values()), [], [], until - time.monotonic())
+        for sock in readable:
+            i = next(i for i, s in waiting.items() if s is sock)
+            sock.setblocking(False)
+            try:
+                if sock.recv(4096):
+                    continue  # data, not a close: keep waiting
+            except (ssl.SSLWantReadError, BlockingIOError):
+                continue
+            except (ConnectionResetError, ssl.SSLError):
+                pass
+            del waiting[i]
+    return sorted(waiting)
+
+
+def test_clients_stalling_before_their_request_do_not_hold_the_threads(tmp_path):
+    """One worker with two threads. Before the gate, two stalled handshakes took both threads:
+    each ran in a thread with blocking reads and no deadline, and nothing else was answered."""
+    deadline = 4.0
+    srv = start_server(tmp_path, CLASSES, workers=1, threads=2, client_deadline_seconds=deadline)
+    stalled: list[socket.socket] = []
+    try:
+        t0 = time.monotonic()
+        for _ in range(32):  # one byte of a TLS record header, then nothing
+            raw = socket.create_connection(("127.0.0.1", srv.port), timeout=5)
+            raw.sendall(b"\x16")
+            stalled.append(raw)
+        for _ in range(4):  # a finished handshake, then one byte of the request head
+            tls = srv.ssl_context().wrap_socket(
+                socket.create_connection(("127.0.0.1", srv.port), timeout=5), server_hostname="127.0.0.1"
+            )
+            tls.sendall(b"P")
+            stalled.append(tls)
+        time.sleep(0.3)  # let the worker take them all in
+
+        started = time.monotonic()
+        conn = http.client.HTTPSConnection("127.0.0.1", srv.port, context=srv.ssl_context(), timeout=1)
+        conn.request("GET", "/healthz")
+        assert conn.getresponse().read() == b"ok\n"
+        assert time.monotonic() - started < 1.0
+        conn.close()
+        started = time.monotonic()
+        conn = http.client.HTTPSConnection("127.0.0.1", srv.port, context=srv.ssl_context(), timeout=1)
+        assert post_review(conn)["allowed"] is True
+        assert time.monotonic() - started < 1.0
+        conn.close()
+        assert time.monotonic() - t0 < deadline, "the stalled clients must still be waiting"
+
+        # A head that is all there, then a body that never comes: a thread reads it, for the
+        # deadline at most.
+        body_staller = srv.ssl_context().wrap_socket(
+            socket.create_connection(("127.0.0.1", srv.port), timeout=5), server_hostname="127.0.0.1"
+        )
+        body_staller.sendall(
+            b"POST /mutate/pods HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Content-Length: 100\r\n\r\n"
+        )
+        body_sent = time.monotonic()
+        stalled.append(body_staller)
+
+        # Every stalled client is disconnected once its deadline passes (checked once a second).
+        assert still_open(stalled[:36], t0 + deadline + 2.0) == []
+        assert still_open([body_staller], body_sent + deadline + 2.0) == []
+        assert time.monotonic() - body_sent >= deadline - 0.5, "the body got the whole deadline"
+        assert srv.get("/healthz")[0] == 200
+    finally:
+        for s in stalled:
+            s.close()
+        assert srv.stop() == 0
+
+
+def test_clients_that_do_not_close_after_their_last_response_do_not_stop_the_worker(tmp_path):
+    """gthread closes a finished connection on its event loop and waits there (up to 2 s) for the
+    client to close its end too; clients that never do stopped the loop, so nothing was answered."""
+    srv = start_server(tmp_path, CLASSES, workers=1, threads=2)
+    lingering: list[ssl.SSLSocket] = []
+    try:
+        for _ in range(8):
+            tls = srv.ssl_context().wrap_socket(
+                socket.create_connection(("127.0.0.1", srv.port), timeout=5), server_hostname="127.0.0.1"
+            )
+            tls.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            assert tls.recv(4096).startswith(b"HTTP/1.1 200")
+            lingering.append(tls)  # and never closed
+        started = time.monotonic()
+        conn = http.client.HTTPSConnection("127.0.0.1", srv.port, context=srv.ssl_context(), timeout=1)
+        assert post_review(conn)["allowed"] is True
+        assert time.monotonic() - started < 1.0
+        conn.close()
+    finally:
+        for s in lingering:
+            s.close()
+        assert srv.stop() == 0

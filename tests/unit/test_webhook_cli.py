@@ -20,6 +20,7 @@ def cert_files(tmp_path):
         (["--serve", "priorty"], "give one or more of priority, quota, comma-separated"),
         (["--serve", ","], "give one or more of priority, quota"),
         (["--tls-secret", "just-a-name"], "give NAMESPACE/NAME"),
+        (["--client-deadline-seconds", "0"], "must be positive"),
     ],
 )
 def test_bad_flags_are_refused(cert_files, capsys, flags, message):
