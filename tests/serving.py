@@ -29,13 +29,18 @@ class RunningServer:
     cert_file: Path
     key_file: Path
     log_file: Path
+    # With --client-ca-file: a client certificate signed by that CA, which ssl_context() presents.
+    client_cert: tuple[Path, Path] | None = None
 
     @property
     def url(self) -> str:
         return f"https://127.0.0.1:{self.port}"
 
     def ssl_context(self) -> ssl.SSLContext:
-        return ssl.create_default_context(cafile=str(self.ca_file))
+        context = ssl.create_default_context(cafile=str(self.ca_file))
+        if self.client_cert is not None:
+            context.load_cert_chain(*self.client_cert)
+        return context
 
     def get(self, path: str) -> tuple[int, str]:
         try:
@@ -64,6 +69,7 @@ def start_server(
     serve: str | None = None,
     cpu_list: str | None = None,
     ready_timeout: float = 30,
+    client_ca: bool = False,
     client_deadline_seconds: float | None = None,
 ) -> RunningServer:
     workdir.mkdir(parents=True, exist_ok=True)
@@ -97,6 +103,15 @@ def start_server(
         cmd += ["--threads", str(threads)]
     if serve is not None:
         cmd += ["--serve", serve]
+    client_cert = None
+    if client_ca:
+        client_ca_pair = issue_ca("priogate-test-client-ca")
+        client = issue_leaf(client_ca_pair, "kube-apiserver", server=False, client=True)
+        client_cert = (workdir / "client.crt", workdir / "client.key")
+        write_pem(workdir / "client-ca.crt", client_ca_pair.cert_pem)
+        write_pem(client_cert[0], client.cert_pem)
+        write_pem(client_cert[1], client.key_pem, private=True)
+        cmd += ["--client-ca-file", str(workdir / "client-ca.crt")]
     if client_deadline_seconds is not None:
         cmd += ["--client-deadline-seconds", str(client_deadline_seconds)]
     if cpu_list:
@@ -105,7 +120,7 @@ def start_server(
     env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(_fresh_dir(workdir / "metrics"))}
     with log_file.open("wb") as log:
         process = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=env)
-    server = RunningServer(process, port, ca_file, cert_file, key_file, log_file)
+    server = RunningServer(process, port, ca_file, cert_file, key_file, log_file, client_cert)
     deadline = time.monotonic() + ready_timeout
     while time.monotonic() < deadline:
         if process.poll() is not None:

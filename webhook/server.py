@@ -1,6 +1,6 @@
-"""gunicorn serving: TLS with a cached, hot-reloading SSL context, gthread workers that keep slow
-clients off their threads (webhook/worker.py), and one set of watch-backed caches per worker
-process (threads do not survive fork)."""
+"""gunicorn serving: TLS with a cached, hot-reloading SSL context, optionally requiring client
+certificates, gthread workers that keep slow clients off their threads (webhook/worker.py), and
+one set of watch-backed caches per worker process (threads do not survive fork)."""
 
 from __future__ import annotations
 
@@ -46,23 +46,25 @@ class ServerOptions:
     # races requests against the close.
     keepalive: int = 120
     graceful_timeout: int = 20
+    # PEM CA bundle: require a client certificate signed by it (mutual TLS; docs/hardening.md).
+    client_ca_file: str | None = None
     # A client has this long for the TLS handshake and its request head, and a thread serving it
     # waits this long at most for its body (webhook/worker.py).
     client_deadline_seconds: float = DEFAULT_CLIENT_DEADLINE_SECONDS
 
 
 class _ContextCache:
-    """Builds the server SSLContext once, and again only when the certificate or key changes on
-    disk, so a rotated certificate is served from the next connection without a restart."""
+    """Builds the server SSLContext once, and again only when the certificate, the key or the
+    client CA bundle changes on disk, so a rotated certificate is served (or a rotated client CA
+    trusted) from the next connection without a restart."""
 
     def __init__(self) -> None:
         self._key: tuple[Any, ...] | None = None
         self._context: ssl.SSLContext | None = None
 
     def __call__(self, conf: Any, default_factory: Callable[[], ssl.SSLContext]) -> ssl.SSLContext:
-        stats = tuple(
-            (s.st_mtime_ns, s.st_size, s.st_ino) for s in map(os.stat, (conf.certfile, conf.keyfile))
-        )
+        files = (conf.certfile, conf.keyfile, *((conf.ca_certs,) if conf.ca_certs else ()))
+        stats = tuple((s.st_mtime_ns, s.st_size, s.st_ino) for s in map(os.stat, files))
         if self._context is None or stats != self._key:
             try:
                 context = default_factory()
@@ -144,6 +146,10 @@ class WebhookServer(BaseApplication):
             "certfile": o.cert_file,
             "keyfile": o.key_file,
             "ssl_context": _ContextCache(),
+            # gunicorn's documented settings; its default context factory applies them
+            # (create_default_context(cafile=ca_certs), verify_mode = cert_reqs).
+            "ca_certs": o.client_ca_file,
+            "cert_reqs": ssl.CERT_REQUIRED if o.client_ca_file else ssl.CERT_NONE,
             "child_exit": _child_exit,
             "accesslog": None,
             "loglevel": "warning",

@@ -1,4 +1,5 @@
-"""The real server's edge: TLS suites, and clients that stall before or inside their request."""
+"""The real server's edge: TLS suites, clients that stall before or inside their request, and
+mutual TLS."""
 
 from __future__ import annotations
 
@@ -9,9 +10,11 @@ import socket
 import ssl
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
+from certs import issue_ca, issue_leaf, write_pem
 from tests.builders import SYSTEM_CLASSES, pod, priority_class, review
 from tests.serving import RunningServer, start_server
 
@@ -167,3 +170,64 @@ def test_clients_that_do_not_close_after_their_last_response_do_not_stop_the_wor
         for s in lingering:
             s.close()
         assert srv.stop() == 0
+
+
+@pytest.fixture(scope="module")
+def mtls_server(tmp_path_factory) -> Iterator[RunningServer]:
+    srv = start_server(tmp_path_factory.mktemp("mtls"), CLASSES, workers=1, client_ca=True)
+    yield srv
+    assert srv.stop() == 0
+
+
+def test_with_a_client_ca_a_client_certificate_signed_by_it_is_served(mtls_server):
+    assert mtls_server.get("/healthz") == (200, "ok\n")
+    conn = http.client.HTTPSConnection(
+        "127.0.0.1", mtls_server.port, context=mtls_server.ssl_context(), timeout=5
+    )
+    assert post_review(conn)["allowed"] is True
+    conn.close()
+
+
+def client_context(
+    server: RunningServer, version: ssl.TLSVersion, cert: tuple[Path, Path] | None = None
+) -> ssl.SSLContext:
+    context = ssl.create_default_context(cafile=str(server.ca_file))
+    context.minimum_version = context.maximum_version = version
+    if cert is not None:
+        context.load_cert_chain(*cert)
+    return context
+
+
+def refusal(server: RunningServer, context: ssl.SSLContext) -> str:
+    """How the server refused the client, as the client saw it; never with an HTTP response."""
+    with socket.create_connection(("127.0.0.1", server.port), timeout=5) as raw:
+        try:
+            tls = context.wrap_socket(raw, server_hostname="127.0.0.1")
+        except (ssl.SSLError, ConnectionResetError) as e:
+            return f"handshake: {e}"
+        with tls:
+            # TLS 1.3: the client's side of the handshake ends before the server has checked
+            # its certificate; the server's alert arrives with the next read.
+            try:
+                tls.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+                data = tls.recv(4096)
+            except (ssl.SSLError, ConnectionResetError, BrokenPipeError) as e:
+                return f"alert: {e}"
+    assert data == b"", f"served without a valid client certificate: {data[:80]!r}"
+    return "closed"
+
+
+@pytest.mark.parametrize("version", [ssl.TLSVersion.TLSv1_2, ssl.TLSVersion.TLSv1_3], ids=["1.2", "1.3"])
+def test_with_a_client_ca_other_clients_are_refused_at_tls(mtls_server, tmp_path, version):
+    other_ca = issue_ca("some-other-ca")
+    other = issue_leaf(other_ca, "kube-apiserver", server=False, client=True)
+    foreign = (tmp_path / "other.crt", tmp_path / "other.key")
+    write_pem(foreign[0], other.cert_pem)
+    write_pem(foreign[1], other.key_pem, private=True)
+    without = refusal(mtls_server, client_context(mtls_server, version))
+    wrong_ca = refusal(mtls_server, client_context(mtls_server, version, foreign))
+    if version is ssl.TLSVersion.TLSv1_2:
+        assert without.startswith("handshake:") and "handshake failure" in without
+        assert wrong_ca.startswith("handshake:") and "unknown ca" in wrong_ca
+    # TLS 1.3: the server's alert (certificate required, unknown ca), or, when its close overtakes
+    # the client's request, an EOF or a reset; refusal() has checked that no response came.

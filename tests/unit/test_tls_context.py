@@ -79,3 +79,26 @@ def test_tls_1_2_offers_ecdhe_with_aead_ciphers_only(tmp_path):
     assert tls12, "TLS 1.2 stays available (older API servers, FIPS builds)"
     assert all(c["aead"] and c["kea"] == "kx-ecdhe" for c in tls12), [c["name"] for c in tls12]
     assert {c["name"] for c in ciphers if c["protocol"] == "TLSv1.3"} >= {"TLS_AES_128_GCM_SHA256"}
+
+
+def test_a_changed_client_ca_bundle_rebuilds_the_context(tmp_path):
+    ca = issue_ca()
+    leaf = issue_leaf(ca, "priogate-test")
+    write_pem(tmp_path / "tls.crt", leaf.cert_pem)
+    write_pem(tmp_path / "tls.key", leaf.key_pem, private=True)
+    write_pem(tmp_path / "client-ca.crt", issue_ca("client-ca-1").cert_pem)
+    conf = conf_for(tmp_path, ca_certs=str(tmp_path / "client-ca.crt"))
+
+    def factory() -> ssl.SSLContext:
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH, cafile=conf.ca_certs)
+        context.load_cert_chain(conf.certfile, conf.keyfile)
+        context.verify_mode = ssl.CERT_REQUIRED
+        return context
+
+    cache = _ContextCache()
+    first = cache(conf, factory)
+    assert cache(conf, factory) is first
+    write_pem(tmp_path / "client-ca.crt", issue_ca("client-ca-2").cert_pem)
+    second = cache(conf, factory)
+    assert second is not first
+    assert [c["subject"] for c in second.get_ca_certs()] == [((("commonName", "client-ca-2"),),)]
