@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import ssl
 import subprocess
 import sys
@@ -134,6 +135,27 @@ def start_server(
         time.sleep(0.1)
     server.stop()
     raise RuntimeError(f"webhook not ready after {ready_timeout}s:\n{log_file.read_text()[-3000:]}")
+
+
+def tls_refusal(port: int, context: ssl.SSLContext) -> str:
+    """How a TLS server on 127.0.0.1:`port` refused the client `context` makes (a handshake
+    error, an alert read after the handshake, or a close); fails if it answered a request."""
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as raw:
+        try:
+            tls = context.wrap_socket(raw, server_hostname="127.0.0.1")
+        except (ssl.SSLError, ConnectionResetError) as e:
+            return f"handshake: {e}"
+        with tls:
+            # TLS 1.3: the client's side of the handshake ends before the server has checked its
+            # certificate; the server's alert arrives with the next read.
+            try:
+                tls.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+                data = tls.recv(4096)
+            except (ssl.SSLError, ConnectionResetError, BrokenPipeError) as e:
+                return f"alert: {e}"
+    if data:
+        raise AssertionError(f"served without a valid client certificate: {data[:80]!r}")
+    return "closed"
 
 
 def _fresh_dir(path: Path) -> Path:

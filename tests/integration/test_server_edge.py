@@ -16,7 +16,7 @@ import pytest
 
 from certs import issue_ca, issue_leaf, write_pem
 from tests.builders import SYSTEM_CLASSES, pod, priority_class, review
-from tests.serving import RunningServer, start_server
+from tests.serving import RunningServer, start_server, tls_refusal
 
 CLASSES = [*SYSTEM_CLASSES, priority_class("high", 1000)]
 
@@ -198,25 +198,6 @@ def client_context(
     return context
 
 
-def refusal(server: RunningServer, context: ssl.SSLContext) -> str:
-    """How the server refused the client, as the client saw it; never with an HTTP response."""
-    with socket.create_connection(("127.0.0.1", server.port), timeout=5) as raw:
-        try:
-            tls = context.wrap_socket(raw, server_hostname="127.0.0.1")
-        except (ssl.SSLError, ConnectionResetError) as e:
-            return f"handshake: {e}"
-        with tls:
-            # TLS 1.3: the client's side of the handshake ends before the server has checked
-            # its certificate; the server's alert arrives with the next read.
-            try:
-                tls.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
-                data = tls.recv(4096)
-            except (ssl.SSLError, ConnectionResetError, BrokenPipeError) as e:
-                return f"alert: {e}"
-    assert data == b"", f"served without a valid client certificate: {data[:80]!r}"
-    return "closed"
-
-
 @pytest.mark.parametrize("version", [ssl.TLSVersion.TLSv1_2, ssl.TLSVersion.TLSv1_3], ids=["1.2", "1.3"])
 def test_with_a_client_ca_other_clients_are_refused_at_tls(mtls_server, tmp_path, version):
     other_ca = issue_ca("some-other-ca")
@@ -224,10 +205,10 @@ def test_with_a_client_ca_other_clients_are_refused_at_tls(mtls_server, tmp_path
     foreign = (tmp_path / "other.crt", tmp_path / "other.key")
     write_pem(foreign[0], other.cert_pem)
     write_pem(foreign[1], other.key_pem, private=True)
-    without = refusal(mtls_server, client_context(mtls_server, version))
-    wrong_ca = refusal(mtls_server, client_context(mtls_server, version, foreign))
+    without = tls_refusal(mtls_server.port, client_context(mtls_server, version))
+    wrong_ca = tls_refusal(mtls_server.port, client_context(mtls_server, version, foreign))
     if version is ssl.TLSVersion.TLSv1_2:
         assert without.startswith("handshake:") and "handshake failure" in without
         assert wrong_ca.startswith("handshake:") and "unknown ca" in wrong_ca
     # TLS 1.3: the server's alert (certificate required, unknown ca), or, when its close overtakes
-    # the client's request, an EOF or a reset; refusal() has checked that no response came.
+    # the client's request, an EOF or a reset; tls_refusal has checked that no response came.
