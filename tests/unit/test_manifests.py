@@ -90,3 +90,17 @@ def test_controller_deployment_and_rbac():
         assert need in granted, need
     lease_rules = docs[("Role", "priogate-controller-leader-election")]["rules"]
     assert lease_rules[0]["resources"] == ["leases"] and "update" in lease_rules[0]["verbs"]
+
+
+def test_the_network_policy_selects_the_webhook_pods_and_their_ports():
+    docs = kustomize_build()
+    policy = docs[("NetworkPolicy", "priogate-webhook")]["spec"]
+    assert policy["policyTypes"] == ["Ingress"]
+    selector = policy["podSelector"]["matchLabels"]
+    webhook = docs[("Deployment", "priogate-webhook")]["spec"]["template"]
+    controller = docs[("Deployment", "priogate-controller")]["spec"]["template"]
+    assert selector.items() <= webhook["metadata"]["labels"].items()
+    assert not selector.items() <= controller["metadata"]["labels"].items()
+    (rule,) = policy["ingress"]
+    ports = {p["name"] for c in webhook["spec"]["containers"] for p in c["ports"]}
+    assert {p["port"] for p in rule["ports"]} == ports == {"priority", "quota"}
