@@ -1,6 +1,6 @@
 """gunicorn's gthread worker with the TLS handshake and the request head read in its event loop.
 
-Stock gthread (gunicorn/workers/gthread.py) hands every accepted socket to a pool thread, which
+Stock gthread (gunicorn.workers.gthread) hands every accepted socket to a pool thread, which
 runs the TLS handshake (TConn.init) and reads the request head (next(conn.parser)) with blocking
 calls and no deadline; its wait_for_data only waits for the first byte. A client that sends one
 byte and stops holds a thread for as long as it likes, and `threads` such clients stop the worker.
@@ -9,9 +9,10 @@ slow clients still waits N / threads timeouts for a thread.
 
 So this worker's poller loop drives the handshake and reads the request head with non-blocking
 calls: a client that is slow to get there costs a file descriptor and a buffer, never a thread,
-and is closed when the head deadline passes. A thread gets the connection once the whole head is
-in (or the buffer is full); from then on every read it makes is bounded by the read deadline, so
-a client stalling its body holds a thread for that long at most, and every write is bounded too.
+and is closed when its deadline (--client-deadline-seconds) passes. A thread gets the connection
+once the whole head is in (or the buffer is full); its reads of the request then all end within
+as many seconds from when it took the connection, so a client stalling its body holds a thread
+that long at most, and each write is bounded too.
 
 The loop itself must not block either. gthread closes a finished connection on it with
 gunicorn.util.close_graceful (RFC 9112 section 9.6: send FIN, then read what the peer still sends
