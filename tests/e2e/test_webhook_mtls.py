@@ -60,7 +60,7 @@ def test_with_kube_apiserver_s_client_certificate_a_direct_request_is_served(clu
         if path == "/healthz":
             conn.request("GET", path)
         else:
-            body = json.dumps(review(pod()))
+            body = json.dumps(review(pod(namespace="team-a")))
             conn.request("POST", path, body, {"Content-Type": "application/json"})
         resp = conn.getresponse()
         assert resp.status == 200, resp.read()[:200]

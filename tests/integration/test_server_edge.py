@@ -18,7 +18,7 @@ from certs import issue_ca, issue_leaf, write_pem
 from tests.builders import SYSTEM_CLASSES, pod, priority_class, review
 from tests.serving import RunningServer, start_server, tls_refusal
 
-CLASSES = [*SYSTEM_CLASSES, priority_class("high", 1000)]
+CLASSES = [*SYSTEM_CLASSES, priority_class("high", value=1000)]
 
 
 @pytest.fixture(scope="module")
@@ -65,7 +65,7 @@ def post_review(conn: http.client.HTTPSConnection) -> dict:
     conn.request(
         "POST",
         "/mutate/pods",
-        json.dumps(review(pod(priorityClassName="high"))),
+        json.dumps(review(pod(namespace="team-a", priority_class="high"))),
         {"Content-Type": "application/json"},
     )
     resp = conn.getresponse()
