@@ -257,14 +257,15 @@ class Reconciler:
     ) -> None:
         """Start (or keep) the Inqueue-timeout clock of a group that is Inqueue with no member
         bound, a member the scheduler could not place, and no preemption possible (the engine
-        found none, or gang preemption is off); stop it otherwise."""
+        found none, its decision failed the re-check, or gang preemption is off); stop it
+        otherwise."""
         status = (group or {}).get("status") or {}
         counts = phase.count_members(members)
         stuck = (
             status.get("phase") == Phase.INQUEUE
             and counts.scheduled == 0
             and any(record.unschedulable(m) for m in members)
-            and (self.preemptor is None or outcome == "unresolved")
+            and (self.preemptor is None or outcome in ("unresolved", "refused"))
         )
         if stuck:
             self._stuck.setdefault(key, time.monotonic())

@@ -81,6 +81,8 @@ def test_not_stuck_when_the_scheduler_has_not_failed_or_preemption_is_under_way(
         r._track_stuck("ns/gang", GANG, pods, outcome)
         time.sleep(0.02)
         assert r.desired_status(GANG, pods)["phase"] == "Inqueue", outcome
-    r._track_stuck("ns/gang", GANG, pods, "unresolved")
-    time.sleep(0.02)
-    assert r.desired_status(GANG, pods)["phase"] == "Pending"
+    for outcome in ("unresolved", "refused"):
+        r._stuck.clear()
+        r._track_stuck("ns/gang", GANG, pods, outcome)
+        time.sleep(0.02)
+        assert r.desired_status(GANG, pods)["phase"] == "Pending", outcome
