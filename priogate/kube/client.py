@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
@@ -94,14 +94,22 @@ class ApiClient:
         return data
 
     def stream_lines(
-        self, path: str, *, query: Sequence[tuple[str, str]] = (), timeout: Timeout | None = None
+        self,
+        path: str,
+        *,
+        query: Sequence[tuple[str, str]] = (),
+        timeout: Timeout | None = None,
+        on_open: Callable[[], None] | None = None,
     ) -> Iterator[bytes]:
-        """GET a streaming endpoint (a watch) and yield its newline-delimited JSON lines."""
+        """GET a streaming endpoint (a watch) and yield its newline-delimited JSON lines.
+        `on_open` is called once the server has answered 200, before any line arrives."""
         response = self._send("GET", path, query=query, timeout=timeout)
         raw = response.response
         try:
             if response.status >= 400:
                 raise _api_error(response.status, response.reason or "", raw.read())
+            if on_open is not None:
+                on_open()
             for line in raw:
                 if line.strip():
                     yield line
