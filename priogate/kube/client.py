@@ -119,6 +119,22 @@ class ApiClient:
     def get(self, path: str, **kw: Any) -> JSON:
         return self.request("GET", path, **kw)
 
+    def list_all(self, path: str, *, timeout: Timeout | None = (5, 30)) -> list[JSON]:
+        """Every item of a collection, read from etcd: a LIST without resourceVersion is a quorum
+        read of the latest state, never the API server's watch cache (Kubernetes API concepts,
+        "Resource versions": unset means "Most Recent"); the pages of a paginated LIST come from
+        the first page's snapshot. For decisions that free something (a reservation) and must
+        not rest on a cache that may be behind."""
+        items: list[JSON] = []
+        token = ""
+        while True:
+            query = [("limit", "500")] + ([("continue", token)] if token else [])
+            page = self.get(path, query=query, timeout=timeout)
+            items.extend(page.get("items") or [])
+            token = (page.get("metadata") or {}).get("continue", "")
+            if not token:
+                return items
+
     def get_text(self, path: str, *, timeout: Timeout | None = 30) -> str:
         """GET an endpoint that answers plain text (/readyz, /metrics)."""
         return self._read("GET", path, timeout=timeout).decode()
