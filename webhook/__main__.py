@@ -6,6 +6,7 @@ python -m webhook --cert-file tls.crt --key-file tls.key --bind 127.0.0.1:8443 -
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 import tempfile
@@ -45,7 +46,17 @@ def main(argv: list[str] | None = None) -> int:
         " renew from it before expiry and rewrite the files; they must be DIR/tls.crt and DIR/tls.key",
     )
     p.add_argument("--tls-check-seconds", type=float, default=3600.0, help="how often to check the Secret")
+    p.add_argument(
+        "--cache-quiet-seconds",
+        type=float,
+        default=os.environ.get("PRIOGATE_CACHE_QUIET_SECONDS", "120"),  # argparse applies type
+        help="restart a watch that heard nothing, not even a bookmark, for this long; its cache is"
+        " stale (quota hooks refuse with 'retry', /readyz fails) until a list or watch succeeds."
+        " kube-apiserver sends bookmarks about every 60 s: keep it above that (default 120)",
+    )
     args = p.parse_args(argv)
+    if not (0 < args.cache_quiet_seconds < math.inf):
+        p.error(f"--cache-quiet-seconds {args.cache_quiet_seconds}: give a number of seconds above 0")
     if args.tls_secret:
         namespace, _, name = args.tls_secret.partition("/")
         if not namespace or not name:
@@ -79,6 +90,7 @@ def main(argv: list[str] | None = None) -> int:
         servers=servers,
         tls_secret=args.tls_secret,
         tls_check_seconds=args.tls_check_seconds,
+        cache_quiet_seconds=args.cache_quiet_seconds,
     )
     WebhookServer(options).run()
     return 0

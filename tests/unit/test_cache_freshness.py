@@ -132,6 +132,7 @@ def test_quiet_watch_is_restarted_and_stale_until_a_watch_opens(server: FakeServ
     cache = started(server, quiet_seconds=0.3)
     try:
         assert cache.wait_synced(5)
+        eventually(lambda: len(server.watches) == 1)
         # The connection dies without a FIN: the server sends nothing, not even bookmarks, and
         # new connections fail until it is back.
         server.watch_error = ConnectionRefusedError("connection refused")
@@ -157,6 +158,7 @@ def test_quiet_watch_reports_why(server: FakeServer) -> None:
     cache.on_state = states.append
     try:
         assert cache.wait_synced(5)
+        eventually(lambda: len(server.watches) == 1)
         server.watch_error = ConnectionRefusedError("connection refused")
         eventually(lambda: any(s.stale for s in states), timeout=3)
         stale = next(s for s in states if s.stale)

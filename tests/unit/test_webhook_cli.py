@@ -20,6 +20,9 @@ def cert_files(tmp_path):
         (["--serve", "priorty"], "give one or more of priority, quota, comma-separated"),
         (["--serve", ","], "give one or more of priority, quota"),
         (["--tls-secret", "just-a-name"], "give NAMESPACE/NAME"),
+        (["--cache-quiet-seconds", "0"], "give a number of seconds above 0"),
+        (["--cache-quiet-seconds", "nan"], "give a number of seconds above 0"),
+        (["--cache-quiet-seconds", "soon"], "invalid float value"),
     ],
 )
 def test_bad_flags_are_refused(cert_files, capsys, flags, message):
