@@ -257,7 +257,7 @@ class WatchCache:
         self._synced.set()
         self._report()
 
-    def _mark_stale(self, reason: str) -> None:
+    def mark_stale(self, reason: str) -> None:
         """The contents may be behind the server: keep them, but say so."""
         self._reason = reason
         if not self._synced.is_set():
@@ -344,7 +344,7 @@ class WatchCache:
                 continue
             except Gone as e:
                 log.info("watch expired, relisting", cache=self.name, reason=str(e))
-                self._mark_stale(f"watch expired, relisting: {e}")
+                self.mark_stale(f"watch expired, relisting: {e}")
                 need_list = True
                 continue
             except ApiError as e:
@@ -363,7 +363,7 @@ class WatchCache:
                 quiet = time.monotonic() - self._last_heard
                 if not need_list and quiet >= self.quiet_seconds:
                     error = f"no event or bookmark for {quiet:.0f} s ({error})"
-            self._mark_stale(f"{'list' if need_list else 'watch'} failed: {error}")
+            self.mark_stale(f"{'list' if need_list else 'watch'} failed: {error}")
             # A watch that ran a while was healthy: start the backoff afresh (an apiserver restart
             # must not leave every cache waiting 30 s).
             if time.monotonic() - connected_at > 10:
