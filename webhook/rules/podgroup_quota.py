@@ -4,11 +4,19 @@ PodGroups never exceed its ResourceQuotas.
 Each decision is made against a fresh read of the namespace's ledger and recorded with a
 resourceVersion precondition, so concurrent admissions on any number of replicas and workers
 are serialized by the API server: exactly as many groups are admitted as fit. Dry-run requests
-decide but write nothing."""
+decide but write nothing.
+
+A negative minResources amount is refused: it would lower the namespace's summed reservations
+and let a later group claim more than the quota (the CRD's pattern refuses it too, but Volcano's
+own CRD, which clusters with Volcano keep, allows a sign). An update that claims nothing more
+than before is never refused, so finalizer removal and annotation writes always go through."""
 
 from __future__ import annotations
 
 import datetime as dt
+import json
+from collections.abc import Mapping
+from typing import Any
 
 import structlog
 
@@ -17,6 +25,7 @@ from priogate.clock import rfc3339
 from priogate.kube.ledger_store import LedgerBusy
 from priogate.ledger import Entry, normalize, stale_entries
 from priogate.quota import check_podgroup
+from priogate.resources import parse_quantity
 from webhook.objects import (
     MalformedObject,
     mapping,
@@ -73,13 +82,46 @@ def _release(request: AdmissionRequest, view: ClusterView) -> Decision:
     return allow()
 
 
+def _negative(obj: Mapping[str, Any], old: Mapping[str, Any] | None) -> str | None:
+    """The field error for the first negative amount this request sets, in upstream's words
+    (apimachinery's IsNegativeErrorMsg, as ValidateNonnegativeQuantity in
+    pkg/apis/core/validation reports a negative ResourceQuota or container request). An amount
+    that an UPDATE leaves as it was stored is not refused again: a group stored before this
+    check must stay deletable and annotatable."""
+    amounts = mapping(mapping(obj, "spec", "object"), "minResources", "object.spec")
+    before = mapping(mapping(old, "spec", "oldObject"), "minResources", "oldObject.spec") if old else {}
+    for name, value in sorted(amounts.items()):
+        # Both objects went through _entry, so every amount parses.
+        amount = parse_quantity(value)
+        if amount < 0 and (name not in before or parse_quantity(before[name]) != amount):
+            return (
+                f"spec.minResources.{name}: Invalid value: {json.dumps(value)}: must be greater than "
+                "or equal to 0 (a negative amount would lower the namespace's summed reservations)"
+            )
+    return None
+
+
 def admit(request: AdmissionRequest, view: ClusterView) -> Decision:
     if request.operation == "DELETE":
         return _release(request, view)
     if request.operation not in ("CREATE", "UPDATE"):
         return allow()
-    entry = _entry(request, new_object(request), "object")
+    obj = new_object(request)
+    if request.operation == "UPDATE" and mapping(obj, "metadata", "object").get("deletionTimestamp"):
+        # Terminating: the DELETE that set deletionTimestamp released the reservation (_release),
+        # so there is nothing to check and nothing to record. Recording would reserve again for
+        # a group on its way out, and a failed ledger write (the namespace is terminating, or the
+        # ledger is busy) must never hold up the finalizer removal that lets it go.
+        return allow()
+    entry = _entry(request, obj, "object")
     previous = _entry(request, old_object(request), "oldObject") if request.operation == "UPDATE" else None
+    negative = _negative(obj, request.old_object if previous else None)
+    if negative:
+        return deny(f'PodGroup.scheduling.volcano.sh "{entry.group}" is invalid: {negative}', code=422)
+    # Claims nothing more than the stored object did: never refused (see _within), and a ledger
+    # that cannot be written does not refuse it either; the worst is that the ledger keeps the
+    # larger, older amount, which over-reserves and never under-reserves.
+    shrinking = previous is not None and _within(entry, previous)
     quotas = view.resource_quotas(request.namespace)
     live = view.live_podgroups(request.namespace)
     now = dt.datetime.now(dt.UTC)
@@ -105,7 +147,6 @@ def admit(request: AdmissionRequest, view: ClusterView) -> Decision:
             return None, None  # already recorded (a retry, or an update that changes no claim)
         stale = confirmed_gone(entries)
         others = [e.reservation() for k, e in entries.items() if k != entry.key and k not in stale]
-        shrinking = previous is not None and _within(entry, previous)
         problem = None if shrinking else check_podgroup(quotas, others, entry.reservation())
         if problem:
             return None, problem
@@ -120,10 +161,19 @@ def admit(request: AdmissionRequest, view: ClusterView) -> Decision:
         problem = view.ledger_store.update(
             request.namespace, reserve, dry_run=request.dry_run, deadline=request.deadline
         )
-    except LedgerBusy as e:
-        return deny(f"PodGroup quota ledger is busy, retry: {e}", code=429, reason="TooManyRequests")
-    except ValueError as e:  # an unreadable ledger: refuse rather than guess
-        return deny(str(e), code=503, reason="ServiceUnavailable")
+    except Exception as e:
+        if shrinking:
+            log.warning(
+                "ledger not updated; an update claiming no more is allowed anyway",
+                podgroup=request.name,
+                error=repr(e),
+            )
+            return allow()
+        if isinstance(e, LedgerBusy):
+            return deny(f"PodGroup quota ledger is busy, retry: {e}", code=429, reason="TooManyRequests")
+        if isinstance(e, ValueError):  # an unreadable ledger: refuse rather than guess
+            return deny(str(e), code=503, reason="ServiceUnavailable")
+        raise
     if problem:
         return deny(problem)
     return allow()
