@@ -17,7 +17,8 @@ from kubernetes.client.rest import ApiException
 from localcluster import LocalCluster
 from localcluster.binaries import REPO
 from priogate.ledger import LEDGER_DATA_KEY, LEDGER_NAME
-from tests.e2e.helpers import api_error, pc_manifest, unique, wait_for
+from tests.builders import priority_class
+from tests.e2e.helpers import api_error, unique, wait_for
 from tests.e2e.tenant import GROUP, VERSION, Tenant, make_tenant, tenant_fixture
 
 CRD = REPO / "manifests" / "crds" / "podgroups.scheduling.volcano.sh.yaml"
@@ -248,7 +249,7 @@ def test_a_group_whose_class_was_deleted_can_still_be_updated_deleted_and_releas
     tenant, classes, scheduling, core
 ):
     cls = classes.name("tenant-class")
-    scheduling.create_priority_class(pc_manifest(cls, 4321))
+    scheduling.create_priority_class(priority_class(cls, value=4321, preemption_policy=None))
 
     def create_resolves(expected: bool) -> Callable[[], bool]:
         def check() -> bool:
@@ -306,7 +307,7 @@ def test_a_later_global_default_does_not_move_a_classless_group(tenant, classes,
     assert "priorityClassName" not in tenant.get_podgroup("classless")["spec"]
 
     default = classes.name("tenant-default")
-    scheduling.create_priority_class(pc_manifest(default, 50, globalDefault=True))
+    scheduling.create_priority_class(priority_class(default, value=50, default=True, preemption_policy=None))
 
     def create_defaults() -> bool:
         made = tenant.create_podgroup(podgroup(unique("probe")), dry_run="All")

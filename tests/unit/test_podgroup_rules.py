@@ -20,12 +20,18 @@ from tests.builders import SYSTEM_CLASSES, group_review, make_view, podgroup, pr
 from webhook.review import Decision, parse_review
 from webhook.rules import podgroup_defaults, podgroup_quota
 
-CLASSES = [*SYSTEM_CLASSES, priority_class("batch", 100, default=True), priority_class("high", 1000)]
+CLASSES = [
+    *SYSTEM_CLASSES,
+    priority_class("batch", value=100, default=True),
+    priority_class("high", value=1000),
+]
 TERMINATING = {"deletionTimestamp": "2026-11-23T00:00:00Z", "finalizers": []}
 
 
 def group(name: str = "g", *, meta: dict[str, Any] | None = None, **spec: Any) -> dict[str, Any]:
-    obj = podgroup(name, **spec)
+    # Raw spec fields (camelCase), malformed ones included: the rules under test read them.
+    obj = podgroup(name, namespace="team-a", created=None)
+    obj["spec"] = dict(spec)
     obj["metadata"].update(meta or {})
     return obj
 
@@ -123,7 +129,7 @@ def test_status_subresource_is_left_alone():
 def quota_view(store: Any = None, groups: list[dict] = (), cpu: str = "10") -> Any:
     return make_view(
         CLASSES,
-        quotas=[resource_quota("compute", {"cpu": cpu})],
+        quotas=[resource_quota("compute", hard={"cpu": cpu}, namespace="team-a")],
         podgroups=groups,
         ledger_store=store or MemoryLedgerStore(),
     )

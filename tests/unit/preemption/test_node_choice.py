@@ -127,7 +127,7 @@ def test_explain_names_the_deciding_criterion():
 @pytest.mark.parametrize(
     ("pods", "want_cpu", "victims"),
     [
-        # the seed's example: only the priority-2 pod goes although lower ones survive
+        # the pod-preemption design's example: only the priority-2 pod goes although lower ones survive
         (
             [("p0", 0, "3"), ("p1", 1, "1"), ("p2", 2, "5"), ("p3", 3, "1")],
             "5",

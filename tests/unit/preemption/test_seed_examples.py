@@ -1,4 +1,5 @@
-"""The pod-preemption design's examples 1 to 4 (seeds/000), as successive snapshots.
+"""The examples 1 to 4 of Kubernetes' pod-preemption design (community repo,
+contributors/design-proposals/scheduling/pod-preemption.md), as successive snapshots.
 
 Node capacity 10 units (cpu cores here). A and B run with priority 100 and 5 units each;
 C (priority 1000) needs 10 units, D (priority 50) needs 2. The engine decides what the
