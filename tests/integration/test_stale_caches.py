@@ -23,7 +23,7 @@ from tests.builders import (
 )
 from webhook.app import create_app
 
-CLASSES = [*SYSTEM_CLASSES, priority_class("batch", 100, default=True)]
+CLASSES = [*SYSTEM_CLASSES, priority_class("batch", value=100, default=True)]
 OLD = "2026-01-01T00:00:00Z"  # long past the reclaim grace
 
 
@@ -39,12 +39,12 @@ def answer(client: Any, path: str, body: dict) -> dict:
 
 
 def test_stale_podgroups_cache_refuses_quota_decisions_and_fails_readiness() -> None:
-    view = make_view(CLASSES, quotas=[resource_quota("compute", {"cpu": "4"})])
+    view = make_view(CLASSES, quotas=[resource_quota("compute", hard={"cpu": "4"})])
     client = create_app(view).test_client()
     assert client.get("/readyz").status_code == 200
     view.caches["podgroups"].mark_stale("list failed: 404 NotFound")
 
-    got = answer(client, "/validate/podgroups", group_review(podgroup("g", minResources={"cpu": "1"})))
+    got = answer(client, "/validate/podgroups", group_review(podgroup("g", min_resources={"cpu": "1"})))
     assert got["allowed"] is False
     assert got["status"]["code"] == 503
     message = got["status"]["message"]
@@ -57,7 +57,7 @@ def test_stale_podgroups_cache_refuses_quota_decisions_and_fails_readiness() -> 
 
 
 def test_stale_pods_cache_refuses_pod_quota() -> None:
-    view = make_view(CLASSES, quotas=[resource_quota("compute", {"cpu": "4"})])
+    view = make_view(CLASSES, quotas=[resource_quota("compute", hard={"cpu": "4"})])
     client = create_app(view).test_client()
     view.caches["pods"].mark_stale("watch failed: no event or bookmark for 120 s")
     got = answer(client, "/validate/pods", review(pod("p")))
@@ -67,13 +67,13 @@ def test_stale_pods_cache_refuses_pod_quota() -> None:
 
 def test_podgroup_delete_releases_even_while_stale() -> None:
     store = MemoryLedgerStore()
-    store.ledgers["team-a"] = {"uid-g": Entry("g", "uid-g", {"cpu": "4"}, 1, "", OLD)}
-    view = make_view(CLASSES, quotas=[resource_quota("compute", {"cpu": "4"})], ledger_store=store)
+    store.ledgers["default"] = {"uid-g": Entry("g", "uid-g", {"cpu": "4"}, 1, "", OLD)}
+    view = make_view(CLASSES, quotas=[resource_quota("compute", hard={"cpu": "4"})], ledger_store=store)
     client = create_app(view).test_client()
     view.caches["podgroups"].mark_stale("watch failed: connection refused")
     got = answer(client, "/validate/podgroups", group_review(None, operation="DELETE", old=podgroup("g")))
     assert got["allowed"] is True
-    assert store.ledgers["team-a"] == {}
+    assert store.ledgers["default"] == {}
 
 
 def test_stale_priorityclasses_are_still_answered_and_ready() -> None:
@@ -97,7 +97,7 @@ def test_never_listed_is_still_starting() -> None:
 
 
 class Lister:
-    """The quorum LIST: PodGroups of team-a as etcd has them, or an error."""
+    """The quorum LIST: PodGroups of namespace "default" as etcd has them, or an error."""
 
     def __init__(self, groups: list[dict] | None = None, error: Exception | None = None) -> None:
         self.groups = groups or []
@@ -106,7 +106,7 @@ class Lister:
 
     def list_all(self, path: str, **_: Any) -> list[dict]:
         self.calls += 1
-        assert path == "/apis/scheduling.volcano.sh/v1beta1/namespaces/team-a/podgroups"
+        assert path == "/apis/scheduling.volcano.sh/v1beta1/namespaces/default/podgroups"
         if self.error is not None:
             raise self.error
         return self.groups
@@ -115,14 +115,14 @@ class Lister:
 def quota_client(lister: Lister) -> tuple[Any, MemoryLedgerStore]:
     """cpu=4; "old" reserved cpu=4 long ago, and the (current) cache has no PodGroup "old"."""
     store = MemoryLedgerStore()
-    store.ledgers["team-a"] = {"uid-old": Entry("old", "uid-old", {"cpu": "4"}, 1, "", OLD)}
-    view = make_view(CLASSES, quotas=[resource_quota("compute", {"cpu": "4"})], ledger_store=store)
+    store.ledgers["default"] = {"uid-old": Entry("old", "uid-old", {"cpu": "4"}, 1, "", OLD)}
+    view = make_view(CLASSES, quotas=[resource_quota("compute", hard={"cpu": "4"})], ledger_store=store)
     view.client = lister  # type: ignore[assignment]
     return create_app(view).test_client(), store
 
 
 def new_group() -> dict:
-    return group_review(podgroup("new", minResources={"cpu": "4"}))
+    return group_review(podgroup("new", min_resources={"cpu": "4"}))
 
 
 def test_reservation_the_quorum_list_still_shows_is_not_pruned() -> None:
@@ -130,7 +130,7 @@ def test_reservation_the_quorum_list_still_shows_is_not_pruned() -> None:
     client, store = quota_client(lister)
     got = answer(client, "/validate/podgroups", new_group())
     assert got["allowed"] is False and "quota" in got["status"]["message"]
-    assert list(store.ledgers["team-a"]) == ["uid-old"]
+    assert list(store.ledgers["default"]) == ["uid-old"]
     assert lister.calls == 1
 
 
@@ -138,10 +138,10 @@ def test_reservation_is_kept_when_the_quorum_list_fails() -> None:
     client, store = quota_client(Lister(error=ApiError(503, "ServiceUnavailable", "etcd")))
     got = answer(client, "/validate/podgroups", new_group())
     assert got["allowed"] is False
-    assert list(store.ledgers["team-a"]) == ["uid-old"]
+    assert list(store.ledgers["default"]) == ["uid-old"]
 
 
 def test_reservation_the_quorum_list_shows_gone_is_pruned() -> None:
     client, store = quota_client(Lister([]))
     assert answer(client, "/validate/podgroups", new_group())["allowed"] is True
-    assert [e.group for e in store.ledgers["team-a"].values()] == ["new"]
+    assert [e.group for e in store.ledgers["default"].values()] == ["new"]
