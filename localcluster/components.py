@@ -162,7 +162,7 @@ def kwok(bin_dir: Path, kubeconfig: Path) -> list[str]:
     ]
 
 
-def webhook(pki: Pki, kubeconfig: Path, ports: Ports, workers: int) -> list[str]:
+def webhook(pki: Pki, kubeconfig: Path, ports: Ports, workers: int, *extra: str) -> list[str]:
     return [
         sys.executable,
         "-m",
@@ -172,6 +172,7 @@ def webhook(pki: Pki, kubeconfig: Path, ports: Ports, workers: int) -> list[str]
         f"--bind={LOOPBACK}:{ports.webhook}",
         f"--kubeconfig={kubeconfig}",
         f"--workers={workers}",
+        *extra,
     ]
 
 
