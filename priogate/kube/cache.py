@@ -111,6 +111,7 @@ class WatchCache:
         # Reconnect backoff (seconds): jittered, doubling from the first to the cap.
         self.backoff_first = 0.5
         self.backoff_max = 30.0
+        self._opened = False  # a watch opened since the last failure
 
     @classmethod
     def static(cls, name: str, objects: list[Obj] | None) -> WatchCache:
@@ -326,6 +327,7 @@ class WatchCache:
     def _watch_opened(self) -> None:
         # A watch from the cache's resourceVersion delivers every change since: nothing is missed,
         # so the cache is current again (an expired version would have failed with 410 instead).
+        self._opened = True
         self._heard()
         self._mark_synced()
 
@@ -362,12 +364,13 @@ class WatchCache:
                 error = repr(e)
                 quiet = time.monotonic() - self._last_heard
                 if not need_list and quiet >= self.quiet_seconds:
-                    error = f"no event or bookmark for {quiet:.0f} s ({error})"
+                    error = f"no event or bookmark for {quiet:.1f} s ({error})"
             self.mark_stale(f"{'list' if need_list else 'watch'} failed: {error}")
-            # A watch that ran a while was healthy: start the backoff afresh (an apiserver restart
-            # must not leave every cache waiting 30 s).
-            if time.monotonic() - connected_at > 10:
+            # A watch that opened, or ran a while, reached a working server: start the backoff
+            # afresh (after an apiserver restart, or a quiet watch, no cache may wait 30 s).
+            if self._opened or time.monotonic() - connected_at > 10:
                 backoff = self.backoff_first
+            self._opened = False
             log.warning(
                 "watch interrupted, reconnecting", cache=self.name, error=error, retry_in=round(backoff, 2)
             )

@@ -38,6 +38,7 @@ class FakeServer:
         self.watch_error: Exception | None = None
         self.lists = 0
         self.watches: list[Sequence[tuple[str, str]]] = []
+        self.watch_times: list[float] = []
         self.events: queue.Queue[dict[str, Any] | None] = queue.Queue()
         self.lock = threading.Lock()
 
@@ -58,6 +59,7 @@ class FakeServer:
     ) -> Iterator[bytes]:
         with self.lock:
             self.watches.append(query)
+            self.watch_times.append(time.monotonic())
             error = self.watch_error
         if error is not None:
             raise error
@@ -215,3 +217,20 @@ def test_a_watch_the_server_ends_cleanly_stays_current(server: FakeServer) -> No
     finally:
         cache.stop()
         server.events.put(None)
+
+
+def test_a_watch_that_opens_resets_the_backoff(server: FakeServer) -> None:
+    """Quiet restarts of watches that open again at once do not pile up backoff: the cache is
+    stale only for a reconnect each time, never for the backoff's cap."""
+    cache = WatchCache(server, PATH, "podgroups")  # type: ignore[arg-type]
+    cache.quiet_seconds = 0.2
+    cache.backoff_first = 0.1
+    cache.backoff_max = 30.0
+    cache.start()
+    try:
+        eventually(lambda: len(server.watch_times) >= 6, timeout=5)
+        gaps = [b - a for a, b in zip(server.watch_times, server.watch_times[1:], strict=False)]
+        # quiet bound + first backoff (jittered by at most 20 %), whatever came before
+        assert max(gaps) < 0.2 + 0.1 * 1.2 + 0.15, gaps
+    finally:
+        cache.stop()
