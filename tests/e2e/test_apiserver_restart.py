@@ -68,6 +68,17 @@ def controller_ready(lc: LocalCluster) -> tuple[int, str]:
     return get(f"{lc.ports.controller_url}/readyz")
 
 
+def stale_gauge(lc: LocalCluster, cache: str) -> tuple[float, float]:
+    """priogate_cache_stale{cache} as the webhook and the controller export it."""
+    assert lc.ports and lc.pki
+    line = f'priogate_cache_stale{{cache="{cache}"}} '
+    values = []
+    for url, ca in ((lc.ports.webhook_url, lc.pki.ca_crt), (lc.ports.controller_url, None)):
+        _, text = get(f"{url}/metrics", ca)
+        values.append(next(float(x.split()[-1]) for x in text.splitlines() if x.startswith(line)))
+    return values[0], values[1]
+
+
 def groups_path(namespace: str) -> str:
     return resource_path("scheduling.volcano.sh/v1beta1", "podgroups", namespace)
 
@@ -134,6 +145,7 @@ def test_restart_keeps_reservations_and_readiness_tracks_staleness(lc: LocalClus
     status, body = webhook_ready(lc)
     assert status == 503 and "stale" in body, body
     wait_for(lambda: controller_ready(lc)[0] == 503, 2 * QUIET_SECONDS, "the controller's /readyz fails")
+    assert stale_gauge(lc, "podgroups") == (1.0, 1.0)
     # Longer than the quiet bound: every watch has been restarted (and failed) meanwhile.
     while time.monotonic() - down_at < DOWN_SECONDS:
         assert webhook_ready(lc)[0] == 503, "ready while kube-apiserver is down"
@@ -144,6 +156,7 @@ def test_restart_keeps_reservations_and_readiness_tracks_staleness(lc: LocalClus
     wait_for(lambda: webhook_ready(lc)[0] == 200, 120, "the webhook's /readyz recovers")
     wait_for(lambda: controller_ready(lc)[0] == 200, 120, "the controller's /readyz recovers")
     time.sleep(5)  # several controller sweeps (every second) on recovered caches
+    wait_for(lambda: stale_gauge(lc, "podgroups") == (0.0, 0.0), 30, "the stale gauges are back to 0")
 
     assert reservations(api) == {"held": old}, "a live group's reservation was freed"
     refused = decided(api, "over", "2")
