@@ -83,23 +83,23 @@ def groups_path(namespace: str) -> str:
     return resource_path("scheduling.volcano.sh/v1beta1", "podgroups", namespace)
 
 
-def create_group(api: ApiClient, name: str, cpu: str) -> str | None:
+def create_group(api: ApiClient, name: str, cpu: str, namespace: str = NAMESPACE) -> str | None:
     """None when admitted, else the refusal's message."""
     body = podgroup(name, namespace=None, min_member=1, min_resources={"cpu": cpu})
     try:
-        api.create(groups_path(NAMESPACE), body)
+        api.create(groups_path(namespace), body)
     except ApiError as e:
         return e.message
     return None
 
 
-def decided(api: ApiClient, name: str, cpu: str) -> str | None:
+def decided(api: ApiClient, name: str, cpu: str, namespace: str = NAMESPACE) -> str | None:
     """As create_group, but a 'stale, retry' or 'starting' refusal (a worker whose caches are
     not current yet) is retried: the answer is a decision."""
     answer: list[str | None] = []
 
     def got_decision() -> bool:
-        message = create_group(api, name, cpu)
+        message = create_group(api, name, cpu, namespace)
         if message is not None and ("retry" in message or "connection refused" in message):
             return False
         answer.append(message)
@@ -109,28 +109,39 @@ def decided(api: ApiClient, name: str, cpu: str) -> str | None:
     return answer[0]
 
 
-def reservations(api: ApiClient) -> dict[str, str]:
+def reservations(api: ApiClient, namespace: str = NAMESPACE) -> dict[str, str]:
     """group name -> admitted_at, from the ledger as stored."""
-    return {e.group: e.admitted_at for e in entries_of(api.get(ledger_path(NAMESPACE))).values()}
+    return {e.group: e.admitted_at for e in entries_of(api.get(ledger_path(namespace))).values()}
+
+
+def old_reservation(api: ApiClient, namespace: str) -> str:
+    """A namespace with quota cpu=4 and PodGroup "held" reserving cpu=3, its ledger entry made an
+    hour old: far past every grace, exactly what a cache that lies about a live group frees."""
+    api.create("/api/v1/namespaces", {"metadata": {"name": namespace}})
+    api.create(
+        resource_path("v1", "resourcequotas", namespace),
+        {"metadata": {"name": "compute"}, "spec": {"hard": {"cpu": "4"}}},
+    )
+    assert decided(api, "held", "3", namespace) is None, "the first group fits the quota"
+    ledger = api.get(ledger_path(namespace))
+    old = rfc3339(dt.datetime.now(dt.UTC) - dt.timedelta(hours=1))
+    entries = {k: dataclasses.replace(e, admitted_at=old) for k, e in entries_of(ledger).items()}
+    version = ledger["metadata"]["resourceVersion"]
+    api.replace(ledger_path(namespace), ledger_object(namespace, entries, version))
+    assert reservations(api, namespace) == {"held": old}
+    return old
+
+
+def still_enforced(api: ApiClient, namespace: str) -> None:
+    refused = decided(api, "over", "2", namespace)
+    assert refused is not None and "exceeded quota" in refused, refused
+    assert decided(api, "fits", "1", namespace) is None, "the hook decides, not just refuses"
+    assert set(reservations(api, namespace)) == {"held", "fits"}
 
 
 def test_restart_keeps_reservations_and_readiness_tracks_staleness(lc: LocalCluster) -> None:
     api = load_client(str(lc.kubeconfig))
-    api.create("/api/v1/namespaces", {"metadata": {"name": NAMESPACE}})
-    api.create(
-        resource_path("v1", "resourcequotas", NAMESPACE),
-        {"metadata": {"name": "compute"}, "spec": {"hard": {"cpu": "4"}}},
-    )
-    assert decided(api, "held", "3") is None, "the first group fits the quota"
-    # Make the reservation old, far past every grace: exactly the entries a cache that lies
-    # about a live group would free.
-    ledger = api.get(ledger_path(NAMESPACE))
-    old = rfc3339(dt.datetime.now(dt.UTC) - dt.timedelta(hours=1))
-    entries = {k: dataclasses.replace(e, admitted_at=old) for k, e in entries_of(ledger).items()}
-    api.replace(
-        ledger_path(NAMESPACE), ledger_object(NAMESPACE, entries, ledger["metadata"]["resourceVersion"])
-    )
-    assert reservations(api) == {"held": old}
+    old = old_reservation(api, NAMESPACE)
     wait_for(lambda: webhook_ready(lc)[0] == 200, 30, "the webhook is ready")
     wait_for(lambda: controller_ready(lc)[0] == 200, 30, "the controller is ready")
 
@@ -159,10 +170,7 @@ def test_restart_keeps_reservations_and_readiness_tracks_staleness(lc: LocalClus
     wait_for(lambda: stale_gauge(lc, "podgroups") == (0.0, 0.0), 30, "the stale gauges are back to 0")
 
     assert reservations(api) == {"held": old}, "a live group's reservation was freed"
-    refused = decided(api, "over", "2")
-    assert refused is not None and "exceeded quota" in refused, refused
-    assert decided(api, "fits", "1") is None, "the hook decides, not just refuses"
-    assert set(reservations(api)) == {"held", "fits"}
+    still_enforced(api, NAMESPACE)
 
     logs = (lc.logs / "webhook.log").read_text() + (lc.logs / "controller.log").read_text()
     assert "reclaimed stale reservations" not in logs
@@ -170,3 +178,47 @@ def test_restart_keeps_reservations_and_readiness_tracks_staleness(lc: LocalClus
         f"relists after the restart: {logs.count('watch expired, relisting')}; answered 404:"
         f" {logs.count('resource not served')}"
     )
+
+
+CRD = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/podgroups.scheduling.volcano.sh"
+
+
+def set_served(api: ApiClient, served: bool) -> None:
+    patch = [{"op": "replace", "path": "/spec/versions/0/served", "value": served}]
+    api.request("PATCH", CRD, body=patch, content_type="application/json-patch+json")
+
+
+def test_controller_started_while_the_crd_is_not_served_frees_nothing(lc: LocalCluster) -> None:
+    """The 404 of an API server restart, made to last: the PodGroup version is not served while
+    the controller (re)starts, so its first LIST answers 404. Once that made an empty, synced
+    cache, and the sweep freed every old reservation."""
+    namespace = "unserved"
+    api = load_client(str(lc.kubeconfig))
+    old = old_reservation(api, namespace)
+    controller = lc.supervisor.get("controller")
+    set_served(api, False)
+    try:
+        wait_for(lambda: _not_found(api, groups_path(namespace)), 30, "the PodGroup version answers 404")
+        lc.supervisor.restart("controller", controller.argv)
+        time.sleep(8)  # many sweeps' worth (every second), had the controller started them
+        status, body = controller_ready(lc)
+        assert status == 503 and "podgroups" in body, (status, body)
+        assert reservations(api, namespace) == {"held": old}, "freed while the CRD was not served"
+    finally:
+        set_served(api, True)
+    wait_for(lambda: controller_ready(lc)[0] == 200, 120, "the controller's /readyz recovers")
+    wait_for(lambda: webhook_ready(lc)[0] == 200, 120, "the webhook's /readyz recovers")
+    time.sleep(5)  # sweeps on current caches
+    assert reservations(api, namespace) == {"held": old}
+    still_enforced(api, namespace)
+    log = (lc.logs / "controller.log").read_text()
+    assert "reclaimed stale reservations" not in log
+    assert "resource not served" in log
+
+
+def _not_found(api: ApiClient, path: str) -> bool:
+    try:
+        api.get(path)
+    except ApiError as e:
+        return e.status == 404
+    return False
