@@ -231,6 +231,8 @@ def test_a_watch_that_opens_resets_the_backoff(server: FakeServer) -> None:
         eventually(lambda: len(server.watch_times) >= 6, timeout=5)
         gaps = [b - a for a, b in zip(server.watch_times, server.watch_times[1:], strict=False)]
         # quiet bound + first backoff (jittered by at most 20 %), whatever came before
-        assert max(gaps) < 0.2 + 0.1 * 1.2 + 0.15, gaps
+        assert max(gaps) < 0.2 + 0.1 * 1.2 + 0.45, (
+            gaps
+        )  # margin for a loaded machine; without the reset the gaps double
     finally:
         cache.stop()
