@@ -122,7 +122,11 @@ def test_first_list_404_is_not_synced_rather_than_empty(server: FakeServer) -> N
     server.list_error = ApiError(404, "NotFound", "the server could not find the requested resource")
     cache = started(server)
     try:
-        eventually(lambda: server.lists >= 3)
+        eventually(lambda: server.lists >= 1)
+        time.sleep(0.1)  # the failed LIST has been handled
+        assert not cache.synced, "a 404 made an empty cache that says it is synced"
+        assert cache.items() == []
+        eventually(lambda: server.lists >= 3)  # and it keeps asking
         assert not cache.synced
         assert not cache.wait_synced(0.1)
         assert not cache.state().synced
