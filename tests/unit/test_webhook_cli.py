@@ -23,6 +23,8 @@ def cert_files(tmp_path):
         (["--cache-quiet-seconds", "0"], "give a number of seconds above 0"),
         (["--cache-quiet-seconds", "nan"], "give a number of seconds above 0"),
         (["--cache-quiet-seconds", "soon"], "invalid float value"),
+        (["--client-ca-file", "/nonexistent/client-ca.crt"], "does not exist"),
+        (["--client-deadline-seconds", "0"], "must be positive"),
     ],
 )
 def test_bad_flags_are_refused(cert_files, capsys, flags, message):
