@@ -48,11 +48,12 @@ def lc(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
         cluster.stop()
 
 
-def get(url: str, ca: Path | None = None) -> tuple[int, str]:
+def get(url: str, ca: Path | None = None, cert: tuple[Path, Path] | None = None) -> tuple[int, str]:
     session = requests.Session()
     session.trust_env = False
     try:
-        r = session.get(url, verify=str(ca) if ca else False, timeout=3)
+        client_cert = tuple(map(str, cert)) if cert else None
+        r = session.get(url, verify=str(ca) if ca else False, cert=client_cert, timeout=3)
     except requests.RequestException as e:
         return 0, repr(e)
     return r.status_code, r.text
@@ -60,7 +61,7 @@ def get(url: str, ca: Path | None = None) -> tuple[int, str]:
 
 def webhook_ready(lc: LocalCluster) -> tuple[int, str]:
     assert lc.ports and lc.pki
-    return get(f"{lc.ports.webhook_url}/readyz", lc.pki.ca_crt)
+    return get(f"{lc.ports.webhook_url}/readyz", lc.pki.ca_crt, lc.webhook_client_cert)
 
 
 def controller_ready(lc: LocalCluster) -> tuple[int, str]:
@@ -73,8 +74,9 @@ def stale_gauge(lc: LocalCluster, cache: str) -> tuple[float, float]:
     assert lc.ports and lc.pki
     line = f'priogate_cache_stale{{cache="{cache}"}} '
     values = []
-    for url, ca in ((lc.ports.webhook_url, lc.pki.ca_crt), (lc.ports.controller_url, None)):
-        _, text = get(f"{url}/metrics", ca)
+    hook = (lc.ports.webhook_url, lc.pki.ca_crt, lc.webhook_client_cert)
+    for url, ca, cert in (hook, (lc.ports.controller_url, None, None)):
+        _, text = get(f"{url}/metrics", ca, cert)
         values.append(next(float(x.split()[-1]) for x in text.splitlines() if x.startswith(line)))
     return values[0], values[1]
 
