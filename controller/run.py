@@ -207,6 +207,12 @@ class Controller:
         while not self.stop.is_set():
             if not self.leading.wait(0.5):
                 continue
+            if not self.caches.synced():
+                # A stale cache may be behind: status writes and gang preemption wait for current
+                # ones rather than act on old data (the sweep reads a quorum LIST, but waits too,
+                # so one rule covers the worker). Keys wait in the queue meanwhile.
+                self.stop.wait(0.5)
+                continue
             key = self.queue.get(timeout=0.5)
             self.metrics.queue_depth.set(self.queue.depth())
             if key is None:
@@ -215,12 +221,6 @@ class Controller:
             try:
                 if not self.is_leader():
                     self.queue.add_after(key, 1.0)  # a later leader (maybe this one) does it
-                    continue
-                if not self.caches.synced():
-                    # A stale cache may be behind: status writes and gang preemption wait for
-                    # current ones rather than act on old data (the sweep reads a quorum LIST,
-                    # but it waits too, so one rule covers the worker).
-                    self.queue.add_after(key, 1.0)
                     continue
                 self.process(key)
                 self.queue.forget(key)
