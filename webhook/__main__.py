@@ -55,6 +55,12 @@ def main(argv: list[str] | None = None) -> int:
         " kube-apiserver sends bookmarks about every 60 s: keep it above that (default 120)",
     )
     p.add_argument(
+        "--controller-username",
+        default=os.environ.get("PRIOGATE_CONTROLLER_USERNAME"),
+        help="the only user allowed to write priogate.io/ annotations on PodGroups "
+        "(default: system:serviceaccount:priogate-system:priogate-controller)",
+    )
+    p.add_argument(
         "--client-ca-file",
         default=os.environ.get("PRIOGATE_CLIENT_CA_FILE") or None,
         help="PEM CA bundle: require every client (kube-apiserver) to present a certificate signed by"
@@ -71,6 +77,9 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if not (0 < args.cache_quiet_seconds < math.inf):
         p.error(f"--cache-quiet-seconds {args.cache_quiet_seconds}: give a number of seconds above 0")
+    if args.controller_username:
+        # Read by webhook/rules/podgroup_annotations.py in every worker (they inherit it).
+        os.environ["PRIOGATE_CONTROLLER_USERNAME"] = args.controller_username
     if args.tls_secret:
         namespace, _, name = args.tls_secret.partition("/")
         if not namespace or not name:
