@@ -40,6 +40,9 @@ class ServerOptions:
     # renews from it before expiry and rewrites the files, which the TLS context then reloads.
     tls_secret: str | None = None
     tls_check_seconds: float = 3600.0
+    # A watch that hears nothing, not even a bookmark, for this long is restarted and its cache
+    # is stale meanwhile (priogate.kube.cache.DEFAULT_QUIET_SECONDS says why the default).
+    cache_quiet_seconds: float = 120.0
     workers: int = 2
     threads: int | None = None  # None: what the served rule sets want (registry.default_threads)
     # kube-apiserver keeps idle connections for 90 s (Go net/http DefaultTransport's
@@ -95,14 +98,17 @@ def _not_after(cert_file: str) -> dt.datetime:
 
 
 def build_view(
-    kubeconfig: str | None, priorityclasses_file: str | None = None, servers: tuple[str, ...] | None = None
+    kubeconfig: str | None,
+    priorityclasses_file: str | None = None,
+    servers: tuple[str, ...] | None = None,
+    quiet_seconds: float = 120.0,
 ) -> Any:
     """Caches for what the served rule sets need, started in this worker."""
-    from priogate.kube.cache import WatchCache
+    from priogate.kube.cache import CacheState, WatchCache
     from priogate.kube.client import load_client
     from priogate.kube.ledger_store import LedgerStore
     from priogate.ledger import MemoryLedgerStore
-    from webhook.metrics import LEDGER_CONFLICTS
+    from webhook.metrics import CACHE_LAST_EVENT, CACHE_STALE, LEDGER_CONFLICTS
     from webhook.registry import load_rule_sets
     from webhook.view import CACHES, CacheView
 
@@ -113,11 +119,19 @@ def build_view(
         caches = {n: WatchCache.static(n, classes if n == "priorityclasses" else []) for n in needed}
         return CacheView(caches, MemoryLedgerStore())
     client = load_client(kubeconfig)
+
+    def export(state: CacheState) -> None:
+        CACHE_STALE.labels(state.name).set(0 if state.synced else 1)
+        CACHE_LAST_EVENT.labels(state.name).set(state.last_event)
+
     caches = {}
     for name in needed:
         source, transform = CACHES[name]
-        caches[name] = source.cache(client, transform=transform).start()
-    return CacheView(caches, LedgerStore(client, on_conflict=LEDGER_CONFLICTS.inc))
+        cache = source.cache(client, transform=transform, quiet_seconds=quiet_seconds)
+        cache.on_state = export
+        export(cache.state())
+        caches[name] = cache.start()
+    return CacheView(caches, LedgerStore(client, on_conflict=LEDGER_CONFLICTS.inc), client)
 
 
 class WebhookServer(BaseApplication):
@@ -171,7 +185,7 @@ class WebhookServer(BaseApplication):
             from webhook.app import create_app
             from webhook.registry import load_rule_sets
 
-            view = build_view(o.kubeconfig, o.priorityclasses_file, o.servers)
+            view = build_view(o.kubeconfig, o.priorityclasses_file, o.servers, o.cache_quiet_seconds)
             app = create_app(view, load_rule_sets(servers=o.servers))
         if o.tls_secret:
             from certs.rotation import start_rotation

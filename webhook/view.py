@@ -4,7 +4,7 @@ cache change, not per request."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -12,6 +12,7 @@ from priogate import podgroup, priority
 from priogate.kube import catalogue
 from priogate.kube.cache import Transform, WatchCache
 from priogate.kube.catalogue import Source
+from priogate.kube.client import ApiClient, resource_path
 from priogate.kube.ledger_store import LedgerStore
 from priogate.ledger import LEDGER_NAME, Entry, entries_of
 from priogate.quota import quota_names
@@ -39,14 +40,27 @@ class NamespaceReservations:
 
 
 class CacheView:
-    def __init__(self, caches: Mapping[str, WatchCache], ledger_store: LedgerStore | None = None) -> None:
+    def __init__(
+        self,
+        caches: Mapping[str, WatchCache],
+        ledger_store: LedgerStore | None = None,
+        client: ApiClient | None = None,
+    ) -> None:
         self.caches = caches
         self.ledger_store = ledger_store
+        # For the one read that is not a cache (listed_podgroups); None offline and in tests,
+        # where the caches are fixed and so never behind.
+        self.client = client
         self._default_memo: tuple[int, Mapping | None] | None = None
         self._reservations_memo: dict[str, tuple[tuple[int, int], NamespaceReservations]] = {}
 
-    def unsynced(self, names: tuple[str, ...] | list[str]) -> list[str]:
+    def unsynced(self, names: Sequence[str]) -> list[str]:
+        """The caches of `names` that are not current: not listed yet, or stale."""
         return [n for n in names if n not in self.caches or not self.caches[n].synced]
+
+    def unlisted(self, names: Sequence[str]) -> list[str]:
+        """The caches of `names` that hold nothing yet (no LIST has succeeded)."""
+        return [n for n in names if n not in self.caches or not self.caches[n].listed]
 
     def priority_classes(self) -> Mapping[str, Mapping]:
         return self.caches["priorityclasses"].namespace("")
@@ -66,6 +80,15 @@ class CacheView:
     def live_podgroups(self, namespace: str) -> dict[str, str]:
         """uid -> name of the namespace's stored PodGroups."""
         groups = self.caches["podgroups"].namespace(namespace).values()
+        return {g["metadata"].get("uid", ""): g["metadata"]["name"] for g in groups}
+
+    def listed_podgroups(self, namespace: str) -> dict[str, str]:
+        """uid -> name of the namespace's PodGroups by a quorum LIST (ApiClient.list_all), not
+        the cache: what a reservation is freed on. Raises when the API server cannot answer."""
+        if self.client is None:
+            return self.live_podgroups(namespace)
+        path = resource_path(podgroup.GROUP_VERSION, podgroup.PLURAL, namespace)
+        groups = self.client.list_all(path, timeout=(3, 5))
         return {g["metadata"].get("uid", ""): g["metadata"]["name"] for g in groups}
 
     def reservations(self, namespace: str) -> NamespaceReservations:

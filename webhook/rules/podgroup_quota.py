@@ -125,12 +125,27 @@ def admit(request: AdmissionRequest, view: ClusterView) -> Decision:
     quotas = view.resource_quotas(request.namespace)
     live = view.live_podgroups(request.namespace)
     now = dt.datetime.now(dt.UTC)
+    listed: list[dict[str, str]] = []
+
+    def confirmed_gone(entries: dict[str, Entry]) -> set[str]:
+        """Entries the cache says are orphans, pruned only when a quorum LIST agrees: a cache
+        that is behind (or emptied) must never free a live group's reservation."""
+        suspects = set(stale_entries(entries, live, now))
+        if not suspects:
+            return suspects
+        if not listed:
+            try:
+                listed.append(view.listed_podgroups(request.namespace))
+            except Exception as e:  # keep them: the controller's sweep reclaims them later
+                log.warning("podgroup list failed; not pruning", namespace=request.namespace, error=repr(e))
+                return set()
+        return suspects & set(stale_entries(entries, listed[0], now))
 
     def reserve(entries: dict[str, Entry]) -> tuple[dict[str, Entry] | None, str | None]:
         existing = entries.get(entry.key)
         if existing is not None and existing.same_claim(entry):
             return None, None  # already recorded (a retry, or an update that changes no claim)
-        stale = set(stale_entries(entries, live, now))
+        stale = confirmed_gone(entries)
         others = [e.reservation() for k, e in entries.items() if k != entry.key and k not in stale]
         problem = None if shrinking else check_podgroup(quotas, others, entry.reservation())
         if problem:
