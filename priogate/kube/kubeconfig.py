@@ -16,6 +16,7 @@ from pathlib import Path
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 from kubernetes.config.config_exception import ConfigException
+from kubernetes.config.kube_config import KubeConfigMerger
 
 from priogate.kube.client import ApiClient
 
@@ -43,7 +44,7 @@ def connect(kubeconfig: str | None = None, context: str | None = None) -> Connec
     if kubeconfig:
         if not Path(kubeconfig).expanduser().exists():
             raise KubeconfigError(f"stat {kubeconfig}: no such file or directory")
-        config_file: str | None = kubeconfig
+        files = [kubeconfig]
     else:
         files = _default_files()
         if not files:
@@ -52,21 +53,20 @@ def connect(kubeconfig: str | None = None, context: str | None = None) -> Connec
             raise KubeconfigError(
                 "no kubeconfig found: pass --kubeconfig, set KUBECONFIG or create ~/.kube/config"
             )
-        # Several files: the official client merges $KUBECONFIG's list itself when given none.
-        config_file = files[0] if len(files) == 1 else None
+    # The official client merges a colon-separated list of files as kubectl does (first wins).
+    paths = os.pathsep.join(files)
     try:
-        contexts, current = k8s_config.list_kube_config_contexts(config_file=config_file)
-        name = context or (current or {}).get("name")
-        chosen = next((c for c in contexts or [] if c.get("name") == name), None)
-        if chosen is None:
-            if context:
-                raise KubeconfigError(f'context "{context}" does not exist')
+        merged = KubeConfigMerger(paths).config.value or {}
+        name = context or merged.get("current-context")
+        if not name:
             raise KubeconfigError("current-context is not set: pass --context")
+        # The merger wraps nested entries in its ConfigNode; .value is the plain dict.
+        contexts = [getattr(c, "value", c) for c in merged.get("contexts") or []]
+        chosen = next((c for c in contexts if c.get("name") == name), None)
+        if chosen is None:
+            raise KubeconfigError(f'context "{name}" does not exist')
         k8s_config.load_kube_config(
-            config_file=config_file,
-            context=name,
-            client_configuration=configuration,
-            persist_config=False,
+            config_file=paths, context=name, client_configuration=configuration, persist_config=False
         )
     except ConfigException as e:
         raise KubeconfigError(str(e)) from None
