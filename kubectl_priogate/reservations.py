@@ -156,6 +156,10 @@ def unlimited_rows(namespace: str, holds: Sequence[Hold]) -> list[Row]:
             ),
         )
         for resource, amount in sorted(total.items())
+        # quota_names gives cpu both bare and as requests.cpu, pods also as count/pods: with no
+        # quota naming one of them, show each amount once.
+        if not (resource.startswith("requests.") and resource.removeprefix("requests.") in total)
+        and not (resource == "count/pods" and "pods" in total)
     ]
 
 

@@ -277,7 +277,8 @@ def pod_report(
         summary = f"scheduled to node {spec['nodeName']}" + (
             "; nothing holds it back" if running else "; waiting for its node to start it"
         )
-    return Report("Pod", namespace, name, state, summary, conditions, tuple(details), (), lines)
+    # str(): a PodPhase member is a StrEnum, which YAML output cannot represent.
+    return Report("Pod", namespace, name, str(state), summary, conditions, tuple(details), (), lines)
 
 
 def _group_line(namespace: str, name: str, group: Mapping[str, Any] | None) -> str:

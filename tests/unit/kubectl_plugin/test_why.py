@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from kubectl_priogate.output import render
 from kubectl_priogate.why import (
     event_lines,
     parse_target,
@@ -186,6 +187,15 @@ def test_pod_report(case, obj, events, records, group, state, says):
     assert report is not None
     assert report.state == state, case
     assert says in report.summary, (case, report.summary)
+
+
+@pytest.mark.parametrize("fmt", ["json", "yaml"])
+def test_pod_report_renders_in_every_format(fmt):
+    report = pod_report("default", "p", PENDING, [event("FailedScheduling", UNSCHEDULABLE_MSG)], [])
+    assert report is not None and type(report.state) is str
+    assert (
+        "state: Pending" in render(to_json(report), "yaml") if fmt == "yaml" else render(to_json(report), fmt)
+    )
 
 
 def test_a_pod_nobody_remembers_is_not_found():
