@@ -1,6 +1,6 @@
 """Flags, subcommands, errors and exit codes, as kubectl has them.
 
-kubectl's conventions kept here: global flags (--kubeconfig, --context, -n/--namespace) before
+kubectl's conventions kept here: global flags (--kubeconfig, --context, --as, -n/--namespace) before
 or after the subcommand; the namespace defaults to the kubeconfig context's; errors go to stderr
 as "error: ..." and an API error as "Error from server (Reason): message"; every failure,
 usage errors included, exits 1 (kubectl's cmdutil.CheckErr exits 1 for all of them; argparse's
@@ -63,6 +63,9 @@ def _common(parser: argparse.ArgumentParser, *, suppress: bool) -> None:
     default = argparse.SUPPRESS if suppress else None
     parser.add_argument("--kubeconfig", default=default, help="path to the kubeconfig file")
     parser.add_argument("--context", default=default, help="the kubeconfig context to use")
+    parser.add_argument(
+        "--as", dest="as_user", default=default, metavar="USER", help="act as this user (impersonation)"
+    )
     parser.add_argument(
         "-n", "--namespace", default=default, help="namespace (default: the context's namespace)"
     )
@@ -194,8 +197,16 @@ def cmd_why(args: argparse.Namespace, source: Source, default_ns: str, out: Text
     if kind == "PodGroup":
         group = source.podgroup(namespace, name)  # NotFound goes up as kubectl prints it
         members = [p for p in source.pods(namespace) if group_of(p) == name]
-        ledger = source.ledger_entries(namespace).get(namespace)
-        report = why.podgroup_report(group, members, source.events_regarding(namespace, kind, name), ledger)
+        unreadable = ""
+        try:
+            ledger = source.ledger_entries(namespace).get(namespace)
+        except ApiError as e:
+            if e.status != 403:
+                raise
+            # A namespace user may read the group but not the ledger: say so, explain the rest.
+            ledger, unreadable = None, f"cannot read the ledger: {e.message or e.reason}"
+        events = source.events_regarding(namespace, kind, name)
+        report = why.podgroup_report(group, members, events, ledger, ledger_error=unreadable)
     else:
         report = _why_pod(source, namespace, name)
     if args.output:
@@ -213,8 +224,15 @@ def _why_pod(source: Source, namespace: str, name: str) -> why.Report:
             raise
         pod, missing = None, e
     uid = ((pod or {}).get("metadata") or {}).get("uid")
-    # Victims may be in another namespace than the gang: every PodGroup's record is read.
-    records = why.records_naming(source.podgroups(missing_ok=True), namespace, name, uid)
+    # Victims may be in another namespace than the gang: every PodGroup's record is read, or,
+    # for a user who may list PodGroups only in the pod's namespace, those.
+    try:
+        groups = source.podgroups(missing_ok=True)
+    except ApiError as e:
+        if e.status != 403:
+            raise
+        groups = source.podgroups(namespace, missing_ok=True)
+    records = why.records_naming(groups, namespace, name, uid)
     group = None
     group_name = group_of(pod) if pod else ""
     if group_name:
@@ -242,7 +260,7 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None, err: Text
     err = err or sys.stderr
     args = build_parser().parse_args(argv)
     try:
-        connection = connect(args.kubeconfig, args.context)
+        connection = connect(args.kubeconfig, args.context, as_user=args.as_user)
         return COMMANDS[args.command](args, Source(connection.client), connection.namespace, out)
     except ApiError as e:
         reason = _REASONS.get(e.status, e.reason or str(e.status))

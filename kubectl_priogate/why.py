@@ -300,8 +300,11 @@ def podgroup_report(
     members: Iterable[Mapping[str, Any]],
     events: Iterable[Mapping[str, Any]],
     ledger: Mapping[str, Entry] | None,
+    *,
+    ledger_error: str = "",
 ) -> Report:
-    """`ledger`: the namespace's entries by uid (None: no ledger readable)."""
+    """`ledger`: the namespace's entries by uid (None: the namespace has no ledger, or
+    `ledger_error` says why it could not be read)."""
     meta = group.get("metadata") or {}
     spec = group.get("spec") or {}
     status = group.get("status") or {}
@@ -318,7 +321,7 @@ def podgroup_report(
         ("Phase", phase or NONE),
         ("Min member", f"{min_member} ({bound} of {len(rows)} member pods bound)"),
         ("Priority class", str(spec.get("priorityClassName") or NONE)),
-        ("Reservation", _reservation_text(ledger, uid)),
+        ("Reservation", ledger_error or _reservation_text(ledger, uid)),
     ]
     try:
         decision = recorded(group)

@@ -39,7 +39,17 @@ def _default_files() -> list[str]:
     return [f for f in files if Path(f).expanduser().exists()]
 
 
-def connect(kubeconfig: str | None = None, context: str | None = None) -> Connection:
+def connect(
+    kubeconfig: str | None = None, context: str | None = None, *, as_user: str | None = None
+) -> Connection:
+    """`as_user`: act as this user (kubectl's --as: the Impersonate-User header)."""
+    connection = _connect(kubeconfig, context)
+    if as_user:
+        connection.client.set_default_header("Impersonate-User", as_user)
+    return connection
+
+
+def _connect(kubeconfig: str | None, context: str | None) -> Connection:
     configuration = k8s.Configuration()
     if kubeconfig:
         if not Path(kubeconfig).expanduser().exists():

@@ -252,3 +252,30 @@ def test_why_a_pod_priogate_preempted_for_a_gang(
     group = ok(priogate("why", "podgroup/gang", "-n", namespace))
     assert "State:          Running" in group
     assert f"{namespace}/{victim} on " in group, "the group's report names its victims"
+
+
+def test_a_namespace_user_asks_why_and_sees_reservations(client: ApiClient, tenant, priogate):
+    """As a user with the built-in `edit` role in one namespace only (--as, kubectl's
+    impersonation flag): PodGroups of other namespaces are not theirs to list, so `why` reads
+    the records of their own namespace instead of failing."""
+    client.create(resource_path("v1", "pods", tenant.namespace), pod("big", namespace=None, cpu="100"))
+    client.create(
+        groups_path(tenant.namespace), podgroup("train", namespace=None, min_resources={"cpu": "1"})
+    )
+
+    def unschedulable() -> bool:
+        got = client.get(resource_path("v1", "pods", tenant.namespace, "big"))
+        return any(c.get("reason") == "Unschedulable" for c in got["status"].get("conditions") or [])
+
+    wait_for(unschedulable, 60, "the scheduler marks the pod Unschedulable")
+    as_tenant = ("-n", tenant.namespace, f"--as={tenant.user}")
+    text = ok(priogate("why", "big", *as_tenant))
+    assert "State:          Pending" in text and "unschedulable: 0/3 nodes are available" in text
+    group = ok(priogate("why", "podgroup/train", *as_tenant))
+    assert "Reservation:    holds minResources cpu=1" in group, group
+    table = ok(priogate("reservations", *as_tenant))
+    assert table.splitlines()[1].split()[:3] == ["<none>", "cpu", "<none>"], table
+    denied = priogate("simulate", *as_tenant)
+    assert denied.returncode == 1 and denied.stderr.startswith("Error from server (Forbidden): "), (
+        denied.stderr
+    )

@@ -23,6 +23,8 @@ from priogate.kube.kubeconfig import KubeconfigError, connect
             {"context": "c", "output": "yaml", "target": "pod/x"},
         ),
         (["reservations", "-A"], {"all_namespaces": True}),
+        (["--as", "alice", "reservations"], {"as_user": "alice"}),
+        (["reservations", "--as=alice"], {"as_user": "alice"}),
         (["simulate"], {"filename": None, "explain": False, "opt_out_mode": "hard"}),
         (
             ["simulate", "-f", "-", "--explain", "--opt-out-mode", "soft"],
@@ -82,7 +84,9 @@ class _Raising:
     ],
 )
 def test_api_errors_print_as_kubectl_prints_them(monkeypatch, error, line):
-    monkeypatch.setattr(cli, "connect", lambda *a: type("C", (), {"client": None, "namespace": "default"})())
+    monkeypatch.setattr(
+        cli, "connect", lambda *a, **k: type("C", (), {"client": None, "namespace": "default"})()
+    )
     monkeypatch.setitem(cli.COMMANDS, "why", _Raising(error))
     err = io.StringIO()
     assert cli.main(["why", "x"], out=io.StringIO(), err=err) == 1
