@@ -168,8 +168,9 @@ def render_table(data: Mapping[str, Any]) -> str:
             rows.append([_mark(h["preemptor"], new), "fits", NONE, NONE, "fits without preemption"])
         elif h["status"] in ("none", "member"):
             rows.append([_mark(h["preemptor"], new), h["status"], NONE, NONE, _NOT_A_PREEMPTOR[h["status"]]])
-    text = table(["preemptor", "decision", "node", "victims", "reason"], rows) if rows else ""
-    if not rows:
+    if rows:
+        text = table(["preemptor", "decision", "node", "victims", "reason"], rows)
+    else:
         text = "No preemption needed: no pending pod or PodGroup needs victims.\n"
     explained = [d for d in (*data["decisions"], *data["unresolved"]) if d.get("nodes")]
     for d in explained:
