@@ -1,0 +1,93 @@
+"""Every API read the plugin makes, and nothing else: the edge the pure modules stand behind.
+
+Reads are quorum LISTs (ApiClient.list_all): a person asking "why" wants the state now, not a
+cache's. Reservations are read through `ledger_entries` alone, so moving the ledger (another
+namespace, another object) changes that one function.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from priogate import podgroup
+from priogate.kube.client import ApiClient, ApiError, resource_path
+from priogate.ledger import LEDGER_LABEL, LEDGER_NAME, Entry, entries_of, ledger_path
+
+JSON = dict[str, Any]
+LIST_TIMEOUT = (5, 60)
+
+
+class Source:
+    def __init__(self, client: ApiClient) -> None:
+        self.client = client
+
+    def _list(
+        self, group_version: str, plural: str, namespace: str | None = None, **query: str
+    ) -> list[JSON]:
+        path = resource_path(group_version, plural, namespace)
+        if not query:
+            return self.client.list_all(path, timeout=LIST_TIMEOUT)
+        page = self.client.get(path, query=sorted(query.items()), timeout=LIST_TIMEOUT)
+        return list(page.get("items") or [])
+
+    def get(self, group_version: str, plural: str, namespace: str, name: str) -> JSON:
+        return self.client.get(resource_path(group_version, plural, namespace, name))
+
+    # ---- the snapshot's kinds ------------------------------------------------------------------
+
+    def nodes(self) -> list[JSON]:
+        return self._list("v1", "nodes")
+
+    def pods(self, namespace: str | None = None) -> list[JSON]:
+        return self._list("v1", "pods", namespace)
+
+    def podgroups(self, namespace: str | None = None, *, missing_ok: bool = False) -> list[JSON]:
+        """`missing_ok`: a cluster without the PodGroup CRD has no PodGroups (simulate); else the
+        404 goes up, as kubectl's "the server doesn't have a resource type" does."""
+        try:
+            return self._list(podgroup.GROUP_VERSION, podgroup.PLURAL, namespace)
+        except ApiError as e:
+            if e.status == 404 and missing_ok:
+                return []
+            raise
+
+    def podgroup(self, namespace: str, name: str) -> JSON:
+        return self.get(podgroup.GROUP_VERSION, podgroup.PLURAL, namespace, name)
+
+    def pdbs(self) -> list[JSON]:
+        return self._list("policy/v1", "poddisruptionbudgets")
+
+    def priority_classes(self) -> list[JSON]:
+        return self._list("scheduling.k8s.io/v1", "priorityclasses")
+
+    def resource_quotas(self, namespace: str | None = None) -> list[JSON]:
+        return self._list("v1", "resourcequotas", namespace)
+
+    # ---- why -----------------------------------------------------------------------------------
+
+    def events_regarding(self, namespace: str, kind: str, name: str) -> list[JSON]:
+        """events.k8s.io/v1 Events about one object (any uid: a preempted pod is gone, and a
+        new pod of its name is another object, which the caller tells apart by uid)."""
+        selector = f"regarding.kind={kind},regarding.name={name}"
+        return self._list("events.k8s.io/v1", "events", namespace, fieldSelector=selector)
+
+    # ---- the reservation ledger ----------------------------------------------------------------
+
+    def ledger_entries(self, namespace: str | None) -> dict[str, dict[str, Entry]]:
+        """Tenant namespace -> its ledger's entries (by PodGroup uid); every namespace that has a
+        ledger when `namespace` is None. The only place that knows where ledgers live."""
+        if namespace is not None:
+            try:
+                ledger: Mapping[str, Any] | None = self.client.get(ledger_path(namespace))
+            except ApiError as e:
+                if e.status != 404:
+                    raise
+                ledger = None
+            return {namespace: entries_of(ledger)} if ledger is not None else {}
+        found: dict[str, dict[str, Entry]] = {}
+        for cm in self._list("v1", "configmaps", labelSelector="=".join(LEDGER_LABEL)):
+            meta = cm.get("metadata") or {}
+            if meta.get("name") == LEDGER_NAME:
+                found[str(meta.get("namespace", ""))] = entries_of(cm)
+        return found
