@@ -79,7 +79,7 @@ def a_node(draw: st.DrawFn, name: str) -> tuple[dict[str, Any], bool]:
         bad = node(name)
         bad["status"]["allocatable"]["cpu"] = "lots"
         return bad, True
-    taint = draw(st.sampled_from([None, None, None, "NoSchedule"]))
+    taint = draw(st.sampled_from([None, None, "NoSchedule"]))
     obj = node(
         name,
         cpu=draw(st.sampled_from(["2", "3", "4"])),
@@ -87,7 +87,7 @@ def a_node(draw: st.DrawFn, name: str) -> tuple[dict[str, Any], bool]:
         allocatable={GPU: "2"} if draw(st.integers(0, 5)) == 0 else None,
         labels={"zone": draw(st.sampled_from(["a", "b"]))},
         taints=[{"key": "dedicated", "value": "x", "effect": taint}] if taint else None,
-        unschedulable=draw(st.integers(0, 9)) == 0,
+        unschedulable=draw(st.integers(0, 5)) == 0,
     )
     return obj, False
 
