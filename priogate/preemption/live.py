@@ -6,7 +6,8 @@ UpdateSnapshot refreshes only the nodes whose generation moved since the last sn
 Here `apply` parses one object (the same parsers as Snapshot.from_objects), moves the pod
 between the per-node indexes and marks the nodes it touched; `current` recomputes those
 nodes' aggregates (state.node_state, as apply_decision does for a decision), patches their
-rows of the screening tables (ScreenTable.patched) and returns a ClusterState for
+rows of the screening tables (ScreenTable.patched) and the victim-unit index, and returns a
+ClusterState for
 engine.decide_group, single.preempt_pod or engine.run.
 
 The invariant (tests/unit/preemption/test_live.py): after any sequence of events, decisions
@@ -26,9 +27,9 @@ What each kind of event costs:
   re-matches the bound pods of its namespace;
 - a PriorityClass re-resolves the pods whose priority or preemption policy came from a class
   (admission sets both on every pod, so in a real cluster few or none) and every PodGroup.
-The gang path's victim-unit index (units.unit_index) has dense ranks, so any change to a
-bound pod, a PodGroup or a PDB's matches means it is rebuilt on the next gang decision;
-events that leave it alone (pending pods, node heartbeats, PDB allowances) keep it.
+The gang path's victim-unit index (units.unit_index), once a decision has built it, is
+patched too: the units of the placed pods and PodGroups that changed are taken out and put
+back in rank order (units.patch_unit_index), and only their nodes' rows are recomputed.
 
 A ClusterState from `current` shares its mappings with this object (as kube-scheduler's
 snapshot is updated in place at the start of each cycle): it is valid until the next
@@ -56,6 +57,7 @@ from priogate.preemption.state import (
     screen_row,
 )
 from priogate.preemption.table import ScreenTable
+from priogate.preemption.units import UnitIndex, patch_unit_index
 
 DELETED = "DELETED"
 # A free PDB slot: PDBs are referred to by their index in ClusterState.pdbs, so a deleted one
@@ -142,7 +144,9 @@ class LiveClusterState:
         self._dirty_groups: set[str] = set()
         self._node_set_changed = True
         self._dims_changed = True
-        self._units_changed = True
+        # Placed pods and PodGroups whose victim units may have changed (units.patch_unit_index).
+        self._unit_pods: set[str] = set()
+        self._unit_groups: set[str] = set()
 
         for obj in priority_classes:
             self._set_class(obj)
@@ -222,7 +226,8 @@ class LiveClusterState:
         self._carry_memo(previous, state, touched)
         self._state, self._state_generation = state, self.generation
         self._dirty_nodes, self._dirty_nominated, self._dirty_groups = set(), set(), set()
-        self._node_set_changed = self._dims_changed = self._units_changed = False
+        self._node_set_changed = self._dims_changed = False
+        self._unit_pods, self._unit_groups = set(), set()
         return state
 
     def _carry_memo(self, previous: ClusterState | None, state: ClusterState, touched: set[str]) -> None:
@@ -230,12 +235,21 @@ class LiveClusterState:
         strict screening table always (every decision screens with it)."""
         old = previous.memo if previous is not None else {}
         full = self._node_set_changed or self._dims_changed
+        state.memo["group_members"] = self._group_members
         for key, value in old.items():
             if key.startswith("table:") and isinstance(value, ScreenTable) and not full:
                 state.memo[key] = value.patched(state, touched)
-            elif key.startswith("units:") and not self._units_changed:
-                state.memo[key] = value
-        state.memo["group_members"] = self._group_members
+            elif key.startswith("units:") and isinstance(value, UnitIndex) and not self._dims_changed:
+                if self._unit_pods or self._unit_groups:
+                    value = patch_unit_index(
+                        value,
+                        state,
+                        self._unit_pods,
+                        self._unit_groups,
+                        include_opted_out=key == "units:True",
+                    )
+                if value is not None:
+                    state.memo[key] = value
         if "table:False" not in state.memo:
             state.memo["table:False"] = ScreenTable(state, include_opted_out=False)
 
@@ -329,7 +343,12 @@ class LiveClusterState:
         self._on_node[pod.node_name][pod.key] = pod
         self._pdb_matches[pod.key] = self._match(pod)
         self._dirty_nodes.add(pod.node_name)
-        self._units_changed = True
+        self._unit_change(pod)
+
+    def _unit_change(self, pod: PodInfo) -> None:
+        self._unit_pods.add(pod.key)
+        if pod.group:
+            self._unit_groups.add(pod.group)
 
     def _unlink(self, pod: PodInfo) -> None:
         key = pod.key
@@ -343,7 +362,7 @@ class LiveClusterState:
             del self._on_node[node][key]
             self._pdb_matches.pop(key, None)
             self._dirty_nodes.add(node)
-            self._units_changed = True
+            self._unit_change(pod)
         elif node:
             _discard(self._orphans, node, key)
         if pod.nominated_node and key in self._nominees.get(pod.nominated_node, ()):
@@ -355,7 +374,7 @@ class LiveClusterState:
         extra = (set(self._dims) | set(resources)) - set(FIRST_DIMS)
         self._dims = FIRST_DIMS + tuple(sorted(extra))
         self._vectors = {k: to_vector(p.requests, self._dims, pod=True) for k, p in self._pods.items()}
-        self._dims_changed = self._units_changed = True
+        self._dims_changed = True
         self._dirty_nodes |= set(self._infos)
 
     # nodes
@@ -396,13 +415,13 @@ class LiveClusterState:
 
     def _remove_node(self, name: str) -> None:
         del self._infos[name]
-        for key in self._on_node.pop(name, {}):
+        for key, pod in self._on_node.pop(name, {}).items():
             self._pdb_matches.pop(key, None)
             self._orphans.setdefault(name, set()).add(key)
+            self._unit_change(pod)
         self._dirty_nodes.add(name)
         self._dirty_nominated.add(name)
         self._node_set_changed = True
-        self._units_changed = True
 
     # PodGroups, PDBs, PriorityClasses
 
@@ -428,7 +447,7 @@ class LiveClusterState:
             del self._groups[key]
         else:
             self._groups[key] = group
-        self._units_changed = True  # whole-group units and their order
+        self._unit_groups.add(key)  # whole-group units and their order
         return True
 
     def _apply_pdb(self, obj: Mapping[str, Any], deleted: bool) -> bool:
@@ -496,7 +515,7 @@ class LiveClusterState:
             if new != matches:
                 self._pdb_matches[key] = new
                 self._dirty_nodes.add(pod.node_name)
-                self._units_changed = True
+                self._unit_change(pod)
 
     def _set_class(self, obj: Mapping[str, Any]) -> None:
         name = object_name(obj)

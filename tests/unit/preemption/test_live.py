@@ -17,6 +17,7 @@ from priogate.preemption.engine import decide_group, prepare, run
 from priogate.preemption.live import LiveClusterState
 from priogate.preemption.snapshot import Snapshot
 from priogate.preemption.state import ClusterState
+from priogate.preemption.units import UnitIndex, _build
 from tests.builders import node, pdb, pod, podgroup, priority_class
 
 KINDS = ("nodes", "pods", "podgroups", "pdbs", "classes")
@@ -57,7 +58,35 @@ class World:
         )
 
 
+def _normalized(index: UnitIndex) -> tuple:
+    """A unit index with ranks replaced by positions: ranks only order units."""
+    at = {rank: i for i, rank in enumerate(index.ranks)}
+    return (
+        [(u.key, u.priority, u.group, u.pods) for u in index.units],
+        index.orders,
+        index.neg_priority,
+        {node: ([at[r] for r in rows.ranks], rows.cum) for node, rows in index.per_node.items()},
+        [at[r] for r in index.pdb_ranks],
+        [at[r] for r in index.opted_ranks],
+        {key: at[r] for key, r in index.rank_of.items()},
+        index.unit_of_pod,
+        {i: [(at[r], p.key) for r, p in members] for i, members in index.pdb_members.items()},
+        {at[r]: pdbs for r, pdbs in index.pdbs_of_rank.items()},
+        all(u.rank == r and index.unit_at[r] is u for u, r in zip(index.units, index.ranks, strict=True))
+        and len(index.unit_at) == len(index.units)
+        and index.first_below(-(2**40)) < index.stride,
+    )
+
+
+def assert_patched_units_are_built_units(state: ClusterState) -> None:
+    for variant in (False, True):
+        patched = state.memo.get(f"units:{variant}")
+        if patched is not None:
+            assert _normalized(patched) == _normalized(_build(state, variant))
+
+
 def assert_same_decisions(live: ClusterState, fresh: ClusterState) -> None:
+    assert_patched_units_are_built_units(live)
     for mode in ("hard", "soft"):
         assert run(live, opt_out_mode=mode, explain=True) == run(fresh, opt_out_mode=mode, explain=True)
     for group in fresh.groups:
@@ -387,7 +416,7 @@ def test_a_priority_class_change_re_resolves_the_pods_that_name_it() -> None:
     assert_same_decisions(state, world.fresh())
 
 
-def test_gang_decisions_reuse_the_unit_index_across_pending_pod_events() -> None:
+def test_gang_decisions_keep_the_unit_index_current() -> None:
     world = _cluster()
     world.put("podgroups", "default/job", podgroup("job", min_member=2, phase="Inqueue"))
     for i in range(2):
@@ -402,5 +431,6 @@ def test_gang_decisions_reuse_the_unit_index_across_pending_pod_events() -> None
     assert decide_group(state, "default/job") == decide_group(world.fresh(), "default/job")
     _step(world, live, "pods", "default/low", pod("low"), "DELETED")
     state = live.current()
-    assert "units:False" not in state.memo
+    assert state.memo["units:False"] is units  # patched: the deleted pod's unit is gone
+    assert "default/low" not in units.rank_of
     assert decide_group(state, "default/job") == decide_group(world.fresh(), "default/job")
