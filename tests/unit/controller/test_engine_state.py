@@ -67,3 +67,14 @@ def test_a_malformed_object_is_left_out_not_fatal() -> None:
     caches.pods.apply_event("ADDED", pod("broken", cpu="lots"))
     outcome = engine.decide("default/job")
     assert outcome.status == "preempt"
+
+
+def test_a_relist_deletes_what_vanished_and_resyncs_the_rest() -> None:
+    caches = _caches()
+    engine = EngineState.attach(caches)
+    engine.decide("default/job")
+    kept = [p for p in caches.pods.items() if p["metadata"]["name"] != "low-1"]
+    caches.pods.replace_all([*kept, pod("low-2", priority=3, cpu="3", node="n1")], "2")
+    outcome = engine.decide("default/job")
+    assert outcome == decide_for_group(_fresh(caches), "default/job")
+    assert "default/low-1" not in {v.key for v in outcome.victims}
