@@ -49,8 +49,15 @@ class EngineState:
 
     def on_event(self, cache: str, event_type: str, obj: Obj) -> None:
         with self._lock:
-            if self._live is not None:  # not seeded yet: seeding will read the cache
+            if self._live is None:
+                return  # not seeded yet: seeding will read the cache
+            try:
                 self._live.apply(cache, event_type, obj)
+            except Exception:
+                # Malformed objects are skipped inside; anything else is a bug that must not
+                # stop the watch: start again from the caches on the next decision.
+                log.exception("live preemption state dropped; reseeding from the caches", cache=cache)
+                self._live = None
 
     def _seeded(self) -> LiveClusterState:
         if self._live is None:

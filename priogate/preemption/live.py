@@ -7,8 +7,7 @@ Here `apply` parses one object (the same parsers as Snapshot.from_objects), move
 between the per-node indexes and marks the nodes it touched; `current` recomputes those
 nodes' aggregates (state.node_state, as apply_decision does for a decision), patches their
 rows of the screening tables (ScreenTable.patched) and the victim-unit index, and returns a
-ClusterState for
-engine.decide_group, single.preempt_pod or engine.run.
+ClusterState for engine.decide_group, single.preempt_pod or engine.run.
 
 The invariant (tests/unit/preemption/test_live.py): after any sequence of events, decisions
 on `current()` equal those on prepare(Snapshot.from_objects(...)) of the objects the events

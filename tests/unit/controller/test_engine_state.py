@@ -78,3 +78,18 @@ def test_a_relist_deletes_what_vanished_and_resyncs_the_rest() -> None:
     outcome = engine.decide("default/job")
     assert outcome == decide_for_group(_fresh(caches), "default/job")
     assert "default/low-1" not in {v.key for v in outcome.victims}
+
+
+def test_an_unexpected_failure_reseeds_instead_of_stopping_the_watch() -> None:
+    caches = _caches()
+    engine = EngineState.attach(caches)
+    engine.decide("default/job")
+    assert engine._live is not None
+
+    def broken(*args: object) -> bool:
+        raise RuntimeError("a bug")
+
+    engine._live.apply = broken  # type: ignore[method-assign]
+    caches.nodes.apply_event("ADDED", node("n2", cpu="1"))  # does not raise into the watch
+    assert engine._live is None
+    assert engine.decide("default/job") == decide_for_group(_fresh(caches), "default/job")
