@@ -47,7 +47,13 @@ class NodeUnits:
     cum: tuple[Vector, ...]  # cum[i]: summed requests of entries[:i]
 
 
-RANK_GAP = 1024  # ranks are spaced so a live state can insert a unit without renumbering
+# Ranks are spaced so a live state can insert a unit without renumbering the others. New
+# pods mostly land at one spot (the end of their priority band: the latest start), so an
+# insert takes a small step from its predecessor rather than halving the gap: a band takes
+# RANK_GAP / RANK_STEP such inserts before gaps start to halve, and only an exhausted gap
+# makes the index be built afresh. Python ints: the size costs nothing.
+RANK_GAP = 2**32
+RANK_STEP = 2**16
 
 
 @dataclass(slots=True)
@@ -226,7 +232,7 @@ def patch_unit_index(
         high = index.ranks[i] if i < len(index.ranks) else low + 2 * RANK_GAP
         if high - low < 2:
             return None
-        rank = (low + high) // 2
+        rank = low + min(RANK_STEP, (high - low) // 2)
         unit = Unit(unit.key, unit.priority, unit.group, unit.pods, rank)
         index.units.insert(i, unit)
         index.orders.insert(i, order)

@@ -13,6 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from priogate.preemption import units
 from priogate.preemption.engine import decide_group, prepare, run
 from priogate.preemption.live import LiveClusterState
 from priogate.preemption.snapshot import Snapshot
@@ -434,3 +435,26 @@ def test_gang_decisions_keep_the_unit_index_current() -> None:
     assert state.memo["units:False"] is units  # patched: the deleted pod's unit is gone
     assert "default/low" not in units.rank_of
     assert decide_group(state, "default/job") == decide_group(world.fresh(), "default/job")
+
+
+@pytest.mark.parametrize(("gap", "step"), [(2, 1), (8, 1), (64, 4)])
+def test_inserts_at_one_spot_outlast_the_rank_gaps(
+    monkeypatch: pytest.MonkeyPatch, gap: int, step: int
+) -> None:
+    """Binds of ever later pods land at the end of their priority band, one after the other:
+    when the gap runs out the index is built afresh, and decisions never change."""
+    monkeypatch.setattr(units, "RANK_GAP", gap)
+    monkeypatch.setattr(units, "RANK_STEP", step)
+    world = _cluster()
+    world.put("nodes", "n2", node("n2", cpu="32", pods=200))
+    world.put("podgroups", "default/job", podgroup("job", min_member=2, phase="Inqueue"))
+    for i in range(2):
+        world.put("pods", f"default/job-{i}", pod(f"job-{i}", priority=10, cpu="20", group="job"))
+    live = world.live()
+    decide_group(live.current(), "default/job")
+    for i in range(12):
+        bound = pod(f"late-{i}", priority=1, cpu="1", node="n2", started=100 + i)
+        _step(world, live, "pods", f"default/late-{i}", bound, "ADDED")
+        state = live.current()
+        assert_patched_units_are_built_units(state)
+        assert decide_group(state, "default/job") == decide_group(world.fresh(), "default/job")
