@@ -296,6 +296,8 @@ def measure_live(nodes: int) -> dict[str, Any]:
         state = live.current()
         preempt_pod(state, state.pods["prod/urgent"], opt_out_mode="hard", explain=False)
 
+    urgent = live.current().pods["prod/urgent"]
+
     def bind_then_refresh() -> None:
         live.apply("pods", "ADDED", bind)
         live.current()
@@ -310,6 +312,12 @@ def measure_live(nodes: int) -> dict[str, Any]:
 
     decide_group(live.current(), "prod/training")  # the unit index, as a running controller has it
     upkeep_s = _median_of(RUNS, unbind, bind_then_refresh)
+    # The same decision with no event before it, in the same minutes: the machine is shared.
+    alone_s = _median_of(
+        RUNS,
+        live.current,
+        lambda: preempt_pod(live.current(), urgent, opt_out_mode="hard", explain=False),
+    )
     pod_s = _median_of(RUNS, unbind, bind_then_pod_decision)
     gang_s = _median_of(RUNS, unbind, pending_then_gang_decision)
     gang_bind_s = _median_of(RUNS, unbind, bind_then_gang_decision)
@@ -321,6 +329,7 @@ def measure_live(nodes: int) -> dict[str, Any]:
         "absorbed": absorbed,
         "refreshed": refreshed,
         "upkeep": upkeep_s,
+        "alone": alone_s,
         "pod": pod_s,
         "gang": gang_s,
         "gang_bind": gang_bind_s,
@@ -365,6 +374,7 @@ def main() -> int:
     print(f"event to decision, median (best) of {RUNS} runs, ms:")
     for label, key in (
         ("pod bound -> state refreshed, no decision", "upkeep"),
+        ("no event -> pod decision", "alone"),
         ("pod bound -> pod decision", "pod"),
         ("pod created pending -> gang decision", "gang"),
         ("pod bound -> gang decision", "gang_bind"),
