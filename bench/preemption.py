@@ -6,22 +6,32 @@ nearly full, so every decision needs victims. Timed: one high-priority pod, and 
 needing 16 members at once, each the best of several runs on a prepared snapshot (building
 the snapshot and its per-node aggregates is reported separately). Prints a table and, last,
 `preemption: pod 5000 nodes X ms, gang 5000 nodes Y ms, growth 500->5000 Z x` (Z: the pod
-decision). Figures, never assertions. Progress goes to stderr.
+decision), then `live: N events/s, event-to-decision X ms`.
+
+The live part keeps a LiveClusterState of the largest cluster current from a realistic
+event mix (a pod created pending, bound, its status updated, deleted; node heartbeats that
+change nothing the engine reads) and reports the events it absorbs per second and the time
+from one pod event to a decision that sees it (apply, refresh, decide). Figures, never
+assertions. Progress goes to stderr.
 """
 
 from __future__ import annotations
 
+import copy
 import gc
 import random
+import statistics
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
-from priogate.preemption.engine import preemptors, prepare
+from priogate.preemption.engine import decide_group, preemptors, prepare
 from priogate.preemption.gang import preempt_group
+from priogate.preemption.live import LiveClusterState
 from priogate.preemption.outcome import Outcome
 from priogate.preemption.single import preempt_pod
-from priogate.preemption.snapshot import build_snapshot
+from priogate.preemption.snapshot import KINDS, build_snapshot
 from priogate.preemption.state import ClusterState
 from priogate.preemption.units import group_members, unit_index
 
@@ -31,6 +41,9 @@ RUNS = 7
 SEED = 20260101
 PRIORITIES = ((0, 0.4), (100, 0.3), (1000, 0.2), (10000, 0.1))
 PREEMPTOR_PRIORITY = 100000
+LIVE_EVENTS = 30000  # the absorbed-rate run
+LIVE_REFRESHED_EVENTS = 2000  # ... and the run refreshing the state after every event
+CACHE_NAMES = dict(zip(KINDS, ("nodes", "pods", "podgroups", "pdbs", "classes"), strict=True))
 
 
 def _iso(seconds: int) -> str:
@@ -195,6 +208,134 @@ def measure(nodes: int) -> dict[str, Any]:
     }
 
 
+def churn(
+    objects: list[dict[str, Any]], count: int, seed: int = SEED
+) -> list[tuple[str, str, dict[str, Any]]]:
+    """`count` watch events as a busy cluster sends them: per pod, created pending, bound,
+    a status update the engine does not read, deleted; between them node heartbeats."""
+    rng = random.Random(seed)
+    nodes = [o for o in objects if o["kind"] == "Node"]
+    values = [p for p, _ in PRIORITIES]
+    events: list[tuple[str, str, dict[str, Any]]] = []
+    i = 0
+    while len(events) < count:
+        name, priority, node = f"churn-{i}", rng.choice(values), rng.choice(nodes)
+        i += 1
+        pending = _pod(name, "churn", priority, "500m", "1Gi", labels={"app": "churn"})
+        bound = _pod(name, "churn", priority, "500m", "1Gi", node=node["metadata"]["name"], start=_iso(9))
+        ready = copy.deepcopy(bound)
+        ready["status"]["conditions"] = [{"type": "Ready", "status": "True"}]
+        events += [
+            ("pods", "ADDED", pending),
+            ("pods", "MODIFIED", bound),
+            ("nodes", "MODIFIED", _heartbeat(node, i)),
+            ("pods", "MODIFIED", ready),
+            ("nodes", "MODIFIED", _heartbeat(rng.choice(nodes), i)),
+            ("pods", "DELETED", ready),
+        ]
+    return events[:count]
+
+
+def _heartbeat(node: dict[str, Any], beat: int) -> dict[str, Any]:
+    status = {**node["status"], "conditions": [{"type": "Ready", "lastHeartbeatTime": _iso(beat)}]}
+    return {**node, "status": status}
+
+
+def _median_of(runs: int, prepare_run: Callable[[], None], timed: Callable[[], Any]) -> tuple[float, float]:
+    """(median, best) of `runs` timings of `timed`, each after an untimed `prepare_run`."""
+    times = []
+    for _ in range(runs):
+        prepare_run()
+        started = time.perf_counter()
+        timed()
+        times.append(time.perf_counter() - started)
+    return statistics.median(times), min(times)
+
+
+def measure_live(nodes: int) -> dict[str, Any]:
+    objects = synthetic_cluster(nodes)
+    by_kind: dict[str, list[dict[str, Any]]] = {name: [] for name in CACHE_NAMES.values()}
+    for obj in objects:
+        by_kind[CACHE_NAMES[obj["kind"]]].append(obj)
+    started = time.perf_counter()
+    live = LiveClusterState(
+        nodes=by_kind["nodes"],
+        pods=by_kind["pods"],
+        podgroups=by_kind["podgroups"],
+        pdbs=by_kind["pdbs"],
+        priority_classes=by_kind["classes"],
+    )
+    state = live.current()
+    unit_index(state, include_opted_out=False)
+    build = time.perf_counter() - started
+    gc.freeze()
+    events = churn(objects, LIVE_EVENTS)
+    started = time.perf_counter()
+    for event in events:
+        live.apply(*event)
+    absorbed = len(events) / (time.perf_counter() - started)
+    live.current()
+    refreshed_events = events[:LIVE_REFRESHED_EVENTS]
+    started = time.perf_counter()
+    for event in refreshed_events:
+        live.apply(*event)
+        live.current()
+    refreshed = len(refreshed_events) / (time.perf_counter() - started)
+
+    # One bind (a node's pods change), then a decision that must see it.
+    node = by_kind["nodes"][0]["metadata"]["name"]
+    bind = _pod("probe", "churn", 0, "100m", "128Mi", node=node, start=_iso(9))
+    pending = _pod("probe", "churn", 0, "100m", "128Mi")
+
+    def unbind() -> None:
+        live.apply("pods", "DELETED", bind)
+        live.current()
+
+    def bind_then_pod_decision() -> None:
+        live.apply("pods", "ADDED", bind)
+        state = live.current()
+        preempt_pod(state, state.pods["prod/urgent"], opt_out_mode="hard", explain=False)
+
+    urgent = live.current().pods["prod/urgent"]
+
+    def bind_then_refresh() -> None:
+        live.apply("pods", "ADDED", bind)
+        live.current()
+
+    def pending_then_gang_decision() -> None:
+        live.apply("pods", "ADDED", pending)
+        decide_group(live.current(), "prod/training")
+
+    def bind_then_gang_decision() -> None:
+        live.apply("pods", "ADDED", bind)
+        decide_group(live.current(), "prod/training")
+
+    decide_group(live.current(), "prod/training")  # the unit index, as a running controller has it
+    upkeep_s = _median_of(RUNS, unbind, bind_then_refresh)
+    # The same decision with no event before it, in the same minutes: the machine is shared.
+    alone_s = _median_of(
+        RUNS,
+        live.current,
+        lambda: preempt_pod(live.current(), urgent, opt_out_mode="hard", explain=False),
+    )
+    pod_s = _median_of(RUNS, unbind, bind_then_pod_decision)
+    gang_s = _median_of(RUNS, unbind, pending_then_gang_decision)
+    gang_bind_s = _median_of(RUNS, unbind, bind_then_gang_decision)
+    gc.unfreeze()
+    return {
+        "nodes": nodes,
+        "pods": len(live.current().pods),
+        "build": build,
+        "absorbed": absorbed,
+        "refreshed": refreshed,
+        "upkeep": upkeep_s,
+        "alone": alone_s,
+        "pod": pod_s,
+        "gang": gang_s,
+        "gang_bind": gang_bind_s,
+    }
+
+
 def main() -> int:
     rows = []
     for nodes in SIZES:
@@ -221,6 +362,25 @@ def main() -> int:
             f"{r['nodes']:>6} {r['pods']:>7} {r['build']:>8.2f} {r['pod'] * 1e3:>8.2f} {r['pod_victims']:>7} "
             f"{r['gang'] * 1e3:>8.2f} {r['gang_victims']:>7} {r['gang_nodes']:>8}"
         )
+    nodes = SIZES[-1]
+    print(f"bench-preemption: live state of {nodes} nodes ...", file=sys.stderr, flush=True)
+    live = measure_live(nodes)
+    print(
+        f"live state at {live['nodes']} nodes / {live['pods']} pods (built once in {live['build']:.1f} s): "
+        f"{live['absorbed']:.0f} events/s absorbed "
+        "(pods created, bound, status updates, deleted; node heartbeats), "
+        f"{live['refreshed']:.0f} events/s refreshing the state after each one"
+    )
+    print(f"event to decision, median (best) of {RUNS} runs, ms:")
+    for label, key in (
+        ("pod bound -> state refreshed, no decision", "upkeep"),
+        ("no event -> pod decision", "alone"),
+        ("pod bound -> pod decision", "pod"),
+        ("pod created pending -> gang decision", "gang"),
+        ("pod bound -> gang decision", "gang_bind"),
+    ):
+        median, best = live[key]
+        print(f"  {label:<42} {median * 1e3:8.1f} ({best * 1e3:.1f})")
     first, last = rows[0], rows[-1]
     pod_growth = last["pod"] / first["pod"]
     gang_growth = last["gang"] / first["gang"]
@@ -231,7 +391,8 @@ def main() -> int:
     print(
         f"preemption: pod {last['nodes']} nodes {last['pod'] * 1e3:.1f} ms, "
         f"gang {last['nodes']} nodes {last['gang'] * 1e3:.1f} ms, "
-        f"growth {first['nodes']}->{last['nodes']} {pod_growth:.1f} x"
+        f"growth {first['nodes']}->{last['nodes']} {pod_growth:.1f} x, "
+        f"live: {live['absorbed']:.0f} events/s, event-to-decision {live['pod'][0] * 1e3:.1f} ms"
     )
     return 0
 

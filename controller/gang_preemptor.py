@@ -35,14 +35,13 @@ from typing import Any
 import structlog
 
 from controller.caches import Caches
+from controller.engine_state import EngineState
 from controller.events import EventRecorder
 from priogate import preemption_record as record
 from priogate import priority as prio
 from priogate.clock import micro_time
 from priogate.kube.client import ApiClient, ApiError, resource_path
 from priogate.podgroup import GROUP_VERSION, PLURAL
-from priogate.preemption.engine import decide_for_group
-from priogate.preemption.snapshot import Snapshot
 from priogate.preemption_record import RecordedDecision, Step, Victim
 
 log = structlog.get_logger("priogate.controller.preemption")
@@ -76,9 +75,13 @@ class GangPreemptor:
         retry_after: float = record.DEFAULT_RETRY_AFTER,
         max_age: float = record.DEFAULT_MAX_AGE,
         on_applied: Callable[[int], None] = lambda victims: None,
+        engine: EngineState | None = None,
     ) -> None:
         self.client = client
         self.caches = caches
+        # Decisions read the engine state kept current from the caches' events, not a snapshot
+        # rebuilt from every cached object per decision.
+        self.engine = engine or EngineState.attach(caches)
         self.events = events
         self.is_leader = is_leader
         self.opt_out_mode = opt_out_mode
@@ -210,22 +213,8 @@ class GangPreemptor:
 
     # ---- deciding ------------------------------------------------------------------------------
 
-    def _snapshot(self) -> Snapshot:
-        return Snapshot.from_objects(
-            nodes=self.caches.nodes.items(),
-            pods=self.caches.pods.items(),
-            podgroups=self.caches.podgroups.items(),
-            pdbs=self.caches.pdbs.items(),
-            priority_classes=self.caches.classes.items(),
-        )
-
     def _decide(self, group: Mapping[str, Any], key: str) -> RecordedDecision | None:
-        try:
-            snapshot = self._snapshot()
-        except ValueError as e:
-            log.warning("cannot build a preemption snapshot", podgroup=key, error=str(e))
-            return None
-        outcome = decide_for_group(snapshot, key, opt_out_mode=self.opt_out_mode)
+        outcome = self.engine.decide(key, opt_out_mode=self.opt_out_mode)
         if outcome.status != "preempt" or not outcome.victims:
             log.info("no gang preemption", podgroup=key, status=outcome.status, reason=outcome.reason)
             return None

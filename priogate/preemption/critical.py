@@ -203,4 +203,4 @@ def critical_start(
     positions = sorted(
         p for p in (order.position(r) for r in ranks if order.segments.get(r) != PINNED) if p >= cursor
     )
-    return Start(cursor, free, [index.units[p % order.stride] for p in positions])
+    return Start(cursor, free, [index.unit_at[p % order.stride] for p in positions])

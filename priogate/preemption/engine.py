@@ -21,7 +21,7 @@ from priogate.preemption.single import preempt_pod
 from priogate.preemption.snapshot import NEVER, PodGroupInfo, PodInfo, Snapshot
 from priogate.preemption.state import ClusterState, apply_decision, build_state, is_pending
 from priogate.preemption.table import carry_tables, screen_table
-from priogate.preemption.units import GROUP_PREFIX
+from priogate.preemption.units import GROUP_PREFIX, group_members
 
 OPT_OUT_MODES = ("hard", "soft")
 PENDING_GROUP = (
@@ -177,13 +177,22 @@ def decide_for_group(
     asks only for groups it found admitted (preemption_record.needs_preemption), on the
     PodGroup object it holds, which may be newer than the snapshot's copy.
     """
+    return decide_group(prepare(snapshot), group_key, opt_out_mode=opt_out_mode, explain=explain)
+
+
+def decide_group(
+    state: ClusterState, group_key: str, *, opt_out_mode: str = "hard", explain: bool = False
+) -> Outcome:
+    """`decide_for_group` on a state already prepared, e.g. LiveClusterState.current()."""
     _check_opt_out_mode(opt_out_mode)
     key = GROUP_PREFIX + group_key
-    state = prepare(snapshot)
     group = state.groups.get(group_key)
     if group is None:
         return unresolved(key, NOT_IN_SNAPSHOT)
-    request = gang_request(group, [p for p in state.pods.values() if p.group == group_key])
+    # The members by index, not by a walk over every pod of the cluster (gang_request does
+    # not depend on their order).
+    members = [state.pods[k] for k in group_members(state).get(group_key, ())]
+    request = gang_request(group, members)
     if request is None:
         return unresolved(key, NOTHING_TO_PLACE)
     return preempt_group(state, request, opt_out_mode=opt_out_mode, explain=explain)

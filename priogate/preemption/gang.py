@@ -129,7 +129,7 @@ def solve(
     """Victims and placement for one opt-out variant, or "infeasible"/"exhausted".
     `walk_all` skips the counting shortcut (tests compare both)."""
     index = unit_index(state, include_opted_out=include_opted_out)
-    r0 = bisect_right(index.neg_priority, -problem.priority)  # first unit below the gang
+    r0 = index.first_below(problem.priority)  # rank of the first unit below the gang
     own = index.rank_of.get(problem.key)
     pinned = own if own is not None and own >= r0 else None  # the gang's own placed members
     violating, violating_ranks = _violating(state, index, r0, pinned, set(problem.nodes))
@@ -137,7 +137,7 @@ def solve(
     segments = {r: 2 * (r not in opted) + (r not in violating_ranks) for r in opted | violating_ranks}
     if pinned is not None:
         segments[pinned] = PINNED
-    order = Order(r0, len(index.units) + 1, segments)
+    order = Order(r0, index.stride, segments)
     packer = Packer(problem.classes)
     if len(problem.classes) == 1 and not walk_all:
         start = critical_start(index, order, problem.classes[0], problem.dims, problem.base)
@@ -175,7 +175,7 @@ def _walk_everything(
             free = [f + top[d] - row[d] for f, d in zip(free, problem.dims, strict=True)]
         free_all[node] = free
     if pinned is not None:
-        for pod in index.units[pinned].pods:
+        for pod in index.unit_at[pinned].pods:
             if pod.node_name in free_all:
                 row = free_all[pod.node_name]
                 free_all[pod.node_name] = [
@@ -188,7 +188,7 @@ def _walk_everything(
     units = sorted(
         (
             u
-            for u in index.units[order.r0 :]
+            for u in index.from_rank(order.r0)
             if u.rank != pinned and any(p.node_name in in_domain for p in u.pods)
         ),
         key=lambda u: order.position(u.rank),

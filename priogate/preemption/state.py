@@ -114,19 +114,20 @@ class ScreenRow(NamedTuple):
     everything: Ranked
 
 
-def screen_rows(nodes: Mapping[str, NodeState]) -> tuple[ScreenRow, ...]:
-    return tuple(
-        ScreenRow(
-            name,
-            node,
-            bool(node.info.taints or node.info.unschedulable),
-            node.free,
-            node.terminating if node.terminating.pods else None,
-            node.victims_strict,
-            node.victims_all,
-        )
-        for name, node in sorted(nodes.items())
+def screen_row(name: str, node: NodeState) -> ScreenRow:
+    return ScreenRow(
+        name,
+        node,
+        bool(node.info.taints or node.info.unschedulable),
+        node.free,
+        node.terminating if node.terminating.pods else None,
+        node.victims_strict,
+        node.victims_all,
     )
+
+
+def screen_rows(nodes: Mapping[str, NodeState]) -> tuple[ScreenRow, ...]:
+    return tuple(screen_row(name, node) for name, node in sorted(nodes.items()))
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,12 +164,12 @@ def build_state(snapshot: Snapshot) -> ClusterState:
     vectors = {p.key: to_vector(p.requests, dims, pod=True) for p in snapshot.pods}
     pods = {p.key: p for p in snapshot.pods}
     infos = {n.name: n for n in snapshot.nodes}
-    pdb_matches = {p.key: _pdb_indices(p, snapshot.pdbs) for p in snapshot.pods if occupies(p, infos)}
+    pdb_matches = {p.key: pdb_indices(p, snapshot.pdbs) for p in snapshot.pods if occupies(p, infos)}
     by_node: dict[str, list[PodInfo]] = {name: [] for name in infos}
     for pod in snapshot.pods:
         if occupies(pod, infos):
             by_node[pod.node_name].append(pod)
-    nodes = {name: _node_state(infos[name], by_node[name], vectors, pdb_matches, dims) for name in infos}
+    nodes = {name: node_state(infos[name], by_node[name], vectors, pdb_matches, dims) for name in infos}
     return ClusterState(
         dims=dims,
         nodes=nodes,
@@ -183,13 +184,16 @@ def build_state(snapshot: Snapshot) -> ClusterState:
     )
 
 
-def _pdb_indices(pod: PodInfo, pdbs: tuple[PDBInfo, ...]) -> tuple[int, ...]:
-    """PDBs that would count this pod's disruption (filterPodsWithPDBViolation's matching)."""
+def pdb_indices(
+    pod: PodInfo, pdbs: tuple[PDBInfo, ...], candidates: Iterable[int] | None = None
+) -> tuple[int, ...]:
+    """PDBs that would count this pod's disruption (filterPodsWithPDBViolation's matching).
+    `candidates`: the ascending indices worth checking (those of the pod's namespace), if known."""
     if not pod.labels:
         return ()
     return tuple(
         i
-        for i, pdb in enumerate(pdbs)
+        for i, pdb in (enumerate(pdbs) if candidates is None else ((i, pdbs[i]) for i in candidates))
         if pdb.namespace == pod.namespace
         and pdb.selector is not None
         and not pdb.selector.empty
@@ -198,7 +202,7 @@ def _pdb_indices(pod: PodInfo, pdbs: tuple[PDBInfo, ...]) -> tuple[int, ...]:
     )
 
 
-def _node_state(
+def node_state(
     info: NodeInfo,
     pods: list[PodInfo],
     vectors: Mapping[str, Vector],
@@ -254,7 +258,7 @@ def apply_decision(
         touched.add(victim.node_name)
     for key, node in placements.items():
         pods[key] = dataclasses.replace(pods[key], node_name=node, nominated_node="", phase=PodPhase.RUNNING)
-        pdb_matches[key] = _pdb_indices(pods[key], state.pdbs)
+        pdb_matches[key] = pdb_indices(pods[key], state.pdbs)
         touched.add(node)
     if clear_below is not None:
         for node in set(placements.values()):
@@ -265,9 +269,7 @@ def apply_decision(
     for name in touched:
         staying = [pods[p.key] for p in nodes[name].pods if p.key in pods]
         arriving = [pods[key] for key, node in placements.items() if node == name]
-        nodes[name] = _node_state(
-            nodes[name].info, staying + arriving, state.vectors, pdb_matches, state.dims
-        )
+        nodes[name] = node_state(nodes[name].info, staying + arriving, state.vectors, pdb_matches, state.dims)
     return dataclasses.replace(
         state,
         nodes=nodes,

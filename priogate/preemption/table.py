@@ -76,8 +76,8 @@ class ScreenTable:
     def patched(self, state: ClusterState, touched: set[str]) -> ScreenTable:
         """This table for `state`, which differs from the table's own only on `touched`
         nodes: columns are copied and those nodes' entries recomputed. A new victim priority
-        level (or another set of nodes) means a full rebuild."""
-        if state.node_names != self.names:
+        level, another set of nodes or other resource dimensions mean a full rebuild."""
+        if state.node_names != self.names or len(state.dims) != self.width:
             return ScreenTable(state, self.include_opted_out)
         levels = set(self.levels)
         if any(p.priority not in levels for name in touched for p in self._ranked(state.nodes[name]).pods):
@@ -88,7 +88,7 @@ class ScreenTable:
         new.pivot_priority, new.pivot_start = _copy(self.pivot_priority), _copy(self.pivot_start)
         new.tail_priority = _copy(self.tail_priority)
         new._cuts = {k: _copy(cut) for k, cut in self._cuts.items()}
-        leaving = set(self.leaving_set)
+        leaving, restricted = set(self.leaving_set), set(self.restricted)
         for name in touched:
             i = self.index[name]
             node = state.nodes[name]
@@ -102,7 +102,13 @@ class ScreenTable:
                 leaving.add(i)
             else:
                 leaving.discard(i)
+            # A watched node may gain or lose taints or cordoning (a decision never does).
+            if node.info.taints or node.info.unschedulable:
+                restricted.add(i)
+            else:
+                restricted.discard(i)
         new.leaving_set = frozenset(leaving)
+        new.restricted = frozenset(restricted)
         return new
 
     def _ranked(self, node: NodeState) -> Ranked:
