@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from priogate.kube import catalogue
 from priogate.kube.cache import Obj, OnEvent, WatchCache
 from priogate.kube.client import ApiClient
+from priogate.ledger import DEFAULT_LEDGER_NAMESPACE
 from priogate.slim import slim_node, slim_pod
 
 
@@ -43,7 +44,11 @@ class Caches:
         return all(cache.wait_synced(timeout) for cache in self.all())
 
 
-def build_caches(client: ApiClient, on_event: Callable[[str, str, Obj], None]) -> Caches:
+def build_caches(
+    client: ApiClient,
+    on_event: Callable[[str, str, Obj], None],
+    ledger_namespace: str = DEFAULT_LEDGER_NAMESPACE,
+) -> Caches:
     """`on_event(cache field, event type, object)` for the caches whose changes need work."""
 
     def route(name: str) -> OnEvent:
@@ -55,7 +60,7 @@ def build_caches(client: ApiClient, on_event: Callable[[str, str, Obj], None]) -
         pods=catalogue.PODS.cache(client, transform=slim_pod, on_event=route("pods")),
         quotas=catalogue.RESOURCE_QUOTAS.cache(client, on_event=route("quotas")),
         nodes=catalogue.NODES.cache(client, transform=slim_node, on_event=route("nodes")),
-        ledgers=catalogue.LEDGERS.cache(client, on_event=route("ledgers")),
+        ledgers=catalogue.ledgers(ledger_namespace).cache(client, on_event=route("ledgers")),
         pdbs=catalogue.PDBS.cache(client),
         classes=catalogue.PRIORITY_CLASSES.cache(client),
     )

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import os
 import signal
 import threading
 import time
@@ -29,6 +30,7 @@ from priogate.kube.cache import Obj
 from priogate.kube.client import ApiClient, load_client
 from priogate.kube.ledger_store import LedgerStore
 from priogate.lease import LEASE_DURATION, RENEW_DEADLINE, RETRY_PERIOD
+from priogate.ledger import covered_namespace
 from priogate.logs import configure_logging
 from priogate.podgroup import FINISHED_PHASES, group_of
 from priogate.preemption.engine import OPT_OUT_MODES
@@ -64,9 +66,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--resync-seconds", type=float, default=10.0, help="re-reconcile unfinished groups this often"
     )
-    p.add_argument("--reclaim-seconds", type=float, default=30.0, help="sweep every ledger this often")
+    p.add_argument("--reclaim-seconds", type=float, default=30.0, help="sweep every record this often")
     p.add_argument(
-        "--reclaim-grace-seconds", type=float, default=60.0, help="age before an orphan reservation is stale"
+        "--in-flight-seconds",
+        type=float,
+        default=15.0,
+        help="how long an admitted PodGroup may take to be stored; an entry whose group is not"
+        " stored counts that long (the webhook's --in-flight-seconds; default 15)",
+    )
+    p.add_argument(
+        "--ledger-namespace",
+        default=os.environ.get("POD_NAMESPACE") or "priogate-system",
+        help="priogate's own namespace, where the reservation records live"
+        " (default: $POD_NAMESPACE, else priogate-system)",
     )
     p.add_argument("--gang-preemption", action=argparse.BooleanOptionalAction, default=True)
     p.add_argument("--opt-out-mode", choices=OPT_OUT_MODES, default="hard", help="see `simulate --help`")
@@ -90,7 +102,7 @@ class Controller:
         self.leading = threading.Event()
         self.idle = threading.Event()
         self.idle.set()
-        self.caches = build_caches(client, self.on_event)
+        self.caches = build_caches(client, self.on_event, args.ledger_namespace)
         self.elector: LeaderElector | None = None
         if args.leader_elect:
             self.elector = LeaderElector(
@@ -117,8 +129,11 @@ class Controller:
                 on_applied=self._count_preemption,
             )
         self.reconciler = Reconciler(client, self.caches, preemptor, self.is_leader, events)
+        in_flight = dt.timedelta(seconds=args.in_flight_seconds)
         self.reclaimer = Reclaimer(
-            LedgerStore(client), self.caches, dt.timedelta(seconds=args.reclaim_grace_seconds)
+            LedgerStore(client, ledger_namespace=args.ledger_namespace, in_flight=in_flight),
+            self.caches,
+            in_flight,
         )
 
     def is_leader(self) -> bool:
@@ -135,8 +150,9 @@ class Controller:
         namespace = meta.get("namespace", "")
         if cache == "podgroups":
             self.queue.add(f"{GROUP_KEY}{namespace}/{meta.get('name')}")
-            if event_type == "DELETED":
-                self.queue.add(f"{LEDGER_KEY}{namespace}")
+            # A group gone, stored, or with a new spec: its record may need to follow (the
+            # sweep looks at the caches first and calls the API only when they disagree).
+            self.queue.add(f"{LEDGER_KEY}{namespace}")
         elif cache == "pods":
             group = group_of(obj)
             if group:
@@ -144,8 +160,12 @@ class Controller:
         elif cache == "quotas":
             for group in self.caches.podgroups.namespace(namespace).values():
                 self.queue.add(f"{GROUP_KEY}{namespace}/{group['metadata']['name']}")
-        elif cache == "ledgers" and event_type != "DELETED":
-            self.queue.add(f"{LEDGER_KEY}{namespace}")
+        elif cache == "ledgers":
+            # Records live in priogate's namespace; each names the namespace it covers. A
+            # deleted record is rebuilt.
+            covered = covered_namespace(obj)
+            if covered:
+                self.queue.add(f"{LEDGER_KEY}{covered}")
         self.metrics.queue_depth.set(self.queue.depth())
 
     def resync(self) -> None:
@@ -204,9 +224,11 @@ class Controller:
             result = self.reconciler.reconcile(namespace, name)
             self.metrics.reconciles.labels(kind="podgroup", result=result).inc()
         elif key.startswith(LEDGER_KEY):
-            removed = self.reclaimer.reclaim(key.removeprefix(LEDGER_KEY))
+            result = self.reclaimer.reclaim(key.removeprefix(LEDGER_KEY))
+            if result.recheck_after is not None:  # an entry in flight: look again once it is not
+                self.queue.add_after(key, result.recheck_after)
             self.metrics.reconciles.labels(
-                kind="ledger", result="reclaimed" if removed else "unchanged"
+                kind="ledger", result="reclaimed" if result.changed else "unchanged"
             ).inc()
 
     def ticker(self) -> None:

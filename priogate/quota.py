@@ -170,6 +170,7 @@ def first_exceeded(
     *,
     count_used: bool,
     reserved_names_only: bool = False,
+    charged: Mapping[str, Fraction] | None = None,
 ) -> Exceeded | None:
     """For each quota that applies to `consumer`, in name order: the resources where
     (status.used, when `count_used`) + the reservations it applies to + `demand` exceed hard.
@@ -186,7 +187,7 @@ def first_exceeded(
         if reserved_names_only and not reserved:
             continue
         hard = hard_limits(quota)
-        in_use = used(quota) if count_used else {}
+        in_use = add(used(quota), charged or {}) if count_used else {}
         over = sorted(
             name
             for name, limit in hard.items()
@@ -234,15 +235,23 @@ def check_pod(
     pod_consumer: Consumer,
     pod_demand: Mapping[str, Fraction],
     other_groups: Iterable[tuple[Reservation, ResourceList]],
+    charged: Mapping[str, Fraction] | None = None,
 ) -> str | None:
     """Refuse when used + this pod's request + the unconsumed reservations of other groups
     exceed hard. `other_groups` pairs each reservation with its unconsumed part; the pod's own
-    group is left out, so a member draws on its own reservation first."""
+    group is left out, so a member draws on its own reservation first. `charged`: requests of
+    pods admitted a moment ago that status.used may not show yet."""
     unconsumed_parts = (
         Reservation(reservation.group, reservation.priority_class, left) for reservation, left in other_groups
     )
     found = first_exceeded(
-        quotas, pod_consumer, pod_demand, unconsumed_parts, count_used=True, reserved_names_only=True
+        quotas,
+        pod_consumer,
+        pod_demand,
+        unconsumed_parts,
+        count_used=True,
+        reserved_names_only=True,
+        charged=charged,
     )
     if found is None:
         return None

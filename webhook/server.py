@@ -33,6 +33,10 @@ class ServerOptions:
     # renews from it before expiry and rewrites the files, which the TLS context then reloads.
     tls_secret: str | None = None
     tls_check_seconds: float = 3600.0
+    # Where the reservation records live (priogate's own namespace), and the in-flight bound
+    # (priogate.ledger.DEFAULT_IN_FLIGHT says what it is).
+    ledger_namespace: str = "priogate-system"
+    in_flight_seconds: float = 15.0
     workers: int = 2
     threads: int | None = None  # None: what the served rule sets want (registry.default_threads)
     # kube-apiserver keeps idle connections for 90 s (Go net/http DefaultTransport's
@@ -82,29 +86,37 @@ def _not_after(cert_file: str) -> dt.datetime:
 
 
 def build_view(
-    kubeconfig: str | None, priorityclasses_file: str | None = None, servers: tuple[str, ...] | None = None
+    kubeconfig: str | None,
+    priorityclasses_file: str | None = None,
+    servers: tuple[str, ...] | None = None,
+    ledger_namespace: str = "priogate-system",
+    in_flight_seconds: float = 15.0,
 ) -> Any:
     """Caches for what the served rule sets need, started in this worker."""
     from priogate.kube.cache import WatchCache
     from priogate.kube.client import load_client
     from priogate.kube.ledger_store import LedgerStore
-    from priogate.ledger import MemoryLedgerStore
     from webhook.metrics import LEDGER_CONFLICTS
     from webhook.registry import load_rule_sets
-    from webhook.view import CACHES, CacheView
+    from webhook.view import CacheView, memory_view, sources
 
+    in_flight = dt.timedelta(seconds=in_flight_seconds)
     needed = sorted({name for rule_set in load_rule_sets(servers=servers) for name in rule_set.needs})
     if priorityclasses_file:
-        # Offline: fixed PriorityClasses, empty everything else, the ledger in this process.
+        # Offline: fixed PriorityClasses, empty everything else, the record in this process.
         classes = _load_list(priorityclasses_file)
         caches = {n: WatchCache.static(n, classes if n == "priorityclasses" else []) for n in needed}
-        return CacheView(caches, MemoryLedgerStore())
+        return memory_view(caches, ledger_namespace=ledger_namespace, in_flight=in_flight)
     client = load_client(kubeconfig)
     caches = {}
+    catalogue = sources(ledger_namespace)
     for name in needed:
-        source, transform = CACHES[name]
+        source, transform = catalogue[name]
         caches[name] = source.cache(client, transform=transform).start()
-    return CacheView(caches, LedgerStore(client, on_conflict=LEDGER_CONFLICTS.inc))
+    store = LedgerStore(
+        client, ledger_namespace=ledger_namespace, in_flight=in_flight, on_conflict=LEDGER_CONFLICTS.inc
+    )
+    return CacheView(caches, store, ledger_namespace=ledger_namespace, in_flight=in_flight)
 
 
 class WebhookServer(BaseApplication):
@@ -148,7 +160,9 @@ class WebhookServer(BaseApplication):
             from webhook.app import create_app
             from webhook.registry import load_rule_sets
 
-            view = build_view(o.kubeconfig, o.priorityclasses_file, o.servers)
+            view = build_view(
+                o.kubeconfig, o.priorityclasses_file, o.servers, o.ledger_namespace, o.in_flight_seconds
+            )
             app = create_app(view, load_rule_sets(servers=o.servers))
         if o.tls_secret:
             from certs.rotation import start_rotation

@@ -1,105 +1,100 @@
 """Validating PodGroups: PodGroupMinResources. The summed minResources of a namespace's
 PodGroups never exceed its ResourceQuotas.
 
-Each decision is made against a fresh read of the namespace's ledger and recorded with a
-resourceVersion precondition, so concurrent admissions on any number of replicas and workers
-are serialized by the API server: exactly as many groups are admitted as fit. Dry-run requests
-decide but write nothing."""
+Each decision is made against a fresh read of the namespace's reservation record (in priogate's
+own namespace) and the quotas (a quorum LIST), and recorded with a resourceVersion
+precondition, so concurrent admissions on any number of replicas and workers are serialized by
+the API server: exactly as many groups are admitted as fit. Dry-run requests decide but write
+nothing.
+
+A reservation ends when its PodGroup is really gone, never at DELETE admission: kube-apiserver
+does not send PodGroup DELETEs here at all (a group held by a finalizer, or in a foreground
+deletion, is still stored, and a DELETE admitted here may still fail). An entry whose group a
+quorum LIST no longer holds is dropped by the next admission it would block, or by the
+controller's sweep. A shrinking UPDATE lowers nothing at admission (a later admission step may
+refuse it); the stored spec does, through the same LIST.
+"""
 
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import Any
 
 import structlog
 
-from priogate import podgroup
 from priogate.clock import rfc3339
+from priogate.kube.client import ApiError
 from priogate.kube.ledger_store import LedgerBusy
-from priogate.ledger import Entry, normalize, stale_entries
+from priogate.ledger import Entry, Reads, Record, entry_of_group, merge, resync, unconfirmed
 from priogate.quota import check_podgroup
-from webhook.objects import (
-    MalformedObject,
-    mapping,
-    new_object,
-    object_name,
-    old_object,
-    optional_int,
-    optional_str,
-)
+from webhook.objects import MalformedObject, mapping, new_object, old_object
 from webhook.registry import ClusterView, RuleSet
 from webhook.review import AdmissionRequest, Decision, allow, deny
 
 log = structlog.get_logger("priogate.podgroup_quota")
 
 
-def _entry(request: AdmissionRequest, obj: dict, where: str) -> Entry:
-    meta = mapping(obj, "metadata", where)
-    spec = mapping(obj, "spec", where)
-    name = object_name(obj, where)
-    min_member = optional_int(spec, "minMember", f"{where}.spec")
-    if min_member is None:
-        min_member = podgroup.DEFAULT_MIN_MEMBER
-    if min_member < 0:
-        raise MalformedObject(f"{where}.spec.minMember must be 0 or more, not {min_member}")
+def _entry(obj: Mapping[str, Any], where: str, now: dt.datetime) -> Entry:
+    mapping(obj, "metadata", where)
+    mapping(obj, "spec", where)
     try:
-        min_resources = normalize(mapping(spec, "minResources", f"{where}.spec"))
-    except ValueError as e:
-        raise MalformedObject(f"{where}.spec.minResources: {e}") from None
-    return Entry(
-        group=name,
-        uid=optional_str(meta, "uid", f"{where}.metadata") or "",
-        min_resources=min_resources,
-        min_member=min_member,
-        priority_class=optional_str(spec, "priorityClassName", f"{where}.spec") or "",
-        admitted_at=rfc3339(dt.datetime.now(dt.UTC)),
-    )
+        return entry_of_group(obj, rfc3339(now))
+    except (ValueError, TypeError) as e:
+        raise MalformedObject(f"{where}.spec.{e}" if isinstance(e, ValueError) else f"{where}: {e}") from None
 
 
-def _release(request: AdmissionRequest, view: ClusterView) -> Decision:
-    meta = mapping(request.old_object or {}, "metadata", "oldObject")
-    key = optional_str(meta, "uid", "oldObject.metadata") or f"name:{request.name}"
-
-    def drop_entry(entries: dict[str, Entry]) -> tuple[dict[str, Entry] | None, None]:
-        if key not in entries:
-            return None, None
-        return {k: e for k, e in entries.items() if k != key}, None
-
-    try:
-        view.ledger_store.update(
-            request.namespace, drop_entry, dry_run=request.dry_run, deadline=request.deadline
-        )
-    except Exception as e:  # the delete goes ahead; the controller reclaims the entry later
-        log.warning("release failed; the entry will be reclaimed", podgroup=request.name, error=repr(e))
-    return allow()
+def check_claim(entries: Mapping[str, Entry], claim: Entry, quotas: list[Mapping[str, Any]]) -> str | None:
+    others = [e.reservation() for k, e in entries.items() if k != claim.key]
+    return check_podgroup(quotas, others, claim.reservation())
 
 
 def admit(request: AdmissionRequest, view: ClusterView) -> Decision:
-    if request.operation == "DELETE":
-        return _release(request, view)
     if request.operation not in ("CREATE", "UPDATE"):
+        # DELETE is not registered (a reservation ends when the group is gone, confirmed by a
+        # quorum LIST); a DELETE posted here anyway changes nothing.
         return allow()
-    entry = _entry(request, new_object(request), "object")
-    previous = _entry(request, old_object(request), "oldObject") if request.operation == "UPDATE" else None
-    quotas = view.resource_quotas(request.namespace)
-    live = view.live_podgroups(request.namespace)
     now = dt.datetime.now(dt.UTC)
+    entry = _entry(new_object(request), "object", now)
+    previous = _entry(old_object(request), "oldObject", now) if request.operation == "UPDATE" else None
+    if previous is not None and previous.priority_class != entry.priority_class and entry.min_resources:
+        return deny(
+            "spec.priorityClassName of a PodGroup with minResources cannot change: its reservation "
+            "is counted against the quotas of its class; delete the group and create it again"
+        )
+    live = view.live_podgroups(request.namespace)
+    bound = view.in_flight
 
-    def reserve(entries: dict[str, Entry]) -> tuple[dict[str, Entry] | None, str | None]:
+    def reserve(record: Record, reads: Reads) -> tuple[Record | None, str | None]:
+        entries = dict(record.entries)
         existing = entries.get(entry.key)
-        if existing is not None and existing.same_claim(entry):
-            return None, None  # already recorded (a retry, or an update that changes no claim)
-        stale = set(stale_entries(entries, live, now))
-        others = [e.reservation() for k, e in entries.items() if k != entry.key and k not in stale]
-        shrinking = previous is not None and _within(entry, previous)
-        problem = None if shrinking else check_podgroup(quotas, others, entry.reservation())
+        base = existing if existing is not None else previous
+        # Never lowered at admission: either object may end up stored.
+        claim = merge(base, entry) if base is not None else entry
+        if existing is not None and existing.covers(claim):
+            return None, None  # nothing more claimed (a retry, a shrink, a metadata update)
+        claim = replace(claim, admitted_at=entry.admitted_at)
+        if previous is not None and previous.covers(entry):
+            # Claims nothing the stored object did not: never refused, even if the quota was
+            # lowered since (refusing would free nothing). Recorded so the record covers it.
+            entries[claim.key] = claim
+            return record.with_entries(entries), None
+        quotas = reads.quotas()
+        problem = check_claim(entries, claim, quotas)
         if problem:
-            return None, problem
-        kept = {k: e for k, e in entries.items() if k not in stale}
-        if existing is not None:  # keep the original admission time
-            kept[entry.key] = Entry(**{**entry.__dict__, "admitted_at": existing.admitted_at})
-        else:
-            kept[entry.key] = entry
-        return kept, None
+            # Blocked only by entries whose groups may be gone (or never stored)? Confirm with
+            # one quorum LIST before refusing: a forged or leaked entry then blocks nobody.
+            candidates = set(unconfirmed(entries, live, now, bound)) - {entry.key}
+            without = {k: e for k, e in entries.items() if k not in candidates}
+            if candidates and check_claim(without, claim, quotas) is None:
+                entries = resync(entries, reads.podgroups(), bound)
+                problem = check_claim(entries, claim, quotas)
+        if problem:
+            changed = entries != dict(record.entries)
+            return (record.with_entries(entries) if changed else None), problem
+        entries[claim.key] = claim
+        return record.with_entries(entries), None
 
     try:
         problem = view.ledger_store.update(
@@ -107,20 +102,16 @@ def admit(request: AdmissionRequest, view: ClusterView) -> Decision:
         )
     except LedgerBusy as e:
         return deny(f"PodGroup quota ledger is busy, retry: {e}", code=429, reason="TooManyRequests")
-    except ValueError as e:  # an unreadable ledger: refuse rather than guess
-        return deny(str(e), code=503, reason="ServiceUnavailable")
+    except ApiError as e:
+        log.warning("reservation record unavailable", namespace=request.namespace, error=str(e))
+        return deny(
+            f"PodGroup quota: the reservation record could not be read or written ({e}); retry",
+            code=503,
+            reason="ServiceUnavailable",
+        )
     if problem:
         return deny(problem)
     return allow()
-
-
-def _within(new: Entry, old: Entry) -> bool:
-    """An update that claims nothing more (same class, no larger amount) is never refused, even
-    if the quota was lowered since: refusing would not free anything."""
-    if new.priority_class != old.priority_class or new.min_member > old.min_member:
-        return False
-    new_demand, old_demand = new.reservation().demand, old.reservation().demand
-    return all(amount <= old_demand.get(name, 0) for name, amount in new_demand.items())
 
 
 RULE_SET = RuleSet(
@@ -131,7 +122,7 @@ RULE_SET = RuleSet(
     api_groups=("scheduling.volcano.sh",),
     api_versions=("v1beta1",),
     resources=("podgroups",),
-    operations=("CREATE", "UPDATE", "DELETE"),
+    operations=("CREATE", "UPDATE"),
     side_effects="NoneOnDryRun",
     timeout_seconds=10,
     needs=("resourcequotas", "podgroups"),
