@@ -160,7 +160,11 @@ def main() -> int:
         body_file.write_text(json.dumps(body))
         lua.write_text(LUA)
         print(f"body: {body_file.stat().st_size} bytes AdmissionReview", file=sys.stderr)
-        classes = [*SYSTEM_CLASSES, priority_class("high", 1000), priority_class("low", 10, default=True)]
+        classes = [
+            *SYSTEM_CLASSES,
+            priority_class("high", value=1000),
+            priority_class("low", value=10, default=True),
+        ]
         floor_us, priogate_us = in_process_cost(body_file.read_bytes(), classes)
         cpus = os.cpu_count() or 1
         server = start_server(

@@ -37,6 +37,9 @@ from webhook.policy import WebhookPolicy
 NODE_PREFIX = "kwok-node-"
 CRD_DIR = REPO / "manifests" / "crds"
 CRD_API = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
+# The ClusterRoles aggregated into the built-in admin, edit and view roles (PodGroups for users).
+USER_RBAC = REPO / "manifests" / "user-rbac.yaml"
+CLUSTERROLE_API = "/apis/rbac.authorization.k8s.io/v1/clusterroles"
 
 
 @dataclass
@@ -209,7 +212,7 @@ class LocalCluster:
         return proc
 
     def _install_crds(self) -> None:
-        """The project's CRDs (PodGroup, ReservationLedger): the webhook watches them."""
+        """The project's CRDs (PodGroup): the webhook watches them; and the user ClusterRoles."""
         assert self.api
         names = []
         for path in sorted(CRD_DIR.glob("*.yaml")):
@@ -227,6 +230,11 @@ class LocalCluster:
 
         wait_until(established, timeout=30, what=f"CRDs {', '.join(names)} are Established")
         progress(f"installed CRDs {', '.join(names)}")
+        # With the CRDs, as `kubectl apply -k manifests/` installs them: without these roles a
+        # namespace user bound to `edit` cannot create a PodGroup at all.
+        for doc in yaml.safe_load_all(USER_RBAC.read_text()):
+            if doc and doc.get("kind") == "ClusterRole":
+                create_or_replace(self.api, CLUSTERROLE_API, doc)
 
     def _start_apiserver(self, restart: bool = False) -> float:
         assert self.bin_dir and self.pki and self.ports and self.api

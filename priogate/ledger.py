@@ -24,7 +24,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, MutableMapping
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from typing import Any, Protocol
@@ -40,6 +40,9 @@ LEDGER_LABEL = ("priogate.io/ledger", "podgroup-reservations")
 # The tenant namespace a record covers, so a record is found by label as well as by name.
 COVERS_LABEL = "priogate.io/ledger-namespace"
 LEDGER_DATA_KEY = "reservations.json"
+# The key suffix of the claim a group held under its previous class while a class change is in
+# flight: either object may end up stored, so both claims count until one is.
+SHADOW_SUFFIX = "/previous"
 CHARGES_DATA_KEY = "charges.json"
 
 # How long after its admission a request may still be on its way to storage (or, for a pod, to
@@ -72,10 +75,18 @@ class Entry:
     min_member: int
     priority_class: str
     admitted_at: str  # RFC 3339: the last admission that raised this claim
+    # metadata.generation of the object that claim came from (0: unknown). kube-apiserver sets a
+    # custom resource's generation before validating admission (registry/rest BeforeCreate and
+    # BeforeUpdate run first; apiextensions-apiserver's strategy bumps it on a spec change), so
+    # a stored object of this generation or later means that admission is no longer in flight.
+    generation: int = 0
 
     @property
     def key(self) -> str:
         return self.uid or f"name:{self.group}"
+
+    def as_shadow(self) -> tuple[str, Entry]:
+        return f"{self.uid}{SHADOW_SUFFIX}", self
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -84,6 +95,7 @@ class Entry:
             "minMember": self.min_member,
             "priorityClassName": self.priority_class,
             "admittedAt": self.admitted_at,
+            "generation": self.generation,
         }
 
     @classmethod
@@ -92,11 +104,12 @@ class Entry:
             raise TypeError(f"entry {key} is not an object")
         entry = cls(
             group=_text(raw.get("group")),
-            uid="" if key.startswith("name:") else key,
+            uid="" if key.startswith("name:") else key.removesuffix(SHADOW_SUFFIX),
             min_resources=normalize(raw.get("minResources") or {}),
             min_member=_count(raw.get("minMember")),
             priority_class=_text(raw.get("priorityClassName")),
             admitted_at=_text(raw.get("admittedAt")),
+            generation=_count(raw.get("generation")),
         )
         parse_rfc3339(entry.admitted_at)
         return entry
@@ -304,6 +317,7 @@ def entry_of_group(group: Mapping[str, Any], admitted_at: str) -> Entry:
         min_member=min_member,
         priority_class=_text(spec.get("priorityClassName")),
         admitted_at=admitted_at,
+        generation=_count(meta.get("generation")),
     )
 
 
@@ -351,32 +365,41 @@ def merge(current: Entry, new: Entry) -> Entry:
     return replace(new, min_resources=formatted(larger), min_member=max(current.min_member, new.min_member))
 
 
+def settled(entry: Entry, stored: Entry | None, at: dt.datetime, bound: dt.timedelta) -> bool:
+    """Whether the admission behind `entry` can no longer change what is stored: past the
+    in-flight bound, or the stored object is of its generation or later."""
+    if not in_flight(entry, at, bound):
+        return True
+    return stored is not None and entry.generation > 0 and stored.generation >= entry.generation
+
+
 def resync(
     entries: Mapping[str, Entry], listing: Listing, bound: dt.timedelta = DEFAULT_IN_FLIGHT
 ) -> dict[str, Entry]:
     """The entries made true to a quorum LIST of the namespace's PodGroups:
-    - an entry whose group is stored and no admission of it is in flight becomes the stored
-      claim (a shrinking update took effect; a refused growing update is undone);
+    - an entry whose group is stored and whose admission is settled becomes the stored claim (a
+      shrinking update took effect; a refused growing update is undone);
     - an entry still in flight keeps its claim, raised to the stored one if that is larger;
     - an entry whose group the LIST does not hold (gone, or never stored: uid-checked) is
       dropped once it is no longer in flight, counted until then;
+    - a previous-class claim ends when its group's class change is settled;
     - a stored group without an entry (a lost or rebuilt record, a group stored before
       priogate) is adopted with its stored claim.
     Finalizer-held groups (deletionTimestamp set) are still stored, so they still reserve."""
     out: dict[str, Entry] = {}
     for key, entry in entries.items():
         stored = listing.groups.get(entry.uid) if entry.uid else None
-        young = in_flight(entry, listing.started, bound)
-        if stored is None:
-            if young:
+        done = settled(entry, stored, listing.started, bound)
+        if key.endswith(SHADOW_SUFFIX) or stored is None:
+            if not done:
                 out[key] = entry
             continue
-        if young:
-            out[key] = merge(stored, entry) if entry.priority_class == stored.priority_class else entry
-        else:
+        if done:
             out[key] = replace(stored, admitted_at=entry.admitted_at)
+        else:
+            out[key] = merge(stored, entry) if entry.priority_class == stored.priority_class else entry
     for uid, stored in listing.groups.items():
-        if uid not in out and not any(e.uid == uid for e in out.values()):
+        if uid not in out:
             out[uid] = stored
     return out
 
@@ -386,16 +409,24 @@ def unconfirmed(
     live: Mapping[str, bool],
     now: dt.datetime,
     bound: dt.timedelta = DEFAULT_IN_FLIGHT,
+    cached: Mapping[str, Entry] | None = None,
 ) -> list[str]:
-    """Keys of entries worth confirming with a quorum LIST before a refusal: no longer in flight
-    and not shown alive by the watch cache (absent, or being deleted). `live` maps the cached
-    groups' uids to whether they are being deleted. An entry in flight is never a candidate: its
-    group may be stored a moment from now (by another replica's admission)."""
-    return sorted(
-        key
-        for key, entry in entries.items()
-        if not in_flight(entry, now, bound) and (not entry.uid or live.get(entry.uid, True))
-    )
+    """Keys of entries worth confirming with a quorum LIST before a refusal, because the LIST
+    may end or lower them: past the in-flight bound and not shown alive by the watch cache
+    (`live`: cached groups' uids -> being deleted); or settled by a cached stored object of
+    their generation whose claim differs (`cached`: uid -> stored claim). An entry in flight
+    whose group is not stored is never a candidate: its group may be stored a moment from now
+    (by another replica's admission), so no LIST could end it."""
+    out = []
+    for key, entry in entries.items():
+        stored = (cached or {}).get(entry.uid) if entry.uid else None
+        if (not in_flight(entry, now, bound) and (not entry.uid or live.get(entry.uid, True))) or (
+            stored is not None
+            and settled(entry, stored, now, bound)
+            and (key.endswith(SHADOW_SUFFIX) or not stored.same_claim(entry))
+        ):
+            out.append(key)
+    return sorted(out)
 
 
 def adopted(entries: Mapping[str, Entry], cached_groups: Iterable[Entry]) -> dict[str, Entry]:
@@ -458,8 +489,9 @@ class MemoryLedgerStore:
         self.reads = reads
 
     @property
-    def ledgers(self) -> dict[str, dict[str, Entry]]:
-        return {ns: dict(r.entries) for ns, r in self.records.items()}
+    def ledgers(self) -> MutableMapping[str, dict[str, Entry]]:
+        """Each namespace's entries; setting one replaces them (tests preload a record so)."""
+        return _EntriesView(self.records)
 
     def update(
         self, namespace: str, decide: Decide, *, dry_run: bool = False, deadline: float | None = None
@@ -476,3 +508,23 @@ class MemoryLedgerStore:
                 self.records[namespace] = new
                 self.writes += 1
             return result
+
+
+class _EntriesView(MutableMapping[str, dict[str, Entry]]):
+    def __init__(self, records: dict[str, Record]) -> None:
+        self.records = records
+
+    def __getitem__(self, namespace: str) -> dict[str, Entry]:
+        return dict(self.records[namespace].entries)
+
+    def __setitem__(self, namespace: str, entries: dict[str, Entry]) -> None:
+        self.records[namespace] = self.records.get(namespace, Record()).with_entries(entries)
+
+    def __delitem__(self, namespace: str) -> None:
+        del self.records[namespace]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.records)
+
+    def __len__(self) -> int:
+        return len(self.records)

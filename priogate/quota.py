@@ -26,11 +26,19 @@ ZERO = Fraction(0)
 def quota_names(requests: Mapping[str, Fraction], pods: int) -> ResourceList:
     """Map requested resources (and a pod count) onto the names a ResourceQuota tracks:
     cpu to cpu and requests.cpu, an extended resource to requests.<name>, pods to pods and
-    count/pods. limits.* are not requests and are left to the built-in ResourceQuota plugin."""
+    count/pods. limits.* are not requests and are left to the built-in ResourceQuota plugin.
+
+    A negative amount counts as 0. Admission refuses negative minResources, but a ledger entry
+    recorded before that check (or edited by hand) may hold one, and summed with the rest it
+    would lower the total and let another group over-admit; cpu: 110 beside requests.cpu: -100
+    would even shrink one group's own claim to 10. Clamped rather than treated as an error: an
+    error makes the whole ledger unreadable and refuses every PodGroup in the namespace, while
+    0 is the least a claim can honestly mean, so a clamped sum is never below what the groups
+    really claim (too much reserved, never too little)."""
     out: ResourceList = {}
     for name, amount in requests.items():
         base = name.removeprefix("requests.")
-        if base.startswith("limits.") or base in ("pods", "count/pods"):
+        if base.startswith("limits.") or base in ("pods", "count/pods") or amount < 0:
             continue
         if base in _BARE_AND_REQUESTS:
             out[base] = out.get(base, ZERO) + amount
@@ -43,11 +51,12 @@ def quota_names(requests: Mapping[str, Fraction], pods: int) -> ResourceList:
 
 def min_resources_of(raw: Mapping[str, object] | None) -> ResourceList:
     """spec.minResources as plain resource names: requests.cpu counts as cpu; limits.* and pod
-    counts are left to the webhook's quota check."""
+    counts are left to the webhook's quota check. A negative amount counts as 0, as in
+    quota_names: cpu: 110 beside requests.cpu: -100 must not shrink the claim to 10."""
     out: ResourceList = {}
     for name, amount in parse_resource_list(raw, context="spec.minResources").items():
         base = name.removeprefix("requests.")
-        if base.startswith("limits.") or base in ("pods", "count/pods"):
+        if base.startswith("limits.") or base in ("pods", "count/pods") or amount < 0:
             continue
         out[base] = out.get(base, ZERO) + amount
     return out
@@ -183,7 +192,9 @@ def first_exceeded(
         reserved: ResourceList = {}
         for reservation in reservations:
             if quota_applies(quota, Consumer(reservation.priority_class)):
-                reserved = add(reserved, reservation.demand)
+                # Only positive amounts add up (see quota_names): a Reservation built by hand
+                # with a negative amount must not lower what the others reserve either.
+                reserved = add(reserved, {n: a for n, a in reservation.demand.items() if a > 0})
         if reserved_names_only and not reserved:
             continue
         hard = hard_limits(quota)

@@ -22,7 +22,6 @@ from priogate.ledger import (
     Listing,
     Record,
     adopted,
-    entry_of_group,
     listing_of,
     record_name,
     record_of,
@@ -63,6 +62,7 @@ class NamespaceReservations:
     live: dict[str, bool]
     member_uids: dict[str, bool]  # uids of cached (stored) member pods
     has_record: bool
+    stored: dict[str, Entry]  # uid -> the cached stored group's claim
     damaged: bool = False
 
 
@@ -105,6 +105,10 @@ class CacheView:
         groups = self.caches["podgroups"].namespace(namespace).values()
         return {g["metadata"].get("uid", ""): bool(g["metadata"].get("deletionTimestamp")) for g in groups}
 
+    def stored_podgroups(self, namespace: str) -> dict[str, Entry]:
+        """uid -> the claim of each cached (stored) PodGroup, with its generation."""
+        return dict(self.cached_listing(namespace, dt.datetime.min.replace(tzinfo=dt.UTC)).groups)
+
     def cached_listing(self, namespace: str, now: dt.datetime) -> Listing:
         """The cached PodGroups as a listing (offline mode and tests stand it in for a LIST)."""
         return listing_of(self.caches["podgroups"].namespace(namespace).values(), now)
@@ -138,15 +142,16 @@ class CacheView:
             record = self.cached_record(namespace)
         except DamagedRecord:
             record, damaged = None, True
-        stored: list[Entry] = []
-        for group in groups.namespace(namespace).values():
-            try:
-                stored.append(entry_of_group(group, ""))
-            except (ValueError, TypeError):
-                continue
-        entries = adopted(record.entries if record else {}, stored)
+        stored = self.stored_podgroups(namespace)
+        entries = adopted(record.entries if record else {}, stored.values())
         value = NamespaceReservations(
-            entries, consumed, self.live_podgroups(namespace), member_uids, record is not None, damaged
+            entries,
+            consumed,
+            self.live_podgroups(namespace),
+            member_uids,
+            record is not None,
+            stored,
+            damaged,
         )
         self._reservations_memo[namespace] = (key, value)
         return value

@@ -216,6 +216,18 @@ def _name(obj: Mapping[str, Any], kind: str) -> str:
     return name
 
 
+def _namespaced(
+    obj: Mapping[str, Any], kind: str
+) -> tuple[Mapping[str, Any], str, str, str, str, Mapping[str, Any], Mapping[str, Any]]:
+    """metadata, namespace, name, "namespace/name", the prefix of error messages, spec, status."""
+    meta = _meta(obj, kind)
+    name = _name(obj, kind)
+    namespace = _text(meta.get("namespace"), f"{kind} {name} metadata.namespace") or "default"
+    key = f"{namespace}/{name}"
+    where = f"{kind} {key}"
+    return meta, namespace, name, key, where, _section(obj, "spec", where), _section(obj, "status", where)
+
+
 def _section(obj: Mapping[str, Any], name: str, where: str) -> Mapping[str, Any]:
     value = obj.get(name)
     if value is None:
@@ -285,13 +297,7 @@ def _node(obj: Mapping[str, Any]) -> NodeInfo:
 
 
 def _pod(obj: Mapping[str, Any], classes: Mapping[str, Any], default_class: Mapping | None) -> PodInfo:
-    meta = _meta(obj, "Pod")
-    name = _name(obj, "Pod")
-    namespace = _text(meta.get("namespace"), f"Pod {name} metadata.namespace") or "default"
-    key = f"{namespace}/{name}"
-    where = f"Pod {key}"
-    spec = _section(obj, "spec", where)
-    status = _section(obj, "status", where)
+    meta, namespace, name, key, where, spec, status = _namespaced(obj, "Pod")
     labels = _string_map(meta.get("labels"), f"{where} labels")
     annotations = _string_map(meta.get("annotations"), f"{where} annotations")
     priority, policy, note = _pod_priority(spec, classes, default_class, where)
@@ -374,13 +380,7 @@ def _preempted_by_scheduler(conditions: Any) -> bool:
 
 
 def _group(obj: Mapping[str, Any], classes: Mapping[str, Any]) -> PodGroupInfo:
-    meta = _meta(obj, "PodGroup")
-    name = _name(obj, "PodGroup")
-    namespace = _text(meta.get("namespace"), f"PodGroup {name} metadata.namespace") or "default"
-    key = f"{namespace}/{name}"
-    where = f"PodGroup {key}"
-    spec = _section(obj, "spec", where)
-    status = _section(obj, "status", where)
+    meta, namespace, name, key, where, spec, status = _namespaced(obj, "PodGroup")
     min_member = spec.get("minMember", 1)
     if not isinstance(min_member, int) or isinstance(min_member, bool) or min_member < 0:
         raise ValueError(f"{where}: spec.minMember must be a non-negative integer")

@@ -19,6 +19,7 @@ from kubernetes.client.rest import ApiException
 from localcluster import LocalCluster, Options
 from localcluster.webhooks import PROBE_NAMESPACE
 from tests.e2e.helpers import Admission, Kubectl, delete_namespace, ensure_namespace, unique
+from tests.e2e.tenant import Tenant, tenant_fixture
 
 _figures: dict[str, str] = {}
 
@@ -83,6 +84,17 @@ def core(api_client: k8s.ApiClient) -> k8s.CoreV1Api:
 @pytest.fixture(scope="session")
 def scheduling(api_client: k8s.ApiClient) -> k8s.SchedulingV1Api:
     return k8s.SchedulingV1Api(api_client)
+
+
+@pytest.fixture(scope="session")
+def rbac(api_client: k8s.ApiClient) -> k8s.RbacAuthorizationV1Api:
+    return k8s.RbacAuthorizationV1Api(api_client)
+
+
+@pytest.fixture
+def tenant(cluster: LocalCluster, core: k8s.CoreV1Api, rbac: k8s.RbacAuthorizationV1Api) -> Iterator[Tenant]:
+    """A namespace of its own and a user bound to `edit` there only (tests/e2e/tenant.py)."""
+    yield from tenant_fixture(cluster, core, rbac)
 
 
 @pytest.fixture(scope="session")

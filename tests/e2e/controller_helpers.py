@@ -1,37 +1,19 @@
-"""Helpers for the controller's e2e tests: PodGroups, member pods, the controller's metrics."""
+"""Helpers for the controller's e2e tests: PodGroups' phases, member pods, the controller's metrics."""
 
 from __future__ import annotations
 
 import re
-from typing import Any
 
 import requests
 
 from priogate.kube.client import ApiClient, ApiError, resource_path
-from tests.e2e.helpers import PAUSE, wait_for
+from tests.e2e.helpers import wait_for
 
 GROUP_VERSION = "scheduling.volcano.sh/v1beta1"
 
 
 def groups_path(namespace: str, name: str | None = None) -> str:
     return resource_path(GROUP_VERSION, "podgroups", namespace, name)
-
-
-def podgroup(name: str, min_member: int, cpu: str | None = None, priority_class: str | None = None) -> dict:
-    spec: dict[str, Any] = {"minMember": min_member}
-    if cpu:
-        spec["minResources"] = {"cpu": cpu}
-    if priority_class:
-        spec["priorityClassName"] = priority_class
-    return {"apiVersion": GROUP_VERSION, "kind": "PodGroup", "metadata": {"name": name}, "spec": spec}
-
-
-def pod(name: str, cpu: str, group: str | None = None, **spec: Any) -> dict:
-    meta: dict[str, Any] = {"name": name}
-    if group:
-        meta["annotations"] = {"scheduling.k8s.io/group-name": group}
-    container = {"name": "c", "image": PAUSE, "resources": {"requests": {"cpu": cpu}, "limits": {"cpu": cpu}}}
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": {"containers": [container], **spec}}
 
 
 def phase(client: ApiClient, namespace: str, name: str) -> str:

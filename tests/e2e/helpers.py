@@ -20,29 +20,11 @@ import yaml
 from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
 
+from tests import builders
+
 KUBECTL = "/usr/bin/kubectl"
 PAUSE = "registry.k8s.io/pause:3.10"
 SYSTEM_CLASSES = {"system-node-critical": 2000001000, "system-cluster-critical": 2000000000}
-
-
-def pod_manifest(name: str | None = None, **spec: Any) -> dict[str, Any]:
-    meta = {"name": name} if name else {"generateName": "p-"}
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": meta,
-        "spec": {"containers": [{"name": "c", "image": PAUSE}], **spec},
-    }
-
-
-def pc_manifest(name: str, value: int, **fields: Any) -> dict[str, Any]:
-    return {
-        "apiVersion": "scheduling.k8s.io/v1",
-        "kind": "PriorityClass",
-        "metadata": {"name": name},
-        "value": value,
-        **fields,
-    }
 
 
 def unique(prefix: str) -> str:
@@ -67,12 +49,16 @@ def api_error(e: ApiException) -> tuple[int, str]:
 @dataclass
 class Kubectl:
     kubeconfig: Path
+    # Act as this user (kubectl --as, the Impersonate-User header); the kubeconfig's own user
+    # is in system:masters, which may impersonate anyone.
+    as_user: str | None = None
 
     def __call__(
         self, *args: str, stdin: str | None = None, check: bool = True
     ) -> subprocess.CompletedProcess[str]:
+        who = [f"--as={self.as_user}"] if self.as_user else []
         result = subprocess.run(
-            [KUBECTL, f"--kubeconfig={self.kubeconfig}", *args],
+            [KUBECTL, f"--kubeconfig={self.kubeconfig}", *who, *args],
             input=stdin,
             capture_output=True,
             text=True,
@@ -103,9 +89,9 @@ class Admission:
 
     def resolve(self, class_name: str | None) -> tuple[int | None, str | None] | str:
         """(priority, priorityClassName) of a dry-run pod, or the denial message."""
-        spec = {"priorityClassName": class_name} if class_name else {}
+        manifest = builders.pod(None, namespace=None, generate_name="p-", priority_class=class_name or None)
         try:
-            pod = self.core.create_namespaced_pod(self.namespace, pod_manifest(**spec), dry_run="All")
+            pod = self.core.create_namespaced_pod(self.namespace, manifest, dry_run="All")
         except ApiException as e:
             return api_error(e)[1]
         return pod.spec.priority, pod.spec.priority_class_name

@@ -13,8 +13,9 @@ import requests
 from localcluster import LocalCluster, components
 from localcluster.procs import free_ports, log_tail
 from priogate.kube.client import ApiClient, load_client
+from tests.builders import podgroup
 from tests.e2e.conftest import _figures
-from tests.e2e.controller_helpers import groups_path, metric, podgroup, wait_phase
+from tests.e2e.controller_helpers import groups_path, metric, wait_phase
 from tests.e2e.helpers import wait_for
 
 LEASE = "/apis/coordination.k8s.io/v1/namespaces/priogate-system/leases/priogate-controller"
@@ -89,7 +90,7 @@ def _contend(client: ApiClient, namespace: str, cluster: LocalCluster, contender
     assert client.get(LEASE)["spec"]["holderIdentity"] == leader
     transitions = client.get(LEASE)["spec"].get("leaseTransitions", 0)
 
-    client.create(groups_path(namespace), podgroup("first", 1))
+    client.create(groups_path(namespace), podgroup("first", namespace=None, min_member=1))
     wait_phase(client, namespace, "first", "Inqueue")
     assert reconciles(contenders[leader]) > 0
     # The standby has its caches and sees every event, but never acts.
@@ -111,6 +112,6 @@ def _contend(client: ApiClient, namespace: str, cluster: LocalCluster, contender
     assert lease["holderIdentity"] == standby
     assert lease["leaseTransitions"] == transitions + 1
 
-    client.create(groups_path(namespace), podgroup("second", 1))
+    client.create(groups_path(namespace), podgroup("second", namespace=None, min_member=1))
     wait_phase(client, namespace, "second", "Inqueue")
     assert reconciles(contenders[standby]) > 0

@@ -12,7 +12,8 @@ import pytest
 from localcluster import LocalCluster
 from priogate.kube.client import ApiClient, ApiError, load_client, resource_path
 from priogate.ledger import LEDGER_DATA_KEY, entries_of, ledger_path
-from tests.e2e.controller_helpers import delete_pod, groups_path, pod, pod_running, podgroup, wait_phase
+from tests.builders import pod, podgroup
+from tests.e2e.controller_helpers import delete_pod, groups_path, pod_running, wait_phase
 from tests.e2e.helpers import wait_for
 from tests.e2e.test_podgroup_quota import create_quota
 
@@ -30,7 +31,7 @@ def test_phases_follow_quota_and_members(client: ApiClient, namespace: str):
     pods = resource_path("v1", "pods", namespace)
     create_quota(client, namespace, "4")
     # 2 of the 4 quota cpus are used by a pod outside any group.
-    client.create(pods, pod("filler", "2"))
+    client.create(pods, pod("filler", namespace=None, cpu="2", limits={"cpu": "2"}))
     wait_for(lambda: pod_running(client, namespace, "filler"), 60, "the filler pod runs")
     wait_for(
         lambda: (
@@ -42,7 +43,9 @@ def test_phases_follow_quota_and_members(client: ApiClient, namespace: str):
     )
 
     # minResources 3 is within the quota (the webhook admits it) but not within what is free.
-    client.create(groups_path(namespace), podgroup("gang", 3, cpu="3"))
+    client.create(
+        groups_path(namespace), podgroup("gang", namespace=None, min_member=3, min_resources={"cpu": "3"})
+    )
     group = wait_phase(client, namespace, "gang", "Pending")
     unschedulable = condition(group, "Unschedulable")
     assert unschedulable["status"] == "True" and unschedulable["reason"] == "NotEnoughResources"
@@ -53,7 +56,7 @@ def test_phases_follow_quota_and_members(client: ApiClient, namespace: str):
     assert condition(group, "Unschedulable")["status"] == "False"
 
     for i in range(3):
-        client.create(pods, pod(f"m{i}", "1", group="gang"))
+        client.create(pods, pod(f"m{i}", namespace=None, cpu="1", limits={"cpu": "1"}, group="gang"))
     group = wait_phase(client, namespace, "gang", "Running")
     wait_for(
         lambda: client.get(groups_path(namespace, "gang"))["status"].get("running") == 3,
@@ -95,7 +98,7 @@ def test_phases_follow_quota_and_members(client: ApiClient, namespace: str):
 
 
 def test_a_finished_gang_is_completed(client: ApiClient, namespace: str):
-    client.create(groups_path(namespace), podgroup("batch", 3))
+    client.create(groups_path(namespace), podgroup("batch", namespace=None, min_member=3))
     # kwok finishes Job pods as soon as they run.
     job = {
         "apiVersion": "batch/v1",
@@ -106,7 +109,10 @@ def test_a_finished_gang_is_completed(client: ApiClient, namespace: str):
             "parallelism": 3,
             "template": {
                 "metadata": {"annotations": {"scheduling.k8s.io/group-name": "batch"}},
-                "spec": {**pod("x", "100m")["spec"], "restartPolicy": "Never"},
+                "spec": {
+                    **pod("x", namespace=None, cpu="100m", limits={"cpu": "100m"})["spec"],
+                    "restartPolicy": "Never",
+                },
             },
         },
     }
@@ -116,7 +122,7 @@ def test_a_finished_gang_is_completed(client: ApiClient, namespace: str):
     assert group["status"]["running"] == 0
 
 
-def _inject_stale_entry(client: ApiClient, namespace: str, key: str) -> None:
+def _inject_stale_entry(client: ApiClient, namespace: str, key: str) -> dict:
     admitted = (dt.datetime.now(dt.UTC) - dt.timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
     stale = {"group": "never-stored", "minResources": {"cpu": "1"}, "minMember": 1,
              "priorityClassName": "", "admittedAt": admitted}  # fmt: skip
@@ -126,8 +132,7 @@ def _inject_stale_entry(client: ApiClient, namespace: str, key: str) -> None:
         data[key] = stale
         ledger["data"][LEDGER_DATA_KEY] = json.dumps(data)
         try:
-            client.replace(ledger_path(namespace), ledger)  # carries the resourceVersion read
-            return
+            return client.replace(ledger_path(namespace), ledger)  # carries the resourceVersion read
         except ApiError as e:
             if e.status != 409:
                 raise
@@ -136,13 +141,15 @@ def _inject_stale_entry(client: ApiClient, namespace: str, key: str) -> None:
 
 def test_stale_reservation_is_reclaimed(client: ApiClient, namespace: str):
     create_quota(client, namespace, "4")
-    created = client.create(groups_path(namespace), podgroup("real", 1, cpu="1"))
+    created = client.create(
+        groups_path(namespace), podgroup("real", namespace=None, min_member=1, min_resources={"cpu": "1"})
+    )
     uid = created["metadata"]["uid"]
     wait_for(lambda: uid in entries_of(client.get(ledger_path(namespace))), 30, "the webhook reserved for it")
 
     stale_uid = "00000000-0000-0000-0000-00000000dead"
-    _inject_stale_entry(client, namespace, stale_uid)
-    assert stale_uid in entries_of(client.get(ledger_path(namespace)))
+    # The written object, not a re-read: the controller may reclaim the entry at once.
+    assert stale_uid in entries_of(_inject_stale_entry(client, namespace, stale_uid))
 
     wait_for(
         lambda: stale_uid not in entries_of(client.get(ledger_path(namespace))),

@@ -17,9 +17,10 @@ from localcluster import LocalCluster
 from localcluster.cluster import NODE_PREFIX
 from priogate.kube.client import ApiClient, load_client, resource_path
 from priogate.resources import format_quantity, parse_quantity, pod_requests
+from tests.builders import pod, podgroup, priority_class
 from tests.e2e.conftest import ClassTracker
-from tests.e2e.controller_helpers import groups_path, pod, pod_running, podgroup, wait_phase
-from tests.e2e.helpers import pc_manifest, wait_for
+from tests.e2e.controller_helpers import groups_path, pod_running, wait_phase
+from tests.e2e.helpers import wait_for
 
 ANNOTATION = "priogate.io/preemption"
 
@@ -44,8 +45,12 @@ def test_gang_preempts_lower_priority_pods(
     client: ApiClient, namespace: str, classes: ClassTracker, cluster: LocalCluster
 ):
     low, high = classes.name("low"), classes.name("high")
-    client.create("/apis/scheduling.k8s.io/v1/priorityclasses", pc_manifest(low, 10))
-    client.create("/apis/scheduling.k8s.io/v1/priorityclasses", pc_manifest(high, 1000))
+    client.create(
+        "/apis/scheduling.k8s.io/v1/priorityclasses", priority_class(low, value=10, preemption_policy=None)
+    )
+    client.create(
+        "/apis/scheduling.k8s.io/v1/priorityclasses", priority_class(high, value=1000, preemption_policy=None)
+    )
     pods = resource_path("v1", "pods", namespace)
 
     # Fill each node with two low-priority pods taking all of its free cpu.
@@ -56,16 +61,37 @@ def test_gang_preempts_lower_priority_pods(
         for i in range(2):
             name = f"low-{node.removeprefix(NODE_PREFIX)}-{i}"
             client.create(
-                pods, pod(name, half, priorityClassName=low, nodeSelector={"kubernetes.io/hostname": node})
+                pods,
+                pod(
+                    name,
+                    namespace=None,
+                    cpu=half,
+                    limits={"cpu": half},
+                    priority_class=low,
+                    node_selector={"kubernetes.io/hostname": node},
+                ),
             )
             fillers.append(name)
     wait_for(lambda: all(pod_running(client, namespace, f) for f in fillers), 90, "the fillers run")
     member_cpu = "3"
     assert all(cpu < 3 for cpu in free_cpu(client).values()), "the nodes should be full"
 
-    client.create(groups_path(namespace), podgroup("gang", 3, cpu="9", priority_class=high))
+    client.create(
+        groups_path(namespace),
+        podgroup("gang", namespace=None, min_member=3, min_resources={"cpu": "9"}, priority_class=high),
+    )
     for i in range(3):
-        client.create(pods, pod(f"m{i}", member_cpu, group="gang", priorityClassName=low))
+        client.create(
+            pods,
+            pod(
+                f"m{i}",
+                namespace=None,
+                cpu=member_cpu,
+                limits={"cpu": member_cpu},
+                group="gang",
+                priority_class=low,
+            ),
+        )
 
     wait_phase(client, namespace, "gang", "Running", timeout=120)
     assert all(pod_running(client, namespace, f"m{i}") for i in range(3))
@@ -97,13 +123,13 @@ def test_a_recorded_decision_is_resumed_not_recomputed(client: ApiClient, namesp
     replaced by one of the same name) is left alone."""
     pods = resource_path("v1", "pods", namespace)
     for name in ("keep", "victim", "renamed"):
-        client.create(pods, pod(name, "100m"))
+        client.create(pods, pod(name, namespace=None, cpu="100m", limits={"cpu": "100m"}))
     wait_for(
         lambda: all(pod_running(client, namespace, n) for n in ("keep", "victim", "renamed")), 60, "pods run"
     )
     victim_uid = client.get(f"{pods}/victim")["metadata"]["uid"]
 
-    client.create(groups_path(namespace), podgroup("resumed", 1))
+    client.create(groups_path(namespace), podgroup("resumed", namespace=None, min_member=1))
     wait_phase(client, namespace, "resumed", "Inqueue")
     unapplied = {
         "id": "crashed0001",

@@ -16,6 +16,7 @@ from localcluster.binaries import REPO
 from priogate.kube.client import ApiClient, ApiError, load_client, resource_path
 from priogate.ledger import entries_of, ledger_path
 from priogate.resources import parse_quantity
+from tests.builders import pod, podgroup
 from tests.e2e.helpers import wait_for
 from tests.podgroup_load import create_concurrently
 from tests.replicas import point_webhook, proxied, start_replicas
@@ -36,35 +37,6 @@ def client(cluster: LocalCluster) -> ApiClient:
             if e.status != 409:
                 raise
     return api
-
-
-def group(name: str, cpu: str, min_member: int = 1) -> dict:
-    return {
-        "apiVersion": "scheduling.volcano.sh/v1beta1",
-        "kind": "PodGroup",
-        "metadata": {"name": name},
-        "spec": {"minMember": min_member, "minResources": {"cpu": cpu}},
-    }
-
-
-def cpu_pod(name: str, cpu: str, group_name: str | None = None) -> dict:
-    meta: dict = {"name": name}
-    if group_name:
-        meta["annotations"] = {"scheduling.k8s.io/group-name": group_name}
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": meta,
-        "spec": {
-            "containers": [
-                {
-                    "name": "c",
-                    "image": "registry.k8s.io/pause:3.10",
-                    "resources": {"requests": {"cpu": cpu}, "limits": {"cpu": cpu}},
-                }
-            ]
-        },
-    }
 
 
 def create_quota(client: ApiClient, namespace: str, cpu: str) -> None:
@@ -154,7 +126,14 @@ def test_concurrent_podgroups_fill_the_quota_exactly(cluster, client, namespace,
             path = resource_path("scheduling.volcano.sh/v1beta1", "podgroups", namespace)
 
             def replicas_refuse_too_big() -> bool:
-                refused = "exceeded quota" in (denial(client, path, group("probe", "11")) or "")
+                refused = "exceeded quota" in (
+                    denial(
+                        client,
+                        path,
+                        podgroup("probe", namespace=None, min_member=1, min_resources={"cpu": "11"}),
+                    )
+                    or ""
+                )
                 return refused and proxy.connections.total() > 0
 
             settled(replicas_refuse_too_big, "the replicas answer PodGroup validation and see the quota")
@@ -181,46 +160,84 @@ def test_concurrent_podgroups_fill_the_quota_exactly(cluster, client, namespace,
 def test_reserved_resources_cannot_be_used_by_other_pods(client, namespace):
     create_quota(client, namespace, "10")
     client.create(
-        resource_path("scheduling.volcano.sh/v1beta1", "podgroups", namespace), group("gang", "6", 2)
+        resource_path("scheduling.volcano.sh/v1beta1", "podgroups", namespace),
+        podgroup("gang", namespace=None, min_member=2, min_resources={"cpu": "6"}),
     )
     pods = resource_path("v1", "pods", namespace)
     settled(
-        lambda: denial(client, pods, cpu_pod("probe", "5")) is not None, "the webhook sees the reservation"
+        lambda: denial(client, pods, pod("probe", namespace=None, cpu="5", limits={"cpu": "5"})) is not None,
+        "the webhook sees the reservation",
     )
 
-    message = denial(client, pods, cpu_pod("greedy", "5"), dry_run=False)
+    message = denial(client, pods, pod("greedy", namespace=None, cpu="5", limits={"cpu": "5"}), dry_run=False)
     assert message is not None
     assert (
         "exceeded quota: compute, requested: cpu=5, used: cpu=0, reserved by PodGroups: cpu=6, "
         "limited: cpu=10" in message
     )
     assert "reserved by PodGroups' minResources cannot be used by other pods" in message
-    assert denial(client, pods, cpu_pod("modest", "4")) is None  # 0 + 4 + 6 = 10 fits
-    assert denial(client, pods, cpu_pod("member", "5", group_name="gang")) is None  # draws on its own group
+    assert (
+        denial(client, pods, pod("modest", namespace=None, cpu="4", limits={"cpu": "4"})) is None
+    )  # 0 + 4 + 6 = 10 fits
+    assert (
+        denial(client, pods, pod("member", namespace=None, cpu="5", limits={"cpu": "5"}, group="gang"))
+        is None
+    )  # draws on its own group
 
     client.delete(resource_path("scheduling.volcano.sh/v1beta1", "podgroups", namespace, "gang"))
-    settled(lambda: denial(client, pods, cpu_pod("probe", "5")) is None, "the released reservation is seen")
-    assert denial(client, pods, cpu_pod("greedy", "5"), dry_run=False) is None
+    settled(
+        lambda: denial(client, pods, pod("probe", namespace=None, cpu="5", limits={"cpu": "5"})) is None,
+        "the released reservation is seen",
+    )
+    assert (
+        denial(client, pods, pod("greedy", namespace=None, cpu="5", limits={"cpu": "5"}), dry_run=False)
+        is None
+    )
 
 
 def test_dry_run_podgroup_reserves_nothing(client, namespace):
     create_quota(client, namespace, "2")
     path = resource_path("scheduling.volcano.sh/v1beta1", "podgroups", namespace)
-    settled(lambda: denial(client, path, group("probe", "3")) is not None, "the webhook sees the quota")
+    settled(
+        lambda: (
+            denial(client, path, podgroup("probe", namespace=None, min_member=1, min_resources={"cpu": "3"}))
+            is not None
+        ),
+        "the webhook sees the quota",
+    )
     for i in range(5):
-        assert denial(client, path, group(f"dry-{i}", "2")) is None
+        assert (
+            denial(
+                client, path, podgroup(f"dry-{i}", namespace=None, min_member=1, min_resources={"cpu": "2"})
+            )
+            is None
+        )
     with contextlib.suppress(ApiError):  # 404: no ledger was ever written, as it should be
         assert entries_of(client.get(ledger_path(namespace))) == {}
-    client.create(path, group("real", "2"))
-    assert "exceeded quota" in (denial(client, path, group("second", "1"), dry_run=False) or "")
+    client.create(path, podgroup("real", namespace=None, min_member=1, min_resources={"cpu": "2"}))
+    assert "exceeded quota" in (
+        denial(
+            client,
+            path,
+            podgroup("second", namespace=None, min_member=1, min_resources={"cpu": "1"}),
+            dry_run=False,
+        )
+        or ""
+    )
 
 
 def test_growing_a_podgroup_is_checked_again(client, namespace):
     create_quota(client, namespace, "4")
     path = resource_path("scheduling.volcano.sh/v1beta1", "podgroups", namespace)
-    settled(lambda: denial(client, path, group("probe", "5")) is not None, "the webhook sees the quota")
-    client.create(path, group("a", "2"))
-    client.create(path, group("b", "2"))
+    settled(
+        lambda: (
+            denial(client, path, podgroup("probe", namespace=None, min_member=1, min_resources={"cpu": "5"}))
+            is not None
+        ),
+        "the webhook sees the quota",
+    )
+    client.create(path, podgroup("a", namespace=None, min_member=1, min_resources={"cpu": "2"}))
+    client.create(path, podgroup("b", namespace=None, min_member=1, min_resources={"cpu": "2"}))
     current = client.get(f"{path}/a")
     current["spec"]["minResources"]["cpu"] = "3"
     with pytest.raises(ApiError) as refused:
@@ -230,4 +247,4 @@ def test_growing_a_podgroup_is_checked_again(client, namespace):
     )
     current["spec"]["minResources"]["cpu"] = "1"
     client.replace(f"{path}/a", current)
-    client.create(path, group("c", "1"))
+    client.create(path, podgroup("c", namespace=None, min_member=1, min_resources={"cpu": "1"}))

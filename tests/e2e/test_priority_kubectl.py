@@ -8,7 +8,8 @@ import json
 import re
 
 from localcluster.api import metric_sum
-from tests.e2e.helpers import PAUSE, SYSTEM_CLASSES, pc_manifest, pod_manifest, wait_for
+from tests import builders
+from tests.e2e.helpers import PAUSE, SYSTEM_CLASSES, wait_for
 from webhook.policy import PRIORITY_HOOKS
 
 PC_WEBHOOK = "priorityclasses.priogate.io"
@@ -30,14 +31,18 @@ def _no_global_default(scheduling) -> None:
 def test_priorityclasses_are_applied_through_the_webhook(kubectl, classes, scheduling):
     name = classes.name("applied")
     before = _webhook_calls(kubectl, PC_WEBHOOK, "CREATE")
-    out = kubectl.apply([pc_manifest(name, 1234, description="applied by kubectl")])
+    out = kubectl.apply(
+        [builders.priority_class(name, value=1234, description="applied by kubectl", preemption_policy=None)]
+    )
     assert f"priorityclass.scheduling.k8s.io/{name} created" in out.stdout
     assert _webhook_calls(kubectl, PC_WEBHOOK, "CREATE") > before, "kube-apiserver did not call the webhook"
     stored = scheduling.read_priority_class(name)
     assert (stored.value, stored.preemption_policy) == (1234, "PreemptLowerPriority")
     # A re-apply with a changed description is an UPDATE through the webhook as well.
     before = _webhook_calls(kubectl, PC_WEBHOOK, "UPDATE")
-    out = kubectl.apply([pc_manifest(name, 1234, description="changed")])
+    out = kubectl.apply(
+        [builders.priority_class(name, value=1234, description="changed", preemption_policy=None)]
+    )
     assert "configured" in out.stdout
     assert _webhook_calls(kubectl, PC_WEBHOOK, "UPDATE") > before
 
@@ -45,9 +50,11 @@ def test_priorityclasses_are_applied_through_the_webhook(kubectl, classes, sched
 def test_second_global_default_is_refused_with_upstreams_message(kubectl, classes, scheduling, admission):
     _no_global_default(scheduling)
     first, second = classes.name("default-a"), classes.name("default-b")
-    kubectl.apply([pc_manifest(first, 100, globalDefault=True)])
+    kubectl.apply([builders.priority_class(first, value=100, default=True, preemption_policy=None)])
     admission.wait_sees({first: 100}, default=(100, first))
-    out = kubectl.apply([pc_manifest(second, 200, globalDefault=True)], check=False)
+    out = kubectl.apply(
+        [builders.priority_class(second, value=200, default=True, preemption_policy=None)], check=False
+    )
     assert out.returncode != 0
     assert f'priorityclasses.scheduling.k8s.io "{second}" is forbidden' in out.stderr
     assert f"PriorityClass {first} is already marked as default. Only one default can exist" in out.stderr
@@ -56,16 +63,18 @@ def test_second_global_default_is_refused_with_upstreams_message(kubectl, classe
 
 def test_user_class_above_one_billion_is_refused(kubectl, classes):
     name = classes.name("too-high")
-    out = kubectl.apply([pc_manifest(name, 1_000_000_001)], check=False)
+    out = kubectl.apply(
+        [builders.priority_class(name, value=1_000_000_001, preemption_policy=None)], check=False
+    )
     assert out.returncode != 0
     assert "maximum allowed value of a user defined priority is 1000000000" in out.stderr
     ok = classes.name("at-ceiling")
-    kubectl.apply([pc_manifest(ok, 1_000_000_000)])
+    kubectl.apply([builders.priority_class(ok, value=1_000_000_000, preemption_policy=None)])
 
 
 def test_unknown_system_name_is_refused(kubectl, classes):
     name = classes.name("system-made-up")
-    out = kubectl.apply([pc_manifest(name, 1000)], check=False)
+    out = kubectl.apply([builders.priority_class(name, value=1000, preemption_policy=None)], check=False)
     assert out.returncode != 0
     assert "priority class names with 'system-' prefix are reserved for system use only" in out.stderr
     assert f"{name} is not a known system priority class" in out.stderr
@@ -76,10 +85,19 @@ def test_pods_get_priority_from_their_class_and_from_the_global_default(
 ):
     _no_global_default(scheduling)
     named, default = classes.name("batch"), classes.name("fallback")
-    kubectl.apply([pc_manifest(named, 4242), pc_manifest(default, 777, globalDefault=True)])
+    kubectl.apply(
+        [
+            builders.priority_class(named, value=4242, preemption_policy=None),
+            builders.priority_class(default, value=777, default=True, preemption_policy=None),
+        ]
+    )
     admission.wait_sees({named: 4242, default: 777}, default=(777, default))
     kubectl.apply(
-        [pod_manifest("with-class", priorityClassName=named), pod_manifest("without-class")], namespace
+        [
+            builders.pod("with-class", namespace=None, priority_class=named),
+            builders.pod("without-class", namespace=None),
+        ],
+        namespace,
     )
     pods = {p: kubectl.json("-n", namespace, "get", "pod", p) for p in ("with-class", "without-class")}
     assert (pods["with-class"]["spec"]["priority"], pods["with-class"]["spec"]["priorityClassName"]) == (
@@ -98,7 +116,7 @@ def test_pods_get_priority_from_their_class_and_from_the_global_default(
 
 def test_pod_in_a_test_namespace_is_scheduled_and_running(kubectl, classes, admission, namespace):
     name = classes.name("runs")
-    kubectl.apply([pc_manifest(name, 50)])
+    kubectl.apply([builders.priority_class(name, value=50, preemption_policy=None)])
     admission.wait_sees({name: 50})
     overrides = json.dumps({"spec": {"priorityClassName": name}})
     kubectl("-n", namespace, "run", "runner", f"--image={PAUSE}", f"--overrides={overrides}")
@@ -114,7 +132,9 @@ def test_pod_in_a_test_namespace_is_scheduled_and_running(kubectl, classes, admi
 
 
 def test_unknown_class_is_refused(kubectl, namespace):
-    out = kubectl.apply([pod_manifest("orphan", priorityClassName="nope")], namespace, check=False)
+    out = kubectl.apply(
+        [builders.pod("orphan", namespace=None, priority_class="nope")], namespace, check=False
+    )
     assert out.returncode != 0
     assert "Error from server (Forbidden)" in out.stderr
     assert "no PriorityClass with name nope was found" in out.stderr
@@ -122,9 +142,9 @@ def test_unknown_class_is_refused(kubectl, namespace):
 
 def test_preemption_policy_never_propagates(kubectl, classes, admission, namespace):
     name = classes.name("polite")
-    kubectl.apply([pc_manifest(name, 1_000_000, preemptionPolicy="Never")])
+    kubectl.apply([builders.priority_class(name, value=1_000_000, preemption_policy="Never")])
     admission.wait_sees({name: 1_000_000})
-    kubectl.apply([pod_manifest("polite-pod", priorityClassName=name)], namespace)
+    kubectl.apply([builders.pod("polite-pod", namespace=None, priority_class=name)], namespace)
     pod = kubectl.json("-n", namespace, "get", "pod", "polite-pod")
     assert (pod["spec"]["priority"], pod["spec"]["preemptionPolicy"]) == (1_000_000, "Never")
 
@@ -154,7 +174,9 @@ def test_kube_system_is_not_exempt_when_the_plugin_is_disabled(kubectl, cluster)
         ]
         assert ("kube-system" in exempt) is (name not in PRIORITY_HOOKS), name
     name = "critical-probe"
-    kubectl.apply([pod_manifest(name, priorityClassName="system-cluster-critical")], "kube-system")
+    kubectl.apply(
+        [builders.pod(name, namespace=None, priority_class="system-cluster-critical")], "kube-system"
+    )
     pod = kubectl.json("-n", "kube-system", "get", "pod", name)
     kubectl("-n", "kube-system", "delete", "pod", name, "--grace-period=0", "--force", "--wait=false")
     assert pod["spec"]["priority"] == SYSTEM_CLASSES["system-cluster-critical"]

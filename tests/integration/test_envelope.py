@@ -11,7 +11,7 @@ import pytest
 from tests.builders import SYSTEM_CLASSES, decode_patch, make_app, make_view, pod, priority_class, review
 from webhook.review import caller_timeout
 
-CLASSES = [*SYSTEM_CLASSES, priority_class("high", 1000), priority_class("low", 10, default=True)]
+CLASSES = [*SYSTEM_CLASSES, priority_class("high", value=1000), priority_class("low", value=10, default=True)]
 
 
 @pytest.fixture
@@ -21,7 +21,7 @@ def client():
 
 @pytest.mark.parametrize("version", ["admission.k8s.io/v1", "admission.k8s.io/v1beta1"])
 def test_answers_in_the_request_version_and_echoes_uid(client, version):
-    body = review(pod(priorityClassName="high"), api_version=version)
+    body = review(pod(namespace="team-a", priority_class="high"), api_version=version)
     answer = client.post("/mutate/pods", json=body).get_json()
     assert answer["apiVersion"] == version
     assert answer["kind"] == "AdmissionReview"
@@ -30,7 +30,7 @@ def test_answers_in_the_request_version_and_echoes_uid(client, version):
 
 
 def test_patch_applies_and_defaults_class_name(client):
-    obj = pod()
+    obj = pod(namespace="team-a")
     answer = client.post("/mutate/pods", json=review(obj)).get_json()["response"]
     patched = jsonpatch.apply_patch(obj, decode_patch(answer))
     assert patched["spec"]["priority"] == 10
@@ -45,7 +45,7 @@ def test_pod_without_spec_gets_one(client):
 
 
 def test_idempotent_under_reinvocation(client):
-    obj = pod(priorityClassName="high")
+    obj = pod(namespace="team-a", priority_class="high")
     first = client.post("/mutate/pods", json=review(obj)).get_json()["response"]
     once = jsonpatch.apply_patch(obj, decode_patch(first))
     second = client.post("/mutate/pods", json=review(once)).get_json()["response"]
@@ -54,7 +54,9 @@ def test_idempotent_under_reinvocation(client):
 
 
 def test_denial_carries_status(client):
-    answer = client.post("/mutate/pods", json=review(pod(priorityClassName="nope"))).get_json()["response"]
+    answer = client.post(
+        "/mutate/pods", json=review(pod(namespace="team-a", priority_class="nope"))
+    ).get_json()["response"]
     assert answer["allowed"] is False
     assert answer["status"] == {
         "status": "Failure",
@@ -65,13 +67,13 @@ def test_denial_carries_status(client):
 
 
 def test_warning_on_new_global_default(client):
-    body = review(priority_class("new-default", 5, default=True), resource="priorityclasses")
+    body = review(priority_class("new-default", value=5, default=True), resource="priorityclasses")
     answer = client.post("/validate/priorityclasses", json=body).get_json()["response"]
     assert answer["allowed"] is False  # "low" is already the default
     body = review(
-        priority_class("low", 10, default=True),
+        priority_class("low", value=10, default=True),
         operation="UPDATE",
-        old=priority_class("low", 10, default=True),
+        old=priority_class("low", value=10, default=True),
         resource="priorityclasses",
     )
     assert client.post("/validate/priorityclasses", json=body).get_json()["response"]["allowed"] is True
@@ -79,7 +81,10 @@ def test_warning_on_new_global_default(client):
 
 def test_deleting_the_default_warns(client):
     body = review(
-        None, operation="DELETE", old=priority_class("low", 10, default=True), resource="priorityclasses"
+        None,
+        operation="DELETE",
+        old=priority_class("low", value=10, default=True),
+        resource="priorityclasses",
     )
     answer = client.post("/validate/priorityclasses", json=body).get_json()["response"]
     assert answer["allowed"] is True
@@ -117,7 +122,7 @@ def test_bad_bodies_get_400_with_one_line_reason(client, data, content_type, fra
 
 
 def test_malformed_object_is_a_400_denial(client):
-    body = review(pod())
+    body = review(pod(namespace="team-a"))
     body["request"]["object"]["spec"] = ["not", "a", "map"]
     answer = client.post("/mutate/pods", json=body).get_json()["response"]
     assert answer["allowed"] is False
@@ -140,7 +145,7 @@ def test_unknown_path_and_method(client):
 
 
 def test_content_type_parameters_are_accepted(client):
-    body = json.dumps(review(pod(priorityClassName="high")))
+    body = json.dumps(review(pod(namespace="team-a", priority_class="high")))
     resp = client.post("/mutate/pods", data=body, content_type="Application/JSON; charset=utf-8")
     assert resp.status_code == 200
     assert resp.get_json()["response"]["allowed"] is True
@@ -165,7 +170,7 @@ def _call(app, body: bytes, **environ: object) -> tuple[str, bytes]:
 
 
 def test_chunked_body_is_read_to_its_end():
-    body = json.dumps(review(pod(priorityClassName="high"))).encode()
+    body = json.dumps(review(pod(namespace="team-a", priority_class="high"))).encode()
     status, out = _call(make_app(CLASSES), body, **{"wsgi.input_terminated": True})
     assert status == "200 OK"
     assert json.loads(out)["response"]["allowed"] is True
@@ -186,7 +191,7 @@ def test_unparseable_content_length_is_400():
 def test_health_ready_metrics(client):
     assert client.get("/healthz").status_code == 200
     assert client.get("/readyz").status_code == 200
-    client.post("/mutate/pods", json=review(pod()))
+    client.post("/mutate/pods", json=review(pod(namespace="team-a")))
     text = client.get("/metrics").get_data(as_text=True)
     assert (
         'priogate_webhook_requests_total{decision="allow",operation="CREATE",webhook="pod-priority.priogate.io"}'
@@ -204,15 +209,15 @@ def test_not_ready_until_synced():
 def test_unsynced_cache_denies_instead_of_guessing(monkeypatch):
     monkeypatch.setattr("webhook.endpoints.CACHE_SYNC_GRACE_SECONDS", 0.01)
     client = make_app(CLASSES, synced=False).test_client()
-    answer = client.post("/mutate/pods", json=review(pod())).get_json()["response"]
+    answer = client.post("/mutate/pods", json=review(pod(namespace="team-a"))).get_json()["response"]
     assert answer["allowed"] is False
     assert answer["status"]["code"] == 503
     assert "not synced" in answer["status"]["message"]
 
 
 def test_update_preserves_priority_but_not_class(client):
-    old = pod(priorityClassName="high", priority=1000, preemptionPolicy="Never")
-    new = pod(priorityClassName="high")
+    old = pod(namespace="team-a", priority_class="high", priority=1000, preemption_policy="Never")
+    new = pod(namespace="team-a", priority_class="high")
     answer = client.post("/mutate/pods", json=review(new, operation="UPDATE", old=old)).get_json()["response"]
     patched = jsonpatch.apply_patch(new, decode_patch(answer))
     assert patched["spec"]["priority"] == 1000
@@ -220,7 +225,9 @@ def test_update_preserves_priority_but_not_class(client):
 
 
 def test_dry_run_is_answered_the_same(client):
-    answer = client.post("/mutate/pods", json=review(pod(), dry_run=True)).get_json()["response"]
+    answer = client.post("/mutate/pods", json=review(pod(namespace="team-a"), dry_run=True)).get_json()[
+        "response"
+    ]
     assert json.loads(__import__("base64").b64decode(answer["patch"]))
 
 
@@ -255,9 +262,11 @@ def test_rule_sets_see_the_callers_deadline():
         "echo.priogate.io", "/validate/echo", "validating", report, ("",), ("v1",), ("pods",), ("CREATE",)
     )
     client = create_app(make_view(CLASSES), rule_sets=[echo]).test_client()
-    with_timeout = client.post("/validate/echo?timeout=10s", json=review(pod())).get_json()["response"]
+    with_timeout = client.post("/validate/echo?timeout=10s", json=review(pod(namespace="team-a"))).get_json()[
+        "response"
+    ]
     assert with_timeout["status"]["message"] == "left 10"
-    without = client.post("/validate/echo", json=review(pod())).get_json()["response"]
+    without = client.post("/validate/echo", json=review(pod(namespace="team-a"))).get_json()["response"]
     assert without["status"]["message"] == "left None"
 
 
@@ -280,7 +289,7 @@ def test_slow_admissions_are_logged(monkeypatch):
     )
     client = create_app(make_view(CLASSES), rule_sets=[rule]).test_client()
     with capture_logs() as logs:
-        assert client.post("/validate/slow", json=review(pod())).status_code == 200
+        assert client.post("/validate/slow", json=review(pod(namespace="team-a"))).status_code == 200
     slow_lines = [e for e in logs if e["event"] == "slow admission"]
     assert len(slow_lines) == 1
     assert slow_lines[0]["webhook"] == "slow.priogate.io" and slow_lines[0]["seconds"] >= 0.05

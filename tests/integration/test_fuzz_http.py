@@ -19,9 +19,9 @@ from tests.builders import (
 )
 
 APP = make_app(
-    [*SYSTEM_CLASSES, priority_class("d", 3, default=True)],
-    quotas=[resource_quota("q", {"cpu": "4", "pods": "3"})],
-    ledgers=[ledger(other={"cpu": "2"})],
+    [*SYSTEM_CLASSES, priority_class("d", value=3, default=True)],
+    quotas=[resource_quota("q", hard={"cpu": "4", "pods": "3"}, namespace="team-a")],
+    ledgers=[ledger(namespace="team-a", other={"cpu": "2"})],
 )
 PATHS = [
     "/mutate/pods",
@@ -76,16 +76,23 @@ def mangled_reviews(draw):
         draw(
             st.sampled_from(
                 [
-                    pod(),
-                    pod(priorityClassName="d"),
-                    priority_class("x", 5),
-                    podgroup("g", minResources={"cpu": "1"}),
+                    pod(namespace="team-a"),
+                    pod(namespace="team-a", priority_class="d"),
+                    priority_class("x", value=5),
+                    podgroup("g", namespace="team-a", min_resources={"cpu": "1"}),
                 ]
             )
         ),
         operation=draw(st.sampled_from(["CREATE", "UPDATE", "DELETE"])),
         old=draw(
-            st.sampled_from([None, pod(priority=3), priority_class("x", 5), podgroup("g", minMember=2)])
+            st.sampled_from(
+                [
+                    None,
+                    pod(namespace="team-a", priority=3),
+                    priority_class("x", value=5),
+                    podgroup("g", namespace="team-a", min_member=2),
+                ]
+            )
         ),
         resource=draw(st.sampled_from(["pods", "priorityclasses"])),
     )

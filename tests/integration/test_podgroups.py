@@ -23,7 +23,11 @@ from tests.builders import (
     review,
 )
 
-CLASSES = [*SYSTEM_CLASSES, priority_class("batch", 100, default=True), priority_class("high", 1000)]
+CLASSES = [
+    *SYSTEM_CLASSES,
+    priority_class("batch", value=100, default=True),
+    priority_class("high", value=1000),
+]
 
 
 def client_with(quotas=(), store=None, **kw):
@@ -39,26 +43,32 @@ def answer(client, path, body):
 
 def test_defaults_and_class_resolution():
     client, _ = client_with()
-    group = podgroup("g")
+    group = podgroup("g", namespace="team-a")
     patched = jsonpatch.apply_patch(
         group, decode_patch(answer(client, "/mutate/podgroups", group_review(group)))
     )
     assert patched["spec"] == {"minMember": 1, "queue": "default", "priorityClassName": "batch"}
-    kept = podgroup("g", minMember=4, queue="q1", priorityClassName="high")
+    kept = podgroup("g", namespace="team-a", min_member=4, queue="q1", priority_class="high")
     assert "patch" not in answer(client, "/mutate/podgroups", group_review(kept))
 
 
 def test_unknown_class_is_refused():
     client, _ = client_with()
-    got = answer(client, "/mutate/podgroups", group_review(podgroup("g", priorityClassName="nope")))
+    got = answer(
+        client, "/mutate/podgroups", group_review(podgroup("g", namespace="team-a", priority_class="nope"))
+    )
     assert got["allowed"] is False
     assert got["status"]["message"] == "no PriorityClass with name nope was found"
 
 
 def test_exactly_the_quota_is_admitted_and_only_a_gone_group_releases():
-    client, store = client_with([resource_quota("compute", {"cpu": "10"})])
+    client, store = client_with([resource_quota("compute", hard={"cpu": "10"}, namespace="team-a")])
     results = [
-        answer(client, "/validate/podgroups", group_review(podgroup(f"g{i}", minResources={"cpu": "1"})))
+        answer(
+            client,
+            "/validate/podgroups",
+            group_review(podgroup(f"g{i}", namespace="team-a", min_resources={"cpu": "1"})),
+        )
         for i in range(12)
     ]
     assert [r["allowed"] for r in results] == [True] * 10 + [False] * 2
@@ -66,24 +76,27 @@ def test_exactly_the_quota_is_admitted_and_only_a_gone_group_releases():
     assert message.startswith("exceeded quota: compute, requested: cpu=1, reserved: cpu=10, limited: cpu=10")
     assert len(store.ledgers["team-a"]) == 10
     # A DELETE admission (forged: DELETE is not registered) releases nothing.
-    deleted = group_review(None, operation="DELETE", old=podgroup("g3", minResources={"cpu": "1"}))
+    deleted = group_review(
+        None, operation="DELETE", old=podgroup("g3", namespace="team-a", min_resources={"cpu": "1"})
+    )
     deleted["request"]["name"] = "g3"
     assert answer(client, "/validate/podgroups", deleted)["allowed"] is True
     assert len(store.ledgers["team-a"]) == 10
-    g10 = group_review(podgroup("g10", minResources={"cpu": "1"}))
+    g10 = group_review(podgroup("g10", namespace="team-a", min_resources={"cpu": "1"}))
     assert answer(client, "/validate/podgroups", g10)["allowed"] is False  # all ten still in flight
 
 
 def test_an_entry_ends_when_its_group_is_confirmed_gone():
     """Nine of ten admitted groups are stored (the cache stands in for the quorum LIST here); once
     the in-flight bound has passed, the next admission confirms g3 gone and takes its place."""
-    stored = [podgroup(f"g{i}", minResources={"cpu": "1"}) for i in range(10) if i != 3]
-    client, store = client_with([resource_quota("compute", {"cpu": "10"})], podgroups=stored)
+    stored = [podgroup(f"g{i}", namespace="team-a", min_resources={"cpu": "1"}) for i in range(10) if i != 3]
+    client, store = client_with(
+        [resource_quota("compute", hard={"cpu": "10"}, namespace="team-a")], podgroups=stored
+    )
     for i in range(10):
-        assert answer(
-            client, "/validate/podgroups", group_review(podgroup(f"g{i}", minResources={"cpu": "1"}))
-        )["allowed"]
-    g10 = group_review(podgroup("g10", minResources={"cpu": "1"}))
+        body = group_review(podgroup(f"g{i}", namespace="team-a", min_resources={"cpu": "1"}))
+        assert answer(client, "/validate/podgroups", body)["allowed"]
+    g10 = group_review(podgroup("g10", namespace="team-a", min_resources={"cpu": "1"}))
     assert answer(client, "/validate/podgroups", g10)["allowed"] is False  # g3 may still be in flight
     client.application.wsgi_app.view.in_flight = dt.timedelta(0)
     assert answer(client, "/validate/podgroups", g10)["allowed"] is True
@@ -93,14 +106,18 @@ def test_an_entry_ends_when_its_group_is_confirmed_gone():
 
 
 def test_concurrent_admissions_never_over_admit():
-    client, store = client_with([resource_quota("compute", {"cpu": "10"})])
+    client, store = client_with([resource_quota("compute", hard={"cpu": "10"}, namespace="team-a")])
     app = client.application
     allowed = []
 
     def create(i):
         with app.test_client() as c:
             allowed.append(
-                answer(c, "/validate/podgroups", group_review(podgroup(f"g{i}", minResources={"cpu": "1"})))
+                answer(
+                    c,
+                    "/validate/podgroups",
+                    group_review(podgroup(f"g{i}", namespace="team-a", min_resources={"cpu": "1"})),
+                )
             )
 
     threads = [threading.Thread(target=create, args=(i,)) for i in range(64)]
@@ -113,32 +130,39 @@ def test_concurrent_admissions_never_over_admit():
 
 
 def test_update_growing_is_checked_shrinking_is_not():
-    client, _ = client_with([resource_quota("compute", {"cpu": "4"})])
-    a, b = podgroup("a", minResources={"cpu": "2"}), podgroup("b", minResources={"cpu": "2"})
+    client, _ = client_with([resource_quota("compute", hard={"cpu": "4"}, namespace="team-a")])
+    a, b = (
+        podgroup("a", namespace="team-a", min_resources={"cpu": "2"}),
+        podgroup("b", namespace="team-a", min_resources={"cpu": "2"}),
+    )
     assert answer(client, "/validate/podgroups", group_review(a))["allowed"]
     assert answer(client, "/validate/podgroups", group_review(b))["allowed"]
-    grown = podgroup("a", minResources={"cpu": "3"})
+    grown = podgroup("a", namespace="team-a", min_resources={"cpu": "3"})
     refused = answer(client, "/validate/podgroups", group_review(grown, operation="UPDATE", old=a))
     assert (
         refused["allowed"] is False
         and "requested: cpu=3, reserved: cpu=2, limited: cpu=4" in refused["status"]["message"]
     )
-    shrunk = podgroup("a", minResources={"cpu": "1"})
+    shrunk = podgroup("a", namespace="team-a", min_resources={"cpu": "1"})
     assert answer(client, "/validate/podgroups", group_review(shrunk, operation="UPDATE", old=a))["allowed"]
 
 
 def test_dry_run_writes_nothing():
-    client, store = client_with([resource_quota("compute", {"cpu": "1"})])
-    body = group_review(podgroup("g", minResources={"cpu": "1"}), dry_run=True)
+    client, store = client_with([resource_quota("compute", hard={"cpu": "1"}, namespace="team-a")])
+    body = group_review(podgroup("g", namespace="team-a", min_resources={"cpu": "1"}), dry_run=True)
     assert answer(client, "/validate/podgroups", body)["allowed"]
     assert store.writes == 0
-    too_big = group_review(podgroup("g", minResources={"cpu": "2"}), dry_run=True)
+    too_big = group_review(podgroup("g", namespace="team-a", min_resources={"cpu": "2"}), dry_run=True)
     assert answer(client, "/validate/podgroups", too_big)["allowed"] is False
 
 
 def test_bad_min_resources_is_a_400_denial():
-    client, _ = client_with([resource_quota("compute", {"cpu": "1"})])
-    got = answer(client, "/validate/podgroups", group_review(podgroup("g", minResources={"cpu": "lots"})))
+    client, _ = client_with([resource_quota("compute", hard={"cpu": "1"}, namespace="team-a")])
+    got = answer(
+        client,
+        "/validate/podgroups",
+        group_review(podgroup("g", namespace="team-a", min_resources={"cpu": "lots"})),
+    )
     assert got["allowed"] is False and got["status"]["code"] == 400
     assert "spec.minResources" in got["status"]["message"] and "cpu" in got["status"]["message"]
 
@@ -146,56 +170,49 @@ def test_bad_min_resources_is_a_400_denial():
 @pytest.fixture
 def reserved_namespace():
     """cpu=10 quota with 2 used; group "gang" reserved cpu=6 and one member using 1 of it."""
-    quota = resource_quota("compute", {"cpu": "10"}, used={"cpu": "2"})
-    reservations = ledger(gang={"cpu": "6"})
-    member = pod("m0")
-    member["metadata"]["annotations"] = {"scheduling.k8s.io/group-name": "gang"}
-    member["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "1"}}
-    live = podgroup("gang", minMember=1, minResources={"cpu": "6"})  # uid-gang, matching the record
+    quota = resource_quota("compute", hard={"cpu": "10"}, used={"cpu": "2"}, namespace="team-a")
+    reservations = ledger(namespace="team-a", gang={"cpu": "6"})
+    member = pod("m0", namespace="team-a", cpu="1", group="gang")
+    # uid-gang, matching the record
+    live = podgroup("gang", namespace="team-a", min_member=1, min_resources={"cpu": "6"})
     return dict(quotas=[quota], ledgers=[reservations], pods=[member], podgroups=[live])
-
-
-def cpu_pod(name, cpu, group=None):
-    p = pod(name)
-    p["spec"]["containers"][0]["resources"] = {"requests": {"cpu": cpu}}
-    if group:
-        p["metadata"]["annotations"] = {"scheduling.k8s.io/group-name": group}
-    return p
 
 
 def test_plain_pod_cannot_eat_reservations(reserved_namespace):
     client, _ = client_with(**reserved_namespace)
     # used 2 + unconsumed 5 (6 reserved, 1 used by the member) leaves 3 for others.
-    assert answer(client, "/validate/pods", review(cpu_pod("ok", "3")))["allowed"]
-    refused = answer(client, "/validate/pods", review(cpu_pod("greedy", "3500m")))
+    assert answer(client, "/validate/pods", review(pod("ok", namespace="team-a", cpu="3")))["allowed"]
+    refused = answer(client, "/validate/pods", review(pod("greedy", namespace="team-a", cpu="3500m")))
     assert refused["allowed"] is False
     assert "reserved by PodGroups: cpu=5" in refused["status"]["message"]
     # A member of the group draws on its own reservation.
-    assert answer(client, "/validate/pods", review(cpu_pod("m1", "5", group="gang")))["allowed"]
+    assert answer(client, "/validate/pods", review(pod("m1", namespace="team-a", cpu="5", group="gang")))[
+        "allowed"
+    ]
 
 
 def test_a_record_without_entries_still_reserves_for_stored_groups(reserved_namespace):
     """The record lost its entry; the stored group still reserves (adopted from the cache)."""
-    reserved_namespace["ledgers"] = [ledger()]
+    reserved_namespace["ledgers"] = [ledger(namespace="team-a")]
     client, _ = client_with(**reserved_namespace)
-    refused = answer(client, "/validate/pods", review(cpu_pod("greedy", "3500m")))
+    refused = answer(client, "/validate/pods", review(pod("greedy", namespace="team-a", cpu="3500m")))
     assert refused["allowed"] is False and "reserved by PodGroups: cpu=5" in refused["status"]["message"]
 
 
 def test_no_reservation_no_refusal(reserved_namespace):
-    reserved_namespace["ledgers"] = [ledger()]
+    reserved_namespace["ledgers"] = [ledger(namespace="team-a")]
     reserved_namespace["podgroups"] = []
     client, _ = client_with(**reserved_namespace)
-    assert answer(client, "/validate/pods", review(cpu_pod("greedy", "3500m")))["allowed"]
+    assert answer(client, "/validate/pods", review(pod("greedy", namespace="team-a", cpu="3500m")))["allowed"]
 
 
 def test_reservation_of_a_group_that_never_got_stored_stops_counting(reserved_namespace):
     """The entry is a day old and no PodGroup with its uid is stored: confirmed, it reserves
     nothing."""
-    reserved_namespace["ledgers"] = [ledger(ghost={"cpu": "6"})]
+    reserved_namespace["ledgers"] = [ledger(namespace="team-a", ghost={"cpu": "6"})]
     reserved_namespace["podgroups"] = []
     client, _ = client_with(**reserved_namespace)
-    assert answer(client, "/validate/pods", review(cpu_pod("greedy", "7")))["allowed"]
+    assert answer(client, "/validate/pods", review(pod("greedy", namespace="team-a", cpu="7")))["allowed"]
 
 
 def test_pods_in_a_burst_are_charged_until_status_used_shows_them(reserved_namespace):
@@ -203,20 +220,23 @@ def test_pods_in_a_burst_are_charged_until_status_used_shows_them(reserved_names
     not move between admissions (kube-apiserver charges it after the webhooks), the record's
     charges do."""
     client, store = client_with(**reserved_namespace)
-    allowed = [answer(client, "/validate/pods", review(cpu_pod(f"p{i}", "1")))["allowed"] for i in range(5)]
+    allowed = [
+        answer(client, "/validate/pods", review(pod(f"p{i}", namespace="team-a", cpu="1")))["allowed"]
+        for i in range(5)
+    ]
     assert allowed == [True, True, True, False, False]
     assert len(store.records["team-a"].charges) == 3
 
 
 def test_resize_into_a_reservation_is_refused(reserved_namespace):
     client, _ = client_with(**reserved_namespace)
-    small, big = cpu_pod("p", "1"), cpu_pod("p", "5")
+    small, big = pod("p", namespace="team-a", cpu="1"), pod("p", namespace="team-a", cpu="5")
     for p in (small, big):
         p["metadata"]["uid"] = "uid-p"
     body = review(big, operation="UPDATE", old=small, sub_resource="resize")
     refused = answer(client, "/validate/pods", body)
     assert refused["allowed"] is False and "requested: cpu=4" in refused["status"]["message"]
-    fits = cpu_pod("p", "4")  # used 2 + 3 more + 5 unconsumed = 10
+    fits = pod("p", namespace="team-a", cpu="4")  # used 2 + 3 more + 5 unconsumed = 10
     fits["metadata"]["uid"] = "uid-p"
     assert answer(
         client, "/validate/pods", review(fits, operation="UPDATE", old=small, sub_resource="resize")
@@ -228,8 +248,10 @@ def test_stale_entries_are_pruned_by_the_admission_they_would_block():
     store.records["team-a"] = Record(
         {"uid-ghost": Entry("ghost", "uid-ghost", {"cpu": "4"}, 1, "", "2026-01-01T00:00:00Z")}
     )
-    client, _ = client_with([resource_quota("compute", {"cpu": "4"})], store=store)
-    assert answer(client, "/validate/podgroups", group_review(podgroup("real", minResources={"cpu": "4"})))[
-        "allowed"
-    ]
+    client, _ = client_with([resource_quota("compute", hard={"cpu": "4"}, namespace="team-a")], store=store)
+    assert answer(
+        client,
+        "/validate/podgroups",
+        group_review(podgroup("real", namespace="team-a", min_resources={"cpu": "4"})),
+    )["allowed"]
     assert [e.group for e in store.ledgers["team-a"].values()] == ["real"]

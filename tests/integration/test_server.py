@@ -18,7 +18,9 @@ from tests.serving import start_server
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    srv = start_server(tmp_path_factory.mktemp("server"), [*SYSTEM_CLASSES, priority_class("high", 1000)])
+    srv = start_server(
+        tmp_path_factory.mktemp("server"), [*SYSTEM_CLASSES, priority_class("high", value=1000)]
+    )
     yield srv
     assert srv.stop() == 0, "graceful shutdown should exit 0"
 
@@ -33,9 +35,9 @@ def post(conn: http.client.HTTPSConnection, body: dict) -> dict:
 def test_admissions_over_one_keepalive_connection(server):
     conn = http.client.HTTPSConnection("127.0.0.1", server.port, context=server.ssl_context(), timeout=5)
     for _ in range(20):
-        answer = post(conn, review(pod(priorityClassName="high")))
+        answer = post(conn, review(pod(namespace="team-a", priority_class="high")))
         assert answer["allowed"] is True
-    denied = post(conn, review(pod(priorityClassName="missing")))
+    denied = post(conn, review(pod(namespace="team-a", priority_class="missing")))
     assert (
         denied["status"]["message"] == 'pods "p" is forbidden: no PriorityClass with name missing was found'
     )
@@ -44,7 +46,7 @@ def test_admissions_over_one_keepalive_connection(server):
 
 def test_chunked_body_and_oversized_body(server):
     conn = http.client.HTTPSConnection("127.0.0.1", server.port, context=server.ssl_context(), timeout=5)
-    body = json.dumps(review(pod(priorityClassName="high"))).encode()
+    body = json.dumps(review(pod(namespace="team-a", priority_class="high"))).encode()
     chunks = iter([body[:1000], body[1000:]])  # an iterable body is sent with chunked encoding
     conn.request("POST", "/mutate/pods", chunks, {"Content-Type": "application/json"}, encode_chunked=True)
     resp = conn.getresponse()
@@ -98,7 +100,7 @@ def test_rotated_certificate_is_served_without_restart(server, tmp_path):
 
 def test_metrics_aggregate_workers(server):
     conn = http.client.HTTPSConnection("127.0.0.1", server.port, context=server.ssl_context(), timeout=5)
-    post(conn, review(pod()))
+    post(conn, review(pod(namespace="team-a")))
     status, text = server.get("/metrics")
     assert status == 200
     assert "priogate_webhook_requests_total" in text
@@ -115,10 +117,12 @@ def test_metrics_aggregate_workers(server):
 
 
 def test_a_server_answers_only_its_rule_sets(tmp_path):
-    srv = start_server(tmp_path, [*SYSTEM_CLASSES, priority_class("high", 1000)], workers=1, serve="priority")
+    srv = start_server(
+        tmp_path, [*SYSTEM_CLASSES, priority_class("high", value=1000)], workers=1, serve="priority"
+    )
     try:
         conn = http.client.HTTPSConnection("127.0.0.1", srv.port, context=srv.ssl_context(), timeout=5)
-        assert post(conn, review(pod(priorityClassName="high")))["allowed"] is True
+        assert post(conn, review(pod(namespace="team-a", priority_class="high")))["allowed"] is True
         conn.request("POST", "/validate/podgroups", "{}", {"Content-Type": "application/json"})
         resp = conn.getresponse()
         assert resp.status == 404

@@ -5,6 +5,7 @@ from __future__ import annotations
 from fractions import Fraction
 
 from priogate.enqueue import BoundPod, GroupDemand, min_resources_of, verdict
+from tests.builders import resource_quota
 
 
 def group(
@@ -23,28 +24,40 @@ def group(
     )
 
 
-def quota(hard: str, used: str) -> dict:
-    return {"metadata": {"name": "q"}, "spec": {"hard": {"cpu": hard}}, "status": {"used": {"cpu": used}}}
-
-
 ALLOC = {"cpu": Fraction(10)}
 
 
 def test_no_min_resources_is_admitted():
-    assert verdict(group(cpu=None), [quota("1", "1")], {}, [], []).admitted
+    assert verdict(
+        group(cpu=None), [resource_quota("q", hard={"cpu": "1"}, used={"cpu": "1"})], {}, [], []
+    ).admitted
 
 
 def test_quota_counts_used_and_other_holders():
-    assert verdict(group(), [quota("8", "4")], ALLOC, [], []).admitted
-    refused = verdict(group(), [quota("8", "5")], ALLOC, [], [])
+    assert verdict(
+        group(), [resource_quota("q", hard={"cpu": "8"}, used={"cpu": "4"})], ALLOC, [], []
+    ).admitted
+    refused = verdict(group(), [resource_quota("q", hard={"cpu": "8"}, used={"cpu": "5"})], ALLOC, [], [])
     assert not refused.admitted and "quota q insufficient" in refused.reason
     other = group(key="ns/other", cpu="2", phase="Inqueue")
-    assert not verdict(group(), [quota("8", "3")], ALLOC, [], [other]).admitted
+    assert not verdict(
+        group(), [resource_quota("q", hard={"cpu": "8"}, used={"cpu": "3"})], ALLOC, [], [other]
+    ).admitted
     # another namespace's group and a Pending group hold nothing here
     assert verdict(
-        group(), [quota("8", "3")], ALLOC, [], [group(key="x/o", ns="x", phase="Inqueue")]
+        group(),
+        [resource_quota("q", hard={"cpu": "8"}, used={"cpu": "3"})],
+        ALLOC,
+        [],
+        [group(key="x/o", ns="x", phase="Inqueue")],
     ).admitted
-    assert verdict(group(), [quota("8", "3")], ALLOC, [], [group(key="ns/o", phase="Pending")]).admitted
+    assert verdict(
+        group(),
+        [resource_quota("q", hard={"cpu": "8"}, used={"cpu": "3"})],
+        ALLOC,
+        [],
+        [group(key="ns/o", phase="Pending")],
+    ).admitted
 
 
 def test_capacity_ignores_lower_priority_pods_unless_the_group_never_preempts():

@@ -22,7 +22,7 @@ from priogate.kube.cache import WatchCache
 from priogate.kube.client import ApiClient, ApiError, resource_path
 from priogate.podgroup import GROUP_VERSION, PLURAL
 from priogate.preemption_record import RecordedDecision, Victim
-from tests.unit.preemption.builders import node, pclass, pod, podgroup
+from tests.builders import node, pod, podgroup, priority_class
 
 NS = "default"
 GROUP_PATH = resource_path(GROUP_VERSION, PLURAL, NS, "gang")
@@ -116,13 +116,13 @@ class FakeApiClient(ApiClient):
 
 
 def running(name: str, start: float) -> dict:
-    obj = pod(name, 1, "2", on="n1", start=start)
+    obj = pod(name, priority=1, cpu="2", node="n1", started=start)
     obj["metadata"]["uid"] = f"uid-{name}"
     return obj
 
 
 def member(name: str) -> dict:
-    obj = pod(name, None, "4", klass="high", group="gang")
+    obj = pod(name, cpu="4", priority_class="high", group="gang", phase="Pending")
     obj["metadata"]["uid"] = f"uid-{name}"
     obj["status"]["conditions"] = [
         {"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}
@@ -131,7 +131,7 @@ def member(name: str) -> dict:
 
 
 def gang_group(decision: RecordedDecision | None = None) -> dict:
-    obj = podgroup("gang", 1, klass="high", phase="Inqueue")
+    obj = podgroup("gang", min_member=1, priority_class="high", phase="Inqueue")
     obj["metadata"].update(uid="uid-gang", resourceVersion="7")
     if decision is not None:
         obj["metadata"]["annotations"] = {record.ANNOTATION: decision.to_annotation()}
@@ -175,7 +175,7 @@ def cluster(group: dict | None = None) -> Cluster:
         nodes=WatchCache.static("nodes", [node("n1", cpu="4")]),  # type: ignore[arg-type]
         ledgers=WatchCache.static("ledgers", []),  # type: ignore[arg-type]
         pdbs=WatchCache.static("pdbs", []),
-        classes=WatchCache.static("classes", [pclass("high", 100)]),
+        classes=WatchCache.static("classes", [priority_class("high", value=100)]),
     )
     return Cluster(client, caches)
 

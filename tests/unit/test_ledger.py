@@ -5,6 +5,7 @@ confirming, charges, and a damaged record never read as empty."""
 from __future__ import annotations
 
 import datetime as dt
+from dataclasses import replace
 
 import pytest
 
@@ -60,12 +61,30 @@ def claims(entries: dict[str, Entry]) -> dict[str, tuple[str, str]]:
             {"u1": ("a", "6")},
             id="growth-in-flight",
         ),
+        # ... unless the stored object is of that admission's generation: then it is settled.
+        pytest.param(
+            [replace(entry("a", "u1", 3, cpu="6"), generation=2)],
+            [replace(stored("a", "u1", cpu="2"), generation=2)],
+            {"u1": ("a", "2")},
+            id="growth-settled-by-generation",
+        ),
+        # A previous-class claim ends once the class change is settled.
+        pytest.param(
+            [entry("a", "u1", 3, cls="high"), entry("a", "u1", 60)],
+            [stored("a", "u1", cls="high")],
+            {"u1": ("a", "1")},
+            id="previous-class-ends",
+        ),
         # A stored group the record lacks (lost, rebuilt, or stored before priogate) is adopted.
         pytest.param([], [stored("b", "u9", cpu="3")], {"u9": ("b", "3")}, id="adopted"),
     ],
 )
 def test_resync(entries, stored_groups, expected):
-    got = ledger.resync({e.key: e for e in entries}, listing(*stored_groups), BOUND)
+    keyed = {}
+    for e in entries:
+        key = e.key if e.key not in keyed else e.as_shadow()[0]
+        keyed[key] = e
+    got = ledger.resync(keyed, listing(*stored_groups), BOUND)
     assert claims(got) == expected
 
 

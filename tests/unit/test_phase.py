@@ -13,6 +13,7 @@ from priogate.phase import (
     next_status,
     phase_event,
 )
+from tests.builders import pod
 
 YES, NO = EnqueueVerdict(True), EnqueueVerdict(False, "quota compute insufficient")
 
@@ -65,19 +66,14 @@ def test_next_phase(current, min_member, members, enqueue, want):
     assert next_phase(current, min_member, members, enqueue) == want
 
 
-def pod(phase: str, node: str = "", deleting: bool = False) -> dict:
-    meta = {"deletionTimestamp": "2026-01-01T00:00:00Z"} if deleting else {}
-    return {"metadata": meta, "spec": {"nodeName": node}, "status": {"phase": phase}}
-
-
 def test_count_members():
     pods = [
-        pod("Pending"),
-        pod("Pending", "n1"),
-        pod("Running", "n1"),
-        pod("Running", "n2", deleting=True),
-        pod("Succeeded", "n1"),
-        pod("Failed", "n2"),
+        pod(phase="Pending"),
+        pod(phase="Pending", node="n1"),
+        pod(phase="Running", node="n1"),
+        pod(phase="Running", node="n2", deleting=True),
+        pod(phase="Succeeded", node="n1"),
+        pod(phase="Failed", node="n2"),
     ]
     assert count_members(pods) == Members(running=1, succeeded=1, failed=1, scheduled=5, active=4)
 

@@ -5,15 +5,15 @@ from __future__ import annotations
 import pytest
 
 from priogate import priority as p
-from tests.builders import priority_class as pc
+from tests.builders import priority_class
 
 CLASSES = {
     c["metadata"]["name"]: c
     for c in [
-        pc("default1", 1000, default=True),
-        pc("nondefault1", 2000),
-        pc("never", 500, policy="Never"),
-        pc("nopolicy", 7, policy=None),
+        priority_class("default1", value=1000, default=True),
+        priority_class("nondefault1", value=2000),
+        priority_class("never", value=500, preemption_policy="Never"),
+        priority_class("nopolicy", value=7, preemption_policy=None),
     ]
 }
 DEFAULT = CLASSES["default1"]
@@ -44,11 +44,17 @@ def test_resolve_unknown_class(name):  # POD-C3: a plain lookup, malformed names
     ("classes", "want"),
     [
         ([], None),
-        ([pc("a", 5)], None),
-        ([pc("a", 5, default=True)], "a"),
-        ([pc("hi", 10, default=True), pc("lo", 3, default=True)], "lo"),  # PC-A1: lowest value wins
-        ([pc("b", 3, default=True), pc("a", 3, default=True)], "a"),  # ties by name, deterministic
-        ([pc("neg", -5, default=True), pc("z", 0, default=True)], "neg"),
+        ([priority_class("a", value=5)], None),
+        ([priority_class("a", value=5, default=True)], "a"),
+        (
+            [priority_class("hi", value=10, default=True), priority_class("lo", value=3, default=True)],
+            "lo",
+        ),  # PC-A1: lowest value wins
+        (
+            [priority_class("b", value=3, default=True), priority_class("a", value=3, default=True)],
+            "a",
+        ),  # ties by name, deterministic
+        ([priority_class("neg", value=-5, default=True), priority_class("z", value=0, default=True)], "neg"),
     ],
 )
 def test_current_default(classes, want):
@@ -87,27 +93,39 @@ def test_preset_conflict(spec, fragment):
 @pytest.mark.parametrize(
     ("obj", "fragments"),
     [
-        (pc("ok", 1_000_000_000), []),  # PC-V3: the ceiling itself is allowed
-        (pc("scavenger", -(2**31)), []),
-        (pc("too-high", 1_000_000_001), ["maximum allowed value of a user defined priority is 1000000000"]),
-        (pc("systemfoo", 5), []),  # only the literal "system-" prefix is reserved
+        (priority_class("ok", value=1_000_000_000), []),  # PC-V3: the ceiling itself is allowed
+        (priority_class("scavenger", value=-(2**31)), []),
         (
-            pc("system-foo", 5),
+            priority_class("too-high", value=1_000_000_001),
+            ["maximum allowed value of a user defined priority is 1000000000"],
+        ),
+        (priority_class("systemfoo", value=5), []),  # only the literal "system-" prefix is reserved
+        (
+            priority_class("system-foo", value=5),
             ["reserved for system use only", "system-foo is not a known system priority class"],
         ),
-        (pc("system-node-critical", 5), ["value of system-node-critical PriorityClass must be 2000001000"]),
         (
-            pc("system-node-critical", 2000001000, default=True),
+            priority_class("system-node-critical", value=5),
+            ["value of system-node-critical PriorityClass must be 2000001000"],
+        ),
+        (
+            priority_class("system-node-critical", value=2000001000, default=True),
             ["globalDefault of system-node-critical PriorityClass must be false"],
         ),
-        (pc("system-cluster-critical", 2000000000), []),  # re-creating a built-in is allowed
-        (pc("Bad_Name", 1), ["a lowercase RFC 1123 subdomain"]),
-        (pc("a" * 254, 1), ["RFC 1123 subdomain"]),
-        (pc("p", 1, policy=""), ["preemptionPolicy: Required value"]),
-        (pc("p", 1, policy="Sometimes"), ['Unsupported value: "Sometimes"']),
-        (pc("p", 1, policy="Never"), []),
-        (pc("p", 2**31), ["must be an int32"]),
-        (pc("Bad", 2_000_000_000, policy="x"), ["RFC 1123", "maximum allowed value", "Unsupported value"]),
+        (
+            priority_class("system-cluster-critical", value=2000000000),
+            [],
+        ),  # re-creating a built-in is allowed
+        (priority_class("Bad_Name", value=1), ["a lowercase RFC 1123 subdomain"]),
+        (priority_class("a" * 254, value=1), ["RFC 1123 subdomain"]),
+        (priority_class("p", value=1, preemption_policy=""), ["preemptionPolicy: Required value"]),
+        (priority_class("p", value=1, preemption_policy="Sometimes"), ['Unsupported value: "Sometimes"']),
+        (priority_class("p", value=1, preemption_policy="Never"), []),
+        (priority_class("p", value=2**31), ["must be an int32"]),
+        (
+            priority_class("Bad", value=2_000_000_000, preemption_policy="x"),
+            ["RFC 1123", "maximum allowed value", "Unsupported value"],
+        ),
     ],
 )
 def test_validate_class_create(obj, fragments):
@@ -121,16 +139,20 @@ def test_validate_class_create(obj, fragments):
 @pytest.mark.parametrize(
     ("old", "new", "fragments"),
     [
-        (pc("a", 1), pc("a", 1, default=True), []),
-        (pc("a", 1), pc("a", 2), ["value: Forbidden: may not be changed in an update."]),  # PC-U1
+        (priority_class("a", value=1), priority_class("a", value=1, default=True), []),
         (
-            pc("a", 1),
-            pc("a", 1, policy="Never"),
+            priority_class("a", value=1),
+            priority_class("a", value=2),
+            ["value: Forbidden: may not be changed in an update."],
+        ),  # PC-U1
+        (
+            priority_class("a", value=1),
+            priority_class("a", value=1, preemption_policy="Never"),
             ['preemptionPolicy: Invalid value: "Never": field is immutable'],
         ),
         (
-            pc("system-cluster-critical", 2000000000),
-            pc("system-cluster-critical", 2000000000, default=True),
+            priority_class("system-cluster-critical", value=2000000000),
+            priority_class("system-cluster-critical", value=2000000000, default=True),
             [],
         ),
     ],
@@ -145,11 +167,31 @@ def test_validate_class_update(old, new, fragments):
 @pytest.mark.parametrize(
     ("obj", "operation", "default", "want"),
     [
-        (pc("a", 1), "CREATE", pc("d", 0, default=True), None),  # not a default: never checked
-        (pc("a", 1, default=True), "CREATE", None, None),
-        (pc("a", 1, default=True), "CREATE", pc("d", 0, default=True), "PriorityClass d is already marked"),
-        (pc("d", 0, default=True), "UPDATE", pc("d", 0, default=True), None),  # the default itself
-        (pc("a", 1, default=True), "UPDATE", pc("d", 0, default=True), "Only one default can exist"),
+        (
+            priority_class("a", value=1),
+            "CREATE",
+            priority_class("d", value=0, default=True),
+            None,
+        ),  # not a default: never checked
+        (priority_class("a", value=1, default=True), "CREATE", None, None),
+        (
+            priority_class("a", value=1, default=True),
+            "CREATE",
+            priority_class("d", value=0, default=True),
+            "PriorityClass d is already marked",
+        ),
+        (
+            priority_class("d", value=0, default=True),
+            "UPDATE",
+            priority_class("d", value=0, default=True),
+            None,
+        ),  # the default itself
+        (
+            priority_class("a", value=1, default=True),
+            "UPDATE",
+            priority_class("d", value=0, default=True),
+            "Only one default can exist",
+        ),
     ],
 )
 def test_global_default_conflict(obj, operation, default, want):

@@ -32,7 +32,7 @@ RECORD = record_path("priogate-system", NS)
 
 def setup(quota_cpu: str = "10", cached_groups=(), cached_records=(), in_flight: float = 15.0):
     api = FakeApi()
-    api.put_object(QUOTAS, resource_quota("compute", {"cpu": quota_cpu}, namespace=NS))
+    api.put_object(QUOTAS, resource_quota("compute", hard={"cpu": quota_cpu}, namespace=NS))
     caches = {
         "resourcequotas": fed_cache("resourcequotas", []),  # the cache has not seen the quota yet
         "podgroups": fed_cache("podgroups", cached_groups),
@@ -45,12 +45,12 @@ def setup(quota_cpu: str = "10", cached_groups=(), cached_records=(), in_flight:
 
 
 def admit_group(view, name: str, cpu: str, uid: str | None = None):
-    body = group_review(podgroup(name, NS, uid=uid, minMember=1, minResources={"cpu": cpu}))
+    body = group_review(podgroup(name, namespace=NS, uid=uid, min_member=1, min_resources={"cpu": cpu}))
     return podgroup_quota.admit(parse_review(orjson.dumps(body)), view)
 
 
 def store_group(api: FakeApi, name: str, cpu: str, uid: str | None = None, **meta) -> dict:
-    group = podgroup(name, NS, uid=uid, minMember=1, minResources={"cpu": cpu})
+    group = podgroup(name, namespace=NS, uid=uid, min_member=1, min_resources={"cpu": cpu})
     group["metadata"].update(meta)
     return api.put_object(GROUPS, group)
 
@@ -141,7 +141,7 @@ def test_a_delete_admission_releases_nothing():
     """Old code: a DELETE review (forged, or for a finalizer-held group) dropped the entry."""
     api, view = setup()
     assert admit_group(view, "a", "6").allowed
-    body = group_review(None, operation="DELETE", old=podgroup("a", NS, minResources={"cpu": "6"}))
+    body = group_review(None, operation="DELETE", old=podgroup("a", namespace=NS, min_resources={"cpu": "6"}))
     body["request"]["name"] = "a"
     assert podgroup_quota.admit(parse_review(orjson.dumps(body)), view).allowed
     assert "uid-a" in entries_of(api.objects[RECORD])
@@ -153,8 +153,8 @@ def test_a_shrinking_update_lowers_nothing_until_stored():
     api, view = setup()
     assert admit_group(view, "a", "6").allowed
     store_group(api, "a", "6")
-    old = podgroup("a", NS, minMember=1, minResources={"cpu": "6"})
-    new = podgroup("a", NS, minMember=1, minResources={"cpu": "2"})
+    old = podgroup("a", namespace=NS, min_member=1, min_resources={"cpu": "6"})
+    new = podgroup("a", namespace=NS, min_member=1, min_resources={"cpu": "2"})
     body = group_review(new, operation="UPDATE", old=old)
     assert podgroup_quota.admit(parse_review(orjson.dumps(body)), view).allowed
     assert entries_of(api.objects[RECORD])["uid-a"].min_resources == {"cpu": "6"}
@@ -165,14 +165,13 @@ def test_a_shrinking_update_lowers_nothing_until_stored():
 def test_pods_are_serialized_and_charged_where_something_is_reserved():
     """hard 10, a group reserving 6 (no member yet): four 1-cpu pods fit, a fifth does not,
     although the quota's status.used never moved (the ResourceQuota plugin charges later)."""
-    group = podgroup("gang", NS, minMember=1, minResources={"cpu": "6"})
+    group = podgroup("gang", namespace=NS, min_member=1, min_resources={"cpu": "6"})
     api, view = setup(cached_groups=[group])
     api.put_object(GROUPS, group)
 
     def plain(i: int):
-        p = pod(f"p{i}", NS)
+        p = pod(f"p{i}", namespace=NS, cpu="1")
         p["metadata"]["uid"] = f"pod-{i}"
-        p["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "1"}}
         return pod_quota.admit(parse_review(orjson.dumps(review(p))), view)
 
     assert [plain(i).allowed for i in range(6)] == [True] * 4 + [False] * 2
@@ -181,8 +180,7 @@ def test_pods_are_serialized_and_charged_where_something_is_reserved():
 
 def test_pods_where_nothing_is_reserved_cost_no_api_call():
     api, view = setup()
-    p = pod("p", NS)
-    p["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "100"}}
+    p = pod("p", namespace=NS, cpu="100")
     calls = len(api.calls)
     assert pod_quota.admit(parse_review(orjson.dumps(review(p))), view).allowed
     assert len(api.calls) == calls
@@ -192,4 +190,51 @@ def test_the_record_json_is_what_the_readme_says():
     api, view = setup()
     admit_group(view, "a", "6")
     data = json.loads(api.objects[RECORD]["data"]["reservations.json"])
-    assert set(data["uid-a"]) == {"group", "minResources", "minMember", "priorityClassName", "admittedAt"}
+    assert set(data["uid-a"]) == {
+        "group",
+        "minResources",
+        "minMember",
+        "priorityClassName",
+        "admittedAt",
+        "generation",
+    }
+
+
+def test_the_controller_sweep_adopts_lowers_and_drops_with_a_quorum_list():
+    """The sweep makes the record true to the stored groups: a stored group the record lacks is
+    adopted, an entry above its stored spec (a refused growth) is lowered once settled, an entry
+    whose group is gone is dropped; an entry in flight is kept and looked at again later."""
+    from controller.reclaim import Reclaimer
+
+    api, view = setup()
+    for name, cpu in (("kept", "2"), ("grown", "3"), ("gone", "1")):
+        assert admit_group(view, name, cpu).allowed
+    aged(api, 60)
+    assert admit_group(view, "young", "1").allowed  # in flight: not stored yet
+    store_group(api, "kept", "2")
+    store_group(api, "grown", "1")  # the stored spec is smaller than the entry
+    store_group(api, "adopt-me", "2")
+    groups = [api.objects[f"{GROUPS}/{n}"] for n in ("kept", "grown", "adopt-me")]
+
+    class Caches:
+        ledgers = fed_cache("ledgers", [api.objects[RECORD]])
+        podgroups = fed_cache("podgroups", groups)
+
+    reclaimer = Reclaimer(view.ledger_store, Caches(), dt.timedelta(seconds=15))  # type: ignore[arg-type]
+    assert reclaimer.namespaces() == [NS]
+    result = reclaimer.reclaim(NS)
+    assert result.dropped == ["gone"] and result.adopted == ["adopt-me"] and result.resynced == ["grown"]
+    assert result.recheck_after is not None  # "young" is looked at again once past the bound
+    got = {e.group: e.min_resources["cpu"] for e in entries_of(api.objects[RECORD]).values()}
+    assert got == {"kept": "2", "grown": "1", "adopt-me": "2", "young": "1"}
+
+
+def test_a_class_change_counts_both_claims_until_stored():
+    api, view = setup(quota_cpu="10")
+    assert admit_group(view, "a", "4").allowed
+    old = podgroup("a", namespace=NS, min_member=1, min_resources={"cpu": "4"})
+    new = podgroup("a", namespace=NS, min_member=1, min_resources={"cpu": "4"}, priority_class="high")
+    body = group_review(new, operation="UPDATE", old=old)
+    assert podgroup_quota.admit(parse_review(orjson.dumps(body)), view).allowed
+    assert set(entries_of(api.objects[RECORD])) == {"uid-a", "uid-a/previous"}
+    assert not admit_group(view, "b", "3").allowed  # 4 (old class) + 4 (new class) + 3 > 10

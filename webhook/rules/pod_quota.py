@@ -123,7 +123,7 @@ def admit(request: AdmissionRequest, view: ClusterView) -> Decision:
         resynced = None
         if problem:
             # As for PodGroups: entries whose groups may be gone are confirmed before refusing.
-            candidates = set(unconfirmed(entries, state.live, now, bound))
+            candidates = set(unconfirmed(entries, state.live, now, bound, state.stored))
             without = {k: e for k, e in entries.items() if k not in candidates}
             if candidates and decide(without, charges, quotas) is None:
                 resynced = resync(record.entries, reads.podgroups(), bound)

@@ -1,21 +1,31 @@
 """Mutating PodGroups: defaults (minMember 1, queue "default") and priorityClassName resolution.
 
-The class is resolved as for pods: an unknown class is refused with the pod rule's message, and
-a group without one gets the globalDefault class's name, so ResourceQuota scopes match a group
-and its pods alike (upstream's admitPod writes the default class's name into a pod's
-spec.priorityClassName the same way)."""
+On CREATE the class is resolved as for pods: an unknown class is refused with the pod rule's
+message, and a group without one gets the globalDefault class's name, so ResourceQuota scopes
+match a group and its pods alike (upstream's admitPod writes the default class's name into a
+pod's spec.priorityClassName the same way).
+
+On UPDATE the stored class is kept, never resolved again, as upstream's Priority admission
+plugin does for pods (plugin/pkg/admission/priority/admission.go resolves on CREATE only and
+carries the stored value over on UPDATE). Resolving again would fail closed once the class is
+deleted (every later write of the group refused: the controller's status record, finalizer
+removal, namespace deletion) and would silently move a classless group into a globalDefault
+created since, with a fresh quota check. Only an update that names a different class looks it
+up, because that is a new claim the quota rule checks again."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from priogate import podgroup, priority
-from webhook.objects import mapping, new_object, optional_int, optional_str
+from webhook.objects import mapping, new_object, old_object, optional_int, optional_str
 from webhook.registry import ClusterView, RuleSet
 from webhook.review import AdmissionRequest, Decision, allow, deny, set_field
 
 
 def admit(request: AdmissionRequest, view: ClusterView) -> Decision:
+    if request.sub_resource:  # status writes are the controller's; the hook is not registered for them
+        return allow()
     if request.operation not in ("CREATE", "UPDATE"):
         return allow()
     group = new_object(request)
@@ -23,10 +33,6 @@ def admit(request: AdmissionRequest, view: ClusterView) -> Decision:
     class_name = optional_str(spec, "priorityClassName", "object.spec")
     optional_str(spec, "queue", "object.spec")
     optional_int(spec, "minMember", "object.spec")
-    try:
-        resolution = priority.resolve(class_name, view.priority_classes(), view.default_priority_class())
-    except priority.ClassNotFound as e:
-        return deny(str(e))
     patch: list[dict[str, Any]] = []
     if "spec" not in group:
         patch.append({"op": "add", "path": "/spec", "value": {}})
@@ -36,6 +42,19 @@ def admit(request: AdmissionRequest, view: ClusterView) -> Decision:
         patch.append(set_field(doc, ("spec", "minMember"), podgroup.DEFAULT_MIN_MEMBER))
     if not spec.get("queue"):
         patch.append(set_field(doc, ("spec", "queue"), podgroup.DEFAULT_QUEUE))
+    if request.operation == "UPDATE":
+        old_spec = mapping(old_object(request), "spec", "oldObject")
+        stored = optional_str(old_spec, "priorityClassName", "oldObject.spec") or ""
+        if not class_name:
+            if stored:  # a client that dropped the field (a replace from an old manifest) keeps it
+                patch.append(set_field(doc, ("spec", "priorityClassName"), stored))
+            return allow(patch)
+        if class_name == stored:
+            return allow(patch)
+    try:
+        resolution = priority.resolve(class_name, view.priority_classes(), view.default_priority_class())
+    except priority.ClassNotFound as e:
+        return deny(str(e))
     if resolution.defaulted:
         patch.append(set_field(doc, ("spec", "priorityClassName"), resolution.class_name))
     return allow(patch)

@@ -2,34 +2,50 @@
 PodGroups never exceed its ResourceQuotas.
 
 Each decision is made against a fresh read of the namespace's reservation record (in priogate's
-own namespace) and the quotas (a quorum LIST), and recorded with a resourceVersion
-precondition, so concurrent admissions on any number of replicas and workers are serialized by
-the API server: exactly as many groups are admitted as fit. Dry-run requests decide but write
-nothing.
+own namespace, where tenants cannot write) and of its quotas (a quorum LIST), and recorded with
+a resourceVersion precondition, so concurrent admissions on any number of replicas and workers
+are serialized by the API server: exactly as many groups are admitted as fit. Dry-run requests
+decide but write nothing.
 
 A reservation ends when its PodGroup is really gone, never at DELETE admission: kube-apiserver
 does not send PodGroup DELETEs here at all (a group held by a finalizer, or in a foreground
 deletion, is still stored, and a DELETE admitted here may still fail). An entry whose group a
-quorum LIST no longer holds is dropped by the next admission it would block, or by the
+quorum LIST does not hold is dropped by the next admission it would block, or by the
 controller's sweep. A shrinking UPDATE lowers nothing at admission (a later admission step may
-refuse it); the stored spec does, through the same LIST.
+refuse it); the stored object does, through the same LIST.
+
+A negative minResources amount is refused: it would lower the namespace's summed reservations
+and let a later group claim more than the quota (the CRD's pattern refuses it too, but Volcano's
+own CRD, which clusters with Volcano keep, allows a sign). An update that claims nothing more
+than before is never refused, so finalizer removal and annotation writes always go through.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import json
 from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
 import structlog
 
+from priogate import podgroup
 from priogate.clock import rfc3339
 from priogate.kube.client import ApiError
 from priogate.kube.ledger_store import LedgerBusy
-from priogate.ledger import Entry, Reads, Record, entry_of_group, merge, resync, unconfirmed
+from priogate.ledger import SHADOW_SUFFIX, Entry, Reads, Record, merge, normalize, resync, unconfirmed
 from priogate.quota import check_podgroup
-from webhook.objects import MalformedObject, mapping, new_object, old_object
+from priogate.resources import parse_quantity
+from webhook.objects import (
+    MalformedObject,
+    mapping,
+    new_object,
+    object_name,
+    old_object,
+    optional_int,
+    optional_str,
+)
 from webhook.registry import ClusterView, RuleSet
 from webhook.review import AdmissionRequest, Decision, allow, deny
 
@@ -37,12 +53,46 @@ log = structlog.get_logger("priogate.podgroup_quota")
 
 
 def _entry(obj: Mapping[str, Any], where: str, now: dt.datetime) -> Entry:
-    mapping(obj, "metadata", where)
-    mapping(obj, "spec", where)
+    meta = mapping(obj, "metadata", where)
+    spec = mapping(obj, "spec", where)
+    name = object_name(obj, where)
+    min_member = optional_int(spec, "minMember", f"{where}.spec")
+    if min_member is None:
+        min_member = podgroup.DEFAULT_MIN_MEMBER
+    if min_member < 0:
+        raise MalformedObject(f"{where}.spec.minMember must be 0 or more, not {min_member}")
     try:
-        return entry_of_group(obj, rfc3339(now))
-    except (ValueError, TypeError) as e:
-        raise MalformedObject(f"{where}.spec.{e}" if isinstance(e, ValueError) else f"{where}: {e}") from None
+        min_resources = normalize(mapping(spec, "minResources", f"{where}.spec"))
+    except ValueError as e:
+        raise MalformedObject(f"{where}.spec.minResources: {e}") from None
+    return Entry(
+        group=name,
+        uid=optional_str(meta, "uid", f"{where}.metadata") or "",
+        min_resources=min_resources,
+        min_member=min_member,
+        priority_class=optional_str(spec, "priorityClassName", f"{where}.spec") or "",
+        admitted_at=rfc3339(now),
+        generation=max(0, optional_int(meta, "generation", f"{where}.metadata") or 0),
+    )
+
+
+def _negative(obj: Mapping[str, Any], old: Mapping[str, Any] | None) -> str | None:
+    """The field error for the first negative amount this request sets, in upstream's words
+    (apimachinery's IsNegativeErrorMsg, as ValidateNonnegativeQuantity in
+    pkg/apis/core/validation reports a negative ResourceQuota or container request). An amount
+    that an UPDATE leaves as it was stored is not refused again: a group stored before this
+    check must stay deletable and annotatable."""
+    amounts = mapping(mapping(obj, "spec", "object"), "minResources", "object.spec")
+    before = mapping(mapping(old, "spec", "oldObject"), "minResources", "oldObject.spec") if old else {}
+    for name, value in sorted(amounts.items()):
+        # Both objects went through _entry, so every amount parses.
+        amount = parse_quantity(value)
+        if amount < 0 and (name not in before or parse_quantity(before[name]) != amount):
+            return (
+                f"spec.minResources.{name}: Invalid value: {json.dumps(value)}: must be greater than "
+                "or equal to 0 (a negative amount would lower the namespace's summed reservations)"
+            )
+    return None
 
 
 def check_claim(entries: Mapping[str, Entry], claim: Entry, quotas: list[Mapping[str, Any]]) -> str | None:
@@ -56,14 +106,23 @@ def admit(request: AdmissionRequest, view: ClusterView) -> Decision:
         # quorum LIST); a DELETE posted here anyway changes nothing.
         return allow()
     now = dt.datetime.now(dt.UTC)
-    entry = _entry(new_object(request), "object", now)
+    obj = new_object(request)
+    entry = _entry(obj, "object", now)
     previous = _entry(old_object(request), "oldObject", now) if request.operation == "UPDATE" else None
-    if previous is not None and previous.priority_class != entry.priority_class and entry.min_resources:
-        return deny(
-            "spec.priorityClassName of a PodGroup with minResources cannot change: its reservation "
-            "is counted against the quotas of its class; delete the group and create it again"
-        )
+    negative = _negative(obj, request.old_object if previous else None)
+    if negative:
+        return deny(f'PodGroup.scheduling.volcano.sh "{entry.group}" is invalid: {negative}', code=422)
+    # Claims nothing more than the stored object did: never refused (refusing would free
+    # nothing, even if the quota was lowered since), and a record that cannot be written does
+    # not refuse it either: the record then keeps the larger, older amount, which over-reserves
+    # and never under-reserves.
+    shrinking = previous is not None and previous.covers(entry)
+    if shrinking and mapping(obj, "metadata", "object").get("deletionTimestamp"):
+        # A terminating group's updates (finalizer removal) claim nothing new: its entry keeps
+        # reserving until the group is gone, and no record write may hold up its way out.
+        return allow()
     live = view.live_podgroups(request.namespace)
+    stored = view.stored_podgroups(request.namespace)
     bound = view.in_flight
 
     def reserve(record: Record, reads: Reads) -> tuple[Record | None, str | None]:
@@ -74,25 +133,33 @@ def admit(request: AdmissionRequest, view: ClusterView) -> Decision:
         claim = merge(base, entry) if base is not None else entry
         if existing is not None and existing.covers(claim):
             return None, None  # nothing more claimed (a retry, a shrink, a metadata update)
-        claim = replace(claim, admitted_at=entry.admitted_at)
-        if previous is not None and previous.covers(entry):
-            # Claims nothing the stored object did not: never refused, even if the quota was
-            # lowered since (refusing would free nothing). Recorded so the record covers it.
+        claim = replace(claim, admitted_at=entry.admitted_at, generation=entry.generation)
+        if base is not None and base.priority_class != claim.priority_class:
+            # A class change: the old claim counts under the old class until the change is
+            # stored or refused (the controller's sweep, or a LIST, ends it).
+            key, old_claim = replace(
+                base, admitted_at=entry.admitted_at, generation=entry.generation
+            ).as_shadow()
+            entries[key] = old_claim
+        if shrinking:
             entries[claim.key] = claim
             return record.with_entries(entries), None
         quotas = reads.quotas()
         problem = check_claim(entries, claim, quotas)
         if problem:
-            # Blocked only by entries whose groups may be gone (or never stored)? Confirm with
-            # one quorum LIST before refusing: a forged or leaked entry then blocks nobody.
-            candidates = set(unconfirmed(entries, live, now, bound)) - {entry.key}
+            # Blocked only by entries whose groups may be gone (or never stored), or lowered by
+            # now? Confirm with one quorum LIST before refusing: a forged or leaked entry then
+            # blocks nobody.
+            candidates = set(unconfirmed(entries, live, now, bound, stored)) - {entry.key}
             without = {k: e for k, e in entries.items() if k not in candidates}
             if candidates and check_claim(without, claim, quotas) is None:
                 entries = resync(entries, reads.podgroups(), bound)
                 problem = check_claim(entries, claim, quotas)
         if problem:
-            changed = entries != dict(record.entries)
-            return (record.with_entries(entries) if changed else None), problem
+            # Keep what a LIST confirmed; not the previous-class claim added for this request.
+            kept = {k: e for k, e in entries.items() if not k.endswith(SHADOW_SUFFIX) or k in record.entries}
+            changed = kept != dict(record.entries)
+            return (record.with_entries(kept) if changed else None), problem
         entries[claim.key] = claim
         return record.with_entries(entries), None
 
@@ -100,15 +167,24 @@ def admit(request: AdmissionRequest, view: ClusterView) -> Decision:
         problem = view.ledger_store.update(
             request.namespace, reserve, dry_run=request.dry_run, deadline=request.deadline
         )
-    except LedgerBusy as e:
-        return deny(f"PodGroup quota ledger is busy, retry: {e}", code=429, reason="TooManyRequests")
-    except ApiError as e:
-        log.warning("reservation record unavailable", namespace=request.namespace, error=str(e))
-        return deny(
-            f"PodGroup quota: the reservation record could not be read or written ({e}); retry",
-            code=503,
-            reason="ServiceUnavailable",
-        )
+    except Exception as e:
+        if shrinking:
+            log.warning(
+                "record not updated; an update claiming no more is allowed anyway",
+                podgroup=request.name,
+                error=repr(e),
+            )
+            return allow()
+        if isinstance(e, LedgerBusy):
+            return deny(f"PodGroup quota ledger is busy, retry: {e}", code=429, reason="TooManyRequests")
+        if isinstance(e, ValueError | ApiError | OSError):
+            log.warning("reservation record unavailable", namespace=request.namespace, error=str(e))
+            return deny(
+                f"PodGroup quota: the reservation record could not be read or written ({e}); retry",
+                code=503,
+                reason="ServiceUnavailable",
+            )
+        raise
     if problem:
         return deny(problem)
     return allow()

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from priogate.preemption.single import NOT_ELIGIBLE_NEVER, NOT_ELIGIBLE_TERMINATING
-from tests.unit.preemption.builders import decided, node, pclass, pod, run, unresolved
+from tests.builders import node, pod, priority_class
+from tests.unit.preemption.outcomes import decided, outcomes, unresolved
 
 HIGH = 100
 
@@ -18,54 +19,65 @@ def full_node(*victims: dict, cpu: str = "4") -> list[dict]:
 
 
 def test_preemption_policy_never_is_not_eligible():
-    objects = [*full_node(pod("low", 1, "4", on="n")), pod("p", HIGH, "2", policy="Never")]
-    result = run(objects)
+    objects = [
+        *full_node(pod("low", priority=1, cpu="4", node="n")),
+        pod("p", priority=HIGH, cpu="2", preemption_policy="Never"),
+    ]
+    result = outcomes(objects)
     assert decided(result) == {}
     assert unresolved(result) == {"default/p": NOT_ELIGIBLE_NEVER}
 
 
 def test_preemption_policy_never_from_the_class():
     objects = [
-        *full_node(pod("low", 1, "4", on="n")),
-        pclass("batch-never", HIGH, policy="Never"),
-        pod("p", None, "2", klass="batch-never"),
+        *full_node(pod("low", priority=1, cpu="4", node="n")),
+        priority_class("batch-never", value=HIGH, preemption_policy="Never"),
+        pod("p", cpu="2", priority_class="batch-never"),
     ]
-    assert unresolved(run(objects)) == {"default/p": NOT_ELIGIBLE_NEVER}
+    assert unresolved(outcomes(objects)) == {"default/p": NOT_ELIGIBLE_NEVER}
 
 
 def test_never_pod_that_fits_gets_nothing():
-    objects = [node("n", cpu="4"), pod("p", HIGH, "2", policy="Never")]
-    assert run(objects)["decisions"] == [] and run(objects)["unresolved"] == []
+    objects = [node("n", cpu="4"), pod("p", priority=HIGH, cpu="2", preemption_policy="Never")]
+    assert decided(outcomes(objects)) == {} and unresolved(outcomes(objects)) == {}
 
 
 def test_terminating_victim_on_nominated_node_blocks_new_preemption():
     objects = [
         *full_node(
-            pod("old-victim", 1, "2", on="n", terminating=True, preempted=True),
-            pod("other", 1, "2", on="n"),
+            pod("old-victim", priority=1, cpu="2", node="n", deleting=True, preempted=True),
+            pod("other", priority=1, cpu="2", node="n"),
             cpu="4",
         ),
         node("m", cpu="4"),
-        pod("m1", 1, "4", on="m"),
-        pod("p", HIGH, "4", nominated="n"),
+        pod("m1", priority=1, cpu="4", node="m"),
+        pod("p", priority=HIGH, cpu="4", nominated="n"),
     ]
-    assert unresolved(run(objects)) == {"default/p": NOT_ELIGIBLE_TERMINATING}
+    assert unresolved(outcomes(objects)) == {"default/p": NOT_ELIGIBLE_TERMINATING}
 
 
 @pytest.mark.parametrize(
     ("victim", "why"),
     [
-        (pod("v", 1, "2", on="n", terminating=True, preempted=False), "terminating, not by the scheduler"),
-        (pod("v", HIGH + 1, "2", on="n", terminating=True, preempted=True), "higher priority"),
         (
-            pod("v", 1, "2", on="n", terminating=True, preempted=True, owner="DaemonSet"),
+            pod("v", priority=1, cpu="2", node="n", deleting=True, preempted=False),
+            "terminating, not by the scheduler",
+        ),
+        (pod("v", priority=HIGH + 1, cpu="2", node="n", deleting=True, preempted=True), "higher priority"),
+        (
+            pod("v", priority=1, cpu="2", node="n", deleting=True, preempted=True, owner="DaemonSet"),
             "not a possible victim",
         ),
     ],
 )
 def test_terminating_pods_that_do_not_block(victim, why):
-    objects = [node("n", cpu="4"), victim, pod("other", 1, "2", on="n"), pod("p", HIGH, "2", nominated="n")]
-    result = run(objects)
+    objects = [
+        node("n", cpu="4"),
+        victim,
+        pod("other", priority=1, cpu="2", node="n"),
+        pod("p", priority=HIGH, cpu="2", nominated="n"),
+    ]
+    result = outcomes(objects)
     assert (
         "default/p" not in unresolved(result) or unresolved(result)["default/p"] != NOT_ELIGIBLE_TERMINATING
     ), why
@@ -74,12 +86,12 @@ def test_terminating_pods_that_do_not_block(victim, why):
 def test_a_nominated_node_the_pod_can_never_use_does_not_block():
     objects = [
         node("n", cpu="4", taints=[{"key": "k", "value": "v", "effect": "NoSchedule"}]),
-        pod("old-victim", 1, "2", on="n", terminating=True, preempted=True),
+        pod("old-victim", priority=1, cpu="2", node="n", deleting=True, preempted=True),
         node("m", cpu="4"),
-        pod("m1", 1, "4", on="m"),
-        pod("p", HIGH, "4", nominated="n"),
+        pod("m1", priority=1, cpu="4", node="m"),
+        pod("p", priority=HIGH, cpu="4", nominated="n"),
     ]
-    assert decided(run(objects)) == {"default/p": ("m", ["default/m1"])}
+    assert decided(outcomes(objects)) == {"default/p": ("m", ["default/m1"])}
 
 
 # ---- victims ------------------------------------------------------------------------------------
@@ -88,13 +100,13 @@ def test_a_nominated_node_the_pod_can_never_use_does_not_block():
 @pytest.mark.parametrize(
     "protected",
     [
-        pod("ds", 1, "4", on="n", owner="DaemonSet"),
-        pod("mirror", 1, "4", on="n", annotations={"kubernetes.io/config.mirror": "hash"}),
-        pod("opted", 1, "4", on="n", labels={"priogate.io/allow-preemption": "false"}),
+        pod("ds", priority=1, cpu="4", node="n", owner="DaemonSet"),
+        pod("mirror", priority=1, cpu="4", node="n", annotations={"kubernetes.io/config.mirror": "hash"}),
+        pod("opted", priority=1, cpu="4", node="n", labels={"priogate.io/allow-preemption": "false"}),
     ],
 )
 def test_never_victims(protected):
-    result = run([node("n", cpu="4"), protected, pod("p", HIGH, "2")])
+    result = outcomes([node("n", cpu="4"), protected, pod("p", priority=HIGH, cpu="2")])
     assert decided(result) == {}
     assert "no lower-priority pod to preempt" in unresolved(result)["default/p"]
 
@@ -103,41 +115,45 @@ def test_terminating_lower_priority_pods_free_space_without_being_victims():
     # Seed example 4: a higher-priority pod takes the node its victims' space is freeing.
     objects = [
         node("n", cpu="10"),
-        pod("a", 100, "5", on="n", terminating=True, preempted=True),
-        pod("b", 100, "5", on="n", terminating=True, preempted=True),
-        pod("f", 2000, "10"),
+        pod("a", priority=100, cpu="5", node="n", deleting=True, preempted=True),
+        pod("b", priority=100, cpu="5", node="n", deleting=True, preempted=True),
+        pod("f", priority=2000, cpu="10"),
     ]
-    result = run(objects)
+    result = outcomes(objects)
     assert decided(result) == {"default/f": ("n", [])}
-    assert "no new victims" in result["decisions"][0]["reason"]
+    assert "no new victims" in next(o for o in result if o.status == "preempt").reason
 
 
 def test_opt_out_soft_mode_takes_opted_out_pods_only_when_nothing_else_works():
     opted = {"priogate.io/allow-preemption": "false"}
-    only_opted = [node("n", cpu="4"), pod("o", 1, "4", on="n", labels=opted), pod("p", HIGH, "2")]
-    assert decided(run(only_opted, opt_out_mode="hard")) == {}
-    result = run(only_opted, opt_out_mode="soft")
+    only_opted = [
+        node("n", cpu="4"),
+        pod("o", priority=1, cpu="4", node="n", labels=opted),
+        pod("p", priority=HIGH, cpu="2"),
+    ]
+    assert decided(outcomes(only_opted, opt_out_mode="hard")) == {}
+    result = outcomes(only_opted, opt_out_mode="soft")
     assert decided(result) == {"default/p": ("n", ["default/o"])}
-    assert "opted out" in result["decisions"][0]["reason"]
+    assert "opted out" in next(o for o in result if o.status == "preempt").reason
     # With an ordinary victim elsewhere, soft mode leaves the opted-out pod alone, even though
     # the ordinary victim has a higher priority.
-    both = [*only_opted, node("m", cpu="4"), pod("m1", 9, "4", on="m")]
-    assert decided(run(both, opt_out_mode="soft")) == {"default/p": ("m", ["default/m1"])}
+    both = [*only_opted, node("m", cpu="4"), pod("m1", priority=9, cpu="4", node="m")]
+    assert decided(outcomes(both, opt_out_mode="soft")) == {"default/p": ("m", ["default/m1"])}
 
 
 def test_opt_out_soft_mode_spares_opted_out_pods_first_on_a_node():
     opted = {"priogate.io/allow-preemption": "false"}
     objects = [
         node("n", cpu="4"),
-        pod("o", 1, "2", on="n", labels=opted),
-        pod("plain", 5, "2", on="n", labels={"priogate.io/allow-preemption": "true"}),
+        pod("o", priority=1, cpu="2", node="n", labels=opted),
+        pod("plain", priority=5, cpu="2", node="n", labels={"priogate.io/allow-preemption": "true"}),
         node("m", cpu="4"),
-        pod("mo", 1, "4", on="m", labels=opted),
-        pod("p", HIGH, "4"),
+        pod("mo", priority=1, cpu="4", node="m", labels=opted),
+        pod("p", priority=HIGH, cpu="4"),
     ]
     # Neither node works without an opted-out pod. Both then take one; n also needs "plain"
     # (priority 5), so m, whose only victim has priority 1, wins on the highest victim.
-    assert decided(run(objects, opt_out_mode="soft")) == {"default/p": ("m", ["default/mo"])}
+    assert decided(outcomes(objects, opt_out_mode="soft")) == {"default/p": ("m", ["default/mo"])}
 
 
 # ---- preemptor order and sequencing ---------------------------------------------------------------
@@ -146,12 +162,12 @@ def test_opt_out_soft_mode_spares_opted_out_pods_first_on_a_node():
 def test_preemptors_go_by_priority_then_creation_and_never_share_freed_space():
     objects = [
         node("n", cpu="4"),
-        pod("low", 1, "4", on="n"),
-        pod("second", 50, "4", created=5),
-        pod("first", 50, "4", created=1),
-        pod("top", 60, "4", created=9),
+        pod("low", priority=1, cpu="4", node="n"),
+        pod("second", priority=50, cpu="4", created=5),
+        pod("first", priority=50, cpu="4", created=1),
+        pod("top", priority=60, cpu="4", created=9),
     ]
-    result = run(objects)
+    result = outcomes(objects)
     assert decided(result) == {"default/top": ("n", ["default/low"])}
     assert list(unresolved(result)) == ["default/first", "default/second"]
 
@@ -159,29 +175,33 @@ def test_preemptors_go_by_priority_then_creation_and_never_share_freed_space():
 def test_gated_and_finished_pods_are_not_preemptors():
     objects = [
         node("n", cpu="4"),
-        pod("low", 1, "4", on="n"),
-        pod("gated", HIGH, "2", gated=True),
-        pod("done", HIGH, "2", phase="Succeeded"),
-        pod("failed", HIGH, "2", phase="Failed"),
+        pod("low", priority=1, cpu="4", node="n"),
+        pod("gated", priority=HIGH, cpu="2", gated=True),
+        pod("done", priority=HIGH, cpu="2", phase="Succeeded"),
+        pod("failed", priority=HIGH, cpu="2", phase="Failed"),
     ]
-    result = run(objects)
-    assert result["decisions"] == [] and result["unresolved"] == []
+    result = outcomes(objects)
+    assert decided(result) == {} and unresolved(result) == {}
 
 
 def test_finished_pods_use_nothing():
-    objects = [node("n", cpu="4"), pod("done", 1, "4", on="n", phase="Succeeded"), pod("p", HIGH, "4")]
-    assert run(objects)["decisions"] == [] and run(objects)["unresolved"] == []
+    objects = [
+        node("n", cpu="4"),
+        pod("done", priority=1, cpu="4", node="n", phase="Succeeded"),
+        pod("p", priority=HIGH, cpu="4"),
+    ]
+    assert decided(outcomes(objects)) == {} and unresolved(outcomes(objects)) == {}
 
 
 def test_a_later_lower_priority_preemptor_sees_the_first_decision():
     objects = [
         node("n", cpu="4"),
-        pod("v1", 1, "2", on="n"),
-        pod("v2", 2, "2", on="n"),
-        pod("big", 90, "2", created=1),
-        pod("small", 80, "2", created=0),
+        pod("v1", priority=1, cpu="2", node="n"),
+        pod("v2", priority=2, cpu="2", node="n"),
+        pod("big", priority=90, cpu="2", created=1),
+        pod("small", priority=80, cpu="2", created=0),
     ]
-    result = run(objects)
+    result = outcomes(objects)
     # big takes v1's space; small then takes v2's, never v1's again
     assert decided(result) == {"default/big": ("n", ["default/v1"]), "default/small": ("n", ["default/v2"])}
 
@@ -189,50 +209,54 @@ def test_a_later_lower_priority_preemptor_sees_the_first_decision():
 def test_lower_priority_nominations_on_the_chosen_node_are_cleared():
     objects = [
         node("a", cpu="8"),
-        pod("v", 1, "8", on="a"),
-        pod("top", 90, "4", created=0),
-        pod("nominee", 50, "4", nominated="a", created=1),
-        pod("later", 40, "4", created=2),
+        pod("v", priority=1, cpu="8", node="a"),
+        pod("top", priority=90, cpu="4", created=0),
+        pod("nominee", priority=50, cpu="4", nominated="a", created=1),
+        pod("later", priority=40, cpu="4", created=2),
     ]
-    result = run(objects)
+    result = outcomes(objects)
     assert decided(result) == {"default/top": ("a", ["default/v"])}
     # nominee no longer holds a's remaining 4 cores against lower priorities: "later" fits
     # there too (the scheduler sorts out who binds). Had the nomination stayed, "later"
     # would find a held and nothing it may preempt.
-    assert result["unresolved"] == []
+    assert unresolved(result) == {}
 
 
 def test_a_higher_priority_nomination_holds_its_node():
     objects = [
         node("a", cpu="4"),
-        pod("v", 1, "4", on="a", terminating=True, preempted=True),
+        pod("v", priority=1, cpu="4", node="a", deleting=True, preempted=True),
         node("b", cpu="4"),
-        pod("w", 1, "4", on="b"),
-        pod("holder", 95, "4", nominated="a", created=0),
-        pod("top", 90, "4"),
+        pod("w", priority=1, cpu="4", node="b"),
+        pod("holder", priority=95, cpu="4", nominated="a", created=0),
+        pod("top", priority=90, cpu="4"),
     ]
     # holder waits for its victim on a (not eligible to preempt again); top may not use a
     # (holder's nomination counts against it), so top preempts w on b.
-    result = run(objects)
+    result = outcomes(objects)
     assert unresolved(result) == {"default/holder": NOT_ELIGIBLE_TERMINATING}
     assert decided(result) == {"default/top": ("b", ["default/w"])}
 
 
 def test_unknown_priority_class_counts_as_zero_and_says_so():
-    objects = [node("n", cpu="4"), pod("v", 1, "4", on="n"), pod("p", None, "2", klass="missing")]
-    result = run(objects)
+    objects = [
+        node("n", cpu="4"),
+        pod("v", priority=1, cpu="4", node="n"),
+        pod("p", cpu="2", priority_class="missing"),
+    ]
+    result = outcomes(objects)
     assert decided(result) == {}
     assert 'PriorityClass "missing" not found, priority 0 assumed' in unresolved(result)["default/p"]
 
 
 def test_global_default_class_applies_to_pods_without_a_class():
     objects = [
-        pclass("everyday", 50, default=True),
-        pclass("cheaper-default", 10, default=True),  # the lowest default wins
+        priority_class("everyday", value=50, default=True),
+        priority_class("cheaper-default", value=10, default=True),  # the lowest default wins
         node("n", cpu="4"),
-        pod("v", 5, "4", on="n"),
-        pod("p", None, "2"),
+        pod("v", priority=5, cpu="4", node="n"),
+        pod("p", cpu="2"),
     ]
-    assert decided(run(objects)) == {"default/p": ("n", ["default/v"])}
-    objects[3] = pod("v", 10, "4", on="n")  # equal priority: not a victim
-    assert decided(run(objects)) == {}
+    assert decided(outcomes(objects)) == {"default/p": ("n", ["default/v"])}
+    objects[3] = pod("v", priority=10, cpu="4", node="n")  # equal priority: not a victim
+    assert decided(outcomes(objects)) == {}

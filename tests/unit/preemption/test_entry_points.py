@@ -9,7 +9,7 @@ import pytest
 
 from priogate.preemption.engine import NOT_IN_SNAPSHOT, NOTHING_TO_PLACE, decide_for_group
 from priogate.preemption.snapshot import KINDS, Snapshot, build_snapshot, load_objects
-from tests.unit.preemption.builders import node, pclass, pdb, pod, podgroup
+from tests.builders import node, pdb, pod, podgroup, priority_class
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "preemption"
 ARGUMENT = {
@@ -24,11 +24,11 @@ ARGUMENT = {
 def gang_scenario(phase: str = "Inqueue") -> list[dict]:
     return [
         node("n1"),
-        pod("low", 1, "4", on="n1", labels={"app": "x"}),
-        pdb("x", {"app": "x"}, allowed=1),
-        pclass("high", 100),
-        podgroup("gang", 1, klass="high", phase=phase),
-        pod("g0", None, "4", klass="high", group="gang"),
+        pod("low", priority=1, cpu="4", node="n1", labels={"app": "x"}),
+        pdb("x", match_labels={"app": "x"}, allowed=1),
+        priority_class("high", value=100),
+        podgroup("gang", min_member=1, priority_class="high", phase=phase),
+        pod("g0", cpu="4", priority_class="high", group="gang"),
     ]
 
 
@@ -65,7 +65,7 @@ def test_the_list_reader_counts_kinds_it_does_not_read():
 
 def test_bad_objects_per_kind_are_named():
     with pytest.raises(ValueError, match="Pod default/p appears twice"):
-        Snapshot.from_objects(pods=[pod("p"), pod("p")])
+        Snapshot.from_objects(pods=[pod("p", priority=0, cpu="1"), pod("p", priority=0, cpu="1")])
     with pytest.raises(ValueError, match=r"Node without metadata\.name"):
         Snapshot.from_objects(nodes=[{"metadata": {}}])
 
@@ -114,7 +114,7 @@ def test_a_finished_group_has_nothing_to_place(phase):
 
 
 def test_a_complete_group_has_nothing_to_place():
-    objects = [*gang_scenario(), pod("g1", None, "1", klass="high", group="gang", on="n1")]
+    objects = [*gang_scenario(), pod("g1", cpu="1", priority_class="high", group="gang", node="n1")]
     outcome = decide_for_group(build_snapshot(objects), "default/gang")
     assert (outcome.status, outcome.reason) == ("unresolved", NOTHING_TO_PLACE)
 

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import pytest
 
-from tests.unit.preemption.builders import decided, node, pod, run, unresolved
+from tests.builders import node, pod
+from tests.unit.preemption.outcomes import decided, outcomes, unresolved
 
 HIGH = 100
 
 
 def full(n: dict, cpu: str = "4") -> list[dict]:
-    return [pod("low", 1, cpu, on=n["metadata"]["name"])]
+    return [pod("low", priority=1, cpu=cpu, node=n["metadata"]["name"])]
 
 
 @pytest.mark.parametrize(
@@ -78,7 +79,7 @@ def full(n: dict, cpu: str = "4") -> list[dict]:
 )
 def test_required_node_affinity(terms, labels, ok):
     n = node("n", labels=labels)
-    result = run([n, *full(n), pod("p", HIGH, "2", affinity=terms)])
+    result = outcomes([n, *full(n), pod("p", priority=HIGH, cpu="2", node_affinity=terms)])
     if ok:
         assert decided(result) == {"default/p": ("n", ["default/low"])}
     else:
@@ -90,7 +91,7 @@ def test_required_node_affinity(terms, labels, ok):
 )
 def test_node_selector(selector, ok):
     n = node("n", labels={"zone": "a"})
-    result = run([n, *full(n), pod("p", HIGH, "2", selector=selector)])
+    result = outcomes([n, *full(n), pod("p", priority=HIGH, cpu="2", node_selector=selector)])
     assert (decided(result) != {}) is ok
 
 
@@ -118,7 +119,7 @@ def test_node_selector(selector, ok):
 )
 def test_taints_and_tolerations(taint, tolerations, ok):
     n = node("n", taints=[taint])
-    result = run([n, *full(n), pod("p", HIGH, "2", tolerations=tolerations)])
+    result = outcomes([n, *full(n), pod("p", priority=HIGH, cpu="2", tolerations=tolerations)])
     assert (decided(result) == {"default/p": ("n", ["default/low"])}) is ok
 
 
@@ -131,7 +132,7 @@ def test_taints_and_tolerations(taint, tolerations, ok):
 )
 def test_unschedulable_node(tolerations, ok):
     n = node("n", unschedulable=True)
-    result = run([n, *full(n), pod("p", HIGH, "2", tolerations=tolerations)])
+    result = outcomes([n, *full(n), pod("p", priority=HIGH, cpu="2", tolerations=tolerations)])
     assert (decided(result) != {}) is ok
     if not ok:
         assert "node(s) were unschedulable" in unresolved(result)["default/p"]
@@ -144,13 +145,13 @@ def test_unschedulable_node(tolerations, ok):
         ({"cpu": "8", "memory": "4Gi"}, [("m", 1, "1", "4Gi")], ("2", "1Gi"), ["default/m"]),
         # ephemeral storage and extended resources: only the resources the pod asks for count
         (
-            {"cpu": "8", "extra": {"nvidia.com/gpu": "2"}},
+            {"cpu": "8", "allocatable": {"nvidia.com/gpu": "2"}},
             [("g1", 1, "1", None, {"nvidia.com/gpu": "1"}), ("g2", 2, "1", None, {"nvidia.com/gpu": "1"})],
             ("1", None, {"nvidia.com/gpu": "1"}),
             ["default/g1"],
         ),
         (
-            {"cpu": "8", "extra": {"ephemeral-storage": "10Gi"}},
+            {"cpu": "8", "allocatable": {"ephemeral-storage": "10Gi"}},
             [("e", 1, "1", None, {"ephemeral-storage": "8Gi"})],
             ("1", None, {"ephemeral-storage": "4Gi"}),
             ["default/e"],
@@ -164,26 +165,34 @@ def test_resource_dimensions(node_args, bound, want, victims):
     for name, priority, cpu, *rest in bound:
         memory = rest[0] if rest else None
         extra = rest[1] if len(rest) > 1 else None
-        objects.append(pod(name, priority, cpu, memory, on="n", extra=extra))
+        objects.append(pod(name, priority=priority, cpu=cpu, memory=memory, node="n", requests=extra))
     cpu, *rest = want
-    objects.append(pod("p", HIGH, cpu, rest[0] if rest else None, extra=rest[1] if len(rest) > 1 else None))
-    assert decided(run(objects)) == {"default/p": ("n", victims)}
+    objects.append(
+        pod(
+            "p",
+            priority=HIGH,
+            cpu=cpu,
+            memory=rest[0] if rest else None,
+            requests=rest[1] if len(rest) > 1 else None,
+        )
+    )
+    assert decided(outcomes(objects)) == {"default/p": ("n", victims)}
 
 
 def test_an_extended_resource_the_node_lacks_cannot_be_freed():
     objects = [
         node("n", cpu="4"),
-        pod("low", 1, "4", on="n"),
-        pod("p", HIGH, "1", extra={"example.com/fpga": "1"}),
+        pod("low", priority=1, cpu="4", node="n"),
+        pod("p", priority=HIGH, cpu="1", requests={"example.com/fpga": "1"}),
     ]
-    assert "Insufficient example.com/fpga" in unresolved(run(objects))["default/p"]
+    assert "Insufficient example.com/fpga" in unresolved(outcomes(objects))["default/p"]
 
 
 def test_zero_requests_fit_an_overcommitted_node_but_pod_count_still_counts():
-    objects = [node("n", cpu="1", pods=2), pod("a", 1, "2", on="n"), pod("p", HIGH, None)]
-    assert run(objects)["decisions"] == [] and run(objects)["unresolved"] == []
-    objects.insert(2, pod("b", 1, None, on="n"))
-    assert decided(run(objects)) == {"default/p": ("n", ["default/b"])}
+    objects = [node("n", cpu="1", pods=2), pod("a", priority=1, cpu="2", node="n"), pod("p", priority=HIGH)]
+    assert decided(outcomes(objects)) == {} and unresolved(outcomes(objects)) == {}
+    objects.insert(2, pod("b", priority=1, node="n"))
+    assert decided(outcomes(objects)) == {"default/p": ("n", ["default/b"])}
 
 
 @pytest.mark.parametrize(
@@ -191,8 +200,12 @@ def test_zero_requests_fit_an_overcommitted_node_but_pod_count_still_counts():
     [(HIGH, False), (HIGH + 1, False), (HIGH - 1, True)],
 )
 def test_nominated_pods_of_equal_or_higher_priority_hold_their_node(nominee_priority, fits):
-    objects = [node("n", cpu="4"), pod("nominee", nominee_priority, "4", nominated="n"), pod("p", HIGH, "4")]
-    result = run(objects)
+    objects = [
+        node("n", cpu="4"),
+        pod("nominee", priority=nominee_priority, cpu="4", nominated="n"),
+        pod("p", priority=HIGH, cpu="4"),
+    ]
+    result = outcomes(objects)
     p_outcome = unresolved(result).get("default/p") or decided(result).get("default/p")
     if fits:
         assert p_outcome is None  # fits without preemption: no decision
@@ -201,9 +214,9 @@ def test_nominated_pods_of_equal_or_higher_priority_hold_their_node(nominee_prio
 
 
 def test_init_containers_and_overhead_count():
-    p = pod("p", HIGH, "1")
+    p = pod("p", priority=HIGH, cpu="1")
     p["spec"]["initContainers"] = [{"name": "init", "resources": {"requests": {"cpu": "3"}}}]
     p["spec"]["overhead"] = {"cpu": "500m"}
-    objects = [node("n", cpu="4"), pod("a", 1, "1", on="n"), p]
+    objects = [node("n", cpu="4"), pod("a", priority=1, cpu="1", node="n"), p]
     # effective request 3.5 > 3 free: the pod needs a victim
-    assert decided(run(objects)) == {"default/p": ("n", ["default/a"])}
+    assert decided(outcomes(objects)) == {"default/p": ("n", ["default/a"])}

@@ -12,20 +12,22 @@ import pytest
 from priogate.preemption.engine import PENDING_GROUP
 from priogate.preemption.outcome import Outcome
 from priogate.preemption.single import NOT_ELIGIBLE_NEVER
-from tests.unit.preemption.builders import node, pclass, pdb, pod, podgroup, run, unresolved
-from tests.unit.preemption.outcomes import group_outcome
+from tests.builders import node, pdb, pod, podgroup, priority_class
+from tests.unit.preemption.outcomes import decided, group_outcome, outcomes, unresolved
 
 GANG = "podgroup:default/gang"
 
 
 def gang(
-    size: int, cpu: str = "2", *, min_member: int | None = None, klass: str = "high", **group
+    size: int, cpu: str = "2", *, min_member: int | None = None, klass: str = "high", phase: str = "Inqueue"
 ) -> list[dict]:
     objects = [
-        pclass("high", 100),
-        podgroup("gang", size if min_member is None else min_member, klass=klass, **group),
+        priority_class("high", value=100),
+        podgroup(
+            "gang", min_member=size if min_member is None else min_member, priority_class=klass, phase=phase
+        ),
     ]
-    objects += [pod(f"g{i}", None, cpu, klass=klass, group="gang", created=i) for i in range(size)]
+    objects += [pod(f"g{i}", cpu=cpu, priority_class=klass, group="gang", created=i) for i in range(size)]
     return objects
 
 
@@ -42,11 +44,11 @@ def test_members_land_on_several_nodes_with_the_lowest_victims():
         node("n1"),
         node("n2"),
         node("n3"),
-        pod("a1", 1, "2", on="n1"),
-        pod("a2", 5, "2", on="n1"),
-        pod("b1", 2, "2", on="n2"),
-        pod("b2", 2, "2", on="n2"),
-        pod("c1", 7, "4", on="n3"),
+        pod("a1", priority=1, cpu="2", node="n1"),
+        pod("a2", priority=5, cpu="2", node="n1"),
+        pod("b1", priority=2, cpu="2", node="n2"),
+        pod("b2", priority=2, cpu="2", node="n2"),
+        pod("c1", priority=7, cpu="4", node="n3"),
         *gang(3),
     ]
     d = decision(objects)
@@ -60,11 +62,11 @@ def test_surplus_members_of_a_group_go_before_the_whole_group():
     objects = [
         node("n1"),
         node("n2"),
-        podgroup("job", 2),
-        pod("j1", 3, "2", on="n1", group="job", start=1),
-        pod("j2", 3, "2", on="n1", group="job", start=2),
-        pod("j3", 3, "2", on="n2", group="job", start=3),
-        pod("s", 4, "2", on="n2"),
+        podgroup("job", min_member=2, phase="Inqueue"),
+        pod("j1", priority=3, cpu="2", node="n1", group="job", started=1),
+        pod("j2", priority=3, cpu="2", node="n1", group="job", started=2),
+        pod("j3", priority=3, cpu="2", node="n2", group="job", started=3),
+        pod("s", priority=4, cpu="2", node="n2"),
         *gang(1),
     ]
     d = decision(objects)
@@ -77,11 +79,11 @@ def test_a_group_that_would_drop_below_min_member_goes_whole():
     objects = [
         node("n1"),
         node("n2"),
-        podgroup("job", 2),
-        pod("j1", 3, "4", on="n1", group="job"),
-        pod("j2", 3, "4", on="n2", group="job"),
+        podgroup("job", min_member=2, phase="Inqueue"),
+        pod("j1", priority=3, cpu="4", node="n1", group="job"),
+        pod("j2", priority=3, cpu="4", node="n2", group="job"),
         node("n3", cpu="2"),
-        pod("j3", 3, "1", on="n3", group="job"),
+        pod("j3", priority=3, cpu="1", node="n3", group="job"),
         *gang(2, cpu="4"),
     ]
     d = decision(objects)
@@ -94,9 +96,9 @@ def test_a_group_without_surplus_goes_whole_or_not_at_all():
     objects = [
         node("n1"),
         node("n2"),
-        podgroup("job", 2),
-        pod("j1", 3, "4", on="n1", group="job"),
-        pod("j2", 3, "4", on="n2", group="job"),
+        podgroup("job", min_member=2, phase="Inqueue"),
+        pod("j1", priority=3, cpu="4", node="n1", group="job"),
+        pod("j2", priority=3, cpu="4", node="n2", group="job"),
         *gang(1, cpu="4"),
     ]
     d = decision(objects)
@@ -108,11 +110,11 @@ def test_a_cheaper_single_pod_is_taken_before_a_group_of_equal_priority():
     objects = [
         node("n1"),
         node("n2"),
-        podgroup("job", 2),
-        pod("j1", 3, "4", on="n1", group="job", start=0),
-        pod("j2", 3, "4", on="n2", group="job", start=0),
+        podgroup("job", min_member=2, phase="Inqueue"),
+        pod("j1", priority=3, cpu="4", node="n1", group="job", started=0),
+        pod("j2", priority=3, cpu="4", node="n2", group="job", started=0),
         node("n3"),
-        pod("single", 3, "4", on="n3", start=50),
+        pod("single", priority=3, cpu="4", node="n3", started=50),
         *gang(1, cpu="4"),
     ]
     assert victims(decision(objects)) == ["default/single"]
@@ -122,8 +124,8 @@ def test_nothing_is_taken_unless_every_member_can_be_placed():
     objects = [
         node("n1"),
         node("n2"),
-        pod("a", 1, "4", on="n1"),
-        pod("b", 1, "4", on="n2"),
+        pod("a", priority=1, cpu="4", node="n1"),
+        pod("b", priority=1, cpu="4", node="n2"),
         *gang(3, cpu="4"),
     ]
     d = decision(objects)
@@ -135,8 +137,8 @@ def test_only_lower_priority_victims():
     objects = [
         node("n1"),
         node("n2"),
-        pod("peer", 100, "4", on="n1"),
-        pod("low", 1, "4", on="n2"),
+        pod("peer", priority=100, cpu="4", node="n1"),
+        pod("low", priority=1, cpu="4", node="n2"),
         *gang(2, "4"),
     ]
     assert decision(objects).status == "unresolved"
@@ -146,10 +148,10 @@ def test_running_members_count_towards_min_member():
     objects = [
         node("n1"),
         node("n2"),
-        pod("low", 1, "4", on="n2"),
+        pod("low", priority=1, cpu="4", node="n2"),
         *gang(3, cpu="4", min_member=2),
     ]
-    objects.append(pod("running", None, "4", klass="high", group="gang", on="n1"))
+    objects.append(pod("running", cpu="4", priority_class="high", group="gang", node="n1"))
     d = decision(objects)
     # minMember 2 with one member placed: one pending member is needed, not three
     assert d.placements == {"default/g0": "n2"}
@@ -157,42 +159,61 @@ def test_running_members_count_towards_min_member():
 
 
 def test_a_complete_gang_lets_its_other_members_preempt_one_by_one():
-    objects = [node("n1"), node("n2"), pod("low", 1, "4", on="n2"), *gang(1, cpu="4", min_member=1)]
-    objects.append(pod("running", None, "4", klass="high", group="gang", on="n1"))
-    result = run(objects)
-    assert [d["preemptor"] for d in result["decisions"]] == ["default/g0"]
+    objects = [
+        node("n1"),
+        node("n2"),
+        pod("low", priority=1, cpu="4", node="n2"),
+        *gang(1, cpu="4", min_member=1),
+    ]
+    objects.append(pod("running", cpu="4", priority_class="high", group="gang", node="n1"))
+    result = outcomes(objects)
+    assert list(decided(result)) == ["default/g0"]
 
 
 def test_too_few_pending_members():
     objects = [node("n1"), *gang(2, min_member=3)]
-    assert "only 2 are pending" in unresolved(run(objects))[GANG]
+    assert "only 2 are pending" in unresolved(outcomes(objects))[GANG]
 
 
 def test_a_gang_that_fits_gets_no_decision():
-    result = run([node("n1", cpu="8"), *gang(3)])
-    assert result["decisions"] == [] and result["unresolved"] == []
+    result = outcomes([node("n1", cpu="8"), *gang(3)])
+    assert decided(result) == {} and unresolved(result) == {}
 
 
 def test_a_pending_group_waits_for_its_queue():
-    objects = [node("n1"), pod("low", 1, "4", on="n1"), *gang(1, cpu="4", phase="Pending")]
-    assert unresolved(run(objects)) == {GANG: PENDING_GROUP}
+    objects = [node("n1"), pod("low", priority=1, cpu="4", node="n1"), *gang(1, cpu="4", phase="Pending")]
+    assert unresolved(outcomes(objects)) == {GANG: PENDING_GROUP}
 
 
 def test_a_never_class_is_not_eligible():
-    objects = [node("n1"), pod("low", 1, "4", on="n1"), pclass("calm", 100, policy="Never")]
-    objects += [podgroup("gang", 1, klass="calm"), pod("g0", None, "4", klass="calm", group="gang")]
-    assert unresolved(run(objects)) == {GANG: NOT_ELIGIBLE_NEVER}
+    objects = [
+        node("n1"),
+        pod("low", priority=1, cpu="4", node="n1"),
+        priority_class("calm", value=100, preemption_policy="Never"),
+    ]
+    objects += [
+        podgroup("gang", min_member=1, priority_class="calm", phase="Inqueue"),
+        pod("g0", cpu="4", priority_class="calm", group="gang"),
+    ]
+    assert unresolved(outcomes(objects)) == {GANG: NOT_ELIGIBLE_NEVER}
 
 
 def test_a_group_with_a_protected_member_is_never_taken():
     objects = [
         node("n1"),
-        podgroup("job", 1),
-        pod("j1", 1, "4", on="n1", group="job", labels={"priogate.io/allow-preemption": "false"}),
+        podgroup("job", min_member=1, phase="Inqueue"),
+        pod(
+            "j1",
+            priority=1,
+            cpu="4",
+            node="n1",
+            group="job",
+            labels={"priogate.io/allow-preemption": "false"},
+        ),
         node("n2"),
-        podgroup("other", 1),
-        pod("o1", 1, "2", on="n2", group="other"),
-        pod("o2", 1, "2", on="n2", group="other"),
+        podgroup("other", min_member=1, phase="Inqueue"),
+        pod("o1", priority=1, cpu="2", node="n2", group="other"),
+        pod("o2", priority=1, cpu="2", node="n2", group="other"),
         *gang(1, cpu="4"),
     ]
     d = decision(objects)
@@ -203,13 +224,13 @@ def test_pdbs_are_best_effort_for_gangs():
     objects = [
         node("n1"),
         node("n2"),
-        pod("guarded", 1, "4", on="n1", labels={"app": "x"}),
-        pod("free", 5, "4", on="n2", labels={"app": "y"}),
-        pdb("x", {"app": "x"}, allowed=0),
+        pod("guarded", priority=1, cpu="4", node="n1", labels={"app": "x"}),
+        pod("free", priority=5, cpu="4", node="n2", labels={"app": "y"}),
+        pdb("x", match_labels={"app": "x"}, allowed=0),
         *gang(1, cpu="4"),
     ]
     assert victims(decision(objects)) == ["default/free"]
-    objects.append(pod("g1", None, "4", klass="high", group="gang", created=1))
+    objects.append(pod("g1", cpu="4", priority_class="high", group="gang", created=1))
     group = next(o for o in objects if o["kind"] == "PodGroup")
     group["spec"]["minMember"] = 2  # now both nodes are needed: the PDB gives way
     d = decision(objects)
@@ -221,13 +242,13 @@ def test_members_of_different_shapes():
     objects = [
         node("n1", cpu="8"),
         node("n2", cpu="4"),
-        pod("a", 1, "6", on="n1"),
-        pod("b", 2, "2", on="n1"),
-        pod("c", 1, "4", on="n2"),
-        pclass("high", 100),
-        podgroup("gang", 2, klass="high"),
-        pod("driver", None, "2", klass="high", group="gang", created=0),
-        pod("worker", None, "6", klass="high", group="gang", created=1),
+        pod("a", priority=1, cpu="6", node="n1"),
+        pod("b", priority=2, cpu="2", node="n1"),
+        pod("c", priority=1, cpu="4", node="n2"),
+        priority_class("high", value=100),
+        podgroup("gang", min_member=2, priority_class="high", phase="Inqueue"),
+        pod("driver", cpu="2", priority_class="high", group="gang", created=0),
+        pod("worker", cpu="6", priority_class="high", group="gang", created=1),
     ]
     d = decision(objects)
     assert d.placements == {"default/driver": "n2", "default/worker": "n1"}
@@ -237,7 +258,7 @@ def test_members_of_different_shapes():
 @pytest.mark.parametrize("mode", ["hard", "soft"])
 def test_opted_out_pods_in_gang_preemption(mode):
     opted = {"priogate.io/allow-preemption": "false"}
-    objects = [node("n1"), pod("o", 1, "4", on="n1", labels=opted), *gang(1, cpu="4")]
+    objects = [node("n1"), pod("o", priority=1, cpu="4", node="n1", labels=opted), *gang(1, cpu="4")]
     d = decision(objects, opt_out_mode=mode)
     if mode == "hard":
         assert d.status == "unresolved"
@@ -250,8 +271,8 @@ def test_explain_marks_hosting_nodes():
     objects = [
         node("n1"),
         node("n2"),
-        pod("a", 1, "4", on="n1"),
-        pod("b", 9, "4", on="n2"),
+        pod("a", priority=1, cpu="4", node="n1"),
+        pod("b", priority=9, cpu="4", node="n2"),
         *gang(1, cpu="4"),
     ]
     nodes = decision(objects, explain=True).nodes
@@ -262,15 +283,15 @@ def test_explain_marks_hosting_nodes():
 def test_lower_priority_nominations_on_member_nodes_are_cleared():
     objects = [
         node("b", cpu="8"),
-        pod("vb", 1, "8", on="b"),
+        pod("vb", priority=1, cpu="8", node="b"),
         *gang(1, cpu="4"),
-        pod("nominee", 50, "4", nominated="b", created=1),
-        pod("later", 40, "4", created=2),
+        pod("nominee", priority=50, cpu="4", nominated="b", created=1),
+        pod("later", priority=40, cpu="4", created=2),
     ]
     assert decision(objects).placements == {"default/g0": "b"}
-    result = run(objects)
+    result = outcomes(objects)
     # nominee no longer holds b's remaining 4 cores against lower priorities: "later" fits
     # there too (the scheduler sorts out who binds), so neither needs a decision. Had the
     # nomination stayed, "later" would find b held and no victim to take.
-    assert [d["preemptor"] for d in result["decisions"]] == [GANG]
-    assert result["unresolved"] == []
+    assert list(decided(result)) == [GANG]
+    assert unresolved(result) == {}

@@ -21,7 +21,7 @@ from priogate.preemption.engine import preemptors, simulate
 from priogate.preemption.gang import _problem, solve
 from priogate.preemption.snapshot import build_snapshot
 from priogate.preemption.state import build_state
-from tests.unit.preemption.builders import node, pclass, pdb, pod, podgroup
+from tests.builders import node, pdb, pod, podgroup, priority_class
 from tests.unit.preemption.reference import DIMS, Node, Pod, static_ok
 
 GANG_PRIORITY = 10
@@ -30,12 +30,12 @@ CPU = st.sampled_from(["500m", "1000m", "1000m", "1500m", "2000m"])
 
 @st.composite
 def gang_clusters(draw: st.DrawFn) -> list[dict]:
-    objects = [pclass("gang-class", GANG_PRIORITY)]
+    objects = [priority_class("gang-class", value=GANG_PRIORITY)]
     names = [f"n{i}" for i in range(draw(st.integers(1, 4)))]
     groups = []
     for g in range(draw(st.integers(0, 2))):
         groups.append(f"job{g}")
-        objects.append(podgroup(f"job{g}", draw(st.integers(1, 3)), created=g))
+        objects.append(podgroup(f"job{g}", min_member=draw(st.integers(1, 3)), created=g, phase="Inqueue"))
     for name in names:
         tainted = draw(st.integers(0, 5)) == 0
         objects.append(
@@ -51,30 +51,35 @@ def gang_clusters(draw: st.DrawFn) -> list[dict]:
             objects.append(
                 pod(
                     f"{name}-p{i}",
-                    draw(st.sampled_from([0, 1, 3, 5, GANG_PRIORITY])),
-                    draw(CPU),
-                    on=name,
-                    start=draw(st.integers(0, 9)),
+                    priority=draw(st.sampled_from([0, 1, 3, 5, GANG_PRIORITY])),
+                    cpu=draw(CPU),
+                    node=name,
+                    started=draw(st.integers(0, 9)),
                     labels={"app": draw(st.sampled_from(["a", "b"]))}
                     | ({"priogate.io/allow-preemption": "false"} if kind == "opted" else {}),
                     owner="DaemonSet" if kind == "daemon" else None,
-                    terminating=kind == "terminating",
+                    deleting=kind == "terminating",
                     group=draw(st.sampled_from(groups)) if kind == "group" and groups else None,
                 )
             )
     for i in range(draw(st.integers(0, 1))):
-        objects.append(pdb(f"pdb{i}", {"app": draw(st.sampled_from(["a", "b"]))}, draw(st.integers(0, 1))))
+        objects.append(
+            pdb(
+                f"pdb{i}",
+                match_labels={"app": draw(st.sampled_from(["a", "b"]))},
+                allowed=draw(st.integers(0, 1)),
+            )
+        )
     size = draw(st.integers(1, 3))
-    objects.append(podgroup("gang", size, klass="gang-class", created=9))
+    objects.append(podgroup("gang", min_member=size, priority_class="gang-class", created=9, phase="Inqueue"))
     shapes = draw(st.sampled_from([["1000m"], ["2000m"], ["1500m"], ["500m", "2000m"], ["2000m", "1000m"]]))
     for m in range(size):
         tolerate = draw(st.booleans())
         objects.append(
             pod(
                 f"g{m}",
-                None,
-                shapes[m % len(shapes)],
-                klass="gang-class",
+                cpu=shapes[m % len(shapes)],
+                priority_class="gang-class",
                 group="gang",
                 created=m,
                 tolerations=[{"key": "k", "operator": "Exists"}] if tolerate else None,

@@ -6,13 +6,20 @@ from __future__ import annotations
 
 import pytest
 
-from tests.unit.preemption.builders import decided, node, pdb, pod, run
+from tests.builders import node, pdb, pod
+from tests.unit.preemption.outcomes import decided, outcomes
 
 HIGH = 100
 
 
 def two_nodes(on_a: list[dict], on_b: list[dict], want_cpu: str = "2", **preemptor) -> list[dict]:
-    return [node("a", cpu="4"), node("b", cpu="4"), *on_a, *on_b, pod("p", HIGH, want_cpu, **preemptor)]
+    return [
+        node("a", cpu="4"),
+        node("b", cpu="4"),
+        *on_a,
+        *on_b,
+        pod("p", priority=HIGH, cpu=want_cpu, **preemptor),
+    ]
 
 
 CASES = {
@@ -20,18 +27,18 @@ CASES = {
     "fewest PDB violations": (
         [
             *two_nodes(
-                [pod("a1", 1, "4", on="a", labels={"app": "guarded"})],
-                [pod("b1", 5, "4", on="b", labels={"app": "free"})],
+                [pod("a1", priority=1, cpu="4", node="a", labels={"app": "guarded"})],
+                [pod("b1", priority=5, cpu="4", node="b", labels={"app": "free"})],
             ),
-            pdb("guard", {"app": "guarded"}, allowed=0),
+            pdb("guard", match_labels={"app": "guarded"}, allowed=0),
         ],
         ("b", ["default/b1"]),
     ),
     # 2. lowest highest-victim priority beats fewer victims
     "lowest highest-victim priority": (
         two_nodes(
-            [pod("a1", 7, "4", on="a")],
-            [pod("b1", 2, "2", on="b"), pod("b2", 3, "2", on="b")],
+            [pod("a1", priority=7, cpu="4", node="a")],
+            [pod("b1", priority=2, cpu="2", node="b"), pod("b2", priority=3, cpu="2", node="b")],
             want_cpu="4",
         ),
         ("b", ["default/b2", "default/b1"]),
@@ -39,8 +46,8 @@ CASES = {
     # 3. same top priority: smallest sum of priorities
     "smallest sum of priorities": (
         two_nodes(
-            [pod("a1", 5, "2", on="a"), pod("a2", 4, "2", on="a")],
-            [pod("b1", 5, "2", on="b"), pod("b2", 1, "2", on="b")],
+            [pod("a1", priority=5, cpu="2", node="a"), pod("a2", priority=4, cpu="2", node="a")],
+            [pod("b1", priority=5, cpu="2", node="b"), pod("b2", priority=1, cpu="2", node="b")],
             want_cpu="4",
         ),
         ("b", ["default/b1", "default/b2"]),
@@ -50,34 +57,53 @@ CASES = {
     # this row checks that more victims of equal priority lose)
     "fewest victims": (
         two_nodes(
-            [pod("a1", 0, "1", on="a"), pod("a2", 0, "1", on="a"), pod("a3", 0, "2", on="a")],
-            [pod("b1", 0, "3", on="b"), pod("b2", 9, "1", on="b")],
+            [
+                pod("a1", priority=0, cpu="1", node="a"),
+                pod("a2", priority=0, cpu="1", node="a"),
+                pod("a3", priority=0, cpu="2", node="a"),
+            ],
+            [pod("b1", priority=0, cpu="3", node="b"), pod("b2", priority=9, cpu="1", node="b")],
             want_cpu="3",
         ),
         ("b", ["default/b1"]),
     ),
     # 5. everything equal: the node whose top-priority victims started latest
     "latest start": (
-        two_nodes([pod("a1", 3, "4", on="a", start=100)], [pod("b1", 3, "4", on="b", start=200)]),
+        two_nodes(
+            [pod("a1", priority=3, cpu="4", node="a", started=100)],
+            [pod("b1", priority=3, cpu="4", node="b", started=200)],
+        ),
         ("b", ["default/b1"]),
     ),
     # 5b. a victim that has not started counts as starting now: the latest of all
     "not started is latest": (
-        two_nodes([pod("a1", 3, "4", on="a", start=100)], [pod("b1", 3, "4", on="b", start=None)]),
+        two_nodes(
+            [pod("a1", priority=3, cpu="4", node="a", started=100)],
+            [pod("b1", priority=3, cpu="4", node="b", started=None)],
+        ),
         ("b", ["default/b1"]),
     ),
     # 5c. the earliest start among the top-priority victims is what counts
     "earliest of the top victims": (
         two_nodes(
-            [pod("a1", 3, "2", on="a", start=50), pod("a2", 3, "2", on="a", start=500)],
-            [pod("b1", 3, "2", on="b", start=60), pod("b2", 3, "2", on="b", start=70)],
+            [
+                pod("a1", priority=3, cpu="2", node="a", started=50),
+                pod("a2", priority=3, cpu="2", node="a", started=500),
+            ],
+            [
+                pod("b1", priority=3, cpu="2", node="b", started=60),
+                pod("b2", priority=3, cpu="2", node="b", started=70),
+            ],
             want_cpu="4",
         ),
         ("b", ["default/b1", "default/b2"]),
     ),
     # 6. a full tie goes to the first node by name
     "node name": (
-        two_nodes([pod("a1", 3, "4", on="a", start=100)], [pod("b1", 3, "4", on="b", start=100)]),
+        two_nodes(
+            [pod("a1", priority=3, cpu="4", node="a", started=100)],
+            [pod("b1", priority=3, cpu="4", node="b", started=100)],
+        ),
         ("a", ["default/a1"]),
     ),
 }
@@ -87,13 +113,13 @@ CASES = {
 @pytest.mark.parametrize("explain", [False, True])
 def test_node_order_criterion(name, explain):
     objects, (want_node, want_victims) = CASES[name]
-    result = run(objects, explain=explain)
+    result = outcomes(objects, explain=explain)
     assert decided(result) == {"default/p": (want_node, want_victims)}
 
 
 def test_explain_names_the_deciding_criterion():
     objects, _ = CASES["latest start"]
-    nodes = run(objects, explain=True)["decisions"][0]["nodes"]
+    nodes = next(o for o in outcomes(objects, explain=True) if o.status == "preempt").nodes
     assert nodes["b"] == "chosen"
     assert nodes["a"].startswith("lost to b on latest start of the highest-priority victims")
 
@@ -101,7 +127,7 @@ def test_explain_names_the_deciding_criterion():
 @pytest.mark.parametrize(
     ("pods", "want_cpu", "victims"),
     [
-        # the seed's example: only the priority-2 pod goes although lower ones survive
+        # the pod-preemption design's example: only the priority-2 pod goes although lower ones survive
         (
             [("p0", 0, "3"), ("p1", 1, "1"), ("p2", 2, "5"), ("p3", 3, "1")],
             "5",
@@ -120,22 +146,22 @@ def test_victims_on_one_node(pods, want_cpu, victims):
     objects = [node("n", cpu=str(full))]
     for spec in pods:
         name, priority, cpu, *start = spec
-        objects.append(pod(name, priority, cpu, on="n", start=start[0] if start else 0))
-    objects.append(pod("p", HIGH, want_cpu))
-    assert decided(run(objects)) == {"default/p": ("n", victims)}
+        objects.append(pod(name, priority=priority, cpu=cpu, node="n", started=start[0] if start else 0))
+    objects.append(pod("p", priority=HIGH, cpu=want_cpu))
+    assert decided(outcomes(objects)) == {"default/p": ("n", victims)}
 
 
 def test_pdb_violating_pods_are_reprieved_first_but_taken_when_nothing_else_works():
     objects = [
         node("n", cpu="4"),
-        pod("guarded", 1, "2", on="n", labels={"app": "x"}),
-        pod("free", 2, "2", on="n", labels={"app": "y"}),
-        pdb("x", {"app": "x"}, allowed=0),
-        pod("p", HIGH, "2"),
+        pod("guarded", priority=1, cpu="2", node="n", labels={"app": "x"}),
+        pod("free", priority=2, cpu="2", node="n", labels={"app": "y"}),
+        pdb("x", match_labels={"app": "x"}, allowed=0),
+        pod("p", priority=HIGH, cpu="2"),
     ]
-    assert decided(run(objects)) == {"default/p": ("n", ["default/free"])}
-    objects[-1] = pod("p", HIGH, "4")
-    assert decided(run(objects)) == {"default/p": ("n", ["default/free", "default/guarded"])}
+    assert decided(outcomes(objects)) == {"default/p": ("n", ["default/free"])}
+    objects[-1] = pod("p", priority=HIGH, cpu="4")
+    assert decided(outcomes(objects)) == {"default/p": ("n", ["default/free", "default/guarded"])}
 
 
 @pytest.mark.parametrize(
@@ -147,27 +173,27 @@ def test_pdb_violating_pods_are_reprieved_first_but_taken_when_nothing_else_work
         ({"allowed": 0}, ["default/g1"]),  # both violate: importance order among them, g2 stays
         # g1 is already counted by the apiserver: g2 alone violates, is reprieved first
         ({"allowed": 0, "disrupted": ("g1",)}, ["default/g1"]),
-        ({"allowed": 0, "ns": "other"}, ["default/g1"]),  # another namespace's PDB does not count
+        ({"allowed": 0, "namespace": "other"}, ["default/g1"]),  # another namespace's PDB does not count
     ],
 )
 def test_pdb_accounting(pdb_args, want):
     objects = [
         node("n", cpu="4"),
-        pod("g1", 1, "2", on="n", labels={"app": "x"}),
-        pod("g2", 2, "2", on="n", labels={"app": "x"}),
-        pdb("x", {"app": "x"}, **pdb_args),
-        pod("p", HIGH, "2"),
+        pod("g1", priority=1, cpu="2", node="n", labels={"app": "x"}),
+        pod("g2", priority=2, cpu="2", node="n", labels={"app": "x"}),
+        pdb("x", match_labels={"app": "x"}, **pdb_args),
+        pod("p", priority=HIGH, cpu="2"),
     ]
-    assert decided(run(objects)) == {"default/p": ("n", want)}
+    assert decided(outcomes(objects)) == {"default/p": ("n", want)}
 
 
 def test_pdb_violation_makes_a_node_lose_even_with_a_lower_victim():
     objects = [
         node("a", cpu="2"),
         node("b", cpu="2"),
-        pod("a1", 1, "2", on="a", labels={"app": "x"}),
-        pod("b1", 8, "2", on="b", labels={"app": "y"}),
-        pdb("x", {"app": "x"}, allowed=0),
-        pod("p", HIGH, "2"),
+        pod("a1", priority=1, cpu="2", node="a", labels={"app": "x"}),
+        pod("b1", priority=8, cpu="2", node="b", labels={"app": "y"}),
+        pdb("x", match_labels={"app": "x"}, allowed=0),
+        pod("p", priority=HIGH, cpu="2"),
     ]
-    assert decided(run(objects)) == {"default/p": ("b", ["default/b1"])}
+    assert decided(outcomes(objects)) == {"default/p": ("b", ["default/b1"])}

@@ -15,8 +15,8 @@ from priogate.preemption.single import preempt_pod
 from priogate.preemption.snapshot import build_snapshot
 from priogate.preemption.state import apply_decision, build_state
 from priogate.preemption.table import ScreenTable, carry_tables, screen_table
+from tests.builders import node, pdb, pod
 from tests.unit.preemption import reference
-from tests.unit.preemption.builders import node, pdb, pod
 
 PRIORITIES = st.sampled_from([0, 0, 1, 2, 5, 10])  # repeated values make node-order ties
 CPU = st.sampled_from(["250m", "500m", "1000m", "1000m", "1500m", "2000m"])
@@ -47,33 +47,33 @@ def clusters(draw: st.DrawFn) -> list[dict]:
             objects.append(
                 pod(
                     f"{name}-p{i}",
-                    draw(PRIORITIES),
-                    draw(CPU),
-                    draw(MEMORY),
-                    on=name,
-                    start=draw(START),
+                    priority=draw(PRIORITIES),
+                    cpu=draw(CPU),
+                    memory=draw(MEMORY),
+                    node=name,
+                    started=draw(START),
                     labels={"app": draw(APP)}
                     | ({"priogate.io/allow-preemption": "false"} if kind == "opted" else {}),
                     owner="DaemonSet" if kind == "daemon" else None,
                     annotations={"kubernetes.io/config.mirror": "x"} if kind == "mirror" else None,
-                    terminating=kind == "terminating",
+                    deleting=kind == "terminating",
                     preempted=kind == "terminating" and draw(st.booleans()),
                     phase="Succeeded" if kind == "done" else None,
                 )
             )
     for i in range(draw(st.integers(0, 2))):
-        objects.append(pdb(f"pdb{i}", {"app": draw(APP)}, draw(st.integers(0, 1))))
+        objects.append(pdb(f"pdb{i}", match_labels={"app": draw(APP)}, allowed=draw(st.integers(0, 1))))
     for i in range(draw(st.integers(1, 3))):
         objects.append(
             pod(
                 f"pending{i}",
-                draw(st.sampled_from([1, 3, 6, 10, 12, 12])),
-                draw(CPU),
-                draw(MEMORY),
+                priority=draw(st.sampled_from([1, 3, 6, 10, 12, 12])),
+                cpu=draw(CPU),
+                memory=draw(MEMORY),
                 created=draw(st.integers(0, 3)),
-                selector={"zone": "a"} if draw(st.integers(0, 4)) == 0 else None,
+                node_selector={"zone": "a"} if draw(st.integers(0, 4)) == 0 else None,
                 tolerations=[{"key": "dedicated", "operator": "Exists"}] if draw(st.booleans()) else None,
-                policy="Never" if draw(st.integers(0, 11)) == 0 else None,
+                preemption_policy="Never" if draw(st.integers(0, 11)) == 0 else None,
                 nominated=draw(st.sampled_from([None, None, *names])),
             )
         )

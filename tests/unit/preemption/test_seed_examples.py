@@ -1,4 +1,5 @@
-"""The pod-preemption design's examples 1 to 4 (seeds/000), as successive snapshots.
+"""The examples 1 to 4 of Kubernetes' pod-preemption design (community repo,
+contributors/design-proposals/scheduling/pod-preemption.md), as successive snapshots.
 
 Node capacity 10 units (cpu cores here). A and B run with priority 100 and 5 units each;
 C (priority 1000) needs 10 units, D (priority 50) needs 2. The engine decides what the
@@ -9,24 +10,28 @@ pods that fit happens between snapshots.
 from __future__ import annotations
 
 from priogate.preemption.single import NOT_ELIGIBLE_TERMINATING
-from tests.unit.preemption.builders import node, pod
+from tests.builders import node, pod
 from tests.unit.preemption.outcomes import decided, outcomes, unresolved
 
 
 def a_and_b(*, terminating: bool = False, gone: tuple[str, ...] = ()) -> list[dict]:
     pods = [
-        pod("A", 100, "5", on="node-1", start=0, terminating=terminating, preempted=terminating),
-        pod("B", 100, "5", on="node-1", start=10, terminating=terminating, preempted=terminating),
+        pod(
+            "A", priority=100, cpu="5", node="node-1", started=0, deleting=terminating, preempted=terminating
+        ),
+        pod(
+            "B", priority=100, cpu="5", node="node-1", started=10, deleting=terminating, preempted=terminating
+        ),
     ]
     return [p for p in pods if p["metadata"]["name"] not in gone]
 
 
 def c(**kwargs) -> dict:
-    return pod("C", 1000, "10", created=1, **kwargs)
+    return pod("C", priority=1000, cpu="10", created=1, **kwargs)
 
 
 def d(**kwargs) -> dict:
-    return pod("D", 50, "2", created=2, **kwargs)
+    return pod("D", priority=50, cpu="2", created=2, **kwargs)
 
 
 def test_example_1():
@@ -49,7 +54,7 @@ def test_example_1():
 
 def test_example_2():
     nodes = [node("node-1", cpu="10"), node("node-2", cpu="10")]
-    e = pod("E", 2000, "10", on="node-2")
+    e = pod("E", priority=2000, cpu="10", node="node-2")
     first = outcomes([*nodes, *a_and_b(), e, c(), d()])
     assert decided(first) == {"default/C": ("node-1", ["default/A", "default/B"])}
     # E terminates while A and B are still going: C now fits on node-2 (no decision; the
@@ -57,20 +62,27 @@ def test_example_2():
     e_gone = outcomes([*nodes, *a_and_b(terminating=True), c(nominated="node-1"), d()])
     assert "default/C" not in decided(e_gone) and "default/C" not in unresolved(e_gone)
     # C is bound to node-2: D cannot preempt A or B (higher priority) and does not fit.
-    c_bound = outcomes([*nodes, *a_and_b(terminating=True), pod("C", 1000, "10", on="node-2"), d()])
+    c_bound = outcomes(
+        [*nodes, *a_and_b(terminating=True), pod("C", priority=1000, cpu="10", node="node-2"), d()]
+    )
     assert decided(c_bound) == {}
     assert list(unresolved(c_bound)) == ["default/D"]
     # B terminates: D fits on node-1 without preempting anything. (It may look as if B was
     # preempted for D; D was never nominated.)
     b_gone = outcomes(
-        [*nodes, *a_and_b(terminating=True, gone=("B",)), pod("C", 1000, "10", on="node-2"), d()]
+        [
+            *nodes,
+            *a_and_b(terminating=True, gone=("B",)),
+            pod("C", priority=1000, cpu="10", node="node-2"),
+            d(),
+        ]
     )
     assert decided(b_gone) == {} and unresolved(b_gone) == {}
 
 
 def test_example_3():
     nodes = [node("node-1", cpu="10"), node("node-2", cpu="10")]
-    e = pod("E", 2000, "8", on="node-2")
+    e = pod("E", priority=2000, cpu="8", node="node-2")
     result = outcomes([*nodes, *a_and_b(), e, c(), d()])
     # C preempts on node-1; D fits in node-2's two free units: no decision for D.
     assert decided(result) == {"default/C": ("node-1", ["default/A", "default/B"])}
@@ -79,7 +91,7 @@ def test_example_3():
 
 def test_example_4():
     node1 = node("node-1", cpu="10")
-    f = pod("F", 2000, "10", created=3)
+    f = pod("F", priority=2000, cpu="10", created=3)
     result = outcomes([node1, *a_and_b(terminating=True), c(nominated="node-1"), d(), f])
     # F takes node-1: A and B are already leaving, so no new victims; C's nomination (lower
     # priority) is cleared, and C, now holding nothing, cannot preempt F.

@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from controller.__main__ import main
-from tests.unit.preemption.builders import node, pdb, pod, podgroup
+from tests.builders import node, pdb, pod, podgroup
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "preemption"
 ROOT = Path(__file__).resolve().parents[3]
@@ -36,7 +36,9 @@ def as_list(*items: dict) -> dict:
     return {"apiVersion": "v1", "kind": "List", "items": list(items)}
 
 
-SCENARIO = as_list(node("n", cpu="4"), pod("low", 1, "4", on="n"), pod("p", 100, "2"))
+SCENARIO = as_list(
+    node("n", cpu="4"), pod("low", priority=1, cpu="4", node="n"), pod("p", priority=100, cpu="2")
+)
 
 
 def test_json_file():
@@ -66,8 +68,8 @@ def test_yaml_from_stdin_and_explain():
 def test_multi_document_yaml_and_kind_specific_lists():
     docs = [
         {"kind": "NodeList", "items": [node("n", cpu="4")]},
-        {"kind": "PodList", "items": [pod("low", 1, "4", on="n")]},
-        pod("p", 100, "2"),
+        {"kind": "PodList", "items": [pod("low", priority=1, cpu="4", node="n")]},
+        pod("p", priority=100, cpu="2"),
         {"kind": "Service", "metadata": {"name": "ignored"}},
     ]
     code, out, _ = cli(["simulate", "-"], stdin=yaml.safe_dump_all(docs))
@@ -78,8 +80,8 @@ def test_multi_document_yaml_and_kind_specific_lists():
 def test_opt_out_mode_flag():
     opted = as_list(
         node("n", cpu="4"),
-        pod("o", 1, "4", on="n", labels={"priogate.io/allow-preemption": "false"}),
-        pod("p", 100, "2"),
+        pod("o", priority=1, cpu="4", node="n", labels={"priogate.io/allow-preemption": "false"}),
+        pod("p", priority=100, cpu="2"),
     )
     _, hard, _ = cli(["simulate", "-"], stdin=json.dumps(opted))
     _, soft, _ = cli(["simulate", "-", "--opt-out-mode", "soft"], stdin=json.dumps(opted))
@@ -96,15 +98,28 @@ def test_opt_out_mode_flag():
         (json.dumps({"kind": "List", "items": [5]}), "item 0: expected an object"),
         (json.dumps(as_list({"metadata": {"name": "x"}})), "item 0: missing kind"),
         (json.dumps(as_list({"kind": "Pod", "metadata": {}})), "Pod without metadata.name"),
-        (json.dumps(as_list(pod("p", 1, "lots"))), "invalid quantity 'lots'"),
-        (json.dumps(as_list(pod("p", 1, "-1"))), "negative request for cpu"),
+        (json.dumps(as_list(pod("p", priority=1, cpu="lots"))), "invalid quantity 'lots'"),
+        (json.dumps(as_list(pod("p", priority=1, cpu="-1"))), "negative request for cpu"),
         (json.dumps(as_list(node("n", cpu="four"))), "Node n allocatable: cpu: invalid quantity"),
-        (json.dumps(as_list(pod("p", "high"))), "spec.priority must be an integer"),
-        (json.dumps(as_list(pod("p", 1, policy="Sometimes"))), "unsupported preemptionPolicy"),
-        (json.dumps(as_list(pod("p", 1), pod("p", 1))), "Pod default/p appears twice"),
+        (json.dumps(as_list(pod("p", priority="high", cpu="1"))), "spec.priority must be an integer"),
+        (
+            json.dumps(as_list(pod("p", priority=1, cpu="1", preemption_policy="Sometimes"))),
+            "unsupported preemptionPolicy",
+        ),
+        (
+            json.dumps(as_list(pod("p", priority=1, cpu="1"), pod("p", priority=1, cpu="1"))),
+            "Pod default/p appears twice",
+        ),
         (
             json.dumps(
-                as_list(pod("p", 1, affinity=[{"matchExpressions": [{"key": "k", "operator": "Near"}]}]))
+                as_list(
+                    pod(
+                        "p",
+                        priority=1,
+                        cpu="1",
+                        node_affinity=[{"matchExpressions": [{"key": "k", "operator": "Near"}]}],
+                    )
+                )
             ),
             "unsupported operator 'Near'",
         ),
@@ -118,7 +133,7 @@ def test_bad_input_is_one_line_and_exit_2(stdin, message):
 
 
 def test_bad_timestamp():
-    bad = pod("p", 1, on="n")
+    bad = pod("p", priority=1, cpu="1", node="n")
     bad["status"]["startTime"] = "yesterday"
     code, _, err = cli(["simulate", "-"], stdin=json.dumps(as_list(node("n"), bad)))
     assert code == 2 and "invalid RFC 3339 time 'yesterday'" in err
@@ -170,8 +185,8 @@ def _paths(value: object, prefix: tuple = ()) -> list[tuple]:
 @given(st.data())
 def test_any_mangled_snapshot_gives_a_result_or_one_line_error(data):
     snapshot = json.loads(json.dumps(SCENARIO))
-    snapshot["items"].append(pdb("x", {"app": "a"}))
-    snapshot["items"].append(podgroup("g", 2))
+    snapshot["items"].append(pdb("x", match_labels={"app": "a"}))
+    snapshot["items"].append(podgroup("g", min_member=2, phase="Inqueue"))
     for _ in range(data.draw(st.integers(1, 3))):
         path = data.draw(st.sampled_from(_paths(snapshot)[1:]))
         target = snapshot
@@ -187,7 +202,7 @@ def test_any_mangled_snapshot_gives_a_result_or_one_line_error(data):
 
 
 def test_a_reader_that_leaves_early_gets_no_traceback():
-    big = as_list(*(node(f"n{i:04d}", cpu="1") for i in range(1500)), pod("p", 100, "2"))
+    big = as_list(*(node(f"n{i:04d}", cpu="1") for i in range(1500)), pod("p", priority=100, cpu="2"))
     reader = subprocess.Popen(
         [sys.executable, "-m", "controller", "simulate", "-", "--explain"],
         stdin=subprocess.PIPE,
