@@ -273,3 +273,27 @@ def check_pod(
         f"{format_amounts(over, found.reserved)}, limited: {format_amounts(over, found.hard)}: "
         "resources reserved by PodGroups' minResources cannot be used by other pods"
     )
+
+
+# ---- a quota lowered below what is reserved ----------------------------------------------------
+
+
+def over_reserved(quotas: Iterable[Mapping[str, Any]], reservations: Iterable[Reservation]) -> str | None:
+    """Why the namespace's admitted reservations exceed a quota's hard limits (a quota lowered
+    since they were admitted), or None. Admitted groups keep their reservations (refusing would
+    free nothing); growth and new groups are refused until the sum fits again."""
+    reservations = list(reservations)
+    for quota in sorted(quotas, key=lambda q: str(_name(q))):
+        reserved: ResourceList = {}
+        for reservation in reservations:
+            if quota_applies(quota, Consumer(reservation.priority_class)):
+                reserved = add(reserved, {n: a for n, a in reservation.demand.items() if a > 0})
+        hard = hard_limits(quota)
+        over = sorted(name for name, limit in hard.items() if reserved.get(name, ZERO) > limit)
+        if over:
+            return (
+                f"quota {_name(quota)} ({format_amounts(over, hard)}) is below the namespace's "
+                f"PodGroup reservations ({format_amounts(over, reserved)}): admitted groups keep "
+                "theirs; growth and new groups are refused until the sum fits"
+            )
+    return None

@@ -193,3 +193,29 @@ T = "2026-11-22T12:00:00Z"
 def test_a_damaged_record_is_an_error_never_an_empty_record(data):
     with pytest.raises(ledger.DamagedRecord, match="is not a reservation record"):
         ledger.record_of({"metadata": {"name": "podgroup-reservations.team-a"}, "data": data})
+
+
+# ---- a quota lowered below the reservations: the controller says so --------------------------------
+
+
+def test_a_lowered_quota_is_reported_on_the_groups_and_clears_when_it_fits():
+    from priogate import phase, quota
+
+    rq = {"metadata": {"name": "compute"}, "spec": {"hard": {"cpu": "8"}}}
+    held = [stored("a", "u1", cpu="6").reservation(), stored("b", "u2", cpu="4").reservation()]
+    why = quota.over_reserved([rq], held)
+    assert why is not None and why.startswith(
+        "quota compute (cpu=8) is below the namespace's PodGroup reservations (cpu=10)"
+    )
+    assert quota.over_reserved([rq], held[:1]) is None
+
+    members, verdict = phase.Members(), phase.EnqueueVerdict(True)
+    before = phase.next_status({"phase": "Inqueue"}, 1, members, verdict, "t0")
+    assert all(c["type"] != phase.QUOTA_BELOW_RESERVATIONS for c in before["conditions"])
+    over = phase.next_status(before, 1, members, verdict, "t1", why)
+    event = phase.quota_event(before, over)
+    assert event is not None and event.type == "Warning" and event.reason == "QuotaBelowReservations"
+    assert phase.quota_event(over, phase.next_status(over, 1, members, verdict, "t2", why)) is None
+    cleared = phase.next_status(over, 1, members, verdict, "t3", None)
+    got = {c["type"]: c["status"] for c in cleared["conditions"]}
+    assert got[phase.QUOTA_BELOW_RESERVATIONS] == "False"
