@@ -142,7 +142,7 @@ def admit(request: AdmissionRequest, view: ClusterView) -> Decision:
         return deny(
             f"pod quota: the reservation record is busy, retry: {e}", code=429, reason="TooManyRequests"
         )
-    except ApiError as e:
+    except (ApiError, ValueError, OSError) as e:
         return deny(
             f"pod quota: the reservation record could not be read or written ({e}); retry",
             code=503,
