@@ -52,6 +52,8 @@ def main() -> int:
                 workers=2,
                 ca_file=cluster.pki.ca_crt,
                 repo=REPO,
+                client_ca=cluster.webhook_client_ca,
+                client_cert=cluster.webhook_client_cert,
             )
             with proxied([port for _, port in replicas]) as proxy:
                 point_webhook(client, "podgroup-quota.priogate.io", proxy.url, "/validate/podgroups")

@@ -5,9 +5,12 @@
 An existing CA in --out is reused, so re-running renews the serving certificate without
 changing the caBundle registered in the webhook configurations.
 
-In a cluster (the webhook Deployment's init container):
+In a cluster: the priogate-cabundle Job creates the serving Secret and puts its CA into the
+webhook configurations; the webhook pod's init container waits for the Secret and writes the files:
 
-    python -m certs bootstrap --namespace priogate-system --out /var/run/priogate/tls
+    python -m certs bootstrap --namespace priogate-system
+    python -m certs bootstrap --namespace priogate-system --out /var/run/priogate/tls \
+        --no-create-secret --no-inject-ca-bundle
 """
 
 from __future__ import annotations
@@ -48,17 +51,46 @@ def _bootstrap(argv: list[str]) -> int:
     p.add_argument(
         "--config-name", default="priogate", help="webhook configurations to put the caBundle into"
     )
-    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--out", type=Path, help="write ca.crt, tls.crt and tls.key here")
+    p.add_argument(
+        "--create-secret",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="create the Secret (a new CA) when there is none; --no-create-secret waits for it",
+    )
+    p.add_argument(
+        "--wait-seconds", type=float, default=300.0, help="with --no-create-secret: how long to wait"
+    )
+    p.add_argument(
+        "--inject-ca-bundle",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="put the CA into the webhook configurations (fails when neither exists yet)",
+    )
     p.add_argument("--kubeconfig", default=None, help="default: in-cluster configuration")
     args = p.parse_args(argv)
+    if args.out is None and not args.inject_ca_bundle:
+        p.error("nothing to do: give --out, or leave --inject-ca-bundle on")
     from certs.bootstrap import bootstrap
     from priogate.kube.client import load_client
     from priogate.logs import configure_logging
 
     configure_logging()
-    bootstrap(
-        load_client(args.kubeconfig), args.namespace, args.secret, args.service, args.out, args.config_name
-    )
+    try:
+        bootstrap(
+            load_client(args.kubeconfig),
+            args.namespace,
+            args.secret,
+            args.service,
+            args.out,
+            args.config_name,
+            create_secret=args.create_secret,
+            inject=args.inject_ca_bundle,
+            wait_seconds=0.0 if args.create_secret else args.wait_seconds,
+        )
+    except LookupError as e:  # no Secret, or no configuration yet: a Job or a pod restart retries
+        print(f"error: {e}", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -1,16 +1,21 @@
-"""In-cluster certificate bootstrap, run as the webhook Deployment's init container.
+"""In-cluster certificate bootstrap.
 
 1. Get the serving Secret, or create it (CA + serving certificate for the Service's DNS names).
-   Replicas race to create it; the loser of the 409 reads the winner's, so all serve one CA.
+   Racing creators: the loser of the 409 reads the winner's, so all serve one CA.
 2. Renew the serving certificate when it is due, keeping the CA (so the caBundle stays valid).
-3. Write the PEM files for the server container (an emptyDir), and put the CA into every
+3. Write the PEM files for the server container (an emptyDir), and/or put the CA into every
    webhook of the priogate Mutating/ValidatingWebhookConfigurations that lacks it.
+
+manifests/ splits it by privilege: the one-shot Job priogate-cabundle (its own ServiceAccount)
+creates the Secret and injects the caBundle; the webhook pod's init container only waits for the
+Secret and writes the files, so the serving pods cannot change webhook configurations.
 """
 
 from __future__ import annotations
 
 import base64
 import datetime as dt
+import time
 from pathlib import Path
 
 import structlog
@@ -52,9 +57,16 @@ def _secret_body(namespace: str, name: str, ca: KeyPair, leaf: KeyPair, version:
     }
 
 
+class SecretMissing(LookupError):
+    pass
+
+
 def ensure_secret(
-    client: ApiClient, namespace: str, name: str, dns_names: list[str]
+    client: ApiClient, namespace: str, name: str, dns_names: list[str], *, create: bool = True
 ) -> tuple[KeyPair, KeyPair]:
+    """The Secret's CA and serving certificate, renewed when due. `create`: issue both and create
+    the Secret when there is none; otherwise its absence is SecretMissing (a new CA here would
+    not be in the webhook configurations' caBundle)."""
     path = f"/api/v1/namespaces/{namespace}/secrets"
     for _ in range(5):
         try:
@@ -62,6 +74,11 @@ def ensure_secret(
         except ApiError as e:
             if e.status != 404:
                 raise
+            if not create:
+                raise SecretMissing(
+                    f"secret {namespace}/{name} does not exist; `python -m certs bootstrap` creates it"
+                    " (manifests/: the priogate-cabundle Job)"
+                ) from None
             ca = issue_ca("priogate-webhook-ca")
             leaf = issue_leaf(ca, COMMON_NAME, dns_names=dns_names)
             try:
@@ -92,9 +109,11 @@ def ensure_secret(
 
 
 def inject_ca_bundle(client: ApiClient, config_name: str, ca_pem: bytes) -> int:
-    """Set caBundle on every webhook of the named configurations; returns how many changed."""
+    """Set caBundle on every webhook of the named configurations; returns how many changed.
+    Neither configuration there is an error (LookupError): nothing would trust the CA."""
     bundle = _b64(ca_pem)
     changed = 0
+    found = 0
     for collection in CONFIG_PATHS:
         for _ in range(5):
             try:
@@ -103,6 +122,7 @@ def inject_ca_bundle(client: ApiClient, config_name: str, ca_pem: bytes) -> int:
                 if e.status == 404:
                     break  # not installed (e.g. validating only); nothing to inject
                 raise
+            found += 1
             hooks = [h for h in config.get("webhooks") or [] if h["clientConfig"].get("caBundle") != bundle]
             if not hooks:
                 break
@@ -115,17 +135,40 @@ def inject_ca_bundle(client: ApiClient, config_name: str, ca_pem: bytes) -> int:
             except ApiError as e:
                 if e.status != 409:
                     raise
+    if not found:
+        raise LookupError(f"no webhook configuration named {config_name} (yet) to put the CA into")
     return changed
 
 
 def bootstrap(
-    client: ApiClient, namespace: str, secret: str, service: str, out: Path, config_name: str
+    client: ApiClient,
+    namespace: str,
+    secret: str,
+    service: str,
+    out: Path | None,
+    config_name: str,
+    *,
+    create_secret: bool = True,
+    inject: bool = True,
+    wait_seconds: float = 0.0,
 ) -> None:
+    """`out`: write the PEM files there. `create_secret`: create the Secret if missing; without,
+    wait up to `wait_seconds` for it. `inject`: put the CA into the webhook configurations."""
     dns_names = [f"{service}.{namespace}.svc", f"{service}.{namespace}.svc.cluster.local", service]
-    ca, leaf = ensure_secret(client, namespace, secret, dns_names)
-    write_files(out, ca, leaf)
-    changed = inject_ca_bundle(client, config_name, ca.cert_pem)
-    log.info("certificates ready", out=str(out), ca_bundle_injected=changed)
+    deadline = time.monotonic() + wait_seconds
+    while True:
+        try:
+            ca, leaf = ensure_secret(client, namespace, secret, dns_names, create=create_secret)
+            break
+        except SecretMissing:
+            if time.monotonic() >= deadline:
+                raise
+            log.info("waiting for the serving secret", secret=f"{namespace}/{secret}")
+            time.sleep(2.0)
+    if out is not None:
+        write_files(out, ca, leaf)
+    changed = inject_ca_bundle(client, config_name, ca.cert_pem) if inject else None
+    log.info("certificates ready", out=str(out) if out else None, ca_bundle_injected=changed)
 
 
 def write_files(out: Path, ca: KeyPair, leaf: KeyPair) -> None:
@@ -141,7 +184,9 @@ def refresh_files(client: ApiClient, namespace: str, secret: str, out: Path) -> 
     and bring the PEM files in `out` up to date with the Secret. True when the files changed.
     A running server calls this periodically, so a certificate never expires under it."""
     served = (out / "tls.crt").read_bytes()
-    ca, leaf = ensure_secret(client, namespace, secret, dns_names_of(served))
+    # Never create: a new CA here would not be in the webhook configurations' caBundle (and the
+    # servers' ServiceAccount may not create Secrets, manifests/rbac.yaml).
+    ca, leaf = ensure_secret(client, namespace, secret, dns_names_of(served), create=False)
     if leaf.cert_pem == served:
         return False
     write_files(out, ca, leaf)

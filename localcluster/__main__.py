@@ -46,6 +46,7 @@ def _options(args: argparse.Namespace) -> Options:
         priority_plugin=args.keep_priority_plugin,
         webhook=not args.no_webhook,
         webhook_workers=args.workers,
+        mtls=not args.no_mtls,
         controller=not args.no_controller,
     )
 
@@ -228,6 +229,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-webhook", action="store_true", help="control plane only")
     p.add_argument("--no-controller", action="store_true", help="do not start the priogate controller")
     p.add_argument("--workers", type=int, default=2, help="webhook (gunicorn) worker processes")
+    p.add_argument(
+        "--no-mtls",
+        action="store_true",
+        help="the webhook takes any TLS client; by default it requires kube-apiserver's client"
+        " certificate (docs/hardening.md)",
+    )
     p.add_argument("--timeout", type=float, default=300, help="up: seconds to wait until the webhooks answer")
     p.add_argument("--background", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -241,6 +248,7 @@ def main(argv: list[str] | None = None) -> int:
         f"--workers={args.workers}",
         *(["--keep-priority-plugin"] if args.keep_priority_plugin else []),
         *(["--no-webhook"] if args.no_webhook else []),
+        *(["--no-mtls"] if args.no_mtls else []),
         *(["--no-controller"] if args.no_controller else []),
     ]
     try:

@@ -28,7 +28,7 @@ from localcluster import components
 from localcluster.api import Etcd, apiserver_ready, create_or_replace
 from localcluster.binaries import REPO, ensure_binaries
 from localcluster.components import ApiServerMode, Ports
-from localcluster.pki import Pki, issue_all, write_kubeconfig
+from localcluster.pki import Pki, issue_all, write_kubeconfig, write_webhook_kubeconfig
 from localcluster.procs import Proc, Supervisor, free_ports, progress, rss_kib, wait_until
 from localcluster.webhooks import PRIOGATE_NAMESPACE, Webhooks
 from priogate.kube.client import ApiClient, ApiError, load_client
@@ -53,6 +53,9 @@ class Options:
     priority_plugin: bool = False
     webhook: bool = True
     webhook_workers: int = 2
+    # Mutual TLS between kube-apiserver and the webhook: the webhook requires a client certificate
+    # (--client-ca-file), kube-apiserver presents one (WebhookAdmissionConfiguration).
+    mtls: bool = True
     controller: bool = True
     # None: the mode's default (docs/modes.md).
     policy: WebhookPolicy | None = None
@@ -85,6 +88,18 @@ class LocalCluster:
     @property
     def logs(self) -> Path:
         return self.state_dir / "logs"
+
+    @property
+    def webhook_client_ca(self) -> Path | None:
+        """The --client-ca-file of every webhook server started here; None without mTLS."""
+        return self.pki.webhook_client_ca_crt if self.pki and self.options.mtls else None
+
+    @property
+    def webhook_client_cert(self) -> tuple[Path, Path] | None:
+        """(certificate, key) for a direct request to a webhook server; None without mTLS."""
+        if self.pki is None or not self.options.mtls:
+            return None
+        return self.pki.webhook_client_crt, self.pki.webhook_client_key
 
     def _log(self, name: str) -> Path:
         return self.logs / f"{name}.log"
@@ -169,11 +184,14 @@ class LocalCluster:
         if o.webhook:
             t0 = time.monotonic()
             self._install_crds()
-            self.webhooks = Webhooks(self.api, self.pki, self.ports.webhook_url)
-            progress(f"starting the priogate webhook on {self.ports.webhook_url}")
+            self.webhooks = Webhooks(
+                self.api, self.pki, self.ports.webhook_url, client_cert=self.webhook_client_cert
+            )
+            mtls = "requires kube-apiserver's client certificate" if o.mtls else "no client certificates"
+            progress(f"starting the priogate webhook on {self.ports.webhook_url} ({mtls})")
             hook = self.supervisor.start(
                 "webhook",
-                components.webhook(self.pki, self.kubeconfig, self.ports, o.webhook_workers),
+                components.webhook(self.pki, self.kubeconfig, self.ports, o.webhook_workers, mtls=o.mtls),
                 self._log("webhook"),
                 cwd=REPO,
             )
@@ -241,7 +259,9 @@ class LocalCluster:
         plugin = "enabled" if self.mode.priority_plugin else "disabled"
         verb = "restarting" if restart else "starting"
         progress(f"{verb} kube-apiserver on {self.ports.apiserver_url} (Priority admission plugin {plugin})")
-        argv = components.kube_apiserver(self.bin_dir, self.pki, self.ports, self.mode)
+        argv = components.kube_apiserver(
+            self.bin_dir, self.pki, self.ports, self.mode, self._write_admission_config()
+        )
         if restart:
             proc = self.supervisor.restart("kube-apiserver", argv)
         else:
@@ -252,6 +272,23 @@ class LocalCluster:
             what="/readyz is 200",
             proc=proc,
         )
+
+    def _write_admission_config(self) -> Path | None:
+        """kube-apiserver's --admission-control-config-file: the mode's plugins, and with mTLS the
+        webhook plugins' kubeconfig (components.admission_configuration). Rewritten on every
+        (re)start, since kube-apiserver reads it only then."""
+        assert self.pki and self.ports
+        webhook_kubeconfig = None
+        if self.options.webhook and self.options.mtls:
+            webhook_kubeconfig = self.state_dir / "webhook-client.kubeconfig"
+            host = self.ports.webhook_url.removeprefix("https://")
+            write_webhook_kubeconfig(webhook_kubeconfig, host, self.pki)
+        config = components.admission_configuration(self.mode.admission_config, webhook_kubeconfig)
+        if config is None:
+            return None
+        path = self.state_dir / "admission-configuration.yaml"
+        path.write_text(yaml.safe_dump(config, sort_keys=False))
+        return path
 
     def restart_apiserver(self, mode: ApiServerMode) -> float:
         """Stop kube-apiserver and start it again with other flags; the other components reconnect.
@@ -317,6 +354,7 @@ class LocalCluster:
             "kubeconfig": str(self.kubeconfig),
             "server": self.ports.apiserver_url,
             "webhook": self.ports.webhook_url if self.webhooks else None,
+            "webhook_mtls": bool(self.webhooks and self.options.mtls),
             "priority_plugin": self.mode.priority_plugin,
             "etcd_data": str(self.etcd_data) if self.etcd_data else None,
             "components": [p.record() for p in self.supervisor.procs],

@@ -9,6 +9,9 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
+
+import yaml
 
 from localcluster.pki import Pki
 
@@ -59,7 +62,8 @@ class ApiServerMode:
 
     # Keep the built-in Priority admission plugin (default: disabled, priogate replaces it).
     priority_plugin: bool = False
-    # Path of an AdmissionConfiguration file (--admission-control-config-file), if any.
+    # Path of an AdmissionConfiguration file, if any: its plugins' configurations go into the
+    # --admission-control-config-file kube-apiserver gets (admission_configuration).
     admission_config: Path | None = None
     extra_args: tuple[str, ...] = field(default_factory=tuple)
 
@@ -81,7 +85,47 @@ def etcd(bin_dir: Path, data_dir: Path, ports: Ports) -> list[str]:
     ]
 
 
-def kube_apiserver(bin_dir: Path, pki: Pki, ports: Ports, mode: ApiServerMode) -> list[str]:
+WEBHOOK_PLUGINS = ("ValidatingAdmissionWebhook", "MutatingAdmissionWebhook")
+
+
+def admission_configuration(base: Path | None, webhook_kubeconfig: Path | None) -> dict[str, Any] | None:
+    """One AdmissionConfiguration (kube-apiserver reads a single --admission-control-config-file):
+    the plugins of `base` (e.g. ResourceQuota's limitedResources), plus, with `webhook_kubeconfig`,
+    the webhook plugins' WebhookAdmissionConfiguration naming it, which makes kube-apiserver
+    present that kubeconfig's client certificate to the webhooks.
+    https://kubernetes.io/docs/reference/access-authn-authz/extensible-admission-controllers/#authenticate-apiservers
+    """
+    config: dict[str, Any] = yaml.safe_load(base.read_text()) if base is not None else {}
+    plugins = list(config.get("plugins") or [])
+    if webhook_kubeconfig is not None:
+        clash = sorted({p["name"] for p in plugins} & set(WEBHOOK_PLUGINS))
+        if clash:
+            raise ValueError(f"{base} configures {', '.join(clash)} already; it cannot be merged")
+        plugins += [
+            {
+                "name": name,
+                "configuration": {
+                    "apiVersion": "apiserver.config.k8s.io/v1",
+                    "kind": "WebhookAdmissionConfiguration",
+                    "kubeConfigFile": str(webhook_kubeconfig),
+                },
+            }
+            for name in WEBHOOK_PLUGINS
+        ]
+    if not plugins:
+        return None
+    return {
+        "apiVersion": config.get("apiVersion", "apiserver.config.k8s.io/v1"),
+        "kind": "AdmissionConfiguration",
+        "plugins": plugins,
+    }
+
+
+def kube_apiserver(
+    bin_dir: Path, pki: Pki, ports: Ports, mode: ApiServerMode, admission_config: Path | None
+) -> list[str]:
+    """`admission_config`: the file for --admission-control-config-file, written from
+    admission_configuration (the mode's plugins and the webhook's)."""
     args = [
         str(bin_dir / "kube-apiserver"),
         f"--etcd-servers={ports.etcd_url}",
@@ -105,8 +149,8 @@ def kube_apiserver(bin_dir: Path, pki: Pki, ports: Ports, mode: ApiServerMode) -
     ]
     if not mode.priority_plugin:
         args.append("--disable-admission-plugins=Priority")
-    if mode.admission_config is not None:
-        args.append(f"--admission-control-config-file={mode.admission_config}")
+    if admission_config is not None:
+        args.append(f"--admission-control-config-file={admission_config}")
     args.extend(mode.extra_args)
     return args
 
@@ -162,7 +206,8 @@ def kwok(bin_dir: Path, kubeconfig: Path) -> list[str]:
     ]
 
 
-def webhook(pki: Pki, kubeconfig: Path, ports: Ports, workers: int) -> list[str]:
+def webhook(pki: Pki, kubeconfig: Path, ports: Ports, workers: int, mtls: bool = True) -> list[str]:
+    """`mtls`: require kube-apiserver's client certificate (pki.webhook_client_crt)."""
     return [
         sys.executable,
         "-m",
@@ -172,6 +217,7 @@ def webhook(pki: Pki, kubeconfig: Path, ports: Ports, workers: int) -> list[str]
         f"--bind={LOOPBACK}:{ports.webhook}",
         f"--kubeconfig={kubeconfig}",
         f"--workers={workers}",
+        *([f"--client-ca-file={pki.webhook_client_ca_crt}"] if mtls else []),
     ]
 
 

@@ -1,5 +1,5 @@
 """Every certificate and key of the local control plane, issued with the project's `certs` package,
-and the admin kubeconfig."""
+the admin kubeconfig, and the kubeconfig kube-apiserver authenticates to the webhook with."""
 
 from __future__ import annotations
 
@@ -46,6 +46,26 @@ class Pki:
         return self.dir / "admin.key"
 
     @property
+    def webhook_client_ca_crt(self) -> Path:
+        """The CA the webhook trusts for client certificates (--client-ca-file): its own, not the
+        cluster CA, which signs every user's and component's client certificate."""
+        return self.dir / "webhook-client-ca.crt"
+
+    @property
+    def webhook_client_ca_key(self) -> Path:
+        return self.dir / "webhook-client-ca.key"
+
+    @property
+    def webhook_client_crt(self) -> Path:
+        """kube-apiserver's client certificate for the webhook; the launcher's own checks of the
+        webhook present it too."""
+        return self.dir / "webhook-client.crt"
+
+    @property
+    def webhook_client_key(self) -> Path:
+        return self.dir / "webhook-client.key"
+
+    @property
     def sa_key(self) -> Path:
         return self.dir / "sa.key"
 
@@ -76,6 +96,10 @@ def issue_all(directory: Path) -> Pki:
     admin = issue_leaf(ca, ADMIN_USER, organizations=["system:masters"], server=False, client=True)
     _write(pki.admin_crt, pki.admin_key, admin)
     _write(pki.webhook_crt, pki.webhook_key, issue_leaf(ca, "priogate-webhook", **loopback))
+    client_ca = issue_ca("priogate-webhook-client-ca")
+    _write(pki.webhook_client_ca_crt, pki.webhook_client_ca_key, client_ca)
+    client = issue_leaf(client_ca, "kube-apiserver-webhook-client", server=False, client=True)
+    _write(pki.webhook_client_crt, pki.webhook_client_key, client)
     sa = ec.generate_private_key(ec.SECP256R1())
     write_pem(
         pki.sa_key,
@@ -125,5 +149,25 @@ def write_kubeconfig(path: Path, server: str, pki: Pki) -> None:
         "contexts": [{"name": CLUSTER_NAME, "context": {"cluster": CLUSTER_NAME, "user": ADMIN_USER}}],
         "current-context": CLUSTER_NAME,
         "preferences": {},
+    }
+    write_pem(path, yaml.safe_dump(config, sort_keys=False).encode(), private=True)
+
+
+def write_webhook_kubeconfig(path: Path, webhook_host: str, pki: Pki) -> None:
+    """The kubeconfig named by the WebhookAdmissionConfiguration (kubeConfigFile): kube-apiserver
+    presents the `users` entry whose name matches the webhook's host, here `127.0.0.1:PORT` as
+    the webhook URL gives it (in a cluster, the Service's DNS name, e.g.
+    priogate-webhook.priogate-system.svc:8444). "*" is the fallback for any other host; the
+    e2e replica proxies listen on ports chosen after kube-apiserver has read this file.
+    https://kubernetes.io/docs/reference/access-authn-authz/extensible-admission-controllers/#authenticate-apiservers
+    """
+    user = {
+        "client-certificate": str(pki.webhook_client_crt),
+        "client-key": str(pki.webhook_client_key),
+    }
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "users": [{"name": webhook_host, "user": user}, {"name": "*", "user": user}],
     }
     write_pem(path, yaml.safe_dump(config, sort_keys=False).encode(), private=True)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import time
 from collections.abc import Collection
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import requests
@@ -71,11 +72,14 @@ class Webhooks:
     registered: list[tuple[str, str]] = field(default_factory=list)  # (kind, name)
     hook_names: list[str] = field(default_factory=list)
     hook_resources: set[str] = field(default_factory=set)
+    # (certificate, key) the webhook requires of its clients (mTLS), for server_ready.
+    client_cert: tuple[Path, Path] | None = None
 
     def server_ready(self) -> bool:
         s = requests.Session()
         s.trust_env = False
-        r = s.get(self.base_url + "/readyz", verify=str(self.pki.ca_crt), timeout=5)
+        cert = tuple(map(str, self.client_cert)) if self.client_cert else None
+        r = s.get(self.base_url + "/readyz", verify=str(self.pki.ca_crt), cert=cert, timeout=5)
         return r.status_code == 200
 
     def configurations(self, policy: WebhookPolicy, resources: Collection[str] | None = None) -> list[dict]:

@@ -93,8 +93,12 @@ def start_replicas(
     workers: int,
     ca_file: Path,
     repo: Path,
+    client_ca: Path | None = None,
+    client_cert: tuple[Path, Path] | None = None,
 ) -> list[tuple[Proc, int]]:
-    """Start `masters` webhook servers of `workers` workers each; wait until all are ready."""
+    """Start `masters` webhook servers of `workers` workers each; wait until all are ready.
+    `client_ca`: they require client certificates signed by it, `client_cert` one of them (mTLS,
+    LocalCluster.webhook_client_ca and webhook_client_cert)."""
     import requests
 
     ports = free_ports(masters)
@@ -109,11 +113,14 @@ def start_replicas(
             f"--bind={LOOPBACK}:{port}",
             f"--kubeconfig={kubeconfig}",
             f"--workers={workers}",
+            *([f"--client-ca-file={client_ca}"] if client_ca else []),
         ]
         proc = supervisor.start(f"webhook-replica-{i}", cmd, log_dir / f"webhook-replica-{i}.log", cwd=repo)
         started.append((proc, port))
     session = requests.Session()
     session.trust_env = False
+    if client_cert is not None:
+        session.cert = (str(client_cert[0]), str(client_cert[1]))
     for proc, port in started:
         wait_until(
             lambda port=port: _ready(session, port, ca_file),

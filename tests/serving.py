@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import ssl
 import subprocess
 import sys
@@ -29,13 +30,18 @@ class RunningServer:
     cert_file: Path
     key_file: Path
     log_file: Path
+    # With --client-ca-file: a client certificate signed by that CA, which ssl_context() presents.
+    client_cert: tuple[Path, Path] | None = None
 
     @property
     def url(self) -> str:
         return f"https://127.0.0.1:{self.port}"
 
     def ssl_context(self) -> ssl.SSLContext:
-        return ssl.create_default_context(cafile=str(self.ca_file))
+        context = ssl.create_default_context(cafile=str(self.ca_file))
+        if self.client_cert is not None:
+            context.load_cert_chain(*self.client_cert)
+        return context
 
     def get(self, path: str) -> tuple[int, str]:
         try:
@@ -64,6 +70,8 @@ def start_server(
     serve: str | None = None,
     cpu_list: str | None = None,
     ready_timeout: float = 30,
+    client_ca: bool = False,
+    client_deadline_seconds: float | None = None,
 ) -> RunningServer:
     workdir.mkdir(parents=True, exist_ok=True)
     ca = issue_ca()
@@ -96,13 +104,24 @@ def start_server(
         cmd += ["--threads", str(threads)]
     if serve is not None:
         cmd += ["--serve", serve]
+    client_cert = None
+    if client_ca:
+        client_ca_pair = issue_ca("priogate-test-client-ca")
+        client = issue_leaf(client_ca_pair, "kube-apiserver", server=False, client=True)
+        client_cert = (workdir / "client.crt", workdir / "client.key")
+        write_pem(workdir / "client-ca.crt", client_ca_pair.cert_pem)
+        write_pem(client_cert[0], client.cert_pem)
+        write_pem(client_cert[1], client.key_pem, private=True)
+        cmd += ["--client-ca-file", str(workdir / "client-ca.crt")]
+    if client_deadline_seconds is not None:
+        cmd += ["--client-deadline-seconds", str(client_deadline_seconds)]
     if cpu_list:
         cmd = ["taskset", "-c", cpu_list, *cmd]
     log_file = workdir / "webhook.log"
     env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(_fresh_dir(workdir / "metrics"))}
     with log_file.open("wb") as log:
         process = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=env)
-    server = RunningServer(process, port, ca_file, cert_file, key_file, log_file)
+    server = RunningServer(process, port, ca_file, cert_file, key_file, log_file, client_cert)
     deadline = time.monotonic() + ready_timeout
     while time.monotonic() < deadline:
         if process.poll() is not None:
@@ -116,6 +135,27 @@ def start_server(
         time.sleep(0.1)
     server.stop()
     raise RuntimeError(f"webhook not ready after {ready_timeout}s:\n{log_file.read_text()[-3000:]}")
+
+
+def tls_refusal(port: int, context: ssl.SSLContext) -> str:
+    """How a TLS server on 127.0.0.1:`port` refused the client `context` makes (a handshake
+    error, an alert read after the handshake, or a close); fails if it answered a request."""
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as raw:
+        try:
+            tls = context.wrap_socket(raw, server_hostname="127.0.0.1")
+        except (ssl.SSLError, ConnectionResetError) as e:
+            return f"handshake: {e}"
+        with tls:
+            # TLS 1.3: the client's side of the handshake ends before the server has checked its
+            # certificate; the server's alert arrives with the next read.
+            try:
+                tls.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+                data = tls.recv(4096)
+            except (ssl.SSLError, ConnectionResetError, BrokenPipeError) as e:
+                return f"alert: {e}"
+    if data:
+        raise AssertionError(f"served without a valid client certificate: {data[:80]!r}")
+    return "closed"
 
 
 def _fresh_dir(path: Path) -> Path:

@@ -60,6 +60,20 @@ def main(argv: list[str] | None = None) -> int:
         " that long (default 15; raise it if other validating webhooks have longer timeouts)",
     )
     p.add_argument("--tls-check-seconds", type=float, default=3600.0, help="how often to check the Secret")
+    p.add_argument(
+        "--client-ca-file",
+        default=os.environ.get("PRIOGATE_CLIENT_CA_FILE") or None,
+        help="PEM CA bundle: require every client (kube-apiserver) to present a certificate signed by"
+        " it; reloaded when the file changes (docs/hardening.md)",
+    )
+    deadline = os.environ.get("PRIOGATE_CLIENT_DEADLINE_SECONDS")
+    p.add_argument(
+        "--client-deadline-seconds",
+        type=float,
+        default=float(deadline) if deadline else 10.0,
+        help="a client has this long for the TLS handshake and its request head, and for its body"
+        " once a thread serves it; then it is disconnected (default: 10)",
+    )
     args = p.parse_args(argv)
     if args.tls_secret:
         namespace, _, name = args.tls_secret.partition("/")
@@ -76,6 +90,10 @@ def main(argv: list[str] | None = None) -> int:
     for f in (args.cert_file, args.key_file):
         if not Path(f).is_file():
             p.error(f"{f} does not exist; issue a certificate first: python -m certs --out DIR")
+    if args.client_ca_file and not Path(args.client_ca_file).is_file():
+        p.error(f"--client-ca-file {args.client_ca_file} does not exist")
+    if args.client_deadline_seconds <= 0:
+        p.error("--client-deadline-seconds must be positive")
     # Multiprocess metrics need a directory shared by all workers, set before prometheus_client loads.
     if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="priogate-metrics-")
@@ -96,6 +114,8 @@ def main(argv: list[str] | None = None) -> int:
         tls_check_seconds=args.tls_check_seconds,
         ledger_namespace=args.ledger_namespace,
         in_flight_seconds=args.in_flight_seconds,
+        client_ca_file=args.client_ca_file,
+        client_deadline_seconds=args.client_deadline_seconds,
     )
     WebhookServer(options).run()
     return 0

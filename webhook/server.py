@@ -1,5 +1,6 @@
-"""gunicorn serving: TLS with a cached, hot-reloading SSL context, gthread workers, and one set
-of watch-backed caches per worker process (threads do not survive fork)."""
+"""gunicorn serving: TLS with a cached, hot-reloading SSL context, optionally requiring client
+certificates, gthread workers that keep slow clients off their threads (webhook/worker.py), and
+one set of watch-backed caches per worker process (threads do not survive fork)."""
 
 from __future__ import annotations
 
@@ -16,8 +17,14 @@ import structlog
 from gunicorn.app.base import BaseApplication
 
 from webhook.registry import default_threads
+from webhook.worker import DEFAULT_CLIENT_DEADLINE_SECONDS, GatedThreadWorker
 
 log = structlog.get_logger("priogate.server")
+
+# TLS 1.2: ECDHE key exchange (forward secrecy) with AEAD ciphers only, no CBC; Go's client, and so
+# kube-apiserver's, offers these first (crypto/tls defaults). TLS 1.3 suites are all AEAD and are
+# not affected by this list.
+TLS12_CIPHERS = "ECDHE+AESGCM:ECDHE+CHACHA20"
 
 
 @dataclass
@@ -44,20 +51,25 @@ class ServerOptions:
     # closing earlier churns TLS handshakes and races requests against the close.
     keepalive: int = 120
     graceful_timeout: int = 20
+    # PEM CA bundle: require a client certificate signed by it (mutual TLS; docs/hardening.md).
+    client_ca_file: str | None = None
+    # A client has this long for the TLS handshake and its request head, and a thread serving it
+    # waits this long at most for its body (webhook/worker.py).
+    client_deadline_seconds: float = DEFAULT_CLIENT_DEADLINE_SECONDS
 
 
 class _ContextCache:
-    """Builds the server SSLContext once, and again only when the certificate or key changes on
-    disk, so a rotated certificate is served from the next connection without a restart."""
+    """Builds the server SSLContext once, and again only when the certificate, the key or the
+    client CA bundle changes on disk, so a rotated certificate is served (or a rotated client CA
+    trusted) from the next connection without a restart."""
 
     def __init__(self) -> None:
         self._key: tuple[Any, ...] | None = None
         self._context: ssl.SSLContext | None = None
 
     def __call__(self, conf: Any, default_factory: Callable[[], ssl.SSLContext]) -> ssl.SSLContext:
-        stats = tuple(
-            (s.st_mtime_ns, s.st_size, s.st_ino) for s in map(os.stat, (conf.certfile, conf.keyfile))
-        )
+        files = (conf.certfile, conf.keyfile, *((conf.ca_certs,) if conf.ca_certs else ()))
+        stats = tuple((s.st_mtime_ns, s.st_size, s.st_ino) for s in map(os.stat, files))
         if self._context is None or stats != self._key:
             try:
                 context = default_factory()
@@ -69,6 +81,7 @@ class _ContextCache:
                 log.warning("tls files not loadable yet; serving the previous certificate", error=str(e))
                 return self._context
             context.minimum_version = ssl.TLSVersion.TLSv1_2
+            context.set_ciphers(TLS12_CIPHERS)
             self._context, self._key = context, stats
             expires = _not_after(conf.certfile)
             log.info("tls context loaded", certfile=conf.certfile, expires=expires.isoformat())
@@ -125,12 +138,18 @@ class WebhookServer(BaseApplication):
         self.app_factory = app_factory
         super().__init__()
 
+    @property
+    def client_deadline_seconds(self) -> float:
+        """Read by the worker (GatedThreadWorker), which gets this object as its `app`."""
+        return self.options.client_deadline_seconds
+
     def load_config(self) -> None:
         o = self.options
         settings = {
             "bind": o.bind,
             "workers": o.workers,
-            "worker_class": "gthread",
+            "worker_class": GatedThreadWorker,
+            "http_protocols": "h1",
             "threads": o.threads or default_threads(o.servers),
             "keepalive": o.keepalive,
             "graceful_timeout": o.graceful_timeout,
@@ -138,6 +157,10 @@ class WebhookServer(BaseApplication):
             "certfile": o.cert_file,
             "keyfile": o.key_file,
             "ssl_context": _ContextCache(),
+            # gunicorn's documented settings; its default context factory applies them
+            # (create_default_context(cafile=ca_certs), verify_mode = cert_reqs).
+            "ca_certs": o.client_ca_file,
+            "cert_reqs": ssl.CERT_REQUIRED if o.client_ca_file else ssl.CERT_NONE,
             "child_exit": _child_exit,
             "accesslog": None,
             "loglevel": "warning",

@@ -1,15 +1,26 @@
 """The in-cluster certificate bootstrap against a real API server: one CA however many replicas
-race, files written, caBundle injected, the CA kept across renewals."""
+race, files written, caBundle injected, the CA kept across renewals; a bootstrap that may not
+create the Secret waits for it."""
 
 from __future__ import annotations
 
 import base64
 import datetime as dt
 import threading
+import time
 
+import pytest
 from cryptography import x509
 
-from certs.bootstrap import bootstrap, dns_names_of, ensure_secret, refresh_files, write_files
+from certs.bootstrap import (
+    SecretMissing,
+    bootstrap,
+    dns_names_of,
+    ensure_secret,
+    inject_ca_bundle,
+    refresh_files,
+    write_files,
+)
 from certs.issue import KeyPair, expires_within, issue_leaf
 from priogate.kube.client import load_client
 
@@ -109,3 +120,29 @@ def test_a_running_server_renews_a_due_certificate_from_the_secret(cluster, name
 
 def _b64(data: bytes) -> str:
     return base64.b64encode(data).decode()
+
+
+def test_without_create_the_bootstrap_waits_for_the_secret(cluster, namespace, tmp_path):
+    client = load_client(str(cluster.kubeconfig))
+    with pytest.raises(SecretMissing):
+        bootstrap(
+            client, namespace, "tls", "priogate-webhook", tmp_path, "x", create_secret=False, inject=False
+        )
+    waiter = threading.Thread(
+        target=bootstrap,
+        args=(client, namespace, "tls", "priogate-webhook", tmp_path / "waited", "x"),
+        kwargs={"create_secret": False, "inject": False, "wait_seconds": 30},
+    )
+    waiter.start()
+    time.sleep(1)
+    assert waiter.is_alive(), "it waits"
+    ca, _ = ensure_secret(client, namespace, "tls", [f"priogate-webhook.{namespace}.svc"])
+    waiter.join(30)
+    assert not waiter.is_alive()
+    assert (tmp_path / "waited" / "ca.crt").read_bytes() == ca.cert_pem
+
+
+def test_injecting_with_no_configuration_is_an_error(cluster, namespace):
+    client = load_client(str(cluster.kubeconfig))
+    with pytest.raises(LookupError, match="no webhook configuration"):
+        inject_ca_bundle(client, f"{namespace}-absent", b"-----BEGIN CERTIFICATE-----")

@@ -250,13 +250,19 @@ def _review(operation: str, obj: dict | None, old: dict | None, namespace: str, 
 def test_forged_reviews_posted_to_the_webhook_neither_release_nor_block(
     tenant: Tenant, admin: ApiClient, cluster: LocalCluster
 ):
-    """The local webhook's URL is reachable without a client certificate (no mTLS here), so
-    anyone on the network can post an AdmissionReview to it."""
+    """The local webhook's URL is known. With mutual TLS (the launcher's default) a post without
+    kube-apiserver's client certificate is refused at TLS, so forging is impossible; the record
+    must hold where mTLS cannot be had, so the forged reviews are then posted with that
+    certificate, as anyone could post them to an endpoint that takes every client."""
     quota(admin, tenant.namespace, "10")
     real = tenant.create_podgroup(podgroup("real", "6"))
     session = requests.Session()
     session.trust_env = False
     url = f"{cluster.ports.webhook_url}/validate/podgroups"
+    if cluster.webhook_client_cert is not None:
+        with pytest.raises(requests.exceptions.RequestException):
+            session.post(url, json={}, verify=str(cluster.pki.ca_crt), timeout=15)
+        session.cert = (str(cluster.webhook_client_cert[0]), str(cluster.webhook_client_cert[1]))
 
     def post(review: dict) -> dict:
         r = session.post(url, json=review, verify=str(cluster.pki.ca_crt), timeout=15)

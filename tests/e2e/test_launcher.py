@@ -32,6 +32,7 @@ def test_up_then_down_leaves_nothing_running(tmp_path: Path):
         assert "webhooks are in the request path" in up.stderr
         state = json.loads((state_dir / "state.json").read_text())
         assert state["ready"] is True
+        assert state["webhook_mtls"] is True, "make run / make up require kube-apiserver's client cert"
         records = [state["launcher"], *state["components"]]
         names = [c["name"] for c in state["components"]]
         assert names == [

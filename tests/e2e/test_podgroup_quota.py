@@ -93,10 +93,13 @@ def quota_webhook_at(cluster: LocalCluster, client: ApiClient, url: str) -> Iter
         point_webhook(client, QUOTA_HOOK, cluster.ports.webhook_url, "/validate/podgroups")
 
 
-def served_count(port: int, ca_file: str) -> float:
+def served_count(cluster: LocalCluster, port: int) -> float:
     session = requests.Session()
     session.trust_env = False
-    text = session.get(f"https://127.0.0.1:{port}/metrics", verify=ca_file, timeout=5).text
+    cert = cluster.webhook_client_cert
+    session.cert = (str(cert[0]), str(cert[1])) if cert else None
+    url = f"https://127.0.0.1:{port}/metrics"
+    text = session.get(url, verify=str(cluster.pki.ca_crt), timeout=5).text
     return sum(
         float(line.rsplit(" ", 1)[1])
         for line in text.splitlines()
@@ -119,6 +122,8 @@ def test_concurrent_podgroups_fill_the_quota_exactly(cluster, client, namespace,
         workers=workers,
         ca_file=cluster.pki.ca_crt,
         repo=REPO,
+        client_ca=cluster.webhook_client_ca,
+        client_cert=cluster.webhook_client_cert,
     )
     ports = [port for _, port in replicas]
     try:
@@ -151,7 +156,7 @@ def test_concurrent_podgroups_fill_the_quota_exactly(cluster, client, namespace,
         assert {e.group for e in entries} == {g["metadata"]["name"] for g in stored}
         if masters > 1:
             assert all(backends_used.get(p, 0) > 0 for p in ports), backends_used
-            assert all(served_count(p, str(cluster.pki.ca_crt)) > 0 for p in ports)
+            assert all(served_count(cluster, p) > 0 for p in ports)
     finally:
         for proc, _ in replicas:
             cluster.supervisor.stop(proc.name)

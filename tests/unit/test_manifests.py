@@ -130,3 +130,93 @@ def test_no_configmap_or_secret_write_outside_priogates_namespace():
         for verb in rule["verbs"]
     }
     assert {("priogate-webhook-records", "update"), ("priogate-controller-records", "update")} <= granted
+
+
+def rules_of(docs: dict[tuple[str, str], dict], namespace: str, account: str) -> list[tuple[str, dict]]:
+    """Every RBAC rule bound to ServiceAccount namespace/account: (the binding's namespace, or ""
+    for cluster-wide, rule)."""
+    out = []
+    for (kind, _), binding in docs.items():
+        if kind not in ("RoleBinding", "ClusterRoleBinding"):
+            continue
+        if not any(
+            s["kind"] == "ServiceAccount" and s["name"] == account and s.get("namespace") == namespace
+            for s in binding["subjects"]
+        ):
+            continue
+        role = docs[(binding["roleRef"]["kind"], binding["roleRef"]["name"])]
+        where = binding["metadata"].get("namespace", "") if kind == "RoleBinding" else ""
+        out.extend((where, rule) for rule in role["rules"])
+    return out
+
+
+def service_account_of(docs: dict[tuple[str, str], dict], kind: str, name: str) -> str:
+    return docs[(kind, name)]["spec"]["template"]["spec"]["serviceAccountName"]
+
+
+WEBHOOK_CONFIGS = {"mutatingwebhookconfigurations", "validatingwebhookconfigurations"}
+
+
+def test_only_the_cabundle_job_may_change_webhook_configurations_and_only_priogates():
+    docs = kustomize_build()
+    accounts = {name for kind, name in docs if kind == "ServiceAccount"}
+    may_change = set()
+    for account in accounts:
+        for _, rule in rules_of(docs, "priogate-system", account):
+            if "admissionregistration.k8s.io" in rule["apiGroups"] and WEBHOOK_CONFIGS & set(
+                rule["resources"]
+            ):
+                assert set(rule["verbs"]) <= {"get", "update"}, (account, rule)
+                assert rule.get("resourceNames") == ["priogate"], (account, rule)
+                may_change.add(account)
+    assert may_change == {"priogate-cabundle"}
+    assert service_account_of(docs, "Job", "priogate-cabundle") == "priogate-cabundle"
+    # The serving pod (servers and init container share its ServiceAccount) holds none of it.
+    assert service_account_of(docs, "Deployment", "priogate-webhook") == "priogate-webhook"
+    assert service_account_of(docs, "Deployment", "priogate-controller") == "priogate-controller"
+
+
+def test_secret_rights_are_namespaced_and_by_name_except_the_one_create():
+    docs = kustomize_build()
+    for kind, name in docs:
+        if kind == "ClusterRole":
+            for rule in docs[(kind, name)]["rules"]:
+                assert "secrets" not in rule["resources"], f"ClusterRole {name} grants Secrets"
+    creators = set()
+    for account in (name for kind, name in docs if kind == "ServiceAccount"):
+        for where, rule in rules_of(docs, "priogate-system", account):
+            if "secrets" not in rule["resources"]:
+                continue
+            assert where == "priogate-system", (account, rule)
+            if rule.get("resourceNames") is None:
+                # RBAC cannot limit `create` by name; nothing else may go unnamed.
+                assert rule["verbs"] == ["create"], (account, rule)
+                creators.add(account)
+            else:
+                assert rule["resourceNames"] == ["priogate-webhook-tls"], (account, rule)
+    assert creators == {"priogate-cabundle"}
+    webhook = [
+        r for _, r in rules_of(docs, "priogate-system", "priogate-webhook") if "secrets" in r["resources"]
+    ]
+    assert webhook and all(set(r["verbs"]) <= {"get", "update"} for r in webhook)
+
+
+def test_the_init_container_neither_creates_the_secret_nor_injects_the_ca():
+    pod = kustomize_build()[("Deployment", "priogate-webhook")]["spec"]["template"]["spec"]
+    (init,) = pod["initContainers"]
+    assert init["command"][:4] == ["python", "-m", "certs", "bootstrap"]
+    assert {"--no-create-secret", "--no-inject-ca-bundle"} <= set(init["command"])
+
+
+def test_the_network_policy_selects_the_webhook_pods_and_their_ports():
+    docs = kustomize_build()
+    policy = docs[("NetworkPolicy", "priogate-webhook")]["spec"]
+    assert policy["policyTypes"] == ["Ingress"]
+    selector = policy["podSelector"]["matchLabels"]
+    webhook = docs[("Deployment", "priogate-webhook")]["spec"]["template"]
+    controller = docs[("Deployment", "priogate-controller")]["spec"]["template"]
+    assert selector.items() <= webhook["metadata"]["labels"].items()
+    assert not selector.items() <= controller["metadata"]["labels"].items()
+    (rule,) = policy["ingress"]
+    ports = {p["name"] for c in webhook["spec"]["containers"] for p in c["ports"]}
+    assert {p["port"] for p in rule["ports"]} == ports == {"priority", "quota"}

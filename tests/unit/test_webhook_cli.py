@@ -20,6 +20,8 @@ def cert_files(tmp_path):
         (["--serve", "priorty"], "give one or more of priority, quota, comma-separated"),
         (["--serve", ","], "give one or more of priority, quota"),
         (["--tls-secret", "just-a-name"], "give NAMESPACE/NAME"),
+        (["--client-ca-file", "/nonexistent/client-ca.crt"], "does not exist"),
+        (["--client-deadline-seconds", "0"], "must be positive"),
     ],
 )
 def test_bad_flags_are_refused(cert_files, capsys, flags, message):

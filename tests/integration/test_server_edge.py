@@ -1,0 +1,214 @@
+"""The real server's edge: TLS suites, clients that stall before or inside their request, and
+mutual TLS."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import select
+import socket
+import ssl
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from certs import issue_ca, issue_leaf, write_pem
+from tests.builders import SYSTEM_CLASSES, pod, priority_class, review
+from tests.serving import RunningServer, start_server, tls_refusal
+
+CLASSES = [*SYSTEM_CLASSES, priority_class("high", value=1000)]
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory) -> Iterator[RunningServer]:
+    srv = start_server(tmp_path_factory.mktemp("edge"), CLASSES, workers=1)
+    yield srv
+    assert srv.stop() == 0
+
+
+def tls12_client(server: RunningServer, ciphers: str) -> ssl.SSLContext:
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.load_verify_locations(server.ca_file)
+    context.minimum_version = context.maximum_version = ssl.TLSVersion.TLSv1_2
+    context.set_ciphers(ciphers)
+    return context
+
+
+def handshake(server: RunningServer, context: ssl.SSLContext) -> tuple[str | None, str]:
+    with (
+        socket.create_connection(("127.0.0.1", server.port), timeout=5) as raw,
+        context.wrap_socket(raw, server_hostname="127.0.0.1") as tls,
+    ):
+        cipher = tls.cipher()
+        assert cipher is not None
+        return tls.version(), cipher[0]
+
+
+def test_a_tls_1_2_client_offering_only_cbc_suites_is_refused(server):
+    cbc = "ECDHE-ECDSA-AES128-SHA256:ECDHE-ECDSA-AES256-SHA384:ECDHE-ECDSA-AES128-SHA"
+    context = tls12_client(server, cbc)
+    offered = [c for c in context.get_ciphers() if c["protocol"] == "TLSv1.2"]
+    assert offered and not any(c["aead"] for c in offered), "the client must offer CBC suites only"
+    with pytest.raises(ssl.SSLError):
+        handshake(server, context)
+
+
+def test_aead_clients_are_served_over_tls_1_2_and_1_3(server):
+    for suite in ("ECDHE-ECDSA-AES128-GCM-SHA256", "ECDHE-ECDSA-CHACHA20-POLY1305"):
+        assert handshake(server, tls12_client(server, suite)) == ("TLSv1.2", suite)
+    assert handshake(server, server.ssl_context())[0] == "TLSv1.3"
+
+
+def post_review(conn: http.client.HTTPSConnection) -> dict:
+    conn.request(
+        "POST",
+        "/mutate/pods",
+        json.dumps(review(pod(namespace="team-a", priority_class="high"))),
+        {"Content-Type": "application/json"},
+    )
+    resp = conn.getresponse()
+    assert resp.status == 200
+    return json.loads(resp.read())["response"]
+
+
+def still_open(socks: list[socket.socket], until: float) -> list[int]:
+    """Indexes of `socks` the server has not closed (EOF or reset) by time.monotonic() `until`."""
+    waiting = dict(enumerate(socks))
+    while waiting and time.monotonic() < until:
+        readable, _, _ = select.select(list(waiting.values()), [], [], until - time.monotonic())
+        for sock in readable:
+            i = next(i for i, s in waiting.items() if s is sock)
+            sock.setblocking(False)
+            try:
+                if sock.recv(4096):
+                    continue  # data, not a close: keep waiting
+            except (ssl.SSLWantReadError, BlockingIOError):
+                continue
+            except (ConnectionResetError, ssl.SSLError):
+                pass
+            del waiting[i]
+    return sorted(waiting)
+
+
+def test_clients_stalling_before_their_request_do_not_hold_the_threads(tmp_path):
+    """One worker with two threads. Before the gate, two stalled handshakes took both threads:
+    each ran in a thread with blocking reads and no deadline, and nothing else was answered."""
+    deadline = 4.0
+    srv = start_server(tmp_path, CLASSES, workers=1, threads=2, client_deadline_seconds=deadline)
+    stalled: list[socket.socket] = []
+    try:
+        t0 = time.monotonic()
+        for _ in range(32):  # one byte of a TLS record header, then nothing
+            raw = socket.create_connection(("127.0.0.1", srv.port), timeout=5)
+            raw.sendall(b"\x16")
+            stalled.append(raw)
+        for _ in range(4):  # a finished handshake, then one byte of the request head
+            tls = srv.ssl_context().wrap_socket(
+                socket.create_connection(("127.0.0.1", srv.port), timeout=5), server_hostname="127.0.0.1"
+            )
+            tls.sendall(b"P")
+            stalled.append(tls)
+        time.sleep(0.3)  # let the worker take them all in
+
+        started = time.monotonic()
+        conn = http.client.HTTPSConnection("127.0.0.1", srv.port, context=srv.ssl_context(), timeout=1)
+        conn.request("GET", "/healthz")
+        assert conn.getresponse().read() == b"ok\n"
+        assert time.monotonic() - started < 1.0
+        conn.close()
+        started = time.monotonic()
+        conn = http.client.HTTPSConnection("127.0.0.1", srv.port, context=srv.ssl_context(), timeout=1)
+        assert post_review(conn)["allowed"] is True
+        assert time.monotonic() - started < 1.0
+        conn.close()
+        assert time.monotonic() - t0 < deadline, "the stalled clients must still be waiting"
+
+        # A head that is all there, then a body that never comes: a thread reads it, for the
+        # deadline at most.
+        body_staller = srv.ssl_context().wrap_socket(
+            socket.create_connection(("127.0.0.1", srv.port), timeout=5), server_hostname="127.0.0.1"
+        )
+        body_staller.sendall(
+            b"POST /mutate/pods HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Content-Length: 100\r\n\r\n"
+        )
+        body_sent = time.monotonic()
+        stalled.append(body_staller)
+
+        # Every stalled client is disconnected once its deadline passes (checked once a second).
+        assert still_open(stalled[:36], t0 + deadline + 2.0) == []
+        assert still_open([body_staller], body_sent + deadline + 2.0) == []
+        assert time.monotonic() - body_sent >= deadline - 0.5, "the body got the whole deadline"
+        assert srv.get("/healthz")[0] == 200
+    finally:
+        for s in stalled:
+            s.close()
+        assert srv.stop() == 0
+
+
+def test_clients_that_do_not_close_after_their_last_response_do_not_stop_the_worker(tmp_path):
+    """gthread closes a finished connection on its event loop and waits there (up to 2 s) for the
+    client to close its end too; clients that never do stopped the loop, so nothing was answered."""
+    srv = start_server(tmp_path, CLASSES, workers=1, threads=2)
+    lingering: list[ssl.SSLSocket] = []
+    try:
+        for _ in range(8):
+            tls = srv.ssl_context().wrap_socket(
+                socket.create_connection(("127.0.0.1", srv.port), timeout=5), server_hostname="127.0.0.1"
+            )
+            tls.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            assert tls.recv(4096).startswith(b"HTTP/1.1 200")
+            lingering.append(tls)  # and never closed
+        started = time.monotonic()
+        conn = http.client.HTTPSConnection("127.0.0.1", srv.port, context=srv.ssl_context(), timeout=1)
+        assert post_review(conn)["allowed"] is True
+        assert time.monotonic() - started < 1.0
+        conn.close()
+    finally:
+        for s in lingering:
+            s.close()
+        assert srv.stop() == 0
+
+
+@pytest.fixture(scope="module")
+def mtls_server(tmp_path_factory) -> Iterator[RunningServer]:
+    srv = start_server(tmp_path_factory.mktemp("mtls"), CLASSES, workers=1, client_ca=True)
+    yield srv
+    assert srv.stop() == 0
+
+
+def test_with_a_client_ca_a_client_certificate_signed_by_it_is_served(mtls_server):
+    assert mtls_server.get("/healthz") == (200, "ok\n")
+    conn = http.client.HTTPSConnection(
+        "127.0.0.1", mtls_server.port, context=mtls_server.ssl_context(), timeout=5
+    )
+    assert post_review(conn)["allowed"] is True
+    conn.close()
+
+
+def client_context(
+    server: RunningServer, version: ssl.TLSVersion, cert: tuple[Path, Path] | None = None
+) -> ssl.SSLContext:
+    context = ssl.create_default_context(cafile=str(server.ca_file))
+    context.minimum_version = context.maximum_version = version
+    if cert is not None:
+        context.load_cert_chain(*cert)
+    return context
+
+
+@pytest.mark.parametrize("version", [ssl.TLSVersion.TLSv1_2, ssl.TLSVersion.TLSv1_3], ids=["1.2", "1.3"])
+def test_with_a_client_ca_other_clients_are_refused_at_tls(mtls_server, tmp_path, version):
+    other_ca = issue_ca("some-other-ca")
+    other = issue_leaf(other_ca, "kube-apiserver", server=False, client=True)
+    foreign = (tmp_path / "other.crt", tmp_path / "other.key")
+    write_pem(foreign[0], other.cert_pem)
+    write_pem(foreign[1], other.key_pem, private=True)
+    without = tls_refusal(mtls_server.port, client_context(mtls_server, version))
+    wrong_ca = tls_refusal(mtls_server.port, client_context(mtls_server, version, foreign))
+    if version is ssl.TLSVersion.TLSv1_2:
+        assert without.startswith("handshake:") and "handshake failure" in without
+        assert wrong_ca.startswith("handshake:") and "unknown ca" in wrong_ca
+    # TLS 1.3: the server's alert (certificate required, unknown ca), or, when its close overtakes
+    # the client's request, an EOF or a reset; tls_refusal has checked that no response came.

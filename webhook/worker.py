@@ -1,0 +1,306 @@
+"""gunicorn's gthread worker with the TLS handshake and the request head read in its event loop.
+
+Stock gthread (gunicorn.workers.gthread) hands every accepted socket to a pool thread, which
+runs the TLS handshake (TConn.init) and reads the request head (next(conn.parser)) with blocking
+calls and no deadline; its wait_for_data only waits for the first byte. A client that sends one
+byte and stops holds a thread for as long as it likes, and `threads` such clients stop the worker.
+A socket timeout on those calls would bound each of them, but not the queue: a request behind N
+slow clients still waits N / threads timeouts for a thread.
+
+So this worker's poller loop drives the handshake and reads the request head with non-blocking
+calls: a client that is slow to get there costs a file descriptor and a buffer, never a thread,
+and is closed when its deadline (--client-deadline-seconds) passes. A thread gets the connection
+once the whole head is in (or the buffer is full); its reads of the request then all end within
+as many seconds from when it took the connection, so a client stalling its body holds a thread
+that long at most, and each write is bounded too.
+
+The loop itself must not block either. gthread closes a finished connection on it with
+gunicorn.util.close_graceful (RFC 9112 section 9.6: send FIN, then read what the peer still sends
+so that a reset does not cut the response short), which waits up to two seconds for the peer to
+close: a client that does not close stops the loop, every connection included, for that long.
+Here the same linger runs on the poller.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import selectors
+import socket
+import ssl
+import time
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
+
+import structlog
+from gunicorn import http, util
+from gunicorn import sock as gsock
+from gunicorn.http.errors import NoMoreData
+from gunicorn.http.unreader import SocketUnreader
+from gunicorn.workers.gthread import STOP_KEEPALIVE_LINGER, TConn, ThreadWorker
+
+log = structlog.get_logger("priogate.server")
+
+DEFAULT_CLIENT_DEADLINE_SECONDS = 10.0
+# A head larger than this goes to a thread unfinished; gunicorn's own limits (limit_request_line,
+# limit_request_fields, limit_request_field_size) then refuse it or read the rest, bounded.
+HEAD_BUFFER_BYTES = 64 * 1024
+END_OF_HEAD = b"\r\n\r\n"
+# gunicorn.util.close_graceful's defaults: how long a closed connection waits for the peer's FIN,
+# and how much it reads meanwhile.
+LINGER_SECONDS = 2.0
+LINGER_BYTES = 64 * 1024
+
+
+class DeadlineUnreader(SocketUnreader):
+    """gunicorn's socket reader, with every read ending at `deadline` (time.monotonic()) at the
+    latest. A passed deadline reads as the client having gone (NoMoreData): gunicorn then closes
+    the connection quietly, as for any client that disconnects mid-request."""
+
+    def __init__(self, sock: Any, deadline: float) -> None:
+        super().__init__(sock)
+        self.deadline = deadline
+
+    def chunk(self, size_hint: int | None = None) -> bytes:
+        remaining = self.deadline - time.monotonic()
+        if remaining <= 0:
+            raise NoMoreData(b"(read deadline passed)")
+        before = self.sock.gettimeout()
+        self.sock.settimeout(remaining)
+        try:
+            return super().chunk(size_hint)
+        except TimeoutError:
+            raise NoMoreData(b"(read deadline passed)") from None
+        finally:
+            self.sock.settimeout(before)
+
+
+class _Conn(TConn):
+    """gthread's connection, whose graceful close (ThreadWorker.finish_request, on the loop)
+    lingers on the poller instead of blocking the loop."""
+
+    def __init__(self, worker: GatedThreadWorker, *args: Any) -> None:
+        super().__init__(*args)
+        self.worker = worker
+
+    def close(self, graceful: bool = False) -> None:
+        if graceful:
+            self.worker.linger(self.sock)
+        else:
+            super().close()
+
+
+@dataclass(eq=False)
+class _Lingering:
+    sock: Any
+    deadline: float
+    drained: int = 0
+
+
+@dataclass(eq=False)
+class _Arrival:
+    """A connection whose handshake or request head is still coming in."""
+
+    conn: TConn
+    deadline: float
+    shaken: bool
+    head: bytearray = field(default_factory=bytearray)
+    events: int = 0  # what it waits for in the poller; 0: not registered
+
+
+class GatedThreadWorker(ThreadWorker):
+    """`worker_class` for webhook/server.py. The deadline comes from the application object
+    (WebhookServer.client_deadline_seconds)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if "h2" in (self.cfg.http_protocols or ()):
+            # The gate reads HTTP/1.1 heads; an HTTP/2 connection would need its own path.
+            raise RuntimeError("GatedThreadWorker serves HTTP/1.1 only; set http_protocols to h1")
+        self.deadline_seconds = float(
+            getattr(self.app, "client_deadline_seconds", DEFAULT_CLIENT_DEADLINE_SECONDS)
+        )
+        # Oldest first: every arrival gets the same deadline from its admission, so the first
+        # one is always the next to expire.
+        self.arrivals: dict[TConn, _Arrival] = {}
+        self.lingering: dict[Any, _Lingering] = {}  # closed connections, oldest first
+        self._stop_by: float | None = None
+
+    # ---- the gate: runs on the poller loop (the main thread) ---------------------------------
+
+    def accept(self, listener: Any) -> None:
+        try:
+            client, addr = listener.accept()
+        except OSError as e:
+            if e.errno not in (errno.EAGAIN, errno.ECONNABORTED, errno.EWOULDBLOCK):
+                raise
+            return
+        self.nr_conns += 1
+        conn = _Conn(self, self.cfg, client, addr, listener.getsockname())  # non-blocking from here
+        if self.cfg.is_ssl:
+            try:
+                conn.sock = gsock.ssl_context(self.cfg).wrap_socket(
+                    conn.sock,
+                    server_side=True,
+                    do_handshake_on_connect=False,
+                    suppress_ragged_eofs=self.cfg.suppress_ragged_eofs,
+                )
+            except (OSError, ValueError) as e:  # the peer is gone, or no usable certificate
+                log.warning("could not start tls on a connection", peer=_peer(addr), error=str(e))
+                self._drop(conn)
+                return
+        self._admit(conn, shaken=not self.cfg.is_ssl)
+
+    def on_client_socket_readable(self, conn: TConn, client: Any) -> None:
+        # A kept-alive connection's next request: through the gate again, not straight to a thread.
+        self.poller.unregister(client)
+        self.keepalived_conns.remove(conn)
+        self._admit(conn, shaken=True)
+
+    def _admit(self, conn: TConn, *, shaken: bool) -> None:
+        deadline = time.monotonic() + self.deadline_seconds
+        if self._stop_by is not None:
+            deadline = min(deadline, self._stop_by)
+        arrival = _Arrival(conn, deadline, shaken)
+        self.arrivals[conn] = arrival
+        self._advance(arrival)
+
+    def _advance(self, arrival: _Arrival, _fileobj: Any = None) -> None:
+        """Take the handshake and the head as far as the bytes at hand allow."""
+        sock = arrival.conn.sock
+        try:
+            if not arrival.shaken:
+                sock.do_handshake()
+                arrival.shaken = True
+            while len(arrival.head) < HEAD_BUFFER_BYTES and END_OF_HEAD not in arrival.head:
+                data = sock.recv(HEAD_BUFFER_BYTES)
+                if not data:
+                    self._close(arrival)  # gone before sending a whole request
+                    return
+                arrival.head += data
+        except ssl.SSLWantWriteError:
+            self._wait(arrival, selectors.EVENT_WRITE)
+            return
+        except (ssl.SSLWantReadError, BlockingIOError):
+            self._wait(arrival, selectors.EVENT_READ)
+            return
+        except OSError as e:  # a refused handshake (no or a wrong client certificate), a reset
+            log.debug("connection closed before its request", peer=_peer(arrival.conn.client), error=str(e))
+            self._close(arrival)
+            return
+        self._hand_over(arrival)
+
+    def _wait(self, arrival: _Arrival, events: int) -> None:
+        if arrival.events == events:
+            return
+        callback = partial(self._advance, arrival)
+        if arrival.events:
+            self.poller.modify(arrival.conn.sock, events, callback)
+        else:
+            self.poller.register(arrival.conn.sock, events, callback)
+        arrival.events = events
+
+    def _forget(self, arrival: _Arrival) -> None:
+        self.arrivals.pop(arrival.conn, None)
+        if arrival.events:
+            with contextlib.suppress(KeyError, ValueError, OSError):
+                self.poller.unregister(arrival.conn.sock)
+            arrival.events = 0
+
+    def _hand_over(self, arrival: _Arrival) -> None:
+        self._forget(arrival)
+        conn = arrival.conn
+        if conn.parser is None:
+            conn.parser = http.get_parser(self.cfg, conn.sock, conn.client)
+            conn.parser.unreader = DeadlineUnreader(conn.sock, arrival.deadline)
+        conn.parser.unreader.unread(bytes(arrival.head))
+        # Past TConn.init (the handshake is done) and past wait_for_data (the head is here).
+        conn.initialized = True
+        conn.data_ready = True
+        self.enqueue_req(conn)
+
+    def _close(self, arrival: _Arrival) -> None:
+        self._forget(arrival)
+        self._drop(arrival.conn)
+
+    def _drop(self, conn: TConn) -> None:
+        self.nr_conns -= 1
+        conn.close()
+
+    def linger(self, sock: Any) -> None:
+        """gunicorn.util.close_graceful, on the poller."""
+        try:
+            sock.shutdown(socket.SHUT_WR)  # an SSLSocket drops its TLS layer here
+            sock.setblocking(False)
+            lingering = _Lingering(sock, time.monotonic() + LINGER_SECONDS)
+            self.poller.register(sock, selectors.EVENT_READ, partial(self._drain, lingering))
+        except (OSError, ValueError, KeyError):  # already gone (or closed)
+            util.close(sock)
+            return
+        self.lingering[sock] = lingering
+
+    def _drain(self, lingering: _Lingering, _fileobj: Any = None) -> None:
+        try:
+            while lingering.drained < LINGER_BYTES:
+                data = lingering.sock.recv(4096)
+                if not data:
+                    break
+                lingering.drained += len(data)
+        except BlockingIOError:
+            return  # nothing more yet; the peer has not closed
+        except OSError:
+            pass
+        self._end_linger(lingering)
+
+    def _end_linger(self, lingering: _Lingering) -> None:
+        self.lingering.pop(lingering.sock, None)
+        with contextlib.suppress(KeyError, ValueError, OSError):
+            self.poller.unregister(lingering.sock)
+        util.close(lingering.sock)
+
+    def murder_pending(self) -> None:
+        # Called by ThreadWorker.run on every turn of the loop (at least once a second), also
+        # while stopping: expire arrivals and lingering closes as gunicorn expires its own
+        # pending connections.
+        super().murder_pending()
+        now = time.monotonic()
+        if not self.alive and self._stop_by is None:
+            # Stopping: like kept-alive connections (ThreadWorker._cap_keepalive), arrivals get a
+            # short while to finish their request, not their whole deadline.
+            self._stop_by = now + STOP_KEEPALIVE_LINGER
+            for arrival in self.arrivals.values():
+                arrival.deadline = min(arrival.deadline, self._stop_by)
+        while self.arrivals:
+            arrival = next(iter(self.arrivals.values()))
+            if arrival.deadline > now:
+                break
+            log.debug("request head deadline passed", peer=_peer(arrival.conn.client))
+            self._close(arrival)
+        while self.lingering:
+            lingering = next(iter(self.lingering.values()))
+            if lingering.deadline > now:
+                break
+            self._end_linger(lingering)
+
+    # ---- the thread ---------------------------------------------------------------------------
+
+    def handle(self, conn: TConn) -> Any:
+        # The read deadline runs from when a thread takes the connection, not from when it was
+        # queued: time spent waiting for a busy pool is not the client's fault.
+        unreader = getattr(conn.parser, "unreader", None)
+        if isinstance(unreader, DeadlineUnreader):
+            unreader.deadline = time.monotonic() + self.deadline_seconds
+        return super().handle(conn)
+
+    def handle_request(self, req: Any, conn: TConn) -> bool:
+        # Writes get the deadline too, per call: a client that stops reading its response holds
+        # the thread that long at most (ThreadWorker.handle has just made the socket blocking).
+        conn.sock.settimeout(self.deadline_seconds)
+        return super().handle_request(req, conn)
+
+
+def _peer(addr: Any) -> str:
+    if isinstance(addr, tuple) and len(addr) >= 2:
+        return f"{addr[0]}:{addr[1]}"
+    return str(addr)
