@@ -7,7 +7,8 @@ Each test is one guarantee README's "Reliability and trust" lists:
 - plain pods created in a burst cannot eat a reservation;
 - a resize cannot grow a pod into a reservation;
 - AdmissionReviews forged straight to the webhook's URL neither release a live reservation
-  nor block the namespace beyond the in-flight bound.
+  nor block the namespace beyond the in-flight bound;
+- a quota lowered below the reservations keeps them, refuses growth, and the controller says so.
 """
 
 from __future__ import annotations
@@ -293,3 +294,42 @@ def test_forged_reviews_posted_to_the_webhook_neither_release_nor_block(
     time.sleep(max(0.0, DEFAULT_IN_FLIGHT.total_seconds() + 1 - (time.monotonic() - forged_at)))
     assert refusal(lambda: tenant.create_podgroup(podgroup("fits", "4"))) is None
     assert reserved_groups(admin, tenant.namespace) == {"real", "fits"}
+
+
+def test_a_quota_lowered_below_the_reservations_keeps_them_refuses_growth_and_says_so(
+    tenant: Tenant, admin: ApiClient
+):
+    quota(admin, tenant.namespace, "10")
+    tenant.create_podgroup(podgroup("six", "6"))
+    tenant.create_podgroup(podgroup("four", "4"))
+    path = resource_path("v1", "resourcequotas", tenant.namespace, "compute")
+    for _ in range(10):  # every write handles 409: kube-controller-manager updates the status
+        current = admin.get(path)
+        current["spec"]["hard"]["cpu"] = "8"
+        try:
+            admin.replace(path, current)
+            break
+        except ApiError as e:
+            if e.status != 409:
+                raise
+    # What is admitted stays: an update claiming no more goes through.
+    tenant.patch_podgroup("six", {"metadata": {"annotations": {"touched": "yes"}}})
+    got = refusal(lambda: tenant.patch_podgroup("four", {"spec": {"minResources": {"cpu": "5"}}}))
+    assert got is not None and "exceeded quota" in got[1], got
+    got = refusal(lambda: tenant.create_podgroup(podgroup("one", "1")))
+    assert got is not None and "exceeded quota" in got[1], got
+
+    def said_on(name: str) -> bool:
+        conditions = (tenant.get_podgroup(name).get("status") or {}).get("conditions") or []
+        return any(
+            c.get("type") == "QuotaBelowReservations"
+            and c.get("status") == "True"
+            and "quota compute (cpu=8)" in c.get("message", "")
+            for c in conditions
+        )
+
+    wait_for(lambda: said_on("six") and said_on("four"), 60, "the controller says the quota is too low", 0.5)
+    events = tenant.core.list_namespaced_event(tenant.namespace).items
+    assert any(e.reason == "QuotaBelowReservations" and e.type == "Warning" for e in events), [
+        (e.reason, e.type) for e in events
+    ]
