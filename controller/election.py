@@ -55,6 +55,11 @@ class LeaderElector:
         self.identity = identity
         self.lease_duration = lease_duration
         self.renew_deadline = renew_deadline
+        # Every lease request (read or write) gives up well inside the renew deadline, so a hung
+        # connection cannot keep a leader acting past it (client-go bounds each renew attempt by
+        # the deadline too: leaderelection's renew uses a context with RenewDeadline).
+        read = max(0.5, min(5.0, renew_deadline / 4))
+        self.timeout = (min(2.0, read), read)
         self.retry_period = retry_period
         self.on_started = on_started
         self.on_stopped = on_stopped
@@ -109,7 +114,7 @@ class LeaderElector:
 
     def _read(self) -> tuple[dict[str, Any] | None, LeaseRecord | None]:
         try:
-            lease = self.client.get(self.path, timeout=(2, 5))
+            lease = self.client.get(self.path, timeout=self.timeout)
         except ApiError as e:
             if e.status != 404:
                 raise
@@ -151,11 +156,16 @@ class LeaderElector:
                 "metadata": {"name": self.name, "namespace": self.namespace},
                 "spec": record.to_spec(),
             }
-            self.client.create(resource_path(LEASE_GROUP_VERSION, "leases", self.namespace), body)
+            self.client.request(
+                "POST",
+                resource_path(LEASE_GROUP_VERSION, "leases", self.namespace),
+                body=body,
+                timeout=self.timeout,
+            )
             return
         # The body carries metadata.resourceVersion as read: the API server's precondition.
         body = {**lease, "spec": record.to_spec()}
-        self.client.replace(self.path, body)
+        self.client.request("PUT", self.path, body=body, timeout=self.timeout)
 
     def _release(self) -> None:
         """Clear holderIdentity so a standby takes over at once instead of after leaseDuration."""

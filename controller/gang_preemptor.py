@@ -10,6 +10,18 @@ then the writes, in an order that survives a crash at any point:
 
 A restart between 1 and 4 finds the record unapplied and repeats 2 to 4 for the same victims;
 every step is harmless to repeat (404 and uid mismatches mean "already done").
+
+Nothing is acted on blindly, whoever wrote the record (admission lets only the controller write
+it; webhook/rules/podgroup_annotations.py): before a decision is recorded or a recorded one is
+resumed, preemption_record.refusal checks it again against the caches (the group still needs
+it, the record is recent, every victim still there is the recorded pod, of lower priority than
+the group, not protected), and before each victim the group is read again from the API server,
+so a group deleted mid-way stops the deletions. A refusal is a Warning Event on the PodGroup
+and, for a record, marks it stopped so it is never resumed.
+
+One preemptor per pod: while a member carries a nominatedNodeName priogate did not write,
+kube-scheduler is preempting for that pod (its PostFilter nominates the preemptor;
+pkg/scheduler/framework/preemption), and no gang decision is taken until it is done.
 """
 
 from __future__ import annotations
@@ -25,6 +37,7 @@ import structlog
 from controller.caches import Caches
 from controller.events import EventRecorder
 from priogate import preemption_record as record
+from priogate import priority as prio
 from priogate.clock import micro_time
 from priogate.kube.client import ApiClient, ApiError, resource_path
 from priogate.podgroup import GROUP_VERSION, PLURAL
@@ -42,6 +55,15 @@ class NotLeader(Exception):
     """Leadership was lost mid-way: stop writing; the record lets the next leader finish."""
 
 
+class Stopped(Exception):
+    """The preemptor group went away (or its record changed) mid-way: no further victim."""
+
+
+def _uid_refused(e: ApiError) -> bool:
+    """kube-apiserver's answer to a write whose metadata.uid is not the stored object's."""
+    return e.status == 422 and "metadata.uid" in e.message
+
+
 class GangPreemptor:
     def __init__(
         self,
@@ -52,6 +74,7 @@ class GangPreemptor:
         *,
         opt_out_mode: str = "hard",
         retry_after: float = record.DEFAULT_RETRY_AFTER,
+        max_age: float = record.DEFAULT_MAX_AGE,
         on_applied: Callable[[int], None] = lambda victims: None,
     ) -> None:
         self.client = client
@@ -60,6 +83,7 @@ class GangPreemptor:
         self.is_leader = is_leader
         self.opt_out_mode = opt_out_mode
         self.retry_after = retry_after
+        self.max_age = max_age
         self.on_applied = on_applied
 
     def handle(self, group: Mapping[str, Any], members: Sequence[Mapping[str, Any]], scheduled: int) -> str:
@@ -80,17 +104,109 @@ class GangPreemptor:
         }
         step = record.next_step(decision, needs, present, time.time(), self.retry_after)
         if step is Step.RESUME and decision is not None:
+            why = self._refusal(group, members, decision, needs)
+            if why:
+                self._refuse(group, decision, why, recorded=True)
+                return "refused"
             log.info("resuming a recorded preemption", podgroup=key, decision=decision.id)
-            self._apply(group, decision)
-            return "resumed"
+            return self._applied_or_stopped(group, decision, "resumed")
         if step is not Step.DECIDE:
             return step.value
+        foreign = record.foreign_nomination(members, decision)
+        if foreign:
+            log.info(
+                "kube-scheduler is preempting for a member; no gang decision", podgroup=key, member=foreign
+            )
+            return "foreign-nomination"
         decision = self._decide(group, key)
         if decision is None:
             return "unresolved"
+        why = self._refusal(group, members, decision, needs)
+        if why:
+            self._refuse(group, decision, why, recorded=False)
+            return "refused"
         group = self._record(group, decision)
-        self._apply(group, decision)
-        return "preempted"
+        return self._applied_or_stopped(group, decision, "preempted")
+
+    def _applied_or_stopped(self, group: Mapping[str, Any], decision: RecordedDecision, result: str) -> str:
+        try:
+            self._apply(group, decision)
+        except Stopped as e:
+            self._warn(group, f"gang preemption {decision.id} stopped: {e}; no further pod deleted")
+            return "stopped"
+        return result
+
+    # ---- re-checking ---------------------------------------------------------------------------
+
+    def _priority(self, group: Mapping[str, Any], members: Sequence[Mapping[str, Any]]) -> int:
+        """The group's priority as the engine ranks it: its class's value; without a (known)
+        class, its members' highest."""
+        class_name = (group.get("spec") or {}).get("priorityClassName") or ""
+        pc = self.caches.classes.get("", class_name) if class_name else None
+        if pc is not None:
+            return prio.class_value(pc)
+        values = [(m.get("spec") or {}).get("priority") for m in members]
+        return max((v for v in values if isinstance(v, int) and not isinstance(v, bool)), default=0)
+
+    def _refusal(
+        self,
+        group: Mapping[str, Any],
+        members: Sequence[Mapping[str, Any]],
+        decision: RecordedDecision,
+        needs: bool,
+    ) -> str:
+        pods = {v.key: self.caches.pods.get(v.namespace, v.name) for v in decision.victims}
+        return record.refusal(
+            decision,
+            needs_preemption=needs,
+            preemptor_priority=self._priority(group, members),
+            pods=pods,
+            now=time.time(),
+            max_age=self.max_age,
+            opt_out_mode=self.opt_out_mode,
+        )
+
+    def _refuse(
+        self, group: Mapping[str, Any], decision: RecordedDecision, why: str, *, recorded: bool
+    ) -> None:
+        meta = group["metadata"]
+        key = f"{meta['namespace']}/{meta['name']}"
+        log.warning("gang preemption refused", podgroup=key, decision=decision.id, reason=why)
+        if recorded:
+            # Closed, so it is never resumed, and its victims are not waited for.
+            self._mark(group, decision, decision.stop(why))
+        victims = ", ".join(v.key for v in decision.victims)
+        self._warn(group, f"gang preemption {decision.id} refused: {why}; victims left alone: {victims}")
+
+    def _warn(self, group: Mapping[str, Any], note: str) -> None:
+        self.events.emit(
+            group,
+            "PodGroup",
+            GROUP_VERSION,
+            type_="Warning",
+            reason="PreemptionRefused",
+            action="Preempt",
+            note=note,
+        )
+
+    def _check_group(self, group: Mapping[str, Any], decision: RecordedDecision) -> None:
+        """Read the group again before touching a victim: deleted (or replaced) mid-way, or its
+        record changed under us, and the preemption stops."""
+        try:
+            current = self.client.get(self._group_path(group))
+        except ApiError as e:
+            if e.status == 404:
+                raise Stopped("the PodGroup was deleted") from None
+            raise
+        meta = current.get("metadata") or {}
+        if meta.get("uid") != group["metadata"].get("uid") or meta.get("deletionTimestamp"):
+            raise Stopped("the PodGroup was deleted")
+        try:
+            now_recorded = record.recorded(current)
+        except ValueError:
+            now_recorded = None
+        if now_recorded is None or now_recorded.id != decision.id or now_recorded.stopped:
+            raise Stopped("the PodGroup's preemption record changed")
 
     # ---- deciding ------------------------------------------------------------------------------
 
@@ -161,6 +277,7 @@ class GangPreemptor:
         preemptor = f"{meta['namespace']}/{meta['name']}"
         now = micro_time(dt.datetime.now(dt.UTC))
         for victim in decision.victims:
+            self._check_group(group, decision)
             self._evict(victim, preemptor, now)
         for name, node in sorted(decision.placements.items()):
             member = self.caches.pods.get(meta["namespace"], name)
@@ -202,15 +319,23 @@ class GangPreemptor:
             self._guard()
             try:
                 # Strategic merge: conditions merge by type, so others' conditions stay.
+                # metadata.uid in the body is a precondition: uid is immutable, so kube-apiserver
+                # refuses to patch a pod of that name with another uid (422 "metadata.uid ...
+                # field is immutable"; tests/e2e/test_controller_trust.py shows it).
                 self.client.request(
                     "PATCH",
                     path + "/status",
-                    body={"status": {"conditions": [record.disruption_condition(now, preemptor)]}},
+                    body={
+                        "metadata": {"uid": victim.uid},
+                        "status": {"conditions": [record.disruption_condition(now, preemptor)]},
+                    },
                     content_type=STRATEGIC_PATCH,
                 )
             except ApiError as e:
-                if e.status != 404:
-                    raise
+                if e.status in (404, 409) or _uid_refused(e):  # gone, or replaced by another pod
+                    log.info("victim gone or replaced", pod=victim.key, status=e.status)
+                    return
+                raise
             self.events.emit(
                 pod,
                 "Pod",
@@ -229,9 +354,18 @@ class GangPreemptor:
                 raise
 
     def _mark_applied(self, group: Mapping[str, Any], decision: RecordedDecision) -> None:
+        self._mark(group, decision, decision.done())
+
+    def _mark(self, group: Mapping[str, Any], decision: RecordedDecision, new: RecordedDecision) -> None:
+        """Replace our record with `new` (applied, or stopped), against a fresh read."""
         path = self._group_path(group)
         for _ in range(5):
-            current = self.client.get(path)
+            try:
+                current = self.client.get(path)
+            except ApiError as e:
+                if e.status == 404:
+                    return  # the group is gone, and its record with it
+                raise
             try:
                 mine = record.recorded(current)
             except ValueError:
@@ -239,9 +373,11 @@ class GangPreemptor:
             if mine is None or mine.id != decision.id:
                 return  # replaced meanwhile: nothing of ours to mark
             try:
-                self._patch_annotation(current, decision.done())
+                self._patch_annotation(current, new)
                 return
             except ApiError as e:
+                if e.status == 404:
+                    return
                 if e.status != 409:
                     raise
-        raise ApiError(409, "Conflict", f"could not mark preemption {decision.id} applied: kept conflicting")
+        raise ApiError(409, "Conflict", f"could not update preemption record {decision.id}: kept conflicting")

@@ -6,7 +6,9 @@ needs it.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -17,11 +19,19 @@ from controller.caches import Caches
 from controller.events import EventRecorder
 from controller.gang_preemptor import GangPreemptor, NotLeader
 from priogate import enqueue, phase
+from priogate import preemption_record as record
 from priogate import priority as prio
 from priogate.clock import rfc3339
 from priogate.kube.client import ApiClient, ApiError, resource_path
 from priogate.ledger import entry_of_group
-from priogate.podgroup import GROUP_VERSION, HOLDING_PHASES, PLURAL, TERMINAL_POD_PHASES, Phase, group_of
+from priogate.podgroup import (
+    FINISHED_PHASES,
+    GROUP_VERSION,
+    PLURAL,
+    TERMINAL_POD_PHASES,
+    Phase,
+    group_of,
+)
 from priogate.quota import over_reserved
 from priogate.resources import ResourceList, add, parse_resource_list, pod_requests
 
@@ -49,6 +59,10 @@ def _bound_active(pod: Mapping[str, Any]) -> bool:
     )
 
 
+def _active(pod: Mapping[str, Any]) -> bool:
+    return (pod.get("status") or {}).get("phase") not in TERMINAL_POD_PHASES
+
+
 def _allocatable(nodes: Iterable[Mapping[str, Any]]) -> ResourceList:
     total: ResourceList = {}
     for node in nodes:
@@ -64,10 +78,10 @@ def _allocatable(nodes: Iterable[Mapping[str, Any]]) -> ResourceList:
 
 @dataclass(frozen=True)
 class _EnqueueInputs:
-    key: tuple[int, int, int]  # the caches' generations it was built from
+    key: tuple[int, int, int, int]  # the caches' generations it was built from
     allocatable: ResourceList
     bound: list[enqueue.BoundPod]
-    holders: list[enqueue.GroupDemand]  # Inqueue/Running/Unknown groups
+    groups: list[enqueue.GroupDemand]  # every unfinished group: holding or waiting
 
 
 class Reconciler:
@@ -78,8 +92,17 @@ class Reconciler:
         preemptor: GangPreemptor | None,
         is_leader: Callable[[], bool] = lambda: True,
         events: EventRecorder | None = None,
+        *,
+        inqueue_timeout: float = 0.0,
+        enqueue_backoff: float = 0.0,
     ) -> None:
         self.client = client
+        self.inqueue_timeout = inqueue_timeout
+        self.enqueue_backoff = enqueue_backoff
+        # When each Inqueue group was first seen stuck: members unschedulable and no preemption
+        # possible. In memory: a new leader starts the clock again (the rollback comes later,
+        # never earlier).
+        self._stuck: dict[str, float] = {}
         self.events = events
         self.is_leader = is_leader
         self.caches = caches
@@ -104,10 +127,14 @@ class Reconciler:
         resolved = self._class_priority(class_name) if class_name else None
         if resolved is None:  # no class (or not found): the members' priority, as the engine does
             resolved = (max((_priority_of(p) for p in members), default=0), True)
-        bound = [p for p in members if _bound_active(p)]
+        created = [p for p in members if _active(p)]
         consumed: ResourceList = {}
-        for pod in bound:
-            consumed = add(consumed, _requests(pod))
+        charged: ResourceList = {}
+        for pod in created:
+            requests = _requests(pod)
+            charged = add(charged, requests)
+            if _bound_active(pod):
+                consumed = add(consumed, requests)
         try:
             min_resources = enqueue.min_resources_of(spec.get("minResources"))
         except ValueError:
@@ -122,13 +149,21 @@ class Reconciler:
             min_member=int(spec.get("minMember") or 0),
             min_resources=min_resources,
             consumed=consumed,
-            bound_members=len(bound),
+            charged=charged,
+            created_members=len(created),
+            created_at=str(meta.get("creationTimestamp") or ""),
+            backing_off=enqueue.backing_off(group.get("status"), time.time(), self.enqueue_backoff),
         )
 
     def _cluster(self) -> _EnqueueInputs:
         """What every enqueue decision reads, built in one pass over the caches and reused until
         one of them changes: a resync of G groups costs O(pods + groups) once, not per group."""
-        key = (self.caches.pods.generation, self.caches.podgroups.generation, self.caches.nodes.generation)
+        key = (
+            self.caches.pods.generation,
+            self.caches.podgroups.generation,
+            self.caches.nodes.generation,
+            self.caches.quotas.generation,  # whether a waiting group's own quota refuses it
+        )
         if self._view is not None and self._view.key == key:
             return self._view
         members: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
@@ -139,19 +174,36 @@ class Reconciler:
                 members.setdefault((pod["metadata"].get("namespace", ""), name), []).append(pod)
             if _bound_active(pod):
                 bound.append(enqueue.BoundPod(_priority_of(pod), _requests(pod)))
-        holders = []
+        groups = []
         for group in self.caches.podgroups.items():
-            if ((group.get("status") or {}).get("phase") or "") in HOLDING_PHASES:
+            if ((group.get("status") or {}).get("phase") or "") not in FINISHED_PHASES:
                 meta = group["metadata"]
-                holders.append(self.demand(group, members.get((meta["namespace"], meta["name"]), [])))
-        self._view = _EnqueueInputs(key, _allocatable(self.caches.nodes.items()), bound, holders)
+                demand = self.demand(group, members.get((meta["namespace"], meta["name"]), []))
+                if demand.phase in enqueue.WAITING_PHASES and demand.min_resources:
+                    quotas = list(self.caches.quotas.namespace(meta["namespace"]).values())
+                    try:
+                        blocked = enqueue.check_quota(demand, quotas, []) is not None
+                    except ValueError:
+                        blocked = True  # a malformed quota holds it back (enqueue_verdict says so)
+                    demand = dataclasses.replace(demand, quota_blocked=blocked)
+                groups.append(demand)
+        self._view = _EnqueueInputs(key, _allocatable(self.caches.nodes.items()), bound, groups)
         return self._view
 
     def enqueue_verdict(self, demand: enqueue.GroupDemand) -> phase.EnqueueVerdict:
-        if not demand.min_resources:
-            return phase.EnqueueVerdict(True, "no minResources")
+        if demand.phase == Phase.INQUEUE and enqueue.inqueue_timed_out(
+            self._stuck.get(demand.key), time.monotonic(), self.inqueue_timeout
+        ):
+            return phase.EnqueueVerdict(
+                False,
+                f"Inqueue for more than {self.inqueue_timeout:g}s with members unschedulable and no "
+                "preemption possible; enqueued again after a back-off",
+                phase.INQUEUE_TIMEOUT,
+            )
+        if demand.backing_off or not demand.min_resources:
+            return enqueue.verdict(demand, [], {}, [], [])
         view = self._cluster()
-        others = [h for h in view.holders if h.key != demand.key]
+        others = [h for h in view.groups if h.key != demand.key]
         quotas = list(self.caches.quotas.namespace(demand.namespace).values())
         try:
             return enqueue.verdict(demand, quotas, view.allocatable, view.bound, others)
@@ -169,6 +221,7 @@ class Reconciler:
         result = "unchanged"
         for _ in range(MAX_CONFLICT_RETRIES):
             if group is None or (group.get("metadata") or {}).get("deletionTimestamp"):
+                self._stuck.pop(f"{namespace}/{name}", None)
                 return "gone"
             status = self.desired_status(group, members)
             if status == (group.get("status") or {}):
@@ -181,6 +234,7 @@ class Reconciler:
                 break
             except ApiError as e:
                 if e.status == 404:
+                    self._stuck.pop(f"{namespace}/{name}", None)
                     return "gone"
                 if e.status != 409:
                     raise
@@ -188,6 +242,7 @@ class Reconciler:
                 group = self._fresh(namespace, name)
         else:
             return "conflict"
+        outcome = ""
         if self.preemptor is not None and group is not None:
             scheduled = phase.count_members(members).scheduled
             try:
@@ -196,7 +251,28 @@ class Reconciler:
                 return "not-leader"
             if outcome in ("preempted", "resumed"):
                 result = outcome
+        self._track_stuck(f"{namespace}/{name}", group, members, outcome)
         return result
+
+    def _track_stuck(
+        self, key: str, group: Mapping[str, Any] | None, members: Sequence[Mapping[str, Any]], outcome: str
+    ) -> None:
+        """Start (or keep) the Inqueue-timeout clock of a group that is Inqueue with no member
+        bound, a member the scheduler could not place, and no preemption possible (the engine
+        found none, its decision failed the re-check, or gang preemption is off); stop it
+        otherwise."""
+        status = (group or {}).get("status") or {}
+        counts = phase.count_members(members)
+        stuck = (
+            status.get("phase") == Phase.INQUEUE
+            and counts.scheduled == 0
+            and any(record.unschedulable(m) for m in members)
+            and (self.preemptor is None or outcome in ("unresolved", "refused"))
+        )
+        if stuck:
+            self._stuck.setdefault(key, time.monotonic())
+        else:
+            self._stuck.pop(key, None)
 
     def desired_status(
         self, group: Mapping[str, Any], members: Sequence[Mapping[str, Any]]

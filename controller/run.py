@@ -34,7 +34,7 @@ from priogate.ledger import covered_namespace
 from priogate.logs import configure_logging
 from priogate.podgroup import FINISHED_PHASES, group_of
 from priogate.preemption.engine import OPT_OUT_MODES
-from priogate.preemption_record import DEFAULT_RETRY_AFTER
+from priogate.preemption_record import DEFAULT_MAX_AGE, DEFAULT_RETRY_AFTER
 
 log = structlog.get_logger("priogate.controller")
 
@@ -88,6 +88,25 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=DEFAULT_RETRY_AFTER,
         help="wait this long after a gang preemption before deciding another for the same group",
     )
+    p.add_argument(
+        "--preemption-record-max-age",
+        type=float,
+        default=DEFAULT_MAX_AGE,
+        help="never act on a preemption record older than this many seconds (default 300)",
+    )
+    p.add_argument(
+        "--inqueue-timeout",
+        type=float,
+        default=300.0,
+        help="seconds an Inqueue group may stay with no member bound, members unschedulable and no "
+        "preemption possible before it goes back to Pending (0: never)",
+    )
+    p.add_argument(
+        "--enqueue-backoff",
+        type=float,
+        default=60.0,
+        help="seconds a group rolled back by --inqueue-timeout waits before it may be enqueued again",
+    )
     p.add_argument("--log-level", default="INFO")
 
 
@@ -126,9 +145,18 @@ class Controller:
                 self.is_leader,
                 opt_out_mode=args.opt_out_mode,
                 retry_after=args.preemption_retry_seconds,
+                max_age=args.preemption_record_max_age,
                 on_applied=self._count_preemption,
             )
-        self.reconciler = Reconciler(client, self.caches, preemptor, self.is_leader, events)
+        self.reconciler = Reconciler(
+            client,
+            self.caches,
+            preemptor,
+            self.is_leader,
+            events,
+            inqueue_timeout=args.inqueue_timeout,
+            enqueue_backoff=args.enqueue_backoff,
+        )
         in_flight = dt.timedelta(seconds=args.in_flight_seconds)
         self.reclaimer = Reclaimer(
             LedgerStore(client, ledger_namespace=args.ledger_namespace, in_flight=in_flight),

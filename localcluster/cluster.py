@@ -28,7 +28,7 @@ from localcluster import components
 from localcluster.api import Etcd, apiserver_ready, create_or_replace
 from localcluster.binaries import REPO, ensure_binaries
 from localcluster.components import ApiServerMode, Ports
-from localcluster.pki import Pki, issue_all, write_kubeconfig, write_webhook_kubeconfig
+from localcluster.pki import CONTROLLER_USER, Pki, issue_all, write_kubeconfig, write_webhook_kubeconfig
 from localcluster.procs import Proc, Supervisor, free_ports, progress, rss_kib, wait_until
 from localcluster.webhooks import PRIOGATE_NAMESPACE, Webhooks
 from priogate.kube.client import ApiClient, ApiError, load_client
@@ -86,6 +86,12 @@ class LocalCluster:
         return self.state_dir / "kubeconfig"
 
     @property
+    def controller_kubeconfig(self) -> Path:
+        """The controller's own identity (CONTROLLER_USER): the only one the webhook lets
+        write priogate.io/ annotations on PodGroups."""
+        return self.state_dir / "controller.kubeconfig"
+
+    @property
     def logs(self) -> Path:
         return self.state_dir / "logs"
 
@@ -139,6 +145,14 @@ class LocalCluster:
         )
 
         write_kubeconfig(self.kubeconfig, self.ports.apiserver_url, self.pki)
+        write_kubeconfig(
+            self.controller_kubeconfig,
+            self.ports.apiserver_url,
+            self.pki,
+            CONTROLLER_USER,
+            self.pki.controller_crt,
+            self.pki.controller_key,
+        )
         self.api = load_client(str(self.kubeconfig))
         self.timings["kube-apiserver"] = self._start_apiserver()
 
@@ -217,7 +231,7 @@ class LocalCluster:
         progress(f"starting the priogate controller (metrics on {self.ports.controller_url})")
         proc = self.supervisor.start(
             "controller",
-            components.controller(self.kubeconfig, self.ports.controller),
+            components.controller(self.controller_kubeconfig, self.ports.controller),
             self._log("controller"),
             cwd=REPO,
         )

@@ -20,13 +20,19 @@ SERVICE_CIDR = "10.96.0.0/16"
 POD_CIDR = "10.244.0.0/16"
 # kwok manages only nodes carrying this annotation (kwok's own convention).
 KWOK_ANNOTATION = "kwok.x-k8s.io/node"
+# Stage files copied from kwok's module into the binary cache (hack/controlplane/build.sh)...
 KWOK_STAGE_FILES = (
     "node-fast-node-initialize.yaml",
     "node-heartbeat-with-lease-node-heartbeat-with-lease.yaml",
     "pod-fast-pod-ready.yaml",
     "pod-fast-pod-complete.yaml",
-    "pod-fast-pod-delete.yaml",
 )
+# ... and the repo's own, in place of kwok's fast pod-delete: pods annotated
+# GRACEFUL_DELETE_ANNOTATION stay Terminating for their terminationGracePeriodSeconds, the
+# others go at once as before.
+REPO_KWOK_STAGES = Path(__file__).parent / "kwok-stages"
+REPO_KWOK_STAGE_FILES = ("pod-delete.yaml", "pod-delete-graceful.yaml")
+GRACEFUL_DELETE_ANNOTATION = "priogate.io/kwok-graceful-delete"
 
 
 @dataclass(frozen=True)
@@ -203,6 +209,7 @@ def kwok(bin_dir: Path, kubeconfig: Path) -> list[str]:
         f"--cidr={POD_CIDR}",
         "--node-ip=10.240.0.1",
         *(f"--config={stages / f}" for f in KWOK_STAGE_FILES),
+        *(f"--config={REPO_KWOK_STAGES / f}" for f in REPO_KWOK_STAGE_FILES),
     ]
 
 

@@ -14,6 +14,10 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from certs import KeyPair, issue_ca, issue_leaf, write_pem
 
 ADMIN_USER = "priogate-admin"
+# The controller's identity, as the webhook's podgroup-annotations rule expects it by default
+# (webhook/rules/podgroup_annotations.py): the username of its ServiceAccount in manifests/.
+# In system:masters so it has every right locally, as the manifests' ClusterRole gives it.
+CONTROLLER_USER = "system:serviceaccount:priogate-system:priogate-controller"
 CLUSTER_NAME = "priogate-local"
 
 
@@ -44,6 +48,14 @@ class Pki:
     @property
     def admin_key(self) -> Path:
         return self.dir / "admin.key"
+
+    @property
+    def controller_crt(self) -> Path:
+        return self.dir / "controller.crt"
+
+    @property
+    def controller_key(self) -> Path:
+        return self.dir / "controller.key"
 
     @property
     def webhook_client_ca_crt(self) -> Path:
@@ -95,6 +107,8 @@ def issue_all(directory: Path) -> Pki:
     _write(pki.apiserver_crt, pki.apiserver_key, issue_leaf(ca, "kube-apiserver", **loopback))
     admin = issue_leaf(ca, ADMIN_USER, organizations=["system:masters"], server=False, client=True)
     _write(pki.admin_crt, pki.admin_key, admin)
+    controller = issue_leaf(ca, CONTROLLER_USER, organizations=["system:masters"], server=False, client=True)
+    _write(pki.controller_crt, pki.controller_key, controller)
     _write(pki.webhook_crt, pki.webhook_key, issue_leaf(ca, "priogate-webhook", **loopback))
     client_ca = issue_ca("priogate-webhook-client-ca")
     _write(pki.webhook_client_ca_crt, pki.webhook_client_ca_key, client_ca)
@@ -122,8 +136,17 @@ def _write(crt: Path, key: Path, pair: KeyPair) -> None:
     write_pem(key, pair.key_pem, private=True)
 
 
-def write_kubeconfig(path: Path, server: str, pki: Pki) -> None:
-    """A self-contained admin kubeconfig (data embedded), usable from any directory."""
+def write_kubeconfig(
+    path: Path,
+    server: str,
+    pki: Pki,
+    user: str = ADMIN_USER,
+    crt: Path | None = None,
+    key: Path | None = None,
+) -> None:
+    """A self-contained kubeconfig (data embedded), usable from any directory: the admin's, or
+    another client certificate's."""
+    crt, key = crt or pki.admin_crt, key or pki.admin_key
 
     def b64(p: Path) -> str:
         return base64.b64encode(p.read_bytes()).decode()
@@ -139,14 +162,11 @@ def write_kubeconfig(path: Path, server: str, pki: Pki) -> None:
         ],
         "users": [
             {
-                "name": ADMIN_USER,
-                "user": {
-                    "client-certificate-data": b64(pki.admin_crt),
-                    "client-key-data": b64(pki.admin_key),
-                },
+                "name": user,
+                "user": {"client-certificate-data": b64(crt), "client-key-data": b64(key)},
             }
         ],
-        "contexts": [{"name": CLUSTER_NAME, "context": {"cluster": CLUSTER_NAME, "user": ADMIN_USER}}],
+        "contexts": [{"name": CLUSTER_NAME, "context": {"cluster": CLUSTER_NAME, "user": user}}],
         "current-context": CLUSTER_NAME,
         "preferences": {},
     }

@@ -1,4 +1,5 @@
-"""The enqueue policy: may a Pending PodGroup move to Inqueue (hold resources) now? Pure.
+"""The enqueue policy: may a Pending PodGroup move to Inqueue (hold resources) now, and must an
+Inqueue one go back? Pure.
 
 The two tests of the enqueue action in kube-batch's "Delay Pod Creation" design
 (kubernetes-sigs/kube-batch doc/design/delay-pod-creation.md), as Volcano implements them
@@ -6,31 +7,52 @@ The two tests of the enqueue action in kube-batch's "Delay Pod Creation" design
 project's preemption folded in:
 
 1. quota: for every ResourceQuota of the namespace that applies to the group,
-   used + the unconsumed minResources of the namespace's other Inqueue/Running groups
-   + this group's unconsumed minResources <= hard;
+   used + what the namespace's other holding groups and the waiting groups ahead of it still
+   have to create + what this group still has to create <= hard;
 2. capacity: this group's unconsumed minResources fit in the cluster's allocatable minus what
-   is held by bound pods and other Inqueue/Running groups' unconsumed minResources *of at least
-   this group's priority*. Lower-priority pods do not count, because the controller's gang
-   preemption can take their place (unless the group's preemptionPolicy is Never).
+   is held by bound pods, other Inqueue/Running groups and the waiting groups ahead of it, *of
+   at least this group's priority*. Lower-priority pods do not count, because the controller's
+   gang preemption can take their place (unless the group's preemptionPolicy is Never).
 
-"Unconsumed" is minResources minus the requests of the group's own bound members, so a group
-never competes with itself.
+A group's demand is counted once, whatever state its members are in. The built-in
+ResourceQuota admission plugin charges a pod to status.used when the pod is *created*
+(kubernetes plugin/pkg/admission/resourcequota), so for quota only the part of minResources
+(and of minMember) its created, unfinished members do not already charge is new. A node holds
+a pod only once it is bound, so for capacity only what its bound members do not already take
+is new.
+
+Order: groups are considered by priority, then creation time (first come, first served
+within a priority, as kube-batch's enqueue action pops jobs from a priority queue ordered by
+priority and creation time). When a waiting group is decided, the demand of the waiting groups
+ahead of it counts as held, so a younger group of lower or equal priority never takes what an
+older one waits for. A waiting group that could never fit (its demand alone exceeds a quota's
+hard or the cluster's allocatable) and a group backing off after an Inqueue timeout hold
+nothing, so neither blocks the queue behind it; a group its own namespace's quota refuses now
+holds nothing for other namespaces (one tenant's full quota must not stall another's groups).
+An admitted group is not demoted because a higher-priority one arrived later: groups behind it
+in time do not count in its re-check.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
-from priogate.phase import EnqueueVerdict
-from priogate.podgroup import HOLDING_PHASES
+from priogate.clock import epoch_seconds
+from priogate.phase import INQUEUE_TIMEOUT, UNSCHEDULABLE, EnqueueVerdict
+from priogate.podgroup import HOLDING_PHASES, Phase
 from priogate.quota import Consumer, Reservation, first_exceeded, format_amounts, quota_names
 from priogate.quota import min_resources_of as min_resources_of  # re-exported: callers read it here
 from priogate.resources import ResourceList, add, subtract
 
 ZERO = Fraction(0)
+WAITING_PHASES = ("", Phase.PENDING)
+
+
+def _positive(amounts: ResourceList) -> ResourceList:
+    return {name: amount for name, amount in amounts.items() if amount > 0}
 
 
 @dataclass(frozen=True)
@@ -43,14 +65,33 @@ class GroupDemand:
     phase: str
     min_member: int
     min_resources: ResourceList  # resource names without "requests."
-    consumed: ResourceList  # requests of its bound, unfinished members
-    bound_members: int = 0  # members bound and unfinished (already in a quota's status.used)
+    consumed: ResourceList  # requests of its bound, unfinished members: what nodes hold already
+    # Requests and count of its created, unfinished members, bound or not: what the
+    # ResourceQuota plugin has already charged to status.used.
+    charged: ResourceList = field(default_factory=dict)
+    created_members: int = 0
+    created_at: str = ""  # metadata.creationTimestamp (RFC 3339 UTC: sorts as text)
+    backing_off: bool = False  # rolled back after an Inqueue timeout, not yet eligible again
+    # Its own namespace's quotas refuse it now (used + its demand > hard): a waiting group then
+    # holds nothing in other namespaces, or a tenant could block everyone's capacity with a
+    # group its own quota never lets in.
+    quota_blocked: bool = False
 
     @property
     def unconsumed(self) -> ResourceList:
-        return {
-            name: amount for name, amount in subtract(self.min_resources, self.consumed).items() if amount > 0
-        }
+        """What it still needs from nodes."""
+        return _positive(subtract(self.min_resources, self.consumed))
+
+    @property
+    def quota_demand(self) -> ResourceList:
+        """What it still adds to a quota's status.used, in a quota's resource names."""
+        to_come = max(self.min_member - self.created_members, 0)
+        return quota_names(_positive(subtract(self.min_resources, self.charged)), to_come)
+
+    @property
+    def order(self) -> tuple[int, str, str]:
+        """The enqueue order: higher priority first, then older first."""
+        return (-self.priority, self.created_at, self.key)
 
 
 @dataclass(frozen=True)
@@ -59,17 +100,47 @@ class BoundPod:
     requests: ResourceList
 
 
+def waiting_ahead(
+    group: GroupDemand,
+    others: Iterable[GroupDemand],
+    quotas: Sequence[Mapping[str, Any]],
+    allocatable: ResourceList,
+) -> list[GroupDemand]:
+    """The waiting groups whose demand counts as held when `group` is decided: ahead of it in
+    the enqueue order, not backing off, and able to fit at all. An admitted group has none."""
+    if group.phase not in WAITING_PHASES:
+        return []
+    ahead = []
+    for other in others:
+        if other.key == group.key or other.phase not in WAITING_PHASES or other.backing_off:
+            continue
+        if not other.min_resources or other.order >= group.order:
+            continue
+        if any(amount > allocatable.get(name, ZERO) for name, amount in other.unconsumed.items()):
+            continue  # can never fit the cluster: it would block everyone behind it for ever
+        if other.quota_blocked and other.namespace != group.namespace:
+            continue  # waits for its own quota: another namespace's queue must not wait with it
+        if other.namespace == group.namespace and (
+            first_exceeded(quotas, Consumer(other.priority_class), other.quota_demand, [], count_used=False)
+            is not None
+        ):
+            continue  # can never fit its quota
+        ahead.append(other)
+    return ahead
+
+
 def check_quota(
-    group: GroupDemand, quotas: Sequence[Mapping[str, Any]], others: Iterable[GroupDemand]
+    group: GroupDemand,
+    quotas: Sequence[Mapping[str, Any]],
+    others: Iterable[GroupDemand],
+    ahead: Iterable[GroupDemand] = (),
 ) -> str | None:
-    # Members already bound are in status.used: only the unconsumed part and the pods still to
-    # come count against hard.
-    pending_members = max(group.min_member - group.bound_members, 0)
-    demand = quota_names(group.unconsumed, pending_members)
+    demand = group.quota_demand
+    holding = [o for o in others if o.phase in HOLDING_PHASES]
     holders = [
-        Reservation(o.key, o.priority_class, quota_names(o.unconsumed, 0))
-        for o in others
-        if o.namespace == group.namespace and o.key != group.key and o.phase in HOLDING_PHASES
+        Reservation(o.key, o.priority_class, o.quota_demand)
+        for o in [*holding, *ahead]
+        if o.namespace == group.namespace and o.key != group.key
     ]
     found = first_exceeded(quotas, Consumer(group.priority_class), demand, holders, count_used=True)
     if found is None:
@@ -87,6 +158,7 @@ def check_capacity(
     allocatable: ResourceList,
     bound: Iterable[BoundPod],
     others: Iterable[GroupDemand],
+    ahead: Iterable[GroupDemand] = (),
 ) -> str | None:
     demand = group.unconsumed
     if not demand:
@@ -100,12 +172,14 @@ def check_capacity(
             continue
         if other.priority >= group.priority or not group.preempts:
             held = add(held, other.unconsumed)
+    for other in ahead:  # of at least this group's priority by the order
+        held = add(held, other.unconsumed)
     free = subtract(allocatable, held)
     short = sorted(name for name, amount in demand.items() if amount > free.get(name, ZERO))
     if short:
         return (
             f"cluster capacity insufficient: minResources {format_amounts(short, demand)} exceed what is not "
-            f"held by pods and PodGroups of priority >= {group.priority} "
+            f"held by pods and PodGroups of priority >= {group.priority} and older waiting PodGroups "
             f"(allocatable {format_amounts(short, allocatable)})"
         )
     return None
@@ -118,7 +192,40 @@ def verdict(
     bound: Sequence[BoundPod],
     others: Sequence[GroupDemand],
 ) -> EnqueueVerdict:
+    """`others`: the other unfinished groups, holding or waiting; the function picks which count."""
+    if group.backing_off:
+        return EnqueueVerdict(False, "backing off after an Inqueue timeout", INQUEUE_TIMEOUT)
     if not group.min_resources:
         return EnqueueVerdict(True, "no minResources")  # Volcano enqueues such groups at once
-    problem = check_quota(group, quotas, others) or check_capacity(group, allocatable, bound, others)
+    ahead = waiting_ahead(group, others, quotas, allocatable)
+    problem = check_quota(group, quotas, others, ahead) or check_capacity(
+        group, allocatable, bound, others, ahead
+    )
     return EnqueueVerdict(problem is None, problem or "")
+
+
+def inqueue_timed_out(stuck_since: float | None, now: float, timeout: float) -> bool:
+    """An Inqueue group whose members the scheduler could not place, for which no preemption was
+    possible, since `stuck_since` (None: not stuck). `timeout` <= 0 disables the rollback."""
+    return timeout > 0 and stuck_since is not None and now - stuck_since >= timeout
+
+
+def backing_off(status: Mapping[str, Any] | None, now: float, backoff: float) -> bool:
+    """A group rolled back by an Inqueue timeout waits `backoff` seconds before it may be
+    enqueued again, so it does not loop Pending -> Inqueue -> Pending. The rollback time is the
+    Unschedulable condition's lastTransitionTime (it turned True then)."""
+    if backoff <= 0:
+        return False
+    for condition in (status or {}).get("conditions") or []:
+        if (
+            isinstance(condition, Mapping)
+            and condition.get("type") == UNSCHEDULABLE
+            and condition.get("status") == "True"
+            and condition.get("reason") == INQUEUE_TIMEOUT
+        ):
+            try:
+                since = epoch_seconds(str(condition.get("lastTransitionTime")))
+            except ValueError:
+                return False
+            return now - since < backoff
+    return False

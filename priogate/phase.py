@@ -22,6 +22,9 @@ UNSCHEDULABLE = "Unschedulable"
 # True while the namespace's summed reservations exceed a quota lowered since they were admitted
 # (priogate.quota.over_reserved); written only once it has been True.
 QUOTA_BELOW_RESERVATIONS = "QuotaBelowReservations"
+# Reasons of the Unschedulable condition while a group is Pending (the rollback reasons).
+NOT_ENOUGH_RESOURCES = "NotEnoughResources"  # quota or capacity do not allow it (any more)
+INQUEUE_TIMEOUT = "InqueueTimeout"  # Inqueue too long, members unschedulable, no preemption possible
 
 
 @dataclass(frozen=True)
@@ -39,6 +42,8 @@ class EnqueueVerdict:
 
     admitted: bool
     reason: str = ""
+    # The Unschedulable condition's reason when the group is (or goes back to) Pending.
+    condition_reason: str = NOT_ENOUGH_RESOURCES
 
 
 def count_members(pods: Iterable[Mapping[str, Any]]) -> Members:
@@ -97,7 +102,7 @@ def desired_conditions(
         )
     ]
     if phase == Phase.PENDING and not enqueue.admitted:
-        conditions.append(_condition(UNSCHEDULABLE, True, "NotEnoughResources", enqueue.reason))
+        conditions.append(_condition(UNSCHEDULABLE, True, enqueue.condition_reason, enqueue.reason))
     elif phase == Phase.UNKNOWN:
         conditions.append(
             _condition(UNSCHEDULABLE, True, "GangBroken", f"{counts}, {members.running} running")

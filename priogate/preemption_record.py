@@ -25,6 +25,16 @@ DISRUPTION_TARGET = "DisruptionTarget"
 CONDITION_REASON = "PreemptionByPriogate"
 SCHEDULER_REASON = "PreemptionByScheduler"
 DEFAULT_RETRY_AFTER = 30.0
+# A record older than this is not acted on: a decision is applied within seconds of being
+# taken, and resumed by the next leader within a lease duration or two.
+DEFAULT_MAX_AGE = 300.0
+# How far in the future a record's time may be (clock skew between replicas) before it is
+# treated as forged: otherwise a future time would dodge the age bound.
+CLOCK_SKEW = 30.0
+# What makes a pod never a victim, for the engine (priogate/preemption/snapshot.py) and the
+# re-check below alike.
+OPT_OUT_LABEL = "priogate.io/allow-preemption"
+MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 
 
 @dataclass(frozen=True)
@@ -49,6 +59,7 @@ class RecordedDecision:
     placements: Mapping[str, str]  # member pod name -> nominated node
     reason: str
     applied: bool = False
+    stopped: str = ""  # why the controller refused to finish it (then applied is True too)
 
     def to_annotation(self) -> str:
         return json.dumps(
@@ -62,6 +73,7 @@ class RecordedDecision:
                 "nominated": dict(sorted(self.placements.items())),
                 "reason": self.reason,
                 "applied": self.applied,
+                **({"stopped": self.stopped} if self.stopped else {}),
             },
             separators=(",", ":"),
         )
@@ -81,12 +93,19 @@ class RecordedDecision:
                 placements={str(k): str(v) for k, v in (raw.get("nominated") or {}).items()},
                 reason=str(raw.get("reason", "")),
                 applied=bool(raw.get("applied", False)),
+                stopped=str(raw.get("stopped") or ""),
             )
         except (ValueError, KeyError, TypeError, AttributeError) as e:
             raise ValueError(f"annotation {ANNOTATION} is not a preemption record: {e}") from None
 
     def done(self) -> RecordedDecision:
         return RecordedDecision(self.id, self.decided_at, self.victims, self.placements, self.reason, True)
+
+    def stop(self, why: str) -> RecordedDecision:
+        """Closed without being finished: never resumed, and no victim of it waited for."""
+        return RecordedDecision(
+            self.id, self.decided_at, self.victims, self.placements, self.reason, True, why or "stopped"
+        )
 
 
 def recorded(podgroup: Mapping[str, Any]) -> RecordedDecision | None:
@@ -115,8 +134,8 @@ def next_step(
         return Step.RESUME
     if not needs_preemption:
         return Step.IDLE
-    if decision is None:
-        return Step.DECIDE
+    if decision is None or decision.stopped:
+        return Step.DECIDE  # a refused record took nothing: neither its victims nor its time count
     if any(v.uid in present_victims for v in decision.victims):
         return Step.WAIT
     if now - decision.decided_at < retry_after:
@@ -156,3 +175,79 @@ def disruption_condition(now: str, preemptor: str) -> dict[str, str]:
         "message": f"priogate: preempted to make room for PodGroup {preemptor}",
         "lastTransitionTime": now,
     }
+
+
+def _priority(pod: Mapping[str, Any]) -> int:
+    value = (pod.get("spec") or {}).get("priority")
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def protected(pod: Mapping[str, Any], opt_out_mode: str) -> str:
+    """Why a pod may never be a victim, or "": the engine's rules (DaemonSet and mirror pods;
+    the opt-out label in hard mode), read again from the pod itself."""
+    meta = pod.get("metadata") or {}
+    if any(
+        isinstance(o, Mapping) and o.get("kind") == "DaemonSet" for o in meta.get("ownerReferences") or []
+    ):
+        return "a DaemonSet pod"
+    if MIRROR_ANNOTATION in (meta.get("annotations") or {}):
+        return "a mirror pod"
+    if opt_out_mode == "hard" and str((meta.get("labels") or {}).get(OPT_OUT_LABEL, "")).lower() == "false":
+        return f"opted out ({OPT_OUT_LABEL}=false)"
+    return ""
+
+
+def refusal(
+    decision: RecordedDecision,
+    *,
+    needs_preemption: bool,
+    preemptor_priority: int,
+    pods: Mapping[str, Mapping[str, Any] | None],
+    now: float,
+    max_age: float = DEFAULT_MAX_AGE,
+    opt_out_mode: str = "hard",
+) -> str:
+    """Why the controller must not act on `decision` (new or resumed), or "" when it may.
+
+    Defence in depth: admission lets only the controller write the record, but whatever the
+    record says is checked again against the cluster before any victim is touched.
+    `pods`: victim key -> the pod of that name now (None: gone). A victim that is gone is done
+    (a resumed decision's earlier victims); one that is there must be the recorded pod (uid),
+    of lower priority than the preemptor (kube-scheduler's rule: preemption only evicts pods of
+    lower priority; pkg/scheduler/framework/preemption) and not protected."""
+    if not needs_preemption:
+        return "the PodGroup no longer needs preemption"
+    if now - decision.decided_at > max_age:
+        return f"the record is {now - decision.decided_at:.0f}s old, more than {max_age:g}s"
+    if decision.decided_at - now > CLOCK_SKEW:
+        return "the record's time is in the future"
+    for victim in decision.victims:
+        pod = pods.get(victim.key)
+        if pod is None:
+            continue
+        if (pod.get("metadata") or {}).get("uid") != victim.uid:
+            return f"victim {victim.key} is not the recorded pod (uid {victim.uid})"
+        if _priority(pod) >= preemptor_priority:
+            return (
+                f"victim {victim.key} has priority {_priority(pod)}, not lower than the PodGroup's "
+                f"{preemptor_priority}"
+            )
+        why = protected(pod, opt_out_mode)
+        if why:
+            return f"victim {victim.key} is {why}"
+    return ""
+
+
+def foreign_nomination(members: Iterable[Mapping[str, Any]], decision: RecordedDecision | None) -> str:
+    """The name of an unbound member carrying a nominatedNodeName priogate did not write (not
+    the one its last, unstopped record placed it on), or "". kube-scheduler nominates a pod it
+    is preempting for; a gang decision meanwhile would make two preemptors for one pod."""
+    ours = dict(decision.placements) if decision is not None and not decision.stopped else {}
+    for member in members:
+        meta, spec = member.get("metadata") or {}, member.get("spec") or {}
+        nominated = (member.get("status") or {}).get("nominatedNodeName")
+        if not nominated or spec.get("nodeName") or meta.get("deletionTimestamp"):
+            continue
+        if ours.get(meta.get("name")) != nominated:
+            return str(meta.get("name") or "")
+    return ""

@@ -61,6 +61,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--tls-check-seconds", type=float, default=3600.0, help="how often to check the Secret")
     p.add_argument(
+        "--controller-username",
+        default=os.environ.get("PRIOGATE_CONTROLLER_USERNAME"),
+        help="the only user allowed to write priogate.io/ annotations on PodGroups "
+        "(default: system:serviceaccount:priogate-system:priogate-controller)",
+    )
+    p.add_argument(
         "--client-ca-file",
         default=os.environ.get("PRIOGATE_CLIENT_CA_FILE") or None,
         help="PEM CA bundle: require every client (kube-apiserver) to present a certificate signed by"
@@ -75,6 +81,9 @@ def main(argv: list[str] | None = None) -> int:
         " once a thread serves it; then it is disconnected (default: 10)",
     )
     args = p.parse_args(argv)
+    if args.controller_username:
+        # Read by webhook/rules/podgroup_annotations.py in every worker (they inherit it).
+        os.environ["PRIOGATE_CONTROLLER_USERNAME"] = args.controller_username
     if args.tls_secret:
         namespace, _, name = args.tls_secret.partition("/")
         if not namespace or not name:

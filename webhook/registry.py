@@ -82,6 +82,7 @@ RULE_SET_MODULES = (
     "webhook.rules.priorityclasses",
     "webhook.rules.podgroup_defaults",
     "webhook.rules.podgroup_quota",
+    "webhook.rules.podgroup_annotations",
     "webhook.rules.pod_quota",
 )
 

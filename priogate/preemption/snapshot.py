@@ -31,11 +31,15 @@ from priogate.preemption.selectors import (
     parse_taints,
     parse_tolerations,
 )
-from priogate.preemption_record import CONDITION_REASON, DISRUPTION_TARGET, SCHEDULER_REASON
+from priogate.preemption_record import (
+    CONDITION_REASON,
+    DISRUPTION_TARGET,
+    MIRROR_ANNOTATION,
+    OPT_OUT_LABEL,
+    SCHEDULER_REASON,
+)
 from priogate.resources import ResourceList, parse_resource_list, pod_requests
 
-OPT_OUT_LABEL = "priogate.io/allow-preemption"
-MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 NEVER = prio.PREEMPT_NEVER
 KINDS = ("Node", "Pod", "PodGroup", "PodDisruptionBudget", "PriorityClass")
 

@@ -9,12 +9,14 @@ the controller, which ranks a gang by its PodGroup's class (as KEP-5710 does), c
 from __future__ import annotations
 
 import json
+import time
 from fractions import Fraction
 
 import pytest
 
 from localcluster import LocalCluster
 from localcluster.cluster import NODE_PREFIX
+from localcluster.components import GRACEFUL_DELETE_ANNOTATION
 from priogate.kube.client import ApiClient, load_client, resource_path
 from priogate.resources import format_quantity, parse_quantity, pod_requests
 from tests.builders import pod, podgroup, priority_class
@@ -41,6 +43,49 @@ def free_cpu(client: ApiClient) -> dict[str, Fraction]:
     return free
 
 
+def fill_nodes(client: ApiClient, namespace: str, low: str, graceful: int | None = None) -> list[str]:
+    """Fill each node with two low-priority pods taking all of its free cpu. `graceful`: their
+    terminationGracePeriodSeconds, honoured by kwok (they stay Terminating that long)."""
+    pods = resource_path("v1", "pods", namespace)
+
+    def others_gone() -> bool:
+        # Pods of earlier tests' deleted namespaces leave the nodes a little after: sizing the
+        # fillers before that would leave room once they go.
+        leaving = {
+            n["metadata"]["name"]
+            for n in client.get("/api/v1/namespaces")["items"]
+            if (n.get("status") or {}).get("phase") == "Terminating"
+        }
+        return not [
+            p
+            for p in client.get("/api/v1/pods")["items"]
+            if str(p["spec"].get("nodeName") or "").startswith(NODE_PREFIX)
+            and (p["metadata"]["namespace"] in leaving or p["metadata"].get("deletionTimestamp"))
+        ]
+
+    wait_for(others_gone, 90, "no pod of a deleted namespace is left on the nodes")
+    fillers = []
+    for node, cpu in sorted(free_cpu(client).items()):
+        assert node.startswith(NODE_PREFIX)
+        half = format_quantity(Fraction(int(cpu * 1000) // 2, 1000))
+        for i in range(2):
+            name = f"low-{node.removeprefix(NODE_PREFIX)}-{i}"
+            manifest = pod(
+                name,
+                namespace=None,
+                cpu=half,
+                limits={"cpu": half},
+                priority_class=low,
+                node_selector={"kubernetes.io/hostname": node},
+                annotations={GRACEFUL_DELETE_ANNOTATION: "true"} if graceful else None,
+            )
+            if graceful:
+                manifest["spec"]["terminationGracePeriodSeconds"] = graceful
+            client.create(pods, manifest)
+            fillers.append(name)
+    return fillers
+
+
 def test_gang_preempts_lower_priority_pods(
     client: ApiClient, namespace: str, classes: ClassTracker, cluster: LocalCluster
 ):
@@ -53,25 +98,7 @@ def test_gang_preempts_lower_priority_pods(
     )
     pods = resource_path("v1", "pods", namespace)
 
-    # Fill each node with two low-priority pods taking all of its free cpu.
-    fillers = []
-    for node, cpu in sorted(free_cpu(client).items()):
-        assert node.startswith(NODE_PREFIX)
-        half = format_quantity(Fraction(int(cpu * 1000) // 2, 1000))
-        for i in range(2):
-            name = f"low-{node.removeprefix(NODE_PREFIX)}-{i}"
-            client.create(
-                pods,
-                pod(
-                    name,
-                    namespace=None,
-                    cpu=half,
-                    limits={"cpu": half},
-                    priority_class=low,
-                    node_selector={"kubernetes.io/hostname": node},
-                ),
-            )
-            fillers.append(name)
+    fillers = fill_nodes(client, namespace, low)
     wait_for(lambda: all(pod_running(client, namespace, f) for f in fillers), 90, "the fillers run")
     member_cpu = "3"
     assert all(cpu < 3 for cpu in free_cpu(client).values()), "the nodes should be full"
@@ -117,33 +144,45 @@ def test_gang_preempts_lower_priority_pods(
     assert all(("Pod", v, "Preempted") in reasons for v in victims)
 
 
-def test_a_recorded_decision_is_resumed_not_recomputed(client: ApiClient, namespace: str):
+def test_a_recorded_decision_is_resumed_not_recomputed(
+    client: ApiClient, cluster: LocalCluster, namespace: str, classes: ClassTracker
+):
     """As after a crash between recording a decision and applying it: the controller finishes
-    exactly the recorded decision. A recorded victim whose uid no longer matches (the pod was
-    replaced by one of the same name) is left alone."""
+    exactly the recorded decision. The record is written with the controller's identity (the
+    only one admission lets write it), for a group that needs preemption (its member cannot be
+    placed), naming a pod of lower priority than the group."""
+    high = classes.name("high")
+    client.create("/apis/scheduling.k8s.io/v1/priorityclasses", priority_class(high, value=1000))
     pods = resource_path("v1", "pods", namespace)
-    for name in ("keep", "victim", "renamed"):
+    for name in ("keep", "victim"):
         client.create(pods, pod(name, namespace=None, cpu="100m", limits={"cpu": "100m"}))
-    wait_for(
-        lambda: all(pod_running(client, namespace, n) for n in ("keep", "victim", "renamed")), 60, "pods run"
-    )
+    wait_for(lambda: all(pod_running(client, namespace, n) for n in ("keep", "victim")), 60, "pods run")
     victim_uid = client.get(f"{pods}/victim")["metadata"]["uid"]
 
-    client.create(groups_path(namespace), podgroup("resumed", namespace=None, min_member=1))
+    client.create(
+        groups_path(namespace), podgroup("resumed", namespace=None, min_member=1, priority_class=high)
+    )
+    member = pod(
+        "m0", namespace=None, cpu="100m", group="resumed", node_selector={"kubernetes.io/hostname": "nowhere"}
+    )
+    client.create(pods, member)
     wait_phase(client, namespace, "resumed", "Inqueue")
+
+    def unschedulable() -> bool:
+        conditions = client.get(f"{pods}/m0")["status"].get("conditions") or []
+        return any(c["type"] == "PodScheduled" and c.get("reason") == "Unschedulable" for c in conditions)
+
+    wait_for(unschedulable, 60, "the scheduler marks the member Unschedulable")
     unapplied = {
         "id": "crashed0001",
-        "decidedAt": 1.0,
-        "victims": [
-            {"namespace": namespace, "name": "victim", "uid": victim_uid, "node": ""},
-            {"namespace": namespace, "name": "renamed", "uid": "not-the-current-uid", "node": ""},
-        ],
+        "decidedAt": time.time(),
+        "victims": [{"namespace": namespace, "name": "victim", "uid": victim_uid, "node": ""}],
         "nominated": {},
         "reason": "recorded before a crash",
         "applied": False,
     }
     patch = {"metadata": {"annotations": {ANNOTATION: json.dumps(unapplied)}}}
-    client.request(
+    load_client(str(cluster.controller_kubeconfig)).request(
         "PATCH", groups_path(namespace, "resumed"), body=patch, content_type="application/merge-patch+json"
     )
 
@@ -154,10 +193,72 @@ def test_a_recorded_decision_is_resumed_not_recomputed(client: ApiClient, namesp
 
     wait_for(lambda: record()["applied"] is True, 60, "the recorded decision is finished")
     assert record()["id"] == "crashed0001", "a second decision replaced the recorded one"
+    assert not record().get("stopped"), record()
     wait_for(
         lambda: "victim" not in {p["metadata"]["name"] for p in client.get(pods)["items"]},
         60,
         "the victim is gone",
     )
     left = {p["metadata"]["name"] for p in client.get(pods)["items"]}
-    assert {"keep", "renamed"} <= left
+    assert "keep" in left
+
+
+def test_victims_terminate_gracefully_marked_while_the_members_are_nominated(
+    client: ApiClient, namespace: str, classes: ClassTracker
+):
+    """Victims that take their grace period to go (kwok honours terminationGracePeriodSeconds
+    for pods annotated so): while they are Terminating they carry DisruptionTarget (reason
+    PreemptionByPriogate) and the gang's members carry status.nominatedNodeName; then the gang
+    runs."""
+    low, high = classes.name("low"), classes.name("high")
+    client.create(
+        "/apis/scheduling.k8s.io/v1/priorityclasses", priority_class(low, value=10, preemption_policy=None)
+    )
+    client.create(
+        "/apis/scheduling.k8s.io/v1/priorityclasses", priority_class(high, value=1000, preemption_policy=None)
+    )
+    pods = resource_path("v1", "pods", namespace)
+    fillers = fill_nodes(client, namespace, low, graceful=8)
+    wait_for(lambda: all(pod_running(client, namespace, f) for f in fillers), 90, "the fillers run")
+
+    client.create(
+        groups_path(namespace),
+        podgroup("gang", namespace=None, min_member=3, min_resources={"cpu": "9"}, priority_class=high),
+    )
+    for i in range(3):
+        client.create(
+            pods, pod(f"m{i}", namespace=None, cpu="3", limits={"cpu": "3"}, group="gang", priority_class=low)
+        )
+
+    marked: set[str] = set()  # victims seen Terminating with priogate's DisruptionTarget
+    nominated: set[str] = set()  # members seen nominated while a victim was Terminating
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        items = {p["metadata"]["name"]: p for p in client.get(pods)["items"]}
+        terminating = False
+        for name in fillers:
+            p = items.get(name)
+            if p is None or not p["metadata"].get("deletionTimestamp"):
+                continue
+            terminating = True
+            for c in p["status"].get("conditions") or []:
+                if c["type"] == "DisruptionTarget" and c.get("reason") == "PreemptionByPriogate":
+                    marked.add(name)
+        if terminating:
+            for i in range(3):
+                m = items.get(f"m{i}") or {}
+                if (m.get("status") or {}).get("nominatedNodeName") and not m["spec"].get("nodeName"):
+                    nominated.add(f"m{i}")
+        if all(pod_running(client, namespace, f"m{i}") for i in range(3)):
+            break
+        time.sleep(0.2)
+    wait_phase(client, namespace, "gang", "Running", timeout=30)
+
+    annotations = client.get(groups_path(namespace, "gang"))["metadata"].get("annotations") or {}
+    victims = {v["name"] for v in json.loads(annotations[ANNOTATION])["victims"]}
+    assert not json.loads(annotations[ANNOTATION]).get("stopped"), annotations[ANNOTATION]
+    assert marked and marked <= victims, (marked, victims)
+    assert marked == victims, (
+        f"every victim was seen Terminating with DisruptionTarget: {marked} of {victims}"
+    )
+    assert nominated, "members carried status.nominatedNodeName while the victims terminated"

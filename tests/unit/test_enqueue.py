@@ -11,6 +11,7 @@ from tests.builders import resource_quota
 def group(
     key="ns/g", cpu="4", priority=100, phase="Pending", consumed="0", preempts=True, ns="ns"
 ) -> GroupDemand:
+    # consumed: requests of bound members, which (being created) are also charged to the quota
     return GroupDemand(
         key=key,
         namespace=ns,
@@ -21,6 +22,7 @@ def group(
         min_member=2,
         min_resources=min_resources_of({"cpu": cpu}) if cpu else {},
         consumed={"cpu": Fraction(consumed)},
+        charged={"cpu": Fraction(consumed)},
     )
 
 

@@ -64,3 +64,61 @@ def member(node: str = "", reason: str | None = "Unschedulable") -> dict:
 )
 def test_needs_preemption(phase, scheduled, members, want):
     assert needs_preemption(phase, 3, scheduled, members) is want
+
+
+# ---- the re-check before acting on a record ------------------------------------------------------
+
+NOW = 10_000.0
+
+
+def victim_pod(uid: str = "u1", priority: int = 10, **meta) -> dict:
+    return {
+        "metadata": {"name": "low-1", "namespace": "ns", "uid": uid, **meta},
+        "spec": {"priority": priority},
+    }
+
+
+@pytest.mark.parametrize(
+    ("case", "kw", "pods", "why"),
+    [
+        ("acceptable", {}, {"ns/low-1": victim_pod()}, ""),
+        ("victims gone already (resumed)", {}, {}, ""),
+        ("no longer needed", {"needs_preemption": False}, {"ns/low-1": victim_pod()}, "no longer needs"),
+        ("too old", {"now": NOW + 1000}, {"ns/low-1": victim_pod()}, "more than 300s"),
+        ("from the future", {"now": NOW - 1000}, {"ns/low-1": victim_pod()}, "future"),
+        ("another pod of the name", {}, {"ns/low-1": victim_pod(uid="other")}, "not the recorded pod"),
+        ("equal priority", {}, {"ns/low-1": victim_pod(priority=100)}, "not lower"),
+        ("higher priority", {}, {"ns/low-1": victim_pod(priority=2_000_000_000)}, "not lower"),
+        (
+            "DaemonSet pod",
+            {},
+            {"ns/low-1": victim_pod(ownerReferences=[{"kind": "DaemonSet"}])},
+            "DaemonSet",
+        ),
+        (
+            "mirror pod",
+            {},
+            {"ns/low-1": victim_pod(annotations={"kubernetes.io/config.mirror": "x"})},
+            "mirror",
+        ),
+        (
+            "opted out, hard",
+            {},
+            {"ns/low-1": victim_pod(labels={"priogate.io/allow-preemption": "false"})},
+            "opted out",
+        ),
+        (
+            "opted out, soft",
+            {"opt_out_mode": "soft"},
+            {"ns/low-1": victim_pod(labels={"priogate.io/allow-preemption": "false"})},
+            "",
+        ),
+    ],
+)
+def test_refusal(case, kw, pods, why):
+    from priogate.preemption_record import refusal
+
+    decision = RecordedDecision("r", NOW, (V1,), {}, "")
+    args = {"needs_preemption": True, "preemptor_priority": 100, "pods": pods, "now": NOW + 5, **kw}
+    got = refusal(decision, **args)
+    assert why in got if why else got == "", (case, got)

@@ -11,7 +11,10 @@ from webhook.registry import SERVERS, default_threads, load_rule_sets
     ("servers", "paths"),
     [
         (("priority",), {"/mutate/pods", "/validate/priorityclasses"}),
-        (("quota",), {"/mutate/podgroups", "/validate/podgroups", "/validate/pods"}),
+        (
+            ("quota",),
+            {"/mutate/podgroups", "/validate/podgroups", "/validate/podgroup-annotations", "/validate/pods"},
+        ),
         (
             None,
             {
@@ -19,6 +22,7 @@ from webhook.registry import SERVERS, default_threads, load_rule_sets
                 "/validate/priorityclasses",
                 "/mutate/podgroups",
                 "/validate/podgroups",
+                "/validate/podgroup-annotations",
                 "/validate/pods",
             },
         ),

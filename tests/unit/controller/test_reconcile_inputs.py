@@ -67,12 +67,42 @@ def test_other_holding_groups_of_equal_priority_count():
     )
     g = podgroup("g", namespace="ns", min_member=1, min_resources={"cpu": "2"}, priority_class="high")
     assert phase_of(reconciler([], [holder, g]), g) == "Pending"
-    waiting = podgroup(
-        "first",
-        namespace="ns",
-        min_member=1,
-        min_resources={"cpu": "3"},
-        priority_class="high",
-        phase="Pending",
-    )  # a Pending group holds nothing
-    assert phase_of(reconciler([], [waiting, g]), g) == "Inqueue"
+
+    # A Pending group behind g in the enqueue order (younger, same priority) holds nothing for
+    # it; one ahead of it (older) holds what it waits for (tests/unit/test_enqueue_order.py).
+    def waiting(name: str, created: float) -> dict:
+        return podgroup(
+            name,
+            namespace="ns",
+            created=created,
+            min_member=1,
+            min_resources={"cpu": "3"},
+            priority_class="high",
+            phase="Pending",
+        )
+
+    g = podgroup(
+        "g", namespace="ns", created=5, min_member=1, min_resources={"cpu": "2"}, priority_class="high"
+    )
+    assert phase_of(reconciler([], [waiting("younger", 10), g]), g) == "Inqueue"
+    assert phase_of(reconciler([], [waiting("older", 0), g]), g) == "Pending"
+
+
+def test_a_waiting_group_its_own_quota_refuses_holds_nothing_in_other_namespaces():
+    # An older group in namespace "full" wants 3 of the node's 4 cpus, but its own quota is used
+    # up: it must not hold capacity against a younger group of the same priority elsewhere.
+    quota = {
+        "metadata": {"name": "q", "namespace": "full"},
+        "spec": {"hard": {"cpu": "1"}},
+        "status": {"used": {"cpu": "1"}},
+    }
+    older = podgroup(
+        "older", namespace="full", created=0, min_member=1, min_resources={"cpu": "3"}, priority_class="high"
+    )
+    g = podgroup(
+        "g", namespace="ns", created=5, min_member=1, min_resources={"cpu": "2"}, priority_class="high"
+    )
+    r = reconciler([], [older, g])
+    assert phase_of(r, g) == "Pending"  # without the quota, the older group is ahead
+    r.caches.quotas.apply_event("ADDED", quota)
+    assert phase_of(r, g) == "Inqueue"
