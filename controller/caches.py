@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from priogate.kube import catalogue
-from priogate.kube.cache import Obj, OnEvent, WatchCache
+from priogate.kube.cache import DEFAULT_QUIET_SECONDS, Obj, OnEvent, WatchCache
 from priogate.kube.client import ApiClient
 from priogate.ledger import DEFAULT_LEDGER_NAMESPACE
 from priogate.slim import slim_node, slim_pod
@@ -38,7 +38,16 @@ class Caches:
             cache.stop()
 
     def synced(self) -> bool:
+        """Every cache current: listed, and not stale."""
         return all(cache.synced for cache in self.all())
+
+    def listed(self) -> bool:
+        """Every cache listed once (current or stale): the process is up and working."""
+        return all(cache.listed for cache in self.all())
+
+    def not_current(self) -> list[str]:
+        """Why each cache that is not current is not: "name: reason"."""
+        return [f"{c.name}: {c.state().reason}" for c in self.all() if not c.synced]
 
     def wait_synced(self, timeout: float) -> bool:
         return all(cache.wait_synced(timeout) for cache in self.all())
@@ -48,19 +57,21 @@ def build_caches(
     client: ApiClient,
     on_event: Callable[[str, str, Obj], None],
     ledger_namespace: str = DEFAULT_LEDGER_NAMESPACE,
+    quiet_seconds: float = DEFAULT_QUIET_SECONDS,
 ) -> Caches:
     """`on_event(cache field, event type, object)` for the caches whose changes need work."""
 
     def route(name: str) -> OnEvent:
         return lambda event_type, obj: on_event(name, event_type, obj)
 
+    q = quiet_seconds
     # Every pod and node, without the fields the controller never reads.
     return Caches(
-        podgroups=catalogue.PODGROUPS.cache(client, on_event=route("podgroups")),
-        pods=catalogue.PODS.cache(client, transform=slim_pod, on_event=route("pods")),
-        quotas=catalogue.RESOURCE_QUOTAS.cache(client, on_event=route("quotas")),
-        nodes=catalogue.NODES.cache(client, transform=slim_node, on_event=route("nodes")),
-        ledgers=catalogue.ledgers(ledger_namespace).cache(client, on_event=route("ledgers")),
-        pdbs=catalogue.PDBS.cache(client),
-        classes=catalogue.PRIORITY_CLASSES.cache(client),
+        podgroups=catalogue.PODGROUPS.cache(client, on_event=route("podgroups"), quiet_seconds=q),
+        pods=catalogue.PODS.cache(client, transform=slim_pod, on_event=route("pods"), quiet_seconds=q),
+        quotas=catalogue.RESOURCE_QUOTAS.cache(client, on_event=route("quotas"), quiet_seconds=q),
+        nodes=catalogue.NODES.cache(client, transform=slim_node, on_event=route("nodes"), quiet_seconds=q),
+        ledgers=catalogue.ledgers(ledger_namespace).cache(client, on_event=route("ledgers"), quiet_seconds=q),
+        pdbs=catalogue.PDBS.cache(client, quiet_seconds=q),
+        classes=catalogue.PRIORITY_CLASSES.cache(client, quiet_seconds=q),
     )

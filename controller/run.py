@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import math
 import os
 import signal
 import threading
@@ -26,7 +27,7 @@ from controller.reclaim import Reclaimer
 from controller.reconcile import Reconciler
 from controller.serving import Metrics, serve
 from controller.workqueue import WorkQueue
-from priogate.kube.cache import Obj
+from priogate.kube.cache import CacheState, Obj
 from priogate.kube.client import ApiClient, load_client
 from priogate.kube.ledger_store import LedgerStore
 from priogate.lease import LEASE_DURATION, RENEW_DEADLINE, RETRY_PERIOD
@@ -80,6 +81,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="priogate's own namespace, where the reservation records live"
         " (default: $POD_NAMESPACE, else priogate-system)",
     )
+    p.add_argument(
+        "--cache-quiet-seconds",
+        type=_positive_seconds,
+        default=120.0,
+        help="restart a watch that heard nothing, not even a bookmark, for this long; the cache is stale"
+        " (/readyz fails, the worker waits) until a list or watch succeeds. kube-apiserver sends"
+        " bookmarks about every 60 s: keep it above that (default 120)",
+    )
     p.add_argument("--gang-preemption", action=argparse.BooleanOptionalAction, default=True)
     p.add_argument("--opt-out-mode", choices=OPT_OUT_MODES, default="hard", help="see `simulate --help`")
     p.add_argument(
@@ -110,6 +119,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--log-level", default="INFO")
 
 
+def _positive_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not 0 < value < math.inf:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a number of seconds above 0")
+    return value
+
+
 class Controller:
     def __init__(self, args: argparse.Namespace, client: ApiClient) -> None:
         self.args = args
@@ -121,7 +140,10 @@ class Controller:
         self.leading = threading.Event()
         self.idle = threading.Event()
         self.idle.set()
-        self.caches = build_caches(client, self.on_event, args.ledger_namespace)
+        self.caches = build_caches(client, self.on_event, args.ledger_namespace, args.cache_quiet_seconds)
+        for cache in self.caches.all():
+            cache.on_state = self._export_cache_state
+            self._export_cache_state(cache.state())
         self.elector: LeaderElector | None = None
         if args.leader_elect:
             self.elector = LeaderElector(
@@ -166,6 +188,10 @@ class Controller:
 
     def is_leader(self) -> bool:
         return self.elector.is_leader() if self.elector is not None else not self.stop.is_set()
+
+    def _export_cache_state(self, state: CacheState) -> None:
+        self.metrics.cache_stale.labels(state.name).set(0 if state.synced else 1)
+        self.metrics.cache_last_event.labels(state.name).set(state.last_event)
 
     def _count_preemption(self, victims: int) -> None:
         self.metrics.preemptions.inc()
@@ -226,6 +252,12 @@ class Controller:
         while not self.stop.is_set():
             if not self.leading.wait(0.5):
                 continue
+            if not self.caches.synced():
+                # A stale cache may be behind: status writes and gang preemption wait for current
+                # ones rather than act on old data (the sweep reads a quorum LIST, but waits too,
+                # so one rule covers the worker). Keys wait in the queue meanwhile.
+                self.stop.wait(0.5)
+                continue
             key = self.queue.get(timeout=0.5)
             self.metrics.queue_depth.set(self.queue.depth())
             if key is None:
@@ -273,7 +305,7 @@ class Controller:
                 next_sweep = now + self.args.reclaim_seconds
 
     def run(self) -> int:
-        server = serve(self.args.bind, self.metrics, self.caches.synced)
+        server = serve(self.args.bind, self.metrics, self.caches.listed, self.caches.not_current)
         log.info("controller starting", identity=self.identity, bind=self.args.bind)
         self.caches.start()
         while not self.caches.wait_synced(1.0):

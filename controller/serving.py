@@ -1,4 +1,8 @@
-"""/healthz and /metrics on a plain HTTP port (no TLS: nothing secret is served)."""
+"""/healthz, /readyz and /metrics on a plain HTTP port (no TLS: nothing secret is served).
+
+/healthz (liveness) says the caches listed once: a process whose API server is away is not
+broken, and restarting it would not bring the server back. /readyz says every cache is current;
+while one is stale the worker holds its keys, and the reason is the answer's body."""
 
 from __future__ import annotations
 
@@ -32,9 +36,25 @@ class Metrics:
         self.queue_depth = Gauge(
             "priogate_controller_queue_depth", "Keys waiting in the work queue", registry=self.registry
         )
+        self.cache_stale = Gauge(
+            "priogate_cache_stale",
+            "1 while the cache is not current (not listed yet, or a LIST or WATCH failed or went"
+            " quiet since; it keeps its last contents), else 0",
+            ["cache"],
+            registry=self.registry,
+        )
+        self.cache_last_event = Gauge(
+            "priogate_cache_last_event_timestamp_seconds",
+            "When the cache last heard from the API server (LIST, event or bookmark; Unix time)",
+            ["cache"],
+            registry=self.registry,
+        )
 
 
-def serve(bind: str, metrics: Metrics, healthy: Callable[[], bool]) -> ThreadingHTTPServer:
+def serve(
+    bind: str, metrics: Metrics, healthy: Callable[[], bool], not_ready: Callable[[], list[str]]
+) -> ThreadingHTTPServer:
+    """`not_ready()`: why the process is not ready (one line each), empty when it is."""
     host, _, port = bind.rpartition(":")
 
     class Handler(BaseHTTPRequestHandler):
@@ -42,6 +62,10 @@ def serve(bind: str, metrics: Metrics, healthy: Callable[[], bool]) -> Threading
             if self.path == "/healthz":
                 ok = healthy()
                 self._send(200 if ok else 503, b"ok\n" if ok else b"caches not synced\n", "text/plain")
+            elif self.path == "/readyz":
+                reasons = not_ready()
+                body = "".join(f"cache {r}\n" for r in reasons) if reasons else "ok\n"
+                self._send(503 if reasons else 200, body.encode(), "text/plain")
             elif self.path == "/metrics":
                 self._send(200, generate_latest(metrics.registry), CONTENT_TYPE_LATEST)
             else:

@@ -81,6 +81,20 @@ class Etcd:
         )
         r.raise_for_status()
 
+    def compact(self) -> int:
+        """Advance the revision and compact history up to it, so a watch from any resourceVersion
+        handed out before fails with 410 Gone and its client must relist. Returns the revision."""
+        key = "/priogate-localcluster/compact"
+        self.put(key, b"x")
+        r = self.session.post(self.url + "/v3/kv/range", json={"key": self._b64(key)}, timeout=10)
+        r.raise_for_status()
+        revision = int(r.json()["header"]["revision"])
+        r = self.session.post(
+            self.url + "/v3/kv/compaction", json={"revision": revision, "physical": True}, timeout=30
+        )
+        r.raise_for_status()
+        return revision
+
     def delete(self, key: str) -> int:
         r = self.session.post(self.url + "/v3/kv/deleterange", json={"key": self._b64(key)}, timeout=10)
         r.raise_for_status()

@@ -29,7 +29,7 @@ from localcluster.api import Etcd, apiserver_ready, create_or_replace
 from localcluster.binaries import REPO, ensure_binaries
 from localcluster.components import ApiServerMode, Ports
 from localcluster.pki import CONTROLLER_USER, Pki, issue_all, write_kubeconfig, write_webhook_kubeconfig
-from localcluster.procs import Proc, Supervisor, free_ports, progress, rss_kib, wait_until
+from localcluster.procs import Proc, Supervisor, free_ports, progress, rss_kib, stop_pid, wait_until
 from localcluster.webhooks import PRIOGATE_NAMESPACE, Webhooks
 from priogate.kube.client import ApiClient, ApiError, load_client
 from webhook.policy import WebhookPolicy
@@ -61,6 +61,15 @@ class Options:
     policy: WebhookPolicy | None = None
     start_timeout: float = 120.0
     bin_dir: Path | None = None
+    # The webhook's and controller's --cache-quiet-seconds (None: their default). Tests that
+    # stop kube-apiserver use a short one so a quiet watch is noticed within the test.
+    cache_quiet_seconds: float | None = None
+    # More flags for the controller (e.g. a short --reclaim-seconds).
+    controller_args: tuple[str, ...] = ()
+
+    def quiet_flags(self) -> tuple[str, ...]:
+        q = self.cache_quiet_seconds
+        return () if q is None else (f"--cache-quiet-seconds={q}",)
 
 
 @dataclass
@@ -205,7 +214,9 @@ class LocalCluster:
             progress(f"starting the priogate webhook on {self.ports.webhook_url} ({mtls})")
             hook = self.supervisor.start(
                 "webhook",
-                components.webhook(self.pki, self.kubeconfig, self.ports, o.webhook_workers, mtls=o.mtls),
+                components.webhook(
+                    self.pki, self.kubeconfig, self.ports, o.webhook_workers, *o.quiet_flags(), mtls=o.mtls
+                ),
                 self._log("webhook"),
                 cwd=REPO,
             )
@@ -231,7 +242,12 @@ class LocalCluster:
         progress(f"starting the priogate controller (metrics on {self.ports.controller_url})")
         proc = self.supervisor.start(
             "controller",
-            components.controller(self.controller_kubeconfig, self.ports.controller),
+            components.controller(
+                self.controller_kubeconfig,
+                self.ports.controller,
+                *self.options.quiet_flags(),
+                *self.options.controller_args,
+            ),
             self._log("controller"),
             cwd=REPO,
         )
@@ -286,6 +302,13 @@ class LocalCluster:
             what="/readyz is 200",
             proc=proc,
         )
+
+    def stop_apiserver(self) -> None:
+        """Stop kube-apiserver and leave it stopped (everything else keeps running and retries);
+        restart_apiserver starts it again in the same place of the stop order."""
+        proc = self.supervisor.get("kube-apiserver")
+        progress(f"stopping kube-apiserver (pid {proc.pid})")
+        stop_pid(proc.pid, proc.start_time, 15.0, popen=proc.popen)
 
     def _write_admission_config(self) -> Path | None:
         """kube-apiserver's --admission-control-config-file: the mode's plugins, and with mTLS the

@@ -213,8 +213,11 @@ def kwok(bin_dir: Path, kubeconfig: Path) -> list[str]:
     ]
 
 
-def webhook(pki: Pki, kubeconfig: Path, ports: Ports, workers: int, mtls: bool = True) -> list[str]:
-    """`mtls`: require kube-apiserver's client certificate (pki.webhook_client_crt)."""
+def webhook(
+    pki: Pki, kubeconfig: Path, ports: Ports, workers: int, *extra: str, mtls: bool = True
+) -> list[str]:
+    """`mtls`: require kube-apiserver's client certificate (pki.webhook_client_crt); `extra`: more
+    flags."""
     return [
         sys.executable,
         "-m",
@@ -225,6 +228,7 @@ def webhook(pki: Pki, kubeconfig: Path, ports: Ports, workers: int, mtls: bool =
         f"--kubeconfig={kubeconfig}",
         f"--workers={workers}",
         *([f"--client-ca-file={pki.webhook_client_ca_crt}"] if mtls else []),
+        *extra,
     ]
 
 

@@ -482,7 +482,10 @@ class MemoryLedgerStore:
     store, for a single-process server (offline mode, benchmarks) and in-process tests. `reads`
     gives a namespace's reads (the caller's caches stand in for quorum reads)."""
 
-    def __init__(self, reads: Callable[[str], Reads] | None = None) -> None:
+    def __init__(
+        self, reads: Callable[[str], Reads] | None = None, ledger_namespace: str = DEFAULT_LEDGER_NAMESPACE
+    ) -> None:
+        self.ledger_namespace = ledger_namespace
         self._lock = threading.Lock()
         self.records: dict[str, Record] = {}
         self.writes = 0

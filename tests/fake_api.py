@@ -50,6 +50,9 @@ class FakeApi:
                 return {"items": items, "metadata": {"resourceVersion": str(self._version)}}
             raise ApiError(404, "NotFound", f"{path} not found")
 
+    def list_all(self, path: str, **kw: Any) -> list[dict[str, Any]]:
+        return self.get(path, **kw)["items"]
+
     def request(self, method: str, path: str, *, body: Any = None, **_: Any) -> dict[str, Any]:
         with self._lock:
             self.calls.append((method, path, ()))

@@ -6,6 +6,7 @@ python -m webhook --cert-file tls.crt --key-file tls.key --bind 127.0.0.1:8443 -
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 import tempfile
@@ -61,6 +62,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--tls-check-seconds", type=float, default=3600.0, help="how often to check the Secret")
     p.add_argument(
+        "--cache-quiet-seconds",
+        type=float,
+        default=os.environ.get("PRIOGATE_CACHE_QUIET_SECONDS", "120"),  # argparse applies type
+        help="restart a watch that heard nothing, not even a bookmark, for this long; its cache is"
+        " stale (quota hooks refuse with 'retry', /readyz fails) until a list or watch succeeds."
+        " kube-apiserver sends bookmarks about every 60 s: keep it above that (default 120)",
+    )
+    p.add_argument(
         "--controller-username",
         default=os.environ.get("PRIOGATE_CONTROLLER_USERNAME"),
         help="the only user allowed to write priogate.io/ annotations on PodGroups "
@@ -81,6 +90,8 @@ def main(argv: list[str] | None = None) -> int:
         " once a thread serves it; then it is disconnected (default: 10)",
     )
     args = p.parse_args(argv)
+    if not (0 < args.cache_quiet_seconds < math.inf):
+        p.error(f"--cache-quiet-seconds {args.cache_quiet_seconds}: give a number of seconds above 0")
     if args.controller_username:
         # Read by webhook/rules/podgroup_annotations.py in every worker (they inherit it).
         os.environ["PRIOGATE_CONTROLLER_USERNAME"] = args.controller_username
@@ -123,6 +134,7 @@ def main(argv: list[str] | None = None) -> int:
         tls_check_seconds=args.tls_check_seconds,
         ledger_namespace=args.ledger_namespace,
         in_flight_seconds=args.in_flight_seconds,
+        cache_quiet_seconds=args.cache_quiet_seconds,
         client_ca_file=args.client_ca_file,
         client_deadline_seconds=args.client_deadline_seconds,
     )

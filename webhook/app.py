@@ -9,7 +9,7 @@ from flask import Flask, Response
 
 from webhook import metrics
 from webhook.endpoints import AdmissionEndpoints
-from webhook.registry import RuleSet, load_rule_sets
+from webhook.registry import RuleSet, fresh_needs, load_rule_sets
 from webhook.view import CacheView
 
 
@@ -26,11 +26,27 @@ def create_app(view: CacheView, rule_sets: Sequence[RuleSet] | None = None) -> F
     def healthz() -> Response:
         return _plain(200, "ok")
 
+    # Readiness follows what the rule sets answer from: every cache must have listed once, and
+    # those some rule set will not answer from while stale must be current. A server that would
+    # refuse every quota request leaves the Service's endpoints, so kube-apiserver's calls go to a
+    # replica that can decide (or, with none, meet the hook's failurePolicy).
+    must_be_current = fresh_needs(rule_sets)
+
     @app.get("/readyz")
     def readyz() -> Response:
-        unsynced = view.unsynced(list(view.caches))
-        if unsynced:
-            return _plain(503, f"caches not synced: {', '.join(unsynced)}")
+        caches = view.caches
+        unsynced = view.unlisted(list(caches))
+        stale = [n for n in view.unsynced(sorted(must_be_current & set(caches))) if n not in unsynced]
+        if unsynced or stale:
+            lines = [f"caches not synced: {', '.join(unsynced)}"] if unsynced else []
+            lines += [
+                f"cache {n} stale for {caches[n].stale_seconds():.0f} s: {caches[n].state().reason}"
+                for n in stale
+            ]
+            return _plain(503, "\n".join(lines))
+        tolerated = [n for n in caches if caches[n].stale]
+        if tolerated:
+            return _plain(200, f"ok (answering from stale caches: {', '.join(tolerated)})")
         return _plain(200, "ok")
 
     @app.get("/metrics")

@@ -87,14 +87,8 @@ def answer_review(
         review = parse_review(body, deadline)
     except BadReview as e:
         return bad_request(rule_set, str(e)), "", "bad-request"
-    unsynced = view.unsynced(rule_set.needs)
-    if unsynced and not all(view.caches[n].wait_synced(CACHE_SYNC_GRACE_SECONDS) for n in unsynced):
-        decision = deny(
-            f"priogate is starting: its {', '.join(unsynced)} cache is not synced yet; retry shortly",
-            code=503,
-            reason="ServiceUnavailable",
-        )
-    else:
+    decision = cache_refusal(rule_set, view, review.operation)
+    if decision is None:
         try:
             decision = rule_set.handler(review, view)
         except MalformedObject as e:
@@ -121,6 +115,47 @@ def answer_review(
             dry_run=review.dry_run,
         )
     return _json(orjson.dumps(review_response(review, decision))), review.operation, label
+
+
+def cache_refusal(rule_set: RuleSet, view: CacheView, operation: str = "") -> Decision | None:
+    """A 503 "retry" when the caches the rule set reads cannot be trusted for it, else None.
+
+    Not listed yet: nobody answers (priogate is starting). Stale (listed once, its watch down
+    since): a rule set that answers_from_stale answers from the last contents; the others, whose
+    decisions reserve or spend quota, refuse rather than decide on data that may be behind.
+    Either way a cache that just went wrong gets CACHE_SYNC_GRACE_SECONDS to come back, so a
+    watch reconnect is not a refusal; one stale for longer is refused at once. A DELETE only
+    frees (podgroup_quota releases on a fresh read of the ledger, not the caches): refusing it
+    would block deletions and free nothing, so it is answered from stale caches too."""
+    caches = view.caches
+    if rule_set.answers_from_stale or operation == "DELETE":
+        waiting = view.unlisted(rule_set.needs)
+        if not waiting or all(caches[n].wait_listed(CACHE_SYNC_GRACE_SECONDS) for n in waiting):
+            return None
+    else:
+        waiting = view.unsynced(rule_set.needs)
+        if not waiting:
+            return None
+        if all(
+            n in caches
+            and caches[n].stale_seconds() < CACHE_SYNC_GRACE_SECONDS
+            and caches[n].wait_synced(CACHE_SYNC_GRACE_SECONDS)
+            for n in waiting
+        ):
+            return None
+    unlisted = view.unlisted(waiting)
+    if unlisted:
+        message = f"priogate is starting: its {', '.join(unlisted)} cache is not synced yet; retry shortly"
+    else:
+        stale = [caches[n] for n in waiting if not caches[n].synced]
+        if not stale:  # came back meanwhile
+            return None
+        detail = "; ".join(f"{c.name} for {c.stale_seconds():.0f} s ({c.state().reason})" for c in stale)
+        message = (
+            f"priogate's view of the cluster is stale ({detail}): {rule_set.name} does not decide on"
+            " data that may be behind the API server; retry shortly"
+        )
+    return deny(message, code=503, reason="ServiceUnavailable")
 
 
 def bad_request(rule_set: RuleSet, reason: str) -> Answer:

@@ -50,6 +50,22 @@ LEDGER_CONFLICTS = Counter(
 )
 
 
+CACHE_STALE = Gauge(
+    "priogate_cache_stale",
+    "1 while the cache is not current (not listed yet, or a LIST or WATCH failed or went quiet"
+    " since; it keeps its last contents), else 0; the worst across workers.",
+    ["cache"],
+    multiprocess_mode="livemax",
+)
+CACHE_LAST_EVENT = Gauge(
+    "priogate_cache_last_event_timestamp_seconds",
+    "When the cache last heard from the API server (LIST, event or bookmark; Unix time); the"
+    " oldest across workers.",
+    ["cache"],
+    multiprocess_mode="livemin",
+)
+
+
 def render() -> tuple[bytes, str]:
     if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         registry = CollectorRegistry()

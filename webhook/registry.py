@@ -33,6 +33,8 @@ class ClusterView(Protocol):
 
     def reservations(self, namespace: str) -> Any: ...
 
+    def listed_podgroups(self, namespace: str) -> dict[str, str]: ...
+
     @property
     def ledger_store(self) -> Any: ...
 
@@ -60,6 +62,9 @@ class RuleSet:
     timeout_seconds: int = 5
     # Which caches must be synced before the rule set can answer.
     needs: Sequence[str] = field(default_factory=tuple)
+    # Whether it answers from a stale cache (listed once, its watch down since): see
+    # answer_review in webhook/endpoints.py. False: it refuses with "retry" instead.
+    answers_from_stale: bool = False
     # kube-apiserver's built-in Priority plugin enforces the same rules when it is enabled, so
     # the hook may then exempt system namespaces and fail open (docs/modes.md).
     builtin_fallback: bool = False
@@ -100,6 +105,11 @@ def load_rule_sets(
     if len(set(paths)) != len(paths):
         raise ValueError(f"two rule sets share a path: {paths}")
     return rule_sets
+
+
+def fresh_needs(rule_sets: Sequence[RuleSet]) -> set[str]:
+    """The caches some rule set will not answer from while stale: readiness follows them."""
+    return {name for r in rule_sets if not r.answers_from_stale for name in r.needs}
 
 
 def default_threads(servers: Sequence[str]) -> int:

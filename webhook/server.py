@@ -44,6 +44,9 @@ class ServerOptions:
     # (priogate.ledger.DEFAULT_IN_FLIGHT says what it is).
     ledger_namespace: str = "priogate-system"
     in_flight_seconds: float = 15.0
+    # A watch that hears nothing, not even a bookmark, for this long is restarted and its cache
+    # is stale meanwhile (priogate.kube.cache.DEFAULT_QUIET_SECONDS says why the default).
+    cache_quiet_seconds: float = 120.0
     workers: int = 2
     threads: int | None = None  # None: what the served rule sets want (registry.default_threads)
     # kube-apiserver keeps idle connections for 90 s (Go net/http DefaultTransport's
@@ -104,12 +107,13 @@ def build_view(
     servers: tuple[str, ...] | None = None,
     ledger_namespace: str = "priogate-system",
     in_flight_seconds: float = 15.0,
+    quiet_seconds: float = 120.0,
 ) -> Any:
     """Caches for what the served rule sets need, started in this worker."""
-    from priogate.kube.cache import WatchCache
+    from priogate.kube.cache import CacheState, WatchCache
     from priogate.kube.client import load_client
     from priogate.kube.ledger_store import LedgerStore
-    from webhook.metrics import LEDGER_CONFLICTS
+    from webhook.metrics import CACHE_LAST_EVENT, CACHE_STALE, LEDGER_CONFLICTS
     from webhook.registry import load_rule_sets
     from webhook.view import CacheView, memory_view, sources
 
@@ -121,15 +125,23 @@ def build_view(
         caches = {n: WatchCache.static(n, classes if n == "priorityclasses" else []) for n in needed}
         return memory_view(caches, ledger_namespace=ledger_namespace, in_flight=in_flight)
     client = load_client(kubeconfig)
+
+    def export(state: CacheState) -> None:
+        CACHE_STALE.labels(state.name).set(0 if state.synced else 1)
+        CACHE_LAST_EVENT.labels(state.name).set(state.last_event)
+
     caches = {}
     catalogue = sources(ledger_namespace)
     for name in needed:
         source, transform = catalogue[name]
-        caches[name] = source.cache(client, transform=transform).start()
+        cache = source.cache(client, transform=transform, quiet_seconds=quiet_seconds)
+        cache.on_state = export
+        export(cache.state())
+        caches[name] = cache.start()
     store = LedgerStore(
         client, ledger_namespace=ledger_namespace, in_flight=in_flight, on_conflict=LEDGER_CONFLICTS.inc
     )
-    return CacheView(caches, store, ledger_namespace=ledger_namespace, in_flight=in_flight)
+    return CacheView(caches, store, client, ledger_namespace=ledger_namespace, in_flight=in_flight)
 
 
 class WebhookServer(BaseApplication):
@@ -184,7 +196,12 @@ class WebhookServer(BaseApplication):
             from webhook.registry import load_rule_sets
 
             view = build_view(
-                o.kubeconfig, o.priorityclasses_file, o.servers, o.ledger_namespace, o.in_flight_seconds
+                o.kubeconfig,
+                o.priorityclasses_file,
+                o.servers,
+                o.ledger_namespace,
+                o.in_flight_seconds,
+                o.cache_quiet_seconds,
             )
             app = create_app(view, load_rule_sets(servers=o.servers))
         if o.tls_secret:

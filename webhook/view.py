@@ -5,7 +5,7 @@ cache change, not per request."""
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -13,6 +13,7 @@ from priogate import podgroup, priority
 from priogate.kube import catalogue
 from priogate.kube.cache import Transform, WatchCache
 from priogate.kube.catalogue import Source
+from priogate.kube.client import ApiClient, resource_path
 from priogate.kube.ledger_store import LedgerStore
 from priogate.ledger import (
     DEFAULT_IN_FLIGHT,
@@ -71,19 +72,28 @@ class CacheView:
         self,
         caches: Mapping[str, WatchCache],
         ledger_store: Any = None,
+        client: ApiClient | None = None,
         *,
         ledger_namespace: str = DEFAULT_LEDGER_NAMESPACE,
         in_flight: dt.timedelta = DEFAULT_IN_FLIGHT,
     ) -> None:
         self.caches = caches
         self.ledger_store: LedgerStore | Any = ledger_store
+        # For quorum reads outside a record's turn (listed_podgroups); None offline and in
+        # tests, where the caches are fixed and so never behind.
+        self.client = client
         self.ledger_namespace = ledger_namespace
         self.in_flight = in_flight
         self._default_memo: tuple[int, Mapping | None] | None = None
         self._reservations_memo: dict[str, tuple[tuple[int, int, int], NamespaceReservations]] = {}
 
-    def unsynced(self, names: tuple[str, ...] | list[str]) -> list[str]:
+    def unsynced(self, names: Sequence[str]) -> list[str]:
+        """The caches of `names` that are not current: not listed yet, or stale."""
         return [n for n in names if n not in self.caches or not self.caches[n].synced]
+
+    def unlisted(self, names: Sequence[str]) -> list[str]:
+        """The caches of `names` that hold nothing yet (no LIST has succeeded)."""
+        return [n for n in names if n not in self.caches or not self.caches[n].listed]
 
     def priority_classes(self) -> Mapping[str, Mapping]:
         return self.caches["priorityclasses"].namespace("")
@@ -117,6 +127,15 @@ class CacheView:
         """The namespace's record as the watch shows it; DamagedRecord when unreadable."""
         obj = self.caches["ledgers"].get(self.ledger_namespace, record_name(namespace))
         return record_of(obj) if obj is not None else None
+
+    def listed_podgroups(self, namespace: str) -> dict[str, str]:
+        """uid -> name of the namespace's PodGroups by a quorum LIST (ApiClient.list_all), not
+        the cache: what a reservation is freed on. Raises when the API server cannot answer."""
+        if self.client is None:
+            return self.live_podgroups(namespace)
+        path = resource_path(podgroup.GROUP_VERSION, podgroup.PLURAL, namespace)
+        groups = self.client.list_all(path, timeout=(3, 5))
+        return {g["metadata"].get("uid", ""): g["metadata"]["name"] for g in groups}
 
     def reservations(self, namespace: str) -> NamespaceReservations:
         """What the caches show of the namespace's reservations (admission of PodGroups, and of
@@ -169,7 +188,11 @@ class CacheReads:
         return self.view.resource_quotas(self.namespace)
 
     def podgroups(self) -> Listing:
-        return self.view.cached_listing(self.namespace, dt.datetime.now(dt.UTC))
+        started = dt.datetime.now(dt.UTC)
+        if self.view.client is not None:  # a quorum LIST where there is an API server to ask
+            path = resource_path(podgroup.GROUP_VERSION, podgroup.PLURAL, self.namespace)
+            return listing_of(self.view.client.list_all(path, timeout=(3, 5)), started)
+        return self.view.cached_listing(self.namespace, started)
 
 
 def memory_view(caches: Mapping[str, WatchCache], **kw: Any) -> CacheView:

@@ -4,6 +4,15 @@ LIST, then WATCH from the list's resourceVersion with bookmarks; relist on 410 G
 with jittered exponential backoff; a client-side read timeout so a silently dead connection is
 noticed. Readers never block and never call the API server: objects live in per-namespace dicts
 that are replaced, not mutated (copy-on-write), so a reader's view is always consistent.
+
+A cache never lies about what it knows. Until its first LIST succeeds it is not synced; after
+that, any failed LIST or WATCH (a 404 too: right after an API server restart a CRD's resource is
+not served for a moment, which says nothing about whether its objects exist) and a watch that
+heard nothing, not even a bookmark, for `quiet_seconds` make it stale: it keeps the last good
+contents, `synced` is False, and readers decide whether stale contents are good enough for
+them. The next successful LIST, or WATCH opened from the cache's resourceVersion, makes it fresh
+again. client-go's reflector (k8s.io/client-go tools/cache/reflector.go) likewise keeps its
+store across failed ListAndWatch attempts and relists only on an expired resourceVersion.
 """
 
 from __future__ import annotations
@@ -13,6 +22,7 @@ import random
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
@@ -30,6 +40,26 @@ Transform = Callable[[Obj], Obj | None]
 # every object of a relist (client-go's ResourceEventHandler, with resync as "SYNC").
 OnEvent = Callable[[str, Obj], None]
 
+# With allowWatchBookmarks=true kube-apiserver's watch cache sends a BOOKMARK about once a minute
+# even when nothing changes (KEP-956 "Watch bookmark"; k8s.io/apiserver pkg/storage/cacher,
+# bookmarkFrequency), so a watch silent for twice that long is dead, whatever TCP says. The bound
+# is the watch's read timeout: a healthy watch is never restarted by it.
+DEFAULT_QUIET_SECONDS = 120.0
+# How often the last-event time is reported to on_state while events flow (metrics writes are
+# not free; transitions are always reported at once).
+_REPORT_EVERY_SECONDS = 5.0
+
+
+@dataclass(frozen=True)
+class CacheState:
+    """What readiness and metrics report of a cache."""
+
+    name: str
+    synced: bool  # listed, and its watch is not known to be broken: the contents are current
+    stale: bool  # listed once, but not current now (a failed LIST or WATCH, or a quiet watch)
+    last_event: float  # Unix time of the last LIST, event or bookmark; 0 before any
+    reason: str  # why it is stale or not synced; "" when synced
+
 
 class Gone(Exception):
     """The watch's resourceVersion is too old: relist."""
@@ -43,6 +73,7 @@ class WatchCache:
         name: str,
         *,
         watch_timeout_seconds: int = 240,
+        quiet_seconds: float = DEFAULT_QUIET_SECONDS,
         selectors: Sequence[tuple[str, str]] = (),
         transform: Transform | None = None,
         on_event: OnEvent | None = None,
@@ -57,17 +88,30 @@ class WatchCache:
         self.selectors = list(selectors)  # e.g. ("fieldSelector", "status.phase!=Succeeded")
         self.name = name
         self.watch_timeout_seconds = watch_timeout_seconds
+        self.quiet_seconds = quiet_seconds
+        # Called (from the watch thread) when the cache's state changes, and now and then with
+        # the last-event time: metrics follow it.
+        self.on_state: Callable[[CacheState], None] | None = None
         self._by_namespace: dict[str, Mapping[str, Obj]] = {}
         self._lock = threading.Lock()
-        self._synced = threading.Event()
+        self._listed = threading.Event()  # a LIST succeeded once: the contents mean something
+        self._synced = threading.Event()  # listed, and current (not stale)
+        self._reason = "not listed yet"
+        self._stale_since = 0.0  # time.monotonic() when it went stale
+        self._last_heard = time.monotonic()  # last LIST, event or bookmark (or watch opened)
+        self._last_event = 0.0  # the same, Unix time
+        self._reported = 0.0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.resource_version = ""
         self.generation = 0  # bumps on every change; derived values key their memo on it
         self._namespace_generation: dict[str, int] = {}
         self._missing_logged = False
-        self.missing_resource_retry_seconds = 10.0
         self._relist_generation = 0
+        # Reconnect backoff (seconds): jittered, doubling from the first to the cap.
+        self.backoff_first = 0.5
+        self.backoff_max = 30.0
+        self._opened = False  # a watch opened since the last failure
 
     @classmethod
     def static(cls, name: str, objects: list[Obj] | None) -> WatchCache:
@@ -82,10 +126,31 @@ class WatchCache:
 
     @property
     def synced(self) -> bool:
+        """Listed, and current: no failed LIST or WATCH and no quiet watch since."""
         return self._synced.is_set()
+
+    @property
+    def listed(self) -> bool:
+        """A LIST succeeded once: the contents are the last good ones, current or stale."""
+        return self._listed.is_set()
+
+    @property
+    def stale(self) -> bool:
+        """Listed once, but not current now: the contents may be behind the API server."""
+        return self._listed.is_set() and not self._synced.is_set()
 
     def wait_synced(self, timeout: float) -> bool:
         return self._synced.wait(timeout)
+
+    def wait_listed(self, timeout: float) -> bool:
+        return self._listed.wait(timeout)
+
+    def state(self) -> CacheState:
+        synced = self.synced
+        return CacheState(self.name, synced, self.stale, self._last_event, "" if synced else self._reason)
+
+    def stale_seconds(self) -> float:
+        return time.monotonic() - self._stale_since if self.stale else 0.0
 
     def namespace(self, namespace: str) -> Mapping[str, Obj]:
         return self._by_namespace.get(namespace, EMPTY)
@@ -116,7 +181,9 @@ class WatchCache:
             self.resource_version = resource_version
             self.generation += 1
             self._relist_generation = self.generation
-        self._synced.set()
+        self._listed.set()
+        self._heard()
+        self._mark_synced()
         if self.on_event is not None:
             seen = {_key(obj) for obj in listed}
             for obj in before:  # deleted while the watch was down: a relist is the only news of it
@@ -127,6 +194,7 @@ class WatchCache:
 
     def apply_event(self, event_type: str, obj: Obj) -> None:
         meta = obj.get("metadata", {})
+        self._heard()
         if event_type == "BOOKMARK":
             self.resource_version = meta.get("resourceVersion", self.resource_version)
             return
@@ -160,6 +228,49 @@ class WatchCache:
             self.resource_version = meta.get("resourceVersion", self.resource_version)
             self.generation += 1
             self._namespace_generation[namespace] = self.generation
+
+    # ---- freshness ---------------------------------------------------------------------
+
+    def _heard(self) -> None:
+        self._last_heard = time.monotonic()
+        self._last_event = time.time()
+        if self._last_heard - self._reported >= _REPORT_EVERY_SECONDS:
+            self._report()
+
+    def _report(self) -> None:
+        self._reported = time.monotonic()
+        if self.on_state is not None:
+            try:
+                self.on_state(self.state())
+            except Exception:  # metrics must never stop the watch
+                log.exception("cache state callback failed", cache=self.name)
+
+    def _mark_synced(self) -> None:
+        if self._synced.is_set() or not self._listed.is_set():
+            return
+        if self._stale_since:
+            log.info(
+                "cache current again",
+                cache=self.name,
+                stale_seconds=round(time.monotonic() - self._stale_since, 1),
+            )
+        self._reason = ""
+        self._synced.set()
+        self._report()
+
+    def mark_stale(self, reason: str) -> None:
+        """The contents may be behind the server: keep them, but say so."""
+        self._reason = reason
+        if not self._synced.is_set():
+            return
+        self._synced.clear()
+        self._stale_since = time.monotonic()
+        log.warning(
+            "cache stale; keeping its last contents until a list or watch succeeds",
+            cache=self.name,
+            reason=reason,
+        )
+        self._report()
 
     # ---- the list/watch loop -----------------------------------------------------------
 
@@ -196,8 +307,13 @@ class WatchCache:
             ("resourceVersion", self.resource_version),
             ("timeoutSeconds", str(server_timeout)),
         ]
-        # The read timeout catches a connection that died without a FIN.
-        for line in self.client.stream_lines(self.path, query=query, timeout=(5, server_timeout + 30)):
+        # The read timeout is the quiet bound: bookmarks arrive well within it on a live watch, so
+        # a read that times out means a connection that died without a FIN (or a server that
+        # stopped sending), noticed within quiet_seconds rather than at the watch's end.
+        lines = self.client.stream_lines(
+            self.path, query=query, timeout=(5, self.quiet_seconds), on_open=self._watch_opened
+        )
+        for line in lines:
             if self._stop.is_set():
                 return
             event = json.loads(line)
@@ -208,8 +324,15 @@ class WatchCache:
                 raise ApiError(obj.get("code", 0), obj.get("reason", ""), obj.get("message", ""))
             self.apply_event(event["type"], obj)
 
+    def _watch_opened(self) -> None:
+        # A watch from the cache's resourceVersion delivers every change since: nothing is missed,
+        # so the cache is current again (an expired version would have failed with 410 instead).
+        self._opened = True
+        self._heard()
+        self._mark_synced()
+
     def _run(self) -> None:
-        backoff = 0.5
+        backoff = self.backoff_first
         need_list = True
         while not self._stop.is_set():
             connected_at = time.monotonic()
@@ -217,37 +340,42 @@ class WatchCache:
                 if need_list:
                     self._relist()
                     need_list = False
+                    self._missing_logged = False
                 self._watch()
-                backoff = 0.5
+                backoff = self.backoff_first
                 continue
             except Gone as e:
                 log.info("watch expired, relisting", cache=self.name, reason=str(e))
+                self.mark_stale(f"watch expired, relisting: {e}")
                 need_list = True
                 continue
             except ApiError as e:
-                if e.status == 404 and need_list:
-                    # The resource type is not served (its CRD is not installed): no object of it
-                    # can exist, so the cache is truly empty. Look again later for the CRD.
-                    if not self._missing_logged:
-                        log.warning("resource not served; treating as empty", cache=self.name, path=self.path)
-                        self._missing_logged = True
-                    if not self.synced or self.items():
-                        self.replace_all([], "")
-                    self._stop.wait(self.missing_resource_retry_seconds)
-                    continue
+                if e.status == 404 and not self._missing_logged:
+                    # Not served: its CRD is not installed, or not served again yet after an API
+                    # server restart. Either way nothing is known of its objects: stay stale (or
+                    # not synced), never "empty", and keep asking.
+                    log.warning(
+                        "resource not served (is its CRD installed?)", cache=self.name, path=self.path
+                    )
+                    self._missing_logged = True
                 need_list = need_list or e.status == 410
                 error = str(e)
             except Exception as e:  # network errors, timeouts, malformed stream: reconnect
                 error = repr(e)
-            # A watch that ran a while was healthy: start the backoff afresh (an apiserver restart
-            # must not leave every cache waiting 30 s).
-            if time.monotonic() - connected_at > 10:
-                backoff = 0.5
+                quiet = time.monotonic() - self._last_heard
+                if not need_list and quiet >= self.quiet_seconds:
+                    error = f"no event or bookmark for {quiet:.1f} s ({error})"
+            self.mark_stale(f"{'list' if need_list else 'watch'} failed: {error}")
+            # A watch that opened, or ran a while, reached a working server: start the backoff
+            # afresh (after an apiserver restart, or a quiet watch, no cache may wait 30 s).
+            if self._opened or time.monotonic() - connected_at > 10:
+                backoff = self.backoff_first
+            self._opened = False
             log.warning(
                 "watch interrupted, reconnecting", cache=self.name, error=error, retry_in=round(backoff, 2)
             )
             self._stop.wait(backoff * random.uniform(0.8, 1.2))
-            backoff = min(backoff * 2, 30.0)
+            backoff = min(backoff * 2, self.backoff_max)
 
 
 def _key(obj: Obj) -> tuple[str, str]:

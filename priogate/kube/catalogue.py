@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from priogate.kube.cache import OnEvent, Transform, WatchCache
+from priogate.kube.cache import DEFAULT_QUIET_SECONDS, OnEvent, Transform, WatchCache
 from priogate.kube.client import ApiClient, resource_path
 from priogate.ledger import DEFAULT_LEDGER_NAMESPACE, LEDGER_LABEL
 from priogate.podgroup import GROUP_VERSION, PLURAL
@@ -23,11 +23,22 @@ class Source:
     selectors: tuple[tuple[str, str], ...] = ()
 
     def cache(
-        self, client: ApiClient, *, transform: Transform | None = None, on_event: OnEvent | None = None
+        self,
+        client: ApiClient,
+        *,
+        transform: Transform | None = None,
+        on_event: OnEvent | None = None,
+        quiet_seconds: float = DEFAULT_QUIET_SECONDS,
     ) -> WatchCache:
         """A cache of this source, not yet started."""
         return WatchCache(
-            client, self.path, self.name, selectors=self.selectors, transform=transform, on_event=on_event
+            client,
+            self.path,
+            self.name,
+            selectors=self.selectors,
+            transform=transform,
+            on_event=on_event,
+            quiet_seconds=quiet_seconds,
         )
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
@@ -94,14 +94,22 @@ class ApiClient:
         return data
 
     def stream_lines(
-        self, path: str, *, query: Sequence[tuple[str, str]] = (), timeout: Timeout | None = None
+        self,
+        path: str,
+        *,
+        query: Sequence[tuple[str, str]] = (),
+        timeout: Timeout | None = None,
+        on_open: Callable[[], None] | None = None,
     ) -> Iterator[bytes]:
-        """GET a streaming endpoint (a watch) and yield its newline-delimited JSON lines."""
+        """GET a streaming endpoint (a watch) and yield its newline-delimited JSON lines.
+        `on_open` is called once the server has answered 200, before any line arrives."""
         response = self._send("GET", path, query=query, timeout=timeout)
         raw = response.response
         try:
             if response.status >= 400:
                 raise _api_error(response.status, response.reason or "", raw.read())
+            if on_open is not None:
+                on_open()
             for line in raw:
                 if line.strip():
                     yield line
@@ -110,6 +118,22 @@ class ApiClient:
 
     def get(self, path: str, **kw: Any) -> JSON:
         return self.request("GET", path, **kw)
+
+    def list_all(self, path: str, *, timeout: Timeout | None = (5, 30)) -> list[JSON]:
+        """Every item of a collection, read from etcd: a LIST without resourceVersion is a quorum
+        read of the latest state, never the API server's watch cache (Kubernetes API concepts,
+        "Resource versions": unset means "Most Recent"); the pages of a paginated LIST come from
+        the first page's snapshot. For decisions that free something (a reservation) and must
+        not rest on a cache that may be behind."""
+        items: list[JSON] = []
+        token = ""
+        while True:
+            query = [("limit", "500")] + ([("continue", token)] if token else [])
+            page = self.get(path, query=query, timeout=timeout)
+            items.extend(page.get("items") or [])
+            token = (page.get("metadata") or {}).get("continue", "")
+            if not token:
+                return items
 
     def get_text(self, path: str, *, timeout: Timeout | None = 30) -> str:
         """GET an endpoint that answers plain text (/readyz, /metrics)."""

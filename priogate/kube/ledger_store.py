@@ -76,7 +76,7 @@ class QuorumReads:
         if self._quotas is None:
             self.calls += 1
             path = resource_path("v1", "resourcequotas", self.namespace)
-            self._quotas = self.client.get(path, timeout=CALL_TIMEOUT).get("items") or []
+            self._quotas = list(self.client.list_all(path, timeout=CALL_TIMEOUT))
         return self._quotas
 
     def forget_quotas(self) -> None:
@@ -88,7 +88,7 @@ class QuorumReads:
             started = self.clock()
             self.calls += 1
             path = resource_path(podgroup.GROUP_VERSION, podgroup.PLURAL, self.namespace)
-            items = self.client.get(path, timeout=CALL_TIMEOUT).get("items") or []
+            items = self.client.list_all(path, timeout=CALL_TIMEOUT)
             self._listing = listing_of(items, started)
             if self._listing.unreadable:
                 log.warning(

@@ -13,6 +13,7 @@ import time
 from fractions import Fraction
 
 import pytest
+from kubernetes import client as k8s
 
 from localcluster import LocalCluster
 from localcluster.cluster import NODE_PREFIX
@@ -22,7 +23,7 @@ from priogate.resources import format_quantity, parse_quantity, pod_requests
 from tests.builders import pod, podgroup, priority_class
 from tests.e2e.conftest import ClassTracker
 from tests.e2e.controller_helpers import groups_path, pod_running, wait_phase
-from tests.e2e.helpers import wait_for
+from tests.e2e.helpers import delete_namespace, ensure_namespace, unique, wait_for
 
 ANNOTATION = "priogate.io/preemption"
 
@@ -203,13 +204,19 @@ def test_a_recorded_decision_is_resumed_not_recomputed(
     assert "keep" in left
 
 
+@pytest.mark.parametrize("tight_quota", [False, True], ids=["no-quota", "tight-quota"])
 def test_victims_terminate_gracefully_marked_while_the_members_are_nominated(
-    client: ApiClient, namespace: str, classes: ClassTracker
+    client: ApiClient, core: k8s.CoreV1Api, namespace: str, classes: ClassTracker, tight_quota: bool
 ):
     """Victims that take their grace period to go (kwok honours terminationGracePeriodSeconds
     for pods annotated so): while they are Terminating they carry DisruptionTarget (reason
     PreemptionByPriogate) and the gang's members carry status.nominatedNodeName; then the gang
-    runs."""
+    runs.
+
+    tight-quota: the gang's namespace has a ResourceQuota of exactly its minResources, which its
+    created, unbound members already fill (kube-apiserver's quota admission charges a pod at
+    creation). Counting them twice would demote the gang to Pending and strand it; it must
+    preempt and run all the same. The victims live in another namespace."""
     low, high = classes.name("low"), classes.name("high")
     client.create(
         "/apis/scheduling.k8s.io/v1/priorityclasses", priority_class(low, value=10, preemption_policy=None)
@@ -218,8 +225,32 @@ def test_victims_terminate_gracefully_marked_while_the_members_are_nominated(
         "/apis/scheduling.k8s.io/v1/priorityclasses", priority_class(high, value=1000, preemption_policy=None)
     )
     pods = resource_path("v1", "pods", namespace)
-    fillers = fill_nodes(client, namespace, low, graceful=8)
-    wait_for(lambda: all(pod_running(client, namespace, f) for f in fillers), 90, "the fillers run")
+    victims_ns = namespace
+    if tight_quota:
+        victims_ns = unique("e2e-victims")
+        ensure_namespace(core, victims_ns)
+        quota = {"metadata": {"name": "exact"}, "spec": {"hard": {"cpu": "9"}}}
+        client.create(resource_path("v1", "resourcequotas", namespace), quota)
+        wait_for(
+            lambda: (
+                "used"
+                in (client.get(resource_path("v1", "resourcequotas", namespace, "exact")).get("status") or {})
+            ),
+            60,
+            "the quota controller fills status.used (pods are refused until it has)",
+        )
+    try:
+        _graceful_preemption(client, namespace, victims_ns, low, high, pods, tight_quota)
+    finally:
+        if victims_ns != namespace:
+            delete_namespace(core, victims_ns)
+
+
+def _graceful_preemption(
+    client: ApiClient, namespace: str, victims_ns: str, low: str, high: str, pods: str, tight_quota: bool
+) -> None:
+    fillers = fill_nodes(client, victims_ns, low, graceful=8)
+    wait_for(lambda: all(pod_running(client, victims_ns, f) for f in fillers), 90, "the fillers run")
 
     client.create(
         groups_path(namespace),
@@ -230,11 +261,24 @@ def test_victims_terminate_gracefully_marked_while_the_members_are_nominated(
             pods, pod(f"m{i}", namespace=None, cpu="3", limits={"cpu": "3"}, group="gang", priority_class=low)
         )
 
+    if tight_quota:
+        wait_for(
+            lambda: (
+                (client.get(resource_path("v1", "resourcequotas", namespace, "exact")).get("status") or {})
+                .get("used", {})
+                .get("cpu")
+                == "9"
+            ),
+            30,
+            "the created members fill the quota",
+        )
+    victim_pods = resource_path("v1", "pods", victims_ns)
     marked: set[str] = set()  # victims seen Terminating with priogate's DisruptionTarget
     nominated: set[str] = set()  # members seen nominated while a victim was Terminating
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         items = {p["metadata"]["name"]: p for p in client.get(pods)["items"]}
+        items.update({p["metadata"]["name"]: p for p in client.get(victim_pods)["items"]})
         terminating = False
         for name in fillers:
             p = items.get(name)
