@@ -123,6 +123,7 @@ def admit(request: AdmissionRequest, view: ClusterView) -> Decision:
         return allow()
     live = view.live_podgroups(request.namespace)
     stored = view.stored_podgroups(request.namespace)
+    cached_quotas = view.resource_quotas(request.namespace)
     bound = view.in_flight
 
     def reserve(record: Record, reads: Reads) -> tuple[Record | None, str | None]:
@@ -144,17 +145,27 @@ def admit(request: AdmissionRequest, view: ClusterView) -> Decision:
         if shrinking:
             entries[claim.key] = claim
             return record.with_entries(entries), None
-        quotas = reads.quotas()
-        problem = check_claim(entries, claim, quotas)
-        if problem:
-            # Blocked only by entries whose groups may be gone (or never stored), or lowered by
-            # now? Confirm with one quorum LIST before refusing: a forged or leaked entry then
-            # blocks nobody.
-            candidates = set(unconfirmed(entries, live, now, bound, stored)) - {entry.key}
-            without = {k: e for k, e in entries.items() if k not in candidates}
-            if candidates and check_claim(without, claim, quotas) is None:
-                entries = resync(entries, reads.podgroups(), bound)
-                problem = check_claim(entries, claim, quotas)
+
+        def decide(quotas: list[Mapping[str, Any]]) -> str | None:
+            nonlocal entries
+            problem = check_claim(entries, claim, quotas)
+            if problem:
+                # Blocked only by entries whose groups may be gone (or never stored), or lowered
+                # by now? Confirm with one quorum LIST before refusing: a forged or leaked entry
+                # then blocks nobody.
+                candidates = set(unconfirmed(entries, live, now, bound, stored)) - {entry.key}
+                without = {k: e for k, e in entries.items() if k not in candidates}
+                if candidates and check_claim(without, claim, quotas) is None:
+                    entries = resync(entries, reads.podgroups(), bound)
+                    problem = check_claim(entries, claim, quotas)
+            return problem
+
+        # A refusal may rest on the cached quotas (a quota the cache holds limits at least that
+        # much until its change arrives); an admission never does: the quotas are quorum-read
+        # in the turn, so one the cache has not seen yet still limits.
+        problem = decide(cached_quotas) if cached_quotas else None
+        if problem is None:
+            problem = decide(reads.quotas())
         if problem:
             # Keep what a LIST confirmed; not the previous-class claim added for this request.
             kept = {k: e for k, e in entries.items() if not k.endswith(SHADOW_SUFFIX) or k in record.entries}
