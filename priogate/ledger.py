@@ -404,6 +404,22 @@ def resync(
     return out
 
 
+def stale_entries(
+    entries: Mapping[str, Entry],
+    listed: Mapping[str, Any],
+    now: dt.datetime,
+    bound: dt.timedelta = DEFAULT_IN_FLIGHT,
+) -> list[str]:
+    """Keys of entries that a LIST (`listed`: uids of the stored groups) shows no longer count:
+    their group is not stored, and their admission is past the in-flight bound. What a reader
+    outside priogate (kubectl priogate) reports; priogate itself drops them through resync."""
+    return sorted(
+        key
+        for key, entry in entries.items()
+        if not (entry.uid and entry.uid in listed) and not in_flight(entry, now, bound)
+    )
+
+
 def unconfirmed(
     entries: Mapping[str, Entry],
     live: Mapping[str, bool],

@@ -48,6 +48,10 @@ class ApiClient:
     def __init__(self, api_client: k8s.ApiClient) -> None:
         self._api = api_client
 
+    def set_default_header(self, name: str, value: str) -> None:
+        """A header sent with every request (impersonation)."""
+        self._api.set_default_header(name, value)
+
     def _send(
         self,
         method: str,

@@ -1,0 +1,5 @@
+import sys
+
+from kubectl_priogate.main import main
+
+sys.exit(main())

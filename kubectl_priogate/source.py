@@ -1,0 +1,121 @@
+"""Every API read the plugin makes, and nothing else: the edge the pure modules stand behind.
+
+Reads are quorum LISTs (ApiClient.list_all): a person asking "why" wants the state now, not a
+cache's. Reservations are read through `ledger_entries` alone, so moving the ledger (another
+namespace, another object) changes that one function.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from priogate import podgroup
+from priogate.kube.client import ApiClient, ApiError, resource_path
+from priogate.ledger import (
+    DEFAULT_LEDGER_NAMESPACE,
+    LEDGER_LABEL,
+    Entry,
+    covered_namespace,
+    entries_of,
+    entry_of_group,
+    record_path,
+)
+
+JSON = dict[str, Any]
+LIST_TIMEOUT = (5, 60)
+
+
+class Source:
+    def __init__(self, client: ApiClient) -> None:
+        self.client = client
+
+    def _list(
+        self, group_version: str, plural: str, namespace: str | None = None, **query: str
+    ) -> list[JSON]:
+        path = resource_path(group_version, plural, namespace)
+        if not query:
+            return self.client.list_all(path, timeout=LIST_TIMEOUT)
+        page = self.client.get(path, query=sorted(query.items()), timeout=LIST_TIMEOUT)
+        return list(page.get("items") or [])
+
+    def get(self, group_version: str, plural: str, namespace: str, name: str) -> JSON:
+        return self.client.get(resource_path(group_version, plural, namespace, name))
+
+    # ---- the snapshot's kinds ------------------------------------------------------------------
+
+    def nodes(self) -> list[JSON]:
+        return self._list("v1", "nodes")
+
+    def pods(self, namespace: str | None = None) -> list[JSON]:
+        return self._list("v1", "pods", namespace)
+
+    def podgroups(self, namespace: str | None = None, *, missing_ok: bool = False) -> list[JSON]:
+        """`missing_ok`: a cluster without the PodGroup CRD has no PodGroups (simulate); else the
+        404 goes up, as kubectl's "the server doesn't have a resource type" does."""
+        try:
+            return self._list(podgroup.GROUP_VERSION, podgroup.PLURAL, namespace)
+        except ApiError as e:
+            if e.status == 404 and missing_ok:
+                return []
+            raise
+
+    def podgroup(self, namespace: str, name: str) -> JSON:
+        return self.get(podgroup.GROUP_VERSION, podgroup.PLURAL, namespace, name)
+
+    def pdbs(self) -> list[JSON]:
+        return self._list("policy/v1", "poddisruptionbudgets")
+
+    def priority_classes(self) -> list[JSON]:
+        return self._list("scheduling.k8s.io/v1", "priorityclasses")
+
+    def resource_quotas(self, namespace: str | None = None) -> list[JSON]:
+        return self._list("v1", "resourcequotas", namespace)
+
+    # ---- why -----------------------------------------------------------------------------------
+
+    def events_regarding(self, namespace: str, kind: str, name: str) -> list[JSON]:
+        """events.k8s.io/v1 Events about one object (any uid: a preempted pod is gone, and a
+        new pod of its name is another object, which the caller tells apart by uid)."""
+        selector = f"regarding.kind={kind},regarding.name={name}"
+        return self._list("events.k8s.io/v1", "events", namespace, fieldSelector=selector)
+
+    # ---- the reservation ledger ----------------------------------------------------------------
+
+    def ledger_entries(self, namespace: str | None) -> dict[str, dict[str, Entry]]:
+        """Tenant namespace -> its reservation record's entries (by PodGroup uid); every
+        namespace that has a record when `namespace` is None. The only place that knows where
+        records live: in priogate's own namespace, where a namespace user may not read them. For
+        such a user the entries are derived from the namespace's stored PodGroups, as priogate
+        rebuilds a record (the record only adds admissions still in flight)."""
+        if namespace is not None:
+            try:
+                record: Mapping[str, Any] | None = self.client.get(
+                    record_path(DEFAULT_LEDGER_NAMESPACE, namespace)
+                )
+            except ApiError as e:
+                if e.status == 403:
+                    return {namespace: self._derived(namespace)}
+                if e.status != 404:
+                    raise
+                record = None
+            return {namespace: entries_of(record)} if record is not None else {}
+        found: dict[str, dict[str, Entry]] = {}
+        records = self._list(
+            "v1", "configmaps", DEFAULT_LEDGER_NAMESPACE, labelSelector="=".join(LEDGER_LABEL)
+        )
+        for cm in records:
+            covered = covered_namespace(cm)
+            if covered:
+                found[covered] = entries_of(cm)
+        return found
+
+    def _derived(self, namespace: str) -> dict[str, Entry]:
+        out: dict[str, Entry] = {}
+        for group in self.podgroups(namespace, missing_ok=True):
+            try:
+                entry = entry_of_group(group, "")
+            except (ValueError, TypeError):
+                continue
+            out[entry.key] = entry
+        return out

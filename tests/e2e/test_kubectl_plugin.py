@@ -1,0 +1,281 @@
+"""`kubectl priogate` through kubectl's own plugin mechanism, against the real control plane.
+
+kubectl finds the plugin as an executable named kubectl-priogate on PATH ("Extend kubectl with
+plugins"); the test puts a launcher of this checkout's package there instead of installing it,
+and runs `kubectl priogate ...` as a user would.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from localcluster import LocalCluster
+from priogate.kube.client import ApiClient, load_client, resource_path
+from tests.builders import pod, podgroup, priority_class
+from tests.e2e.conftest import ClassTracker
+from tests.e2e.controller_helpers import groups_path, pod_running, wait_phase
+from tests.e2e.helpers import KUBECTL, wait_for
+from tests.e2e.test_controller_preemption import fill_nodes, free_cpu
+
+REPO = Path(__file__).resolve().parents[2]
+CLASSES = "/apis/scheduling.k8s.io/v1/priorityclasses"
+
+
+@pytest.fixture(scope="module")
+def client(cluster: LocalCluster) -> ApiClient:
+    return load_client(str(cluster.kubeconfig))
+
+
+@pytest.fixture(scope="module")
+def plugin_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A directory holding an executable kubectl-priogate that runs this checkout's plugin."""
+    bin_dir = tmp_path_factory.mktemp("plugin-bin")
+    launcher = bin_dir / "kubectl-priogate"
+    launcher.write_text(
+        f"#!{sys.executable}\n"
+        "import sys\n"
+        f"sys.path.insert(0, {str(REPO)!r})\n"
+        "from kubectl_priogate.main import main\n"
+        "sys.exit(main())\n"
+    )
+    launcher.chmod(0o755)
+    return bin_dir
+
+
+@pytest.fixture
+def priogate(cluster: LocalCluster, plugin_path: Path) -> Iterator:
+    """Run `kubectl priogate ARGS --kubeconfig ...`; kubectl refuses flags before a plugin's
+    name, so they follow it."""
+    env = {**os.environ, "PATH": f"{plugin_path}{os.pathsep}{os.environ.get('PATH', '')}"}
+    env.pop("KUBECONFIG", None)
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [KUBECTL, "priogate", *args, f"--kubeconfig={cluster.kubeconfig}"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=env,
+            check=False,
+        )
+
+    yield run
+
+
+def ok(result: subprocess.CompletedProcess[str]) -> str:
+    assert result.returncode == 0, (
+        f"exit {result.returncode}\nstdout:\n{result.stdout}\nstderr:\n{result.stderr}"
+    )
+    return result.stdout
+
+
+def test_plugin_is_found_by_kubectl(plugin_path: Path):
+    env = {**os.environ, "PATH": f"{plugin_path}{os.pathsep}{os.environ.get('PATH', '')}"}
+    listed = subprocess.run([KUBECTL, "plugin", "list"], capture_output=True, text=True, env=env, check=False)
+    assert str(plugin_path / "kubectl-priogate") in listed.stdout
+
+
+def test_reservations_of_a_namespace_with_a_quota_and_podgroups(client: ApiClient, namespace: str, priogate):
+    quota_path = resource_path("v1", "resourcequotas", namespace)
+    client.create(
+        quota_path, {"metadata": {"name": "compute"}, "spec": {"hard": {"cpu": "10", "pods": "10"}}}
+    )
+    wait_for(
+        lambda: "used" in (client.get(f"{quota_path}/compute").get("status") or {}),
+        60,
+        "the quota controller fills status.used",
+    )
+    client.create(
+        groups_path(namespace), podgroup("train", namespace=None, min_member=2, min_resources={"cpu": "4"})
+    )
+    client.create(groups_path(namespace), podgroup("eval", namespace=None, min_resources={"cpu": "2"}))
+    client.create(
+        resource_path("v1", "pods", namespace), pod("train-0", namespace=None, cpu="1", group="train")
+    )
+    wait_for(
+        lambda: (client.get(f"{quota_path}/compute").get("status") or {}).get("used", {}).get("cpu") == "1",
+        60,
+        "the quota counts the member",
+    )
+
+    table = ok(priogate("reservations", "-n", namespace)).splitlines()
+    assert table[0].split() == [
+        "QUOTA",
+        "RESOURCE",
+        "HARD",
+        "USED",
+        "RESERVED",
+        "RESERVED-UNUSED",
+        "FREE",
+        "PODGROUPS",
+    ]
+    # cpu: 6 reserved, train's member uses 1 of its 4, so 5 unused and 10 - 1 - 5 = 4 free.
+    assert table[1].split() == ["compute", "cpu", "10", "1", "6", "5", "4", "eval=2,train=4"]
+    assert table[2].split() == ["compute", "pods", "10", "1", "3", "2", "7", "eval=1,train=2"]
+
+    data = json.loads(ok(priogate("reservations", "-n", namespace, "-o", "json")))
+    (ns,) = data["namespaces"]
+    assert ns["quotas"][0]["resources"]["cpu"]["free"] == "4"
+    assert {g["name"]: g["reservedUnused"].get("cpu") for g in ns["podGroups"]} == {"eval": "2", "train": "3"}
+
+    everywhere = ok(priogate("reservations", "-A"))
+    assert everywhere.startswith("NAMESPACE ")
+    assert any(line.split()[:3] == [namespace, "compute", "cpu"] for line in everywhere.splitlines())
+
+
+def test_simulate_a_high_priority_pod_on_a_full_cluster_names_victims(
+    client: ApiClient, namespace: str, classes: ClassTracker, priogate, tmp_path: Path
+):
+    low, high = classes.name("low"), classes.name("high")
+    client.create(CLASSES, priority_class(low, value=10, preemption_policy=None))
+    client.create(CLASSES, priority_class(high, value=1000, preemption_policy=None))
+    fillers = fill_nodes(client, namespace, low)
+    wait_for(lambda: all(pod_running(client, namespace, f) for f in fillers), 90, "the fillers run")
+    assert all(cpu < 1 for cpu in free_cpu(client).values()), "the nodes should be full"
+
+    manifest = tmp_path / "urgent.yaml"
+    manifest.write_text(
+        yaml.safe_dump(pod("urgent", namespace=None, cpu="1", priority_class=high, created=None))
+    )
+    data = json.loads(ok(priogate("simulate", "-n", namespace, "-f", str(manifest), "-o", "json")))
+    assert {"preemptor": f"{namespace}/urgent", "status": "preempt"} in data["hypothetical"]
+    (decision,) = [d for d in data["decisions"] if d["preemptor"] == f"{namespace}/urgent"]
+    victims = {v.split("/", 1)[1] for v in decision["victims"]}
+    assert victims and victims <= set(fillers), decision
+    assert all(v.startswith(f"{namespace}/") for v in decision["victims"])
+
+    table = ok(priogate("simulate", "-n", namespace, "-f", str(manifest), "--explain"))
+    assert f"{namespace}/urgent (new)   preempt" in table
+    assert "other nodes" in table, "--explain says why the other nodes lost"
+    pods = {p["metadata"]["name"] for p in client.get(resource_path("v1", "pods", namespace))["items"]}
+    assert "urgent" not in pods and set(fillers) <= pods, "simulate changes nothing"
+
+
+def test_why_a_pending_group_a_pending_pod_and_a_missing_group(client: ApiClient, namespace: str, priogate):
+    # More than the cluster has: admitted by the webhook (no quota here), held Pending by the
+    # controller with an Unschedulable condition.
+    client.create(groups_path(namespace), podgroup("huge", namespace=None, min_resources={"cpu": "1000"}))
+    client.create(resource_path("v1", "pods", namespace), pod("big", namespace=None, cpu="100"))
+
+    def group_unschedulable() -> bool:
+        conditions = (client.get(groups_path(namespace, "huge")).get("status") or {}).get("conditions") or []
+        return any(c["type"] == "Unschedulable" and c["status"] == "True" for c in conditions)
+
+    wait_for(group_unschedulable, 60, "the controller marks the group Unschedulable")
+    text = ok(priogate("why", "podgroup/huge", "-n", namespace))
+    lines = dict(line.split(":", 1) for line in text.splitlines()[:3])
+    assert lines["State"].strip() == "Pending"
+    assert lines["Why"].strip().startswith("not admitted to its queue: NotEnoughResources:"), text
+    assert "Unschedulable=True (NotEnoughResources)" in text
+    assert "Reservation:    holds minResources cpu=1k" in text
+
+    def pod_unschedulable() -> bool:
+        conditions = (
+            client.get(resource_path("v1", "pods", namespace, "big"))["status"].get("conditions") or []
+        )
+        return any(c["type"] == "PodScheduled" and c.get("reason") == "Unschedulable" for c in conditions)
+
+    wait_for(pod_unschedulable, 60, "the scheduler marks the pod Unschedulable")
+    report = yaml.safe_load(ok(priogate("why", "big", "-n", namespace, "-o", "yaml")))
+    assert report["state"] == "Pending"
+    assert report["why"].startswith("unschedulable: 0/3 nodes are available"), report["why"]
+    assert any(e["reason"] == "FailedScheduling" for e in report["events"]), report["events"]
+
+    missing = priogate("why", "podgroup/nope", "-n", namespace)
+    assert missing.returncode == 1
+    assert (
+        missing.stderr == 'Error from server (NotFound): podgroups.scheduling.volcano.sh "nope" not found\n'
+    )
+    missing = priogate("why", "nope", "-n", namespace)
+    assert (missing.returncode, missing.stderr) == (
+        1,
+        'Error from server (NotFound): pods "nope" not found\n',
+    )
+    usage = priogate("why", "deploy/x")
+    assert usage.returncode == 1 and usage.stderr.startswith("error: "), usage.stderr
+
+
+def test_why_a_pod_priogate_preempted_for_a_gang(
+    client: ApiClient, namespace: str, classes: ClassTracker, priogate
+):
+    """The gang of test_controller_preemption: its members have the fillers' low class, so only
+    priogate's controller can make room. Afterwards the victims are gone; `why` still says who
+    preempted them, from the PodGroup's record and the Events."""
+    low, high = classes.name("low"), classes.name("high")
+    client.create(CLASSES, priority_class(low, value=10, preemption_policy=None))
+    client.create(CLASSES, priority_class(high, value=1000, preemption_policy=None))
+    fillers = fill_nodes(client, namespace, low)
+    wait_for(lambda: all(pod_running(client, namespace, f) for f in fillers), 90, "the fillers run")
+    client.create(
+        groups_path(namespace),
+        podgroup("gang", namespace=None, min_member=3, min_resources={"cpu": "9"}, priority_class=high),
+    )
+    for i in range(3):
+        member = pod(f"m{i}", namespace=None, cpu="3", limits={"cpu": "3"}, group="gang", priority_class=low)
+        client.create(resource_path("v1", "pods", namespace), member)
+    wait_phase(client, namespace, "gang", "Running", timeout=120)
+
+    def record() -> dict:
+        annotations = client.get(groups_path(namespace, "gang"))["metadata"].get("annotations") or {}
+        return json.loads(annotations.get("priogate.io/preemption", "{}"))
+
+    wait_for(lambda: record().get("applied") is True, 60, "the preemption record is marked applied")
+    victim = record()["victims"][0]["name"]
+    wait_for(
+        lambda: (
+            victim
+            not in {
+                p["metadata"]["name"] for p in client.get(resource_path("v1", "pods", namespace))["items"]
+            }
+        ),
+        60,
+        "the victim is gone",
+    )
+
+    text = ok(priogate("why", f"pod/{victim}", "-n", namespace))
+    assert "State:          Preempted" in text
+    assert f"preempted by priogate to make room for PodGroup {namespace}/gang" in text
+    assert "the pod is gone" in text
+    report = json.loads(ok(priogate("why", victim, "-n", namespace, "-o", "json")))
+    assert any(
+        e["reason"] == "Preempted" and e["from"] == "priogate.io/controller" for e in report["events"]
+    ), report["events"]
+
+    group = ok(priogate("why", "podgroup/gang", "-n", namespace))
+    assert "State:          Running" in group
+    assert f"{namespace}/{victim} on " in group, "the group's report names its victims"
+
+
+def test_a_namespace_user_asks_why_and_sees_reservations(client: ApiClient, tenant, priogate):
+    """As a user with the built-in `edit` role in one namespace only (--as, kubectl's
+    impersonation flag): PodGroups of other namespaces are not theirs to list, so `why` reads
+    the records of their own namespace instead of failing."""
+    client.create(resource_path("v1", "pods", tenant.namespace), pod("big", namespace=None, cpu="100"))
+    client.create(
+        groups_path(tenant.namespace), podgroup("train", namespace=None, min_resources={"cpu": "1"})
+    )
+
+    def unschedulable() -> bool:
+        got = client.get(resource_path("v1", "pods", tenant.namespace, "big"))
+        return any(c.get("reason") == "Unschedulable" for c in got["status"].get("conditions") or [])
+
+    wait_for(unschedulable, 60, "the scheduler marks the pod Unschedulable")
+    as_tenant = ("-n", tenant.namespace, f"--as={tenant.user}")
+    text = ok(priogate("why", "big", *as_tenant))
+    assert "State:          Pending" in text and "unschedulable: 0/3 nodes are available" in text
+    group = ok(priogate("why", "podgroup/train", *as_tenant))
+    assert "Reservation:    holds minResources cpu=1" in group, group
+    table = ok(priogate("reservations", *as_tenant))
+    assert table.splitlines()[1].split()[:3] == ["<none>", "cpu", "<none>"], table
+    denied = priogate("simulate", *as_tenant)
+    assert denied.returncode == 1 and denied.stderr.startswith("Error from server (Forbidden): "), (
+        denied.stderr
+    )
