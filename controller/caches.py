@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from priogate.kube import catalogue
 from priogate.kube.cache import DEFAULT_QUIET_SECONDS, Obj, OnEvent, WatchCache
 from priogate.kube.client import ApiClient
+from priogate.ledger import DEFAULT_LEDGER_NAMESPACE
 from priogate.slim import slim_node, slim_pod
 
 
@@ -55,6 +56,7 @@ class Caches:
 def build_caches(
     client: ApiClient,
     on_event: Callable[[str, str, Obj], None],
+    ledger_namespace: str = DEFAULT_LEDGER_NAMESPACE,
     quiet_seconds: float = DEFAULT_QUIET_SECONDS,
 ) -> Caches:
     """`on_event(cache field, event type, object)` for the caches whose changes need work."""
@@ -69,7 +71,7 @@ def build_caches(
         pods=catalogue.PODS.cache(client, transform=slim_pod, on_event=route("pods"), quiet_seconds=q),
         quotas=catalogue.RESOURCE_QUOTAS.cache(client, on_event=route("quotas"), quiet_seconds=q),
         nodes=catalogue.NODES.cache(client, transform=slim_node, on_event=route("nodes"), quiet_seconds=q),
-        ledgers=catalogue.LEDGERS.cache(client, on_event=route("ledgers"), quiet_seconds=q),
+        ledgers=catalogue.ledgers(ledger_namespace).cache(client, on_event=route("ledgers"), quiet_seconds=q),
         pdbs=catalogue.PDBS.cache(client, quiet_seconds=q),
         classes=catalogue.PRIORITY_CLASSES.cache(client, quiet_seconds=q),
     )

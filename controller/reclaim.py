@@ -1,38 +1,64 @@
-"""Reservation reclaim: remove ledger entries whose PodGroup never got stored or is gone.
+"""The reservation records' sweep: each record made true to its namespace's stored PodGroups.
 
-priogate/ledger.stale_entries decides; priogate/kube/ledger_store.LedgerStore writes with the
-resourceVersion read and decides again on a 409, so a reservation the webhook adds meanwhile is
-never lost. The cache only tells which namespaces may have something to reclaim, so a sweep
-with nothing stale costs no API call; what is removed is decided on a quorum LIST of the
-namespace's PodGroups (ApiClient.list_all), never on the cache: a cache that is behind, or was
-emptied, must not free a live group's reservation. A LIST that fails reclaims nothing.
+priogate/ledger.resync decides (drop entries whose group a quorum LIST does not hold once they
+are no longer in flight; set an entry to the stored spec after a shrinking or refused update;
+adopt a stored group the record lacks; rebuild a missing or damaged record);
+priogate/kube/ledger_store.LedgerStore reads the truth with a quorum LIST and writes with the
+resourceVersion read, deciding again on a 409, so a reservation the webhook adds meanwhile is
+never lost. The caches only tell which namespaces may have something to do, so a sweep where
+the caches agree with the record costs no API call.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 import structlog
 
 from controller.caches import Caches
-from priogate.kube.client import ApiClient, resource_path
 from priogate.kube.ledger_store import LedgerStore
-from priogate.ledger import DEFAULT_RECLAIM_GRACE, Entry, entries_of, stale_entries
-from priogate.podgroup import GROUP_VERSION, PLURAL
+from priogate.ledger import (
+    DEFAULT_IN_FLIGHT,
+    DamagedRecord,
+    Entry,
+    Reads,
+    Record,
+    admitted_time,
+    covered_namespace,
+    entry_of_group,
+    in_flight,
+    live_charges,
+    record_name,
+    record_of,
+    resync,
+)
 
 log = structlog.get_logger("priogate.controller.reclaim")
 
-# namespace -> uid -> name of its PodGroups, as etcd has them now
-ListGroups = Callable[[str], dict[str, str]]
+
+@dataclass
+class SweepResult:
+    dropped: list[str] = field(default_factory=list)  # group names whose entries ended
+    adopted: list[str] = field(default_factory=list)
+    resynced: list[str] = field(default_factory=list)  # entries set to the stored spec
+    recheck_after: float | None = None  # seconds until an entry in flight should be looked at again
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.dropped or self.adopted or self.resynced)
 
 
-def quorum_groups(client: ApiClient) -> ListGroups:
-    def list_groups(namespace: str) -> dict[str, str]:
-        groups = client.list_all(resource_path(GROUP_VERSION, PLURAL, namespace))
-        return {g["metadata"].get("uid", ""): g["metadata"]["name"] for g in groups}
-
-    return list_groups
+def _cached_claims(groups: Mapping[str, Mapping]) -> dict[str, Entry]:
+    out = {}
+    for group in groups.values():
+        try:
+            entry = entry_of_group(group, "")
+        except (ValueError, TypeError):
+            continue
+        out[entry.uid] = entry
+    return out
 
 
 class Reclaimer:
@@ -40,59 +66,74 @@ class Reclaimer:
         self,
         store: LedgerStore,
         caches: Caches,
-        grace: dt.timedelta = DEFAULT_RECLAIM_GRACE,
-        *,
-        list_groups: ListGroups,
+        in_flight: dt.timedelta = DEFAULT_IN_FLIGHT,
     ) -> None:
         self.store = store
         self.caches = caches
-        self.grace = grace
-        self.list_groups = list_groups
+        self.in_flight = in_flight
 
     def namespaces(self) -> list[str]:
-        return sorted({(c.get("metadata") or {}).get("namespace", "") for c in self.caches.ledgers.items()})
+        """Namespaces with a record or with stored PodGroups (a missing record is rebuilt)."""
+        covered = {covered_namespace(c) for c in self.caches.ledgers.items()}
+        with_groups = {(g.get("metadata") or {}).get("namespace", "") for g in self.caches.podgroups.items()}
+        return sorted((covered | with_groups) - {""})
 
-    def live_groups(self, namespace: str) -> dict[str, str]:
-        return {
-            g["metadata"].get("uid", ""): g["metadata"]["name"]
-            for g in self.caches.podgroups.namespace(namespace).values()
-        }
+    def _needs_work(self, namespace: str, now: dt.datetime) -> tuple[bool, float | None]:
+        """(whether the caches disagree with the record, seconds until an entry in flight ends)."""
+        cached = self.caches.ledgers.get(self.store.ledger_namespace, record_name(namespace))
+        groups = _cached_claims(self.caches.podgroups.namespace(namespace))
+        if cached is None:
+            return bool(groups), None
+        try:
+            record = record_of(cached)
+        except DamagedRecord:
+            return True, None
+        recheck: float | None = None
+        work = False
+        for entry in record.entries.values():
+            stored = groups.get(entry.uid)
+            if in_flight(entry, now, self.in_flight):
+                if stored is None or not stored.same_claim(entry):
+                    left = self.in_flight.total_seconds() - (now - admitted_time(entry)).total_seconds()
+                    recheck = max(0.5, left + 0.5) if recheck is None else min(recheck, max(0.5, left + 0.5))
+                continue
+            if stored is None or not stored.same_claim(entry):
+                work = True
+        uids = {e.uid for e in record.entries.values()}
+        if any(uid not in uids for uid in groups):
+            work = True
+        if len(live_charges(record.charges, now, None, self.in_flight)) != len(record.charges):
+            work = True
+        return work, recheck
 
-    def reclaim(self, namespace: str, now: dt.datetime | None = None) -> list[str]:
-        """Keys of the entries removed from `namespace`'s ledger."""
+    def reclaim(self, namespace: str, now: dt.datetime | None = None) -> SweepResult:
         now = now or dt.datetime.now(dt.UTC)
-        cached = [c for c in self.caches.ledgers.namespace(namespace).values()]
-        try:
-            if not cached or not stale_entries(
-                entries_of(cached[0]), self.live_groups(namespace), now, self.grace
-            ):
-                return []
-        except ValueError as e:
-            log.warning("ledger unreadable; not reclaiming", namespace=namespace, error=str(e))
-            return []
-        try:
-            live = self.list_groups(namespace)
-        except Exception as e:
-            log.warning("podgroup list failed; not reclaiming", namespace=namespace, error=repr(e))
-            return []
+        work, recheck = self._needs_work(namespace, now)
+        result = SweepResult(recheck_after=recheck)
+        if not work:
+            return result
 
-        def drop_stale(entries: dict[str, Entry]) -> tuple[dict[str, Entry] | None, list[str]]:
-            stale = stale_entries(entries, live, now, self.grace)
-            if not stale:
-                return None, []
-            return {k: v for k, v in entries.items() if k not in stale}, stale
-
-        removed = self.store.update(namespace, drop_stale)
-        if removed:
-            log.info(
-                "reclaimed stale reservations",
-                namespace=namespace,
-                entries=removed,
-                groups=_groups(cached[0], removed),
+        def make_true(record: Record, reads: Reads) -> tuple[Record | None, SweepResult]:
+            entries = resync(record.entries, reads.podgroups(), self.in_flight)
+            charges = live_charges(record.charges, now, None, self.in_flight)
+            before = dict(record.entries)
+            outcome = SweepResult(recheck_after=recheck)
+            outcome.dropped = sorted(e.group for k, e in before.items() if k not in entries)
+            outcome.adopted = sorted(e.group for k, e in entries.items() if k not in before)
+            outcome.resynced = sorted(
+                e.group for k, e in entries.items() if k in before and not before[k].same_claim(e)
             )
-        return removed
+            if entries == before and charges == dict(record.charges):
+                return None, outcome
+            return Record(entries, charges), outcome
 
-
-def _groups(ledger: Mapping[str, object], keys: list[str]) -> list[str]:
-    entries = entries_of(ledger)  # type: ignore[arg-type]
-    return [entries[k].group if k in entries else k for k in keys]
+        result = self.store.update(namespace, make_true)
+        if result.changed:
+            log.info(
+                "reservation record made true to the stored PodGroups",
+                namespace=namespace,
+                dropped=result.dropped,
+                adopted=result.adopted,
+                resynced=result.resynced,
+            )
+        return result

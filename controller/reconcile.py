@@ -23,6 +23,7 @@ from priogate import preemption_record as record
 from priogate import priority as prio
 from priogate.clock import rfc3339
 from priogate.kube.client import ApiClient, ApiError, resource_path
+from priogate.ledger import entry_of_group
 from priogate.podgroup import (
     FINISHED_PHASES,
     GROUP_VERSION,
@@ -31,6 +32,7 @@ from priogate.podgroup import (
     Phase,
     group_of,
 )
+from priogate.quota import over_reserved
 from priogate.resources import ResourceList, add, parse_resource_list, pod_requests
 
 log = structlog.get_logger("priogate.controller.reconcile")
@@ -283,7 +285,23 @@ class Reconciler:
             verdict = phase.EnqueueVerdict(True)  # not consulted once a group is past Inqueue
         min_member = int((group.get("spec") or {}).get("minMember") or 0)
         now = rfc3339(dt.datetime.now(dt.UTC))
-        return phase.next_status(group.get("status"), min_member, counts, verdict, now)
+        over = self.over_quota(group["metadata"].get("namespace", ""))
+        return phase.next_status(group.get("status"), min_member, counts, verdict, now, over)
+
+    def over_quota(self, namespace: str) -> str | None:
+        """Whether a quota was lowered below the namespace's stored groups' reservations."""
+        reservations = []
+        for stored in self.caches.podgroups.namespace(namespace).values():
+            try:
+                reservations.append(entry_of_group(stored, "").reservation())
+            except (ValueError, TypeError):
+                continue
+        if not reservations:
+            return None
+        try:
+            return over_reserved(self.caches.quotas.namespace(namespace).values(), reservations)
+        except ValueError:
+            return None  # a malformed quota: the enqueue verdict says so
 
     def _path(self, namespace: str, name: str) -> str:
         return resource_path(GROUP_VERSION, PLURAL, namespace, name)
@@ -303,17 +321,20 @@ class Reconciler:
             previous=old or "",
             running=status.get("running"),
         )
-        event = phase.phase_event(group.get("status"), status)
-        if event is not None and self.events is not None:
-            self.events.emit(
-                written,
-                "PodGroup",
-                GROUP_VERSION,
-                type_=event.type,
-                reason=event.reason,
-                action="UpdatePhase",
-                note=event.note,
-            )
+        for event, action in (
+            (phase.phase_event(group.get("status"), status), "UpdatePhase"),
+            (phase.quota_event(group.get("status"), status), "CheckQuota"),
+        ):
+            if event is not None and self.events is not None:
+                self.events.emit(
+                    written,
+                    "PodGroup",
+                    GROUP_VERSION,
+                    type_=event.type,
+                    reason=event.reason,
+                    action=action,
+                    note=event.note,
+                )
         return written
 
     def _fresh(self, namespace: str, name: str) -> dict[str, Any] | None:

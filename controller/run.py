@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import math
+import os
 import signal
 import threading
 import time
@@ -22,7 +23,7 @@ from controller.caches import build_caches
 from controller.election import LeaderElector, default_identity
 from controller.events import EventRecorder
 from controller.gang_preemptor import GangPreemptor
-from controller.reclaim import Reclaimer, quorum_groups
+from controller.reclaim import Reclaimer
 from controller.reconcile import Reconciler
 from controller.serving import Metrics, serve
 from controller.workqueue import WorkQueue
@@ -30,6 +31,7 @@ from priogate.kube.cache import CacheState, Obj
 from priogate.kube.client import ApiClient, load_client
 from priogate.kube.ledger_store import LedgerStore
 from priogate.lease import LEASE_DURATION, RENEW_DEADLINE, RETRY_PERIOD
+from priogate.ledger import covered_namespace
 from priogate.logs import configure_logging
 from priogate.podgroup import FINISHED_PHASES, group_of
 from priogate.preemption.engine import OPT_OUT_MODES
@@ -65,9 +67,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--resync-seconds", type=float, default=10.0, help="re-reconcile unfinished groups this often"
     )
-    p.add_argument("--reclaim-seconds", type=float, default=30.0, help="sweep every ledger this often")
+    p.add_argument("--reclaim-seconds", type=float, default=30.0, help="sweep every record this often")
     p.add_argument(
-        "--reclaim-grace-seconds", type=float, default=60.0, help="age before an orphan reservation is stale"
+        "--in-flight-seconds",
+        type=float,
+        default=15.0,
+        help="how long an admitted PodGroup may take to be stored; an entry whose group is not"
+        " stored counts that long (the webhook's --in-flight-seconds; default 15)",
+    )
+    p.add_argument(
+        "--ledger-namespace",
+        default=os.environ.get("POD_NAMESPACE") or "priogate-system",
+        help="priogate's own namespace, where the reservation records live"
+        " (default: $POD_NAMESPACE, else priogate-system)",
     )
     p.add_argument(
         "--cache-quiet-seconds",
@@ -128,7 +140,7 @@ class Controller:
         self.leading = threading.Event()
         self.idle = threading.Event()
         self.idle.set()
-        self.caches = build_caches(client, self.on_event, args.cache_quiet_seconds)
+        self.caches = build_caches(client, self.on_event, args.ledger_namespace, args.cache_quiet_seconds)
         for cache in self.caches.all():
             cache.on_state = self._export_cache_state
             self._export_cache_state(cache.state())
@@ -167,11 +179,11 @@ class Controller:
             inqueue_timeout=args.inqueue_timeout,
             enqueue_backoff=args.enqueue_backoff,
         )
+        in_flight = dt.timedelta(seconds=args.in_flight_seconds)
         self.reclaimer = Reclaimer(
-            LedgerStore(client),
+            LedgerStore(client, ledger_namespace=args.ledger_namespace, in_flight=in_flight),
             self.caches,
-            dt.timedelta(seconds=args.reclaim_grace_seconds),
-            list_groups=quorum_groups(client),
+            in_flight,
         )
 
     def is_leader(self) -> bool:
@@ -192,8 +204,9 @@ class Controller:
         namespace = meta.get("namespace", "")
         if cache == "podgroups":
             self.queue.add(f"{GROUP_KEY}{namespace}/{meta.get('name')}")
-            if event_type == "DELETED":
-                self.queue.add(f"{LEDGER_KEY}{namespace}")
+            # A group gone, stored, or with a new spec: its record may need to follow (the
+            # sweep looks at the caches first and calls the API only when they disagree).
+            self.queue.add(f"{LEDGER_KEY}{namespace}")
         elif cache == "pods":
             group = group_of(obj)
             if group:
@@ -201,8 +214,12 @@ class Controller:
         elif cache == "quotas":
             for group in self.caches.podgroups.namespace(namespace).values():
                 self.queue.add(f"{GROUP_KEY}{namespace}/{group['metadata']['name']}")
-        elif cache == "ledgers" and event_type != "DELETED":
-            self.queue.add(f"{LEDGER_KEY}{namespace}")
+        elif cache == "ledgers":
+            # Records live in priogate's namespace; each names the namespace it covers. A
+            # deleted record is rebuilt.
+            covered = covered_namespace(obj)
+            if covered:
+                self.queue.add(f"{LEDGER_KEY}{covered}")
         self.metrics.queue_depth.set(self.queue.depth())
 
     def resync(self) -> None:
@@ -267,9 +284,11 @@ class Controller:
             result = self.reconciler.reconcile(namespace, name)
             self.metrics.reconciles.labels(kind="podgroup", result=result).inc()
         elif key.startswith(LEDGER_KEY):
-            removed = self.reclaimer.reclaim(key.removeprefix(LEDGER_KEY))
+            result = self.reclaimer.reclaim(key.removeprefix(LEDGER_KEY))
+            if result.recheck_after is not None:  # an entry in flight: look again once it is not
+                self.queue.add_after(key, result.recheck_after)
             self.metrics.reconciles.labels(
-                kind="ledger", result="reclaimed" if removed else "unchanged"
+                kind="ledger", result="reclaimed" if result.changed else "unchanged"
             ).inc()
 
     def ticker(self) -> None:

@@ -5,7 +5,8 @@ The arithmetic is the pod quota hook's (webhook/rules/pod_quota.py): a pod outsi
 is refused when used + request + the groups' unconsumed reservations > hard, so what such a
 pod can still take is hard - used - unconsumed. A group's consumption is the requests of its
 unfinished member pods, in quota names (webhook/view.py), and a ledger entry of a group that
-never got stored or is gone stops counting after the grace period (priogate.ledger).
+never got stored or is gone stops counting once a LIST shows it absent past the in-flight
+bound (priogate.ledger.stale_entries).
 """
 
 from __future__ import annotations

@@ -12,7 +12,15 @@ from typing import Any
 
 from priogate import podgroup
 from priogate.kube.client import ApiClient, ApiError, resource_path
-from priogate.ledger import LEDGER_LABEL, LEDGER_NAME, Entry, entries_of, ledger_path
+from priogate.ledger import (
+    DEFAULT_LEDGER_NAMESPACE,
+    LEDGER_LABEL,
+    Entry,
+    covered_namespace,
+    entries_of,
+    entry_of_group,
+    record_path,
+)
 
 JSON = dict[str, Any]
 LIST_TIMEOUT = (5, 60)
@@ -75,19 +83,39 @@ class Source:
     # ---- the reservation ledger ----------------------------------------------------------------
 
     def ledger_entries(self, namespace: str | None) -> dict[str, dict[str, Entry]]:
-        """Tenant namespace -> its ledger's entries (by PodGroup uid); every namespace that has a
-        ledger when `namespace` is None. The only place that knows where ledgers live."""
+        """Tenant namespace -> its reservation record's entries (by PodGroup uid); every
+        namespace that has a record when `namespace` is None. The only place that knows where
+        records live: in priogate's own namespace, where a namespace user may not read them. For
+        such a user the entries are derived from the namespace's stored PodGroups, as priogate
+        rebuilds a record (the record only adds admissions still in flight)."""
         if namespace is not None:
             try:
-                ledger: Mapping[str, Any] | None = self.client.get(ledger_path(namespace))
+                record: Mapping[str, Any] | None = self.client.get(
+                    record_path(DEFAULT_LEDGER_NAMESPACE, namespace)
+                )
             except ApiError as e:
+                if e.status == 403:
+                    return {namespace: self._derived(namespace)}
                 if e.status != 404:
                     raise
-                ledger = None
-            return {namespace: entries_of(ledger)} if ledger is not None else {}
+                record = None
+            return {namespace: entries_of(record)} if record is not None else {}
         found: dict[str, dict[str, Entry]] = {}
-        for cm in self._list("v1", "configmaps", labelSelector="=".join(LEDGER_LABEL)):
-            meta = cm.get("metadata") or {}
-            if meta.get("name") == LEDGER_NAME:
-                found[str(meta.get("namespace", ""))] = entries_of(cm)
+        records = self._list(
+            "v1", "configmaps", DEFAULT_LEDGER_NAMESPACE, labelSelector="=".join(LEDGER_LABEL)
+        )
+        for cm in records:
+            covered = covered_namespace(cm)
+            if covered:
+                found[covered] = entries_of(cm)
         return found
+
+    def _derived(self, namespace: str) -> dict[str, Entry]:
+        out: dict[str, Entry] = {}
+        for group in self.podgroups(namespace, missing_ok=True):
+            try:
+                entry = entry_of_group(group, "")
+            except (ValueError, TypeError):
+                continue
+            out[entry.key] = entry
+        return out

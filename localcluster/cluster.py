@@ -201,6 +201,9 @@ class LocalCluster:
         self.timings["nodes"] = time.monotonic() - t0
         self.timings["control-plane"] = time.monotonic() - t_warm
 
+        # priogate's own namespace: the webhook keeps its reservation records there, the
+        # controller its Lease.
+        create_or_replace(self.api, "/api/v1/namespaces", {"metadata": {"name": PRIOGATE_NAMESPACE}})
         if o.webhook:
             t0 = time.monotonic()
             self._install_crds()

@@ -107,8 +107,14 @@ class Webhooks:
             if key not in self.registered:
                 self.registered.append(key)
         self.hook_names = [h["name"] for c in configs for h in c["webhooks"]]
+        # Subresources (pods/resize) are reached through their resource; the probe creates that.
         self.hook_resources = {
-            res for c in configs for h in c["webhooks"] for r in h["rules"] for res in r["resources"]
+            res
+            for c in configs
+            for h in c["webhooks"]
+            for r in h["rules"]
+            for res in r["resources"]
+            if "/" not in res
         }
         progress(f"registered webhooks {', '.join(self.hook_names)} ({policy.describe()})")
 

@@ -1,35 +1,72 @@
-"""The reservation ledger: which PodGroups hold a reservation in a namespace, as plain data.
+"""The reservation record: which PodGroups hold a reservation in a tenant namespace, and which
+pods were admitted there a moment ago, as plain data and pure decisions.
 
-The ledger's authoritative copy is one ConfigMap per namespace in the API server
-(priogate/kube/ledger_store.py writes it with optimistic concurrency); this module only turns
-its entries into Reservations and decides which entries are stale. A ConfigMap rather than a
-custom resource because every admission rewrites it: a built-in type's read-modify-write is
-several times cheaper than a CRD object's, whose managedFields grow with every entry (README
-has the measurement).
+Where it lives: one ConfigMap per tenant namespace, in priogate's own namespace
+(`priogate-system/podgroup-reservations.<namespace>`), where only priogate may write. Nothing a
+tenant can write decides a reservation. priogate/kube/ledger_store.py reads and writes it with
+optimistic concurrency; this module parses it, rebuilds it from the stored PodGroups and decides
+which entries still count.
+
+What it is: a cache of the truth, never the truth itself. The truth is the set of stored
+PodGroups (read with a quorum LIST); the record adds only what the API server cannot tell yet:
+groups admitted but not yet stored (in flight), and pods admitted but not yet charged in a
+quota's status.used. So a missing or damaged record is rebuilt from a quorum LIST, an entry
+whose group a quorum LIST does not hold is dropped once it is older than the in-flight bound,
+and an entry is set to the stored spec once no update of it can still be in flight.
+
+A ConfigMap rather than a custom resource because every admission rewrites it: a built-in
+type's read-modify-write is several times cheaper than a CRD object's, whose managedFields grow
+with every entry (README has the measurement).
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import json
-from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any
+import threading
+from collections.abc import Callable, Iterable, Iterator, Mapping, MutableMapping
+from dataclasses import dataclass, field, replace
+from fractions import Fraction
+from typing import Any, Protocol
 
-from priogate.clock import parse_rfc3339
+from priogate import podgroup
+from priogate.clock import parse_rfc3339, rfc3339
 from priogate.quota import Reservation, quota_names
-from priogate.resources import format_quantity, parse_resource_list
+from priogate.resources import ResourceList, format_quantity, maximum, parse_resource_list
 
-LEDGER_NAME = "priogate-podgroup-reservations"
+DEFAULT_LEDGER_NAMESPACE = "priogate-system"
+RECORD_PREFIX = "podgroup-reservations."
 LEDGER_LABEL = ("priogate.io/ledger", "podgroup-reservations")
+# The tenant namespace a record covers, so a record is found by label as well as by name.
+COVERS_LABEL = "priogate.io/ledger-namespace"
 LEDGER_DATA_KEY = "reservations.json"
-DEFAULT_RECLAIM_GRACE = dt.timedelta(seconds=60)
+# The key suffix of the claim a group held under its previous class while a class change is in
+# flight: either object may end up stored, so both claims count until one is.
+SHADOW_SUFFIX = "/previous"
+CHARGES_DATA_KEY = "charges.json"
+
+# How long after its admission a request may still be on its way to storage (or, for a pod, to
+# the built-in ResourceQuota plugin's charge in status.used). kube-apiserver calls validating
+# webhooks in parallel (k8s.io/apiserver pkg/admission/plugin/webhook/validating dispatcher.go),
+# so once priogate has answered, the request is stored or refused within the slowest other
+# validating webhook's timeoutSeconds plus the ResourceQuota plugin and the etcd write. priogate's
+# quota hook has timeoutSeconds 10; the rest is margin for those steps and for clock skew between
+# replicas (the bound compares wall-clock times written by different processes). Raise it when
+# another validating webhook for PodGroups or pods has a longer timeout: an entry dropped while
+# its request could still be stored would over-admit. The price of a longer bound: a forged
+# CREATE (possible only where the webhook's endpoint is reachable without client
+# authentication) keeps its claim that long.
+DEFAULT_IN_FLIGHT = dt.timedelta(seconds=15)
+
+
+class DamagedRecord(ValueError):
+    """The record exists but is not one priogate wrote; it is rebuilt, never guessed at."""
 
 
 @dataclass(frozen=True)
 class Entry:
-    """Keyed in the ledger by the PodGroup's uid, not its name: two creates of one name (one of
-    which storage refuses) then hold two entries until the loser is reclaimed. Too much is
+    """One PodGroup's claim, keyed by its uid, never its name: two creates of one name (one of
+    which storage refuses) hold two entries until the loser is confirmed absent. Too much is
     reserved for a moment; never too little."""
 
     group: str
@@ -37,11 +74,19 @@ class Entry:
     min_resources: Mapping[str, str]  # normalized quantity strings, as stored
     min_member: int
     priority_class: str
-    admitted_at: str  # RFC 3339
+    admitted_at: str  # RFC 3339: the last admission that raised this claim
+    # metadata.generation of the object that claim came from (0: unknown). kube-apiserver sets a
+    # custom resource's generation before validating admission (registry/rest BeforeCreate and
+    # BeforeUpdate run first; apiextensions-apiserver's strategy bumps it on a spec change), so
+    # a stored object of this generation or later means that admission is no longer in flight.
+    generation: int = 0
 
     @property
     def key(self) -> str:
         return self.uid or f"name:{self.group}"
+
+    def as_shadow(self) -> tuple[str, Entry]:
+        return f"{self.uid}{SHADOW_SUFFIX}", self
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -50,21 +95,27 @@ class Entry:
             "minMember": self.min_member,
             "priorityClassName": self.priority_class,
             "admittedAt": self.admitted_at,
+            "generation": self.generation,
         }
 
     @classmethod
     def from_json(cls, key: str, raw: Mapping[str, Any]) -> Entry:
-        return cls(
-            group=raw.get("group", ""),
-            uid="" if key.startswith("name:") else key,
-            min_resources=dict(raw.get("minResources") or {}),
-            min_member=int(raw.get("minMember") or 0),
-            priority_class=raw.get("priorityClassName") or "",
-            admitted_at=raw.get("admittedAt") or "",
+        if not isinstance(raw, Mapping):
+            raise TypeError(f"entry {key} is not an object")
+        entry = cls(
+            group=_text(raw.get("group")),
+            uid="" if key.startswith("name:") else key.removesuffix(SHADOW_SUFFIX),
+            min_resources=normalize(raw.get("minResources") or {}),
+            min_member=_count(raw.get("minMember")),
+            priority_class=_text(raw.get("priorityClassName")),
+            admitted_at=_text(raw.get("admittedAt")),
+            generation=_count(raw.get("generation")),
         )
+        parse_rfc3339(entry.admitted_at)
+        return entry
 
     def reservation(self) -> Reservation:
-        requests = parse_resource_list(self.min_resources, context=f"ledger entry {self.group}")
+        requests = parse_resource_list(self.min_resources, context=f"reservation of {self.group}")
         return Reservation(self.group, self.priority_class, quota_names(requests, self.min_member))
 
     def same_claim(self, other: Entry) -> bool:
@@ -75,91 +126,424 @@ class Entry:
             other.priority_class,
         )
 
+    def covers(self, other: Entry) -> bool:
+        """This claim is at least `other`'s: same class, no amount smaller."""
+        if self.priority_class != other.priority_class or self.min_member < other.min_member:
+            return False
+        mine = parse_resource_list(self.min_resources)
+        return all(
+            mine.get(name, 0) >= amount for name, amount in parse_resource_list(other.min_resources).items()
+        )
+
+
+@dataclass(frozen=True)
+class Charge:
+    """A pod admitted (or resized) in a namespace with live reservations, whose request the
+    quota's status.used may not show yet: kube-apiserver's ResourceQuota plugin charges it only
+    after the webhooks (plugin/pkg/admission/resourcequota controller.go). Counted as used until
+    the pod is seen stored or the in-flight bound passes."""
+
+    pod: str
+    pod_uid: str
+    group: str  # the pod's PodGroup, "" for a plain pod
+    demand: Mapping[str, str]  # quota names -> normalized quantity
+    charged_at: str  # RFC 3339
+
+    def amounts(self) -> ResourceList:
+        return parse_resource_list(self.demand, context=f"charge of pod {self.pod}")
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "pod": self.pod,
+            "podUID": self.pod_uid,
+            "group": self.group,
+            "demand": dict(self.demand),
+            "chargedAt": self.charged_at,
+        }
+
+    @classmethod
+    def from_json(cls, raw: Mapping[str, Any]) -> Charge:
+        if not isinstance(raw, Mapping):
+            raise TypeError("charge is not an object")
+        charge = cls(
+            pod=_text(raw.get("pod")),
+            pod_uid=_text(raw.get("podUID")),
+            group=_text(raw.get("group")),
+            demand=normalize(raw.get("demand") or {}),
+            charged_at=_text(raw.get("chargedAt")),
+        )
+        parse_rfc3339(charge.charged_at)
+        return charge
+
+
+@dataclass(frozen=True)
+class Record:
+    entries: Mapping[str, Entry] = field(default_factory=dict)
+    charges: Mapping[str, Charge] = field(default_factory=dict)  # by admission request uid
+
+    def with_entries(self, entries: Mapping[str, Entry]) -> Record:
+        return replace(self, entries=dict(entries))
+
+    def with_charges(self, charges: Mapping[str, Charge]) -> Record:
+        return replace(self, charges=dict(charges))
+
+
+def _text(value: object) -> str:
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise TypeError(f"{value!r} is not a string")
+    return value
+
+
+def _count(value: object) -> int:
+    if value is None:
+        return 0
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise TypeError(f"{value!r} is not a count")
+    return value
+
 
 def normalize(min_resources: Mapping[str, Any]) -> dict[str, str]:
     """Parse and re-format quantities so equal amounts compare equal ("1000m" == "1")."""
+    if not isinstance(min_resources, Mapping):
+        raise ValueError("not a map of quantities")
     return {name: format_quantity(q) for name, q in sorted(parse_resource_list(min_resources).items())}
 
 
-def ledger_path(namespace: str, *, collection: bool = False) -> str:
-    base = f"/api/v1/namespaces/{namespace}/configmaps"
-    return base if collection else f"{base}/{LEDGER_NAME}"
+def formatted(amounts: Mapping[str, Fraction]) -> dict[str, str]:
+    return {name: format_quantity(q) for name, q in sorted(amounts.items()) if q}
 
 
-def entries_of(ledger: Mapping[str, Any] | None) -> dict[str, Entry]:
-    """Entries by key (the PodGroup's uid). A ledger that is not ours to read raises ValueError:
-    guessing would risk over-admission."""
-    raw_json = ((ledger or {}).get("data") or {}).get(LEDGER_DATA_KEY) or "{}"
+# ---- where a record lives -------------------------------------------------------------------
+
+
+def record_name(namespace: str) -> str:
+    return f"{RECORD_PREFIX}{namespace}"
+
+
+def covered_namespace(record: Mapping[str, Any]) -> str:
+    """The tenant namespace a record ConfigMap covers ("" if it is not a record)."""
+    meta = record.get("metadata") or {}
+    name = meta.get("name") or ""
+    labelled = (meta.get("labels") or {}).get(COVERS_LABEL, "")
+    if not name.startswith(RECORD_PREFIX) or name.removeprefix(RECORD_PREFIX) != labelled:
+        return ""
+    return labelled
+
+
+def record_path(ledger_namespace: str, namespace: str | None = None) -> str:
+    """The record of `namespace` in `ledger_namespace`, or (namespace None) their collection."""
+    base = f"/api/v1/namespaces/{ledger_namespace}/configmaps"
+    return base if namespace is None else f"{base}/{record_name(namespace)}"
+
+
+# ---- reading and writing the ConfigMap --------------------------------------------------------
+
+
+def record_of(obj: Mapping[str, Any]) -> Record:
+    """The record a stored ConfigMap holds; DamagedRecord when it is not one priogate wrote
+    (then it is rebuilt from the stored PodGroups, never guessed at)."""
+    data = obj.get("data") or {}
     try:
-        raw = json.loads(raw_json)
-        if not isinstance(raw, dict):
+        raw_entries = json.loads(data.get(LEDGER_DATA_KEY) or "{}")
+        raw_charges = json.loads(data.get(CHARGES_DATA_KEY) or "{}")
+        if not isinstance(raw_entries, dict) or not isinstance(raw_charges, dict):
             raise ValueError("not a JSON object")
-        return {key: Entry.from_json(key, value) for key, value in raw.items()}
+        entries = {key: Entry.from_json(key, value) for key, value in raw_entries.items()}
+        for entry in entries.values():
+            entry.reservation()
+        charges = {key: Charge.from_json(value) for key, value in raw_charges.items()}
+        for charge in charges.values():
+            charge.amounts()
     except (ValueError, TypeError, AttributeError) as e:
-        raise ValueError(
-            f"ConfigMap {LEDGER_NAME} key {LEDGER_DATA_KEY} is not a reservation ledger ({e}); "
-            "restore it or delete it so priogate rebuilds it from the admitted PodGroups"
-        ) from None
+        name = (obj.get("metadata") or {}).get("name", "")
+        raise DamagedRecord(f"ConfigMap {name} is not a reservation record ({e})") from None
+    return Record(entries, charges)
 
 
-def ledger_object(
-    namespace: str, entries: Mapping[str, Entry], resource_version: str | None
+def entries_of(obj: Mapping[str, Any] | None) -> dict[str, Entry]:
+    """The entries of a stored record ({} for none); DamagedRecord when unreadable."""
+    return dict(record_of(obj).entries) if obj else {}
+
+
+def record_object(
+    ledger_namespace: str, namespace: str, record: Record, resource_version: str | None
 ) -> dict[str, Any]:
     meta: dict[str, Any] = {
-        "name": LEDGER_NAME,
-        "namespace": namespace,
-        "labels": {"app.kubernetes.io/managed-by": "priogate", LEDGER_LABEL[0]: LEDGER_LABEL[1]},
+        "name": record_name(namespace),
+        "namespace": ledger_namespace,
+        "labels": {
+            "app.kubernetes.io/managed-by": "priogate",
+            LEDGER_LABEL[0]: LEDGER_LABEL[1],
+            COVERS_LABEL: namespace,
+        },
     }
     if resource_version:
         meta["resourceVersion"] = resource_version
-    data = {key: e.to_json() for key, e in sorted(entries.items())}
+    entries = {key: e.to_json() for key, e in sorted(record.entries.items())}
+    charges = {key: c.to_json() for key, c in sorted(record.charges.items())}
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": meta,
-        "data": {LEDGER_DATA_KEY: json.dumps(data, separators=(",", ":"), sort_keys=True)},
+        "data": {
+            LEDGER_DATA_KEY: json.dumps(entries, separators=(",", ":"), sort_keys=True),
+            CHARGES_DATA_KEY: json.dumps(charges, separators=(",", ":"), sort_keys=True),
+        },
     }
+
+
+# ---- the truth: stored PodGroups --------------------------------------------------------------
+
+
+def entry_of_group(group: Mapping[str, Any], admitted_at: str) -> Entry:
+    """The claim a stored (or admitted) PodGroup makes; ValueError when its spec is unreadable."""
+    meta = group.get("metadata") or {}
+    spec = group.get("spec") or {}
+    min_member = spec.get("minMember")
+    if min_member is None:
+        min_member = podgroup.DEFAULT_MIN_MEMBER
+    if not isinstance(min_member, int) or isinstance(min_member, bool) or min_member < 0:
+        raise ValueError(f"minMember must be 0 or more, not {min_member!r}")
+    try:
+        min_resources = normalize(spec.get("minResources") or {})
+    except ValueError as e:
+        raise ValueError(f"minResources: {e}") from None
+    return Entry(
+        group=_text(meta.get("name")),
+        uid=_text(meta.get("uid")),
+        min_resources=min_resources,
+        min_member=min_member,
+        priority_class=_text(spec.get("priorityClassName")),
+        admitted_at=admitted_at,
+        generation=_count(meta.get("generation")),
+    )
+
+
+@dataclass(frozen=True)
+class Listing:
+    """The namespace's stored PodGroups from one quorum LIST, by uid, and when the LIST began."""
+
+    groups: Mapping[str, Entry]
+    started: dt.datetime
+    unreadable: tuple[str, ...] = ()  # names of stored groups whose spec did not parse
+
+
+def listing_of(items: Iterable[Mapping[str, Any]], started: dt.datetime) -> Listing:
+    groups: dict[str, Entry] = {}
+    unreadable = []
+    for item in items:
+        try:
+            entry = entry_of_group(item, rfc3339(started))
+        except (ValueError, TypeError):
+            unreadable.append((item.get("metadata") or {}).get("name", ""))
+            continue
+        if entry.uid:
+            groups[entry.uid] = entry
+    return Listing(groups, started, tuple(unreadable))
+
+
+def admitted_time(entry: Entry) -> dt.datetime:
+    try:
+        return parse_rfc3339(entry.admitted_at)
+    except ValueError:
+        return dt.datetime.min.replace(tzinfo=dt.UTC)  # unreadable: treat as old
+
+
+def in_flight(entry: Entry, at: dt.datetime, bound: dt.timedelta = DEFAULT_IN_FLIGHT) -> bool:
+    """Whether the admission that last raised `entry` may still be on its way to storage at `at`."""
+    return at - admitted_time(entry) <= bound
+
+
+def merge(current: Entry, new: Entry) -> Entry:
+    """A claim that covers both (per resource the larger amount): what an admission records while
+    the request is in flight, since either object may end up stored. Of two classes, the new."""
+    if current.priority_class != new.priority_class:
+        return new
+    larger = maximum(parse_resource_list(current.min_resources), parse_resource_list(new.min_resources))
+    return replace(new, min_resources=formatted(larger), min_member=max(current.min_member, new.min_member))
+
+
+def settled(entry: Entry, stored: Entry | None, at: dt.datetime, bound: dt.timedelta) -> bool:
+    """Whether the admission behind `entry` can no longer change what is stored: past the
+    in-flight bound, or the stored object is of its generation or later."""
+    if not in_flight(entry, at, bound):
+        return True
+    return stored is not None and entry.generation > 0 and stored.generation >= entry.generation
+
+
+def resync(
+    entries: Mapping[str, Entry], listing: Listing, bound: dt.timedelta = DEFAULT_IN_FLIGHT
+) -> dict[str, Entry]:
+    """The entries made true to a quorum LIST of the namespace's PodGroups:
+    - an entry whose group is stored and whose admission is settled becomes the stored claim (a
+      shrinking update took effect; a refused growing update is undone);
+    - an entry still in flight keeps its claim, raised to the stored one if that is larger;
+    - an entry whose group the LIST does not hold (gone, or never stored: uid-checked) is
+      dropped once it is no longer in flight, counted until then;
+    - a previous-class claim ends when its group's class change is settled;
+    - a stored group without an entry (a lost or rebuilt record, a group stored before
+      priogate) is adopted with its stored claim.
+    Finalizer-held groups (deletionTimestamp set) are still stored, so they still reserve."""
+    out: dict[str, Entry] = {}
+    for key, entry in entries.items():
+        stored = listing.groups.get(entry.uid) if entry.uid else None
+        done = settled(entry, stored, listing.started, bound)
+        if key.endswith(SHADOW_SUFFIX) or stored is None:
+            if not done:
+                out[key] = entry
+            continue
+        if done:
+            out[key] = replace(stored, admitted_at=entry.admitted_at)
+        else:
+            out[key] = merge(stored, entry) if entry.priority_class == stored.priority_class else entry
+    for uid, stored in listing.groups.items():
+        if uid not in out:
+            out[uid] = stored
+    return out
 
 
 def stale_entries(
     entries: Mapping[str, Entry],
-    live_groups: Mapping[str, str],
+    listed: Mapping[str, Any],
     now: dt.datetime,
-    grace: dt.timedelta = DEFAULT_RECLAIM_GRACE,
+    bound: dt.timedelta = DEFAULT_IN_FLIGHT,
 ) -> list[str]:
-    """Keys of entries whose PodGroup never got stored (a later admission step refused it) or is
-    gone: no live group with that uid, and admitted longer than `grace` ago, so a group admitted
-    a moment ago and not yet in the cache keeps its reservation. `live_groups` maps uid to name."""
-    stale = []
+    """Keys of entries that a LIST (`listed`: uids of the stored groups) shows no longer count:
+    their group is not stored, and their admission is past the in-flight bound. What a reader
+    outside priogate (kubectl priogate) reports; priogate itself drops them through resync."""
+    return sorted(
+        key
+        for key, entry in entries.items()
+        if not (entry.uid and entry.uid in listed) and not in_flight(entry, now, bound)
+    )
+
+
+def unconfirmed(
+    entries: Mapping[str, Entry],
+    live: Mapping[str, bool],
+    now: dt.datetime,
+    bound: dt.timedelta = DEFAULT_IN_FLIGHT,
+    cached: Mapping[str, Entry] | None = None,
+) -> list[str]:
+    """Keys of entries worth confirming with a quorum LIST before a refusal, because the LIST
+    may end or lower them: past the in-flight bound and not shown alive by the watch cache
+    (`live`: cached groups' uids -> being deleted); or settled by a cached stored object of
+    their generation whose claim differs (`cached`: uid -> stored claim). An entry in flight
+    whose group is not stored is never a candidate: its group may be stored a moment from now
+    (by another replica's admission), so no LIST could end it."""
+    out = []
     for key, entry in entries.items():
-        if entry.uid and entry.uid in live_groups:
+        stored = (cached or {}).get(entry.uid) if entry.uid else None
+        if (not in_flight(entry, now, bound) and (not entry.uid or live.get(entry.uid, True))) or (
+            stored is not None
+            and settled(entry, stored, now, bound)
+            and (key.endswith(SHADOW_SUFFIX) or not stored.same_claim(entry))
+        ):
+            out.append(key)
+    return sorted(out)
+
+
+def adopted(entries: Mapping[str, Entry], cached_groups: Iterable[Entry]) -> dict[str, Entry]:
+    """Entries plus a claim for every cached (stored) group the record lacks: a record that
+    misses a live group never means that group reserves nothing."""
+    out = dict(entries)
+    uids = {e.uid for e in entries.values()}
+    for entry in cached_groups:
+        if entry.uid and entry.uid not in uids:
+            out[entry.uid] = entry
+    return out
+
+
+def live_charges(
+    charges: Mapping[str, Charge],
+    now: dt.datetime,
+    stored_pods: Mapping[str, bool] | None = None,
+    bound: dt.timedelta = DEFAULT_IN_FLIGHT,
+) -> dict[str, Charge]:
+    """Charges that still count: younger than the bound, and for pods the cache does not show
+    stored yet (`stored_pods`: uids of cached pods). A pod seen stored was charged in status.used
+    before it was stored, and a quorum read of the quota (made in the same turn) shows that."""
+    out = {}
+    for key, charge in charges.items():
+        if stored_pods is not None and charge.pod_uid and charge.pod_uid in stored_pods:
             continue
         try:
-            admitted = parse_rfc3339(entry.admitted_at)
+            at = parse_rfc3339(charge.charged_at)
         except ValueError:
-            admitted = dt.datetime.min.replace(tzinfo=dt.UTC)  # unreadable: treat as old
-        if now - admitted > grace:
-            stale.append(key)
-    return sorted(stale)
+            continue
+        if now - at <= bound:
+            out[key] = charge
+    return out
+
+
+# ---- an in-process store, for single-process servers and tests ------------------------------
+
+
+class Reads(Protocol):
+    """Quorum reads a decision may need, made at most once per turn (priogate.kube.ledger_store)."""
+
+    def quotas(self) -> list[Mapping[str, Any]]: ...
+
+    def podgroups(self) -> Listing: ...
+
+
+# decide(record, reads) -> (the record to write, or None to write nothing; the result to return)
+Decide = Callable[[Record, Reads], tuple[Record | None, Any]]
 
 
 class MemoryLedgerStore:
-    """The ledger kept in this process: same interface and decide() contract as the API-server
-    store, for a single-process server (offline mode, benchmarks) and in-process tests."""
+    """The record kept in this process: same interface and decide() contract as the API-server
+    store, for a single-process server (offline mode, benchmarks) and in-process tests. `reads`
+    gives a namespace's reads (the caller's caches stand in for quorum reads)."""
 
-    def __init__(self) -> None:
-        import threading
-
+    def __init__(
+        self, reads: Callable[[str], Reads] | None = None, ledger_namespace: str = DEFAULT_LEDGER_NAMESPACE
+    ) -> None:
+        self.ledger_namespace = ledger_namespace
         self._lock = threading.Lock()
-        self.ledgers: dict[str, dict[str, Entry]] = {}
+        self.records: dict[str, Record] = {}
         self.writes = 0
+        self.reads = reads
+
+    @property
+    def ledgers(self) -> MutableMapping[str, dict[str, Entry]]:
+        """Each namespace's entries; setting one replaces them (tests preload a record so)."""
+        return _EntriesView(self.records)
 
     def update(
-        self, namespace: str, decide: Any, *, dry_run: bool = False, deadline: float | None = None
+        self, namespace: str, decide: Decide, *, dry_run: bool = False, deadline: float | None = None
     ) -> Any:
+        if self.reads is None:
+            raise RuntimeError("MemoryLedgerStore needs reads to decide")
+        reads = self.reads(namespace)
         with self._lock:
-            new_entries, result = decide(dict(self.ledgers.get(namespace, {})))
-            if new_entries is not None and not dry_run:
-                self.ledgers[namespace] = dict(new_entries)
+            current = self.records.get(namespace)
+            if current is None:
+                current = Record(resync({}, reads.podgroups()))
+            new, result = decide(current, reads)
+            if new is not None and not dry_run:
+                self.records[namespace] = new
                 self.writes += 1
             return result
+
+
+class _EntriesView(MutableMapping[str, dict[str, Entry]]):
+    def __init__(self, records: dict[str, Record]) -> None:
+        self.records = records
+
+    def __getitem__(self, namespace: str) -> dict[str, Entry]:
+        return dict(self.records[namespace].entries)
+
+    def __setitem__(self, namespace: str, entries: dict[str, Entry]) -> None:
+        self.records[namespace] = self.records.get(namespace, Record()).with_entries(entries)
+
+    def __delitem__(self, namespace: str) -> None:
+        del self.records[namespace]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.records)
+
+    def __len__(self) -> int:
+        return len(self.records)

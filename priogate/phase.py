@@ -19,6 +19,9 @@ from priogate.podgroup import FINISHED_PHASES, Phase, PodPhase
 
 SCHEDULED = "Scheduled"
 UNSCHEDULABLE = "Unschedulable"
+# True while the namespace's summed reservations exceed a quota lowered since they were admitted
+# (priogate.quota.over_reserved); written only once it has been True.
+QUOTA_BELOW_RESERVATIONS = "QuotaBelowReservations"
 # Reasons of the Unschedulable condition while a group is Pending (the rollback reasons).
 NOT_ENOUGH_RESOURCES = "NotEnoughResources"  # quota or capacity do not allow it (any more)
 INQUEUE_TIMEOUT = "InqueueTimeout"  # Inqueue too long, members unschedulable, no preemption possible
@@ -126,15 +129,25 @@ def merge_conditions(
 
 
 def next_status(
-    status: Mapping[str, Any] | None, min_member: int, members: Members, enqueue: EnqueueVerdict, now: str
+    status: Mapping[str, Any] | None,
+    min_member: int,
+    members: Members,
+    enqueue: EnqueueVerdict,
+    now: str,
+    over_quota: str | None = None,
 ) -> dict[str, Any]:
     """The whole new status. Equal to `status` (==) when nothing changed, so the caller writes
-    only on a real change."""
+    only on a real change. `over_quota`: why the namespace's reservations exceed a quota."""
     status = dict(status or {})
     phase = next_phase(status.get("phase") or "", min_member, members, enqueue)
-    conditions = merge_conditions(
-        status.get("conditions") or [], desired_conditions(phase, min_member, members, enqueue), now
-    )
+    desired = desired_conditions(phase, min_member, members, enqueue)
+    old = status.get("conditions") or []
+    had = any(isinstance(c, Mapping) and c.get("type") == QUOTA_BELOW_RESERVATIONS for c in old)
+    if over_quota is not None:
+        desired.append(_condition(QUOTA_BELOW_RESERVATIONS, True, "QuotaLowered", over_quota))
+    elif had:
+        desired.append(_condition(QUOTA_BELOW_RESERVATIONS, False, "WithinQuota", ""))
+    conditions = merge_conditions(old, desired, now)
     return {
         **status,
         "phase": phase,
@@ -159,6 +172,25 @@ _SETBACKS = {
     (Phase.RUNNING, Phase.UNKNOWN),
     (Phase.UNKNOWN, Phase.PENDING),
 }
+
+
+def quota_event(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> PhaseEvent | None:
+    """A Warning when the QuotaBelowReservations condition turns True, else None."""
+
+    def below(status: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
+        return next(
+            (
+                c
+                for c in (status or {}).get("conditions") or []
+                if c.get("type") == QUOTA_BELOW_RESERVATIONS and c.get("status") == "True"
+            ),
+            None,
+        )
+
+    now = below(new)
+    if now is None or below(old) is not None:
+        return None
+    return PhaseEvent("Warning", QUOTA_BELOW_RESERVATIONS, now.get("message") or "")
 
 
 def phase_event(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> PhaseEvent | None:

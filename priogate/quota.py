@@ -179,6 +179,7 @@ def first_exceeded(
     *,
     count_used: bool,
     reserved_names_only: bool = False,
+    charged: Mapping[str, Fraction] | None = None,
 ) -> Exceeded | None:
     """For each quota that applies to `consumer`, in name order: the resources where
     (status.used, when `count_used`) + the reservations it applies to + `demand` exceed hard.
@@ -197,7 +198,7 @@ def first_exceeded(
         if reserved_names_only and not reserved:
             continue
         hard = hard_limits(quota)
-        in_use = used(quota) if count_used else {}
+        in_use = add(used(quota), charged or {}) if count_used else {}
         over = sorted(
             name
             for name, limit in hard.items()
@@ -245,15 +246,23 @@ def check_pod(
     pod_consumer: Consumer,
     pod_demand: Mapping[str, Fraction],
     other_groups: Iterable[tuple[Reservation, ResourceList]],
+    charged: Mapping[str, Fraction] | None = None,
 ) -> str | None:
     """Refuse when used + this pod's request + the unconsumed reservations of other groups
     exceed hard. `other_groups` pairs each reservation with its unconsumed part; the pod's own
-    group is left out, so a member draws on its own reservation first."""
+    group is left out, so a member draws on its own reservation first. `charged`: requests of
+    pods admitted a moment ago that status.used may not show yet."""
     unconsumed_parts = (
         Reservation(reservation.group, reservation.priority_class, left) for reservation, left in other_groups
     )
     found = first_exceeded(
-        quotas, pod_consumer, pod_demand, unconsumed_parts, count_used=True, reserved_names_only=True
+        quotas,
+        pod_consumer,
+        pod_demand,
+        unconsumed_parts,
+        count_used=True,
+        reserved_names_only=True,
+        charged=charged,
     )
     if found is None:
         return None
@@ -264,3 +273,27 @@ def check_pod(
         f"{format_amounts(over, found.reserved)}, limited: {format_amounts(over, found.hard)}: "
         "resources reserved by PodGroups' minResources cannot be used by other pods"
     )
+
+
+# ---- a quota lowered below what is reserved ----------------------------------------------------
+
+
+def over_reserved(quotas: Iterable[Mapping[str, Any]], reservations: Iterable[Reservation]) -> str | None:
+    """Why the namespace's admitted reservations exceed a quota's hard limits (a quota lowered
+    since they were admitted), or None. Admitted groups keep their reservations (refusing would
+    free nothing); growth and new groups are refused until the sum fits again."""
+    reservations = list(reservations)
+    for quota in sorted(quotas, key=lambda q: str(_name(q))):
+        reserved: ResourceList = {}
+        for reservation in reservations:
+            if quota_applies(quota, Consumer(reservation.priority_class)):
+                reserved = add(reserved, {n: a for n, a in reservation.demand.items() if a > 0})
+        hard = hard_limits(quota)
+        over = sorted(name for name, limit in hard.items() if reserved.get(name, ZERO) > limit)
+        if over:
+            return (
+                f"quota {_name(quota)} ({format_amounts(over, hard)}) is below the namespace's "
+                f"PodGroup reservations ({format_amounts(over, reserved)}): admitted groups keep "
+                "theirs; growth and new groups are refused until the sum fits"
+            )
+    return None

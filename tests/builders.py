@@ -12,9 +12,8 @@ from typing import Any
 from flask import Flask
 
 from priogate.kube.cache import WatchCache
-from priogate.ledger import MemoryLedgerStore
 from webhook.app import create_app
-from webhook.view import CacheView
+from webhook.view import CacheReads, CacheView
 
 
 def fed_cache(name: str, objects: Iterable[dict[str, Any]] = (), *, synced: bool = True) -> WatchCache:
@@ -38,7 +37,17 @@ def make_view(
         "pods": fed_cache("pods", pods, synced=synced),
         "ledgers": fed_cache("ledgers", ledgers, synced=synced),
     }
-    return CacheView(caches, ledger_store if ledger_store is not None else MemoryLedgerStore())
+    from priogate.ledger import MemoryLedgerStore, covered_namespace, record_of
+
+    view = CacheView(caches, ledger_store)
+    if ledger_store is None:
+        view.ledger_store = MemoryLedgerStore(lambda namespace: CacheReads(view, namespace))
+    elif getattr(ledger_store, "reads", False) is None:
+        ledger_store.reads = lambda namespace: CacheReads(view, namespace)
+    if isinstance(view.ledger_store, MemoryLedgerStore):
+        for obj in ledgers:  # the in-process record starts as the cached one
+            view.ledger_store.records.setdefault(covered_namespace(obj), record_of(obj))
+    return view
 
 
 def make_app(classes: Iterable[dict[str, Any]] = (), **kw: Any) -> Flask:
@@ -372,11 +381,11 @@ def group_review(
 
 
 def ledger(namespace: str = "default", **groups: dict) -> dict:
-    """A namespace's ledger ConfigMap holding one entry per keyword: group name -> minResources
-    (the uid is "uid-<group>", minMember 1)."""
-    from priogate.ledger import Entry, ledger_object
+    """A namespace's reservation record (a ConfigMap in priogate-system) holding one entry per
+    keyword: group name -> minResources (the uid is "uid-<group>", minMember 1)."""
+    from priogate.ledger import DEFAULT_LEDGER_NAMESPACE, Entry, Record, record_object
 
     entries = {
         f"uid-{g}": Entry(g, f"uid-{g}", res, 1, "", "2026-11-22T00:00:00Z") for g, res in groups.items()
     }
-    return ledger_object(namespace, entries, None)
+    return record_object(DEFAULT_LEDGER_NAMESPACE, namespace, Record(entries), None)

@@ -15,7 +15,7 @@ from fractions import Fraction
 
 from priogate import podgroup
 from priogate.kube.client import ApiClient, ApiError, resource_path
-from priogate.ledger import entries_of, ledger_path
+from priogate.ledger import DEFAULT_LEDGER_NAMESPACE, entries_of, record_path
 from priogate.resources import parse_quantity
 
 
@@ -53,7 +53,7 @@ class _Monitor(threading.Thread):
 
     def run(self) -> None:
         groups = resource_path(podgroup.GROUP_VERSION, podgroup.PLURAL, self.namespace)
-        ledger = ledger_path(self.namespace)
+        ledger = record_path(DEFAULT_LEDGER_NAMESPACE, self.namespace)
         while not self.done.is_set():
             stored = self.client.get(groups).get("items") or []
             cpu = sum(

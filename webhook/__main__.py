@@ -45,6 +45,21 @@ def main(argv: list[str] | None = None) -> int:
         help="NAMESPACE/NAME of the Secret the certificate files came from (python -m certs bootstrap):"
         " renew from it before expiry and rewrite the files; they must be DIR/tls.crt and DIR/tls.key",
     )
+    p.add_argument(
+        "--ledger-namespace",
+        default=os.environ.get("PRIOGATE_LEDGER_NAMESPACE")
+        or os.environ.get("POD_NAMESPACE")
+        or "priogate-system",
+        help="priogate's own namespace, where the reservation records live and only priogate may write"
+        " (default: $PRIOGATE_LEDGER_NAMESPACE, else $POD_NAMESPACE, else priogate-system)",
+    )
+    p.add_argument(
+        "--in-flight-seconds",
+        type=float,
+        default=float(os.environ.get("PRIOGATE_IN_FLIGHT_SECONDS", "15")),
+        help="how long an admitted request may take to be stored; an unconfirmed reservation counts"
+        " that long (default 15; raise it if other validating webhooks have longer timeouts)",
+    )
     p.add_argument("--tls-check-seconds", type=float, default=3600.0, help="how often to check the Secret")
     p.add_argument(
         "--cache-quiet-seconds",
@@ -117,6 +132,8 @@ def main(argv: list[str] | None = None) -> int:
         servers=servers,
         tls_secret=args.tls_secret,
         tls_check_seconds=args.tls_check_seconds,
+        ledger_namespace=args.ledger_namespace,
+        in_flight_seconds=args.in_flight_seconds,
         cache_quiet_seconds=args.cache_quiet_seconds,
         client_ca_file=args.client_ca_file,
         client_deadline_seconds=args.client_deadline_seconds,

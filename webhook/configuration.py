@@ -45,7 +45,17 @@ def _webhook(rule_set: RuleSet, client_config: dict, policy: HookPolicy) -> dict
                 "resources": list(rule_set.resources),
                 "operations": list(rule_set.operations),
                 "scope": "*",
-            }
+            },
+            *(
+                {
+                    "apiGroups": list(rule_set.api_groups),
+                    "apiVersions": list(rule_set.api_versions),
+                    "resources": [resource],
+                    "operations": list(operations),
+                    "scope": "*",
+                }
+                for resource, operations in rule_set.subresource_rules
+            ),
         ],
         "admissionReviewVersions": ["v1", "v1beta1"],
         "sideEffects": rule_set.side_effects,

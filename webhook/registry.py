@@ -8,6 +8,7 @@ module to RULE_SET_MODULES; the app routes and the webhook configurations follow
 
 from __future__ import annotations
 
+import datetime as dt
 import importlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -17,7 +18,8 @@ from webhook.review import AdmissionRequest, Decision
 
 
 class ClusterView(Protocol):
-    """What rule sets may read: watch-backed caches, never the API server itself."""
+    """What rule sets may read: watch-backed caches, and the reservation record's store (the
+    only way a rule set reaches the API server: quorum reads and record writes, in turns)."""
 
     def priority_classes(self) -> Mapping[str, Mapping]: ...
 
@@ -25,7 +27,9 @@ class ClusterView(Protocol):
 
     def resource_quotas(self, namespace: str) -> list[Mapping]: ...
 
-    def live_podgroups(self, namespace: str) -> dict[str, str]: ...
+    def live_podgroups(self, namespace: str) -> dict[str, bool]: ...
+
+    def stored_podgroups(self, namespace: str) -> dict[str, Any]: ...
 
     def reservations(self, namespace: str) -> Any: ...
 
@@ -33,6 +37,9 @@ class ClusterView(Protocol):
 
     @property
     def ledger_store(self) -> Any: ...
+
+    @property
+    def in_flight(self) -> dt.timedelta: ...
 
 
 Handler = Callable[[AdmissionRequest, ClusterView], Decision]
@@ -48,6 +55,9 @@ class RuleSet:
     api_versions: Sequence[str]
     resources: Sequence[str]
     operations: Sequence[str]
+    # Further (resource/subresource, operations) rules of the same hook, e.g. pods/resize for
+    # UPDATE only, so other updates of the resource are not sent.
+    subresource_rules: Sequence[tuple[str, Sequence[str]]] = ()
     side_effects: Literal["None", "NoneOnDryRun"] = "None"
     timeout_seconds: int = 5
     # Which caches must be synced before the rule set can answer.

@@ -40,6 +40,10 @@ class ServerOptions:
     # renews from it before expiry and rewrites the files, which the TLS context then reloads.
     tls_secret: str | None = None
     tls_check_seconds: float = 3600.0
+    # Where the reservation records live (priogate's own namespace), and the in-flight bound
+    # (priogate.ledger.DEFAULT_IN_FLIGHT says what it is).
+    ledger_namespace: str = "priogate-system"
+    in_flight_seconds: float = 15.0
     # A watch that hears nothing, not even a bookmark, for this long is restarted and its cache
     # is stale meanwhile (priogate.kube.cache.DEFAULT_QUIET_SECONDS says why the default).
     cache_quiet_seconds: float = 120.0
@@ -101,23 +105,25 @@ def build_view(
     kubeconfig: str | None,
     priorityclasses_file: str | None = None,
     servers: tuple[str, ...] | None = None,
+    ledger_namespace: str = "priogate-system",
+    in_flight_seconds: float = 15.0,
     quiet_seconds: float = 120.0,
 ) -> Any:
     """Caches for what the served rule sets need, started in this worker."""
     from priogate.kube.cache import CacheState, WatchCache
     from priogate.kube.client import load_client
     from priogate.kube.ledger_store import LedgerStore
-    from priogate.ledger import MemoryLedgerStore
     from webhook.metrics import CACHE_LAST_EVENT, CACHE_STALE, LEDGER_CONFLICTS
     from webhook.registry import load_rule_sets
-    from webhook.view import CACHES, CacheView
+    from webhook.view import CacheView, memory_view, sources
 
+    in_flight = dt.timedelta(seconds=in_flight_seconds)
     needed = sorted({name for rule_set in load_rule_sets(servers=servers) for name in rule_set.needs})
     if priorityclasses_file:
-        # Offline: fixed PriorityClasses, empty everything else, the ledger in this process.
+        # Offline: fixed PriorityClasses, empty everything else, the record in this process.
         classes = _load_list(priorityclasses_file)
         caches = {n: WatchCache.static(n, classes if n == "priorityclasses" else []) for n in needed}
-        return CacheView(caches, MemoryLedgerStore())
+        return memory_view(caches, ledger_namespace=ledger_namespace, in_flight=in_flight)
     client = load_client(kubeconfig)
 
     def export(state: CacheState) -> None:
@@ -125,13 +131,17 @@ def build_view(
         CACHE_LAST_EVENT.labels(state.name).set(state.last_event)
 
     caches = {}
+    catalogue = sources(ledger_namespace)
     for name in needed:
-        source, transform = CACHES[name]
+        source, transform = catalogue[name]
         cache = source.cache(client, transform=transform, quiet_seconds=quiet_seconds)
         cache.on_state = export
         export(cache.state())
         caches[name] = cache.start()
-    return CacheView(caches, LedgerStore(client, on_conflict=LEDGER_CONFLICTS.inc), client)
+    store = LedgerStore(
+        client, ledger_namespace=ledger_namespace, in_flight=in_flight, on_conflict=LEDGER_CONFLICTS.inc
+    )
+    return CacheView(caches, store, client, ledger_namespace=ledger_namespace, in_flight=in_flight)
 
 
 class WebhookServer(BaseApplication):
@@ -185,7 +195,14 @@ class WebhookServer(BaseApplication):
             from webhook.app import create_app
             from webhook.registry import load_rule_sets
 
-            view = build_view(o.kubeconfig, o.priorityclasses_file, o.servers, o.cache_quiet_seconds)
+            view = build_view(
+                o.kubeconfig,
+                o.priorityclasses_file,
+                o.servers,
+                o.ledger_namespace,
+                o.in_flight_seconds,
+                o.cache_quiet_seconds,
+            )
             app = create_app(view, load_rule_sets(servers=o.servers))
         if o.tls_secret:
             from certs.rotation import start_rotation

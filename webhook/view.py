@@ -4,6 +4,7 @@ cache change, not per request."""
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -14,45 +15,77 @@ from priogate.kube.cache import Transform, WatchCache
 from priogate.kube.catalogue import Source
 from priogate.kube.client import ApiClient, resource_path
 from priogate.kube.ledger_store import LedgerStore
-from priogate.ledger import LEDGER_NAME, Entry, entries_of
+from priogate.ledger import (
+    DEFAULT_IN_FLIGHT,
+    DEFAULT_LEDGER_NAMESPACE,
+    DamagedRecord,
+    Entry,
+    Listing,
+    Record,
+    adopted,
+    listing_of,
+    record_name,
+    record_of,
+)
 from priogate.quota import quota_names
 from priogate.resources import ResourceList, add, pod_requests
 from priogate.slim import group_member_essentials
 
-# The caches a rule set may need (RuleSet.needs) by name, and what each keeps: of pods, only
-# PodGroup members' essentials (only members draw on reservations).
-CACHES: dict[str, tuple[Source, Transform | None]] = {
-    source.name: (source, transform)
-    for source, transform in (
-        (catalogue.PRIORITY_CLASSES, None),
-        (catalogue.RESOURCE_QUOTAS, None),
-        (catalogue.PODGROUPS, None),
-        (catalogue.LEDGERS, None),
-        (catalogue.UNFINISHED_PODS, group_member_essentials),
-    )
-}
+
+def sources(ledger_namespace: str = DEFAULT_LEDGER_NAMESPACE) -> dict[str, tuple[Source, Transform | None]]:
+    """The caches a rule set may need (RuleSet.needs) by name, and what each keeps: of pods,
+    only PodGroup members' essentials (only members draw on reservations); of ConfigMaps, only
+    the reservation records in priogate's own namespace."""
+    return {
+        source.name: (source, transform)
+        for source, transform in (
+            (catalogue.PRIORITY_CLASSES, None),
+            (catalogue.RESOURCE_QUOTAS, None),
+            (catalogue.PODGROUPS, None),
+            (catalogue.ledgers(ledger_namespace), None),
+            (catalogue.UNFINISHED_PODS, group_member_essentials),
+        )
+    }
+
+
+CACHES = sources()
 
 
 @dataclass(frozen=True)
 class NamespaceReservations:
+    """A namespace's reservations as the caches show them: the cached record's entries plus a
+    claim for every cached stored group the record lacks (`damaged`: the cached record did not
+    parse, so only the stored groups are known), what each group's cached members use, the
+    record's charges, and which groups are alive (uid -> being deleted)."""
+
     entries: dict[str, Entry]
     consumed_by_group: dict[str, ResourceList]  # group name -> quota-named usage of its pods
+    live: dict[str, bool]
+    member_uids: dict[str, bool]  # uids of cached (stored) member pods
+    has_record: bool
+    stored: dict[str, Entry]  # uid -> the cached stored group's claim
+    damaged: bool = False
 
 
 class CacheView:
     def __init__(
         self,
         caches: Mapping[str, WatchCache],
-        ledger_store: LedgerStore | None = None,
+        ledger_store: Any = None,
         client: ApiClient | None = None,
+        *,
+        ledger_namespace: str = DEFAULT_LEDGER_NAMESPACE,
+        in_flight: dt.timedelta = DEFAULT_IN_FLIGHT,
     ) -> None:
         self.caches = caches
-        self.ledger_store = ledger_store
-        # For the one read that is not a cache (listed_podgroups); None offline and in tests,
-        # where the caches are fixed and so never behind.
+        self.ledger_store: LedgerStore | Any = ledger_store
+        # For quorum reads outside a record's turn (listed_podgroups); None offline and in
+        # tests, where the caches are fixed and so never behind.
         self.client = client
+        self.ledger_namespace = ledger_namespace
+        self.in_flight = in_flight
         self._default_memo: tuple[int, Mapping | None] | None = None
-        self._reservations_memo: dict[str, tuple[tuple[int, int], NamespaceReservations]] = {}
+        self._reservations_memo: dict[str, tuple[tuple[int, int, int], NamespaceReservations]] = {}
 
     def unsynced(self, names: Sequence[str]) -> list[str]:
         """The caches of `names` that are not current: not listed yet, or stale."""
@@ -77,10 +110,23 @@ class CacheView:
     def resource_quotas(self, namespace: str) -> list[Mapping[str, Any]]:
         return list(self.caches["resourcequotas"].namespace(namespace).values())
 
-    def live_podgroups(self, namespace: str) -> dict[str, str]:
-        """uid -> name of the namespace's stored PodGroups."""
+    def live_podgroups(self, namespace: str) -> dict[str, bool]:
+        """uid -> whether it is being deleted, of the namespace's cached (stored) PodGroups."""
         groups = self.caches["podgroups"].namespace(namespace).values()
-        return {g["metadata"].get("uid", ""): g["metadata"]["name"] for g in groups}
+        return {g["metadata"].get("uid", ""): bool(g["metadata"].get("deletionTimestamp")) for g in groups}
+
+    def stored_podgroups(self, namespace: str) -> dict[str, Entry]:
+        """uid -> the claim of each cached (stored) PodGroup, with its generation."""
+        return dict(self.cached_listing(namespace, dt.datetime.min.replace(tzinfo=dt.UTC)).groups)
+
+    def cached_listing(self, namespace: str, now: dt.datetime) -> Listing:
+        """The cached PodGroups as a listing (offline mode and tests stand it in for a LIST)."""
+        return listing_of(self.caches["podgroups"].namespace(namespace).values(), now)
+
+    def cached_record(self, namespace: str) -> Record | None:
+        """The namespace's record as the watch shows it; DamagedRecord when unreadable."""
+        obj = self.caches["ledgers"].get(self.ledger_namespace, record_name(namespace))
+        return record_of(obj) if obj is not None else None
 
     def listed_podgroups(self, namespace: str) -> dict[str, str]:
         """uid -> name of the namespace's PodGroups by a quorum LIST (ApiClient.list_all), not
@@ -92,18 +138,67 @@ class CacheView:
         return {g["metadata"].get("uid", ""): g["metadata"]["name"] for g in groups}
 
     def reservations(self, namespace: str) -> NamespaceReservations:
-        """The namespace's ledger entries (from the watch; admission of PodGroups reads the ledger
-        fresh instead) and what each group's pods already use, in quota names."""
-        ledgers, pods = self.caches["ledgers"], self.caches["pods"]
-        key = (ledgers.namespace_generation(namespace), pods.namespace_generation(namespace))
+        """What the caches show of the namespace's reservations (admission of PodGroups, and of
+        pods where something is reserved, reads the record fresh instead)."""
+        ledgers, pods, groups = self.caches["ledgers"], self.caches["pods"], self.caches["podgroups"]
+        key = (
+            ledgers.namespace_generation(self.ledger_namespace),
+            pods.namespace_generation(namespace),
+            groups.namespace_generation(namespace),
+        )
         memo = self._reservations_memo.get(namespace)
         if memo is not None and memo[0] == key:
             return memo[1]
         consumed: dict[str, ResourceList] = {}
+        member_uids: dict[str, bool] = {}
         for pod in pods.namespace(namespace).values():
             group = podgroup.group_of(pod)
             if group and not podgroup.is_terminal(pod):
                 consumed[group] = add(consumed.get(group, {}), quota_names(pod_requests(pod), 1))
-        value = NamespaceReservations(entries_of(ledgers.get(namespace, LEDGER_NAME)), consumed)
+                member_uids[(pod.get("metadata") or {}).get("uid", "")] = True
+        damaged = False
+        try:
+            record = self.cached_record(namespace)
+        except DamagedRecord:
+            record, damaged = None, True
+        stored = self.stored_podgroups(namespace)
+        entries = adopted(record.entries if record else {}, stored.values())
+        value = NamespaceReservations(
+            entries,
+            consumed,
+            self.live_podgroups(namespace),
+            member_uids,
+            record is not None,
+            stored,
+            damaged,
+        )
         self._reservations_memo[namespace] = (key, value)
         return value
+
+
+class CacheReads:
+    """A turn's reads served from the caches: for the in-process store of a single-process
+    server (offline mode, benchmarks) and in-process tests, where the caches are the truth."""
+
+    def __init__(self, view: CacheView, namespace: str) -> None:
+        self.view = view
+        self.namespace = namespace
+
+    def quotas(self) -> list[Mapping[str, Any]]:
+        return self.view.resource_quotas(self.namespace)
+
+    def podgroups(self) -> Listing:
+        started = dt.datetime.now(dt.UTC)
+        if self.view.client is not None:  # a quorum LIST where there is an API server to ask
+            path = resource_path(podgroup.GROUP_VERSION, podgroup.PLURAL, self.namespace)
+            return listing_of(self.view.client.list_all(path, timeout=(3, 5)), started)
+        return self.view.cached_listing(self.namespace, started)
+
+
+def memory_view(caches: Mapping[str, WatchCache], **kw: Any) -> CacheView:
+    """A view whose record lives in this process (priogate.ledger.MemoryLedgerStore)."""
+    from priogate.ledger import MemoryLedgerStore
+
+    view = CacheView(caches, None, **kw)
+    view.ledger_store = MemoryLedgerStore(lambda namespace: CacheReads(view, namespace))
+    return view

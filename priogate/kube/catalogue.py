@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from priogate.kube.cache import DEFAULT_QUIET_SECONDS, OnEvent, Transform, WatchCache
 from priogate.kube.client import ApiClient, resource_path
-from priogate.ledger import LEDGER_LABEL
+from priogate.ledger import DEFAULT_LEDGER_NAMESPACE, LEDGER_LABEL
 from priogate.podgroup import GROUP_VERSION, PLURAL
 
 
@@ -45,8 +45,19 @@ class Source:
 PRIORITY_CLASSES = Source("priorityclasses", resource_path("scheduling.k8s.io/v1", "priorityclasses"))
 RESOURCE_QUOTAS = Source("resourcequotas", resource_path("v1", "resourcequotas"))
 PODGROUPS = Source("podgroups", resource_path(GROUP_VERSION, PLURAL))
-# The ConfigMaps that are ledgers, and no other.
-LEDGERS = Source("ledgers", resource_path("v1", "configmaps"), (("labelSelector", "=".join(LEDGER_LABEL)),))
+
+
+def ledgers(ledger_namespace: str = DEFAULT_LEDGER_NAMESPACE) -> Source:
+    """The reservation records: ConfigMaps in priogate's own namespace only (where tenants
+    cannot write), and of those only the records."""
+    return Source(
+        "ledgers",
+        resource_path("v1", "configmaps", ledger_namespace),
+        (("labelSelector", "=".join(LEDGER_LABEL)),),
+    )
+
+
+LEDGERS = ledgers()
 NODES = Source("nodes", resource_path("v1", "nodes"))
 PDBS = Source("pdbs", resource_path("policy/v1", "poddisruptionbudgets"))
 # Every pod: a PodGroup's phase counts its Succeeded and Failed members (priogate.phase).

@@ -1,34 +1,53 @@
-"""The ledger's authoritative copy: one ConfigMap per namespace, read fresh and
-written with a resourceVersion precondition. Every webhook replica and worker serializes its
-reservation decisions through that object, as the built-in ResourceQuota admission does through
-a quota's status: a decision made on a stale read fails with 409 and is made again.
+"""The reservation record's authoritative copy: one ConfigMap per tenant namespace in priogate's
+own namespace, read fresh and written with a resourceVersion precondition. Every webhook replica
+and worker serializes its reservation decisions (PodGroups, and pods in namespaces with live
+reservations) through that object, as kube-apiserver's ResourceQuota admission serializes
+through a quota's status (plugin/pkg/admission/resourcequota controller.go): a decision made on
+a stale read fails with 409 and is made again.
 
 Within one process, concurrent requests for a namespace are batched (again as kube-apiserver's
 quota admission does): whoever holds the namespace's turn decides every waiting request in
 order against one read, and writes once. Optimistic concurrency then only settles races between
 processes, and 32 requests in flight cost a few writes instead of a livelock of retries.
+
+A turn may need the truth behind the record: the namespace's stored PodGroups and its
+ResourceQuotas. Those are quorum reads (a GET or LIST without a resourceVersion is served from
+etcd, or from the watch cache only once it is proven as fresh: KEP-2340, consistent reads from
+cache), made at most once per turn and shared by its batch, never a watch cache's view. A
+record that is missing or damaged is rebuilt from the PodGroup LIST before anything is decided.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import random
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 import structlog
 
-from priogate.kube.client import ApiClient, ApiError
-from priogate.ledger import Entry, entries_of, ledger_object, ledger_path
+from priogate import podgroup
+from priogate.kube.client import ApiClient, ApiError, resource_path
+from priogate.ledger import (
+    DEFAULT_IN_FLIGHT,
+    DEFAULT_LEDGER_NAMESPACE,
+    DamagedRecord,
+    Decide,
+    Listing,
+    Record,
+    listing_of,
+    record_object,
+    record_of,
+    record_path,
+    resync,
+)
 
 log = structlog.get_logger("priogate.ledger")
 
 R = TypeVar("R")
-# decide(entries) -> (new entries to write, or None to write nothing; the result to return)
-Decide = Callable[[dict[str, Entry]], tuple[dict[str, Entry] | None, R]]
-
 
 # (connect, read) seconds for one ledger call: well inside kube-apiserver's webhook timeout, so a
 # hung call becomes a retry or a 'busy' answer, not a webhook timeout.
@@ -42,9 +61,47 @@ class LedgerBusy(Exception):
     """Conflicts did not settle within the deadline; the caller should deny with 'retry'."""
 
 
+class QuorumReads:
+    """The quorum reads of one turn in one namespace, each made at most once."""
+
+    def __init__(self, client: ApiClient, namespace: str, clock: Callable[[], dt.datetime]) -> None:
+        self.client = client
+        self.namespace = namespace
+        self.clock = clock
+        self._quotas: list[Mapping[str, Any]] | None = None
+        self._listing: Listing | None = None
+        self.calls = 0
+
+    def quotas(self) -> list[Mapping[str, Any]]:
+        if self._quotas is None:
+            self.calls += 1
+            path = resource_path("v1", "resourcequotas", self.namespace)
+            self._quotas = list(self.client.list_all(path, timeout=CALL_TIMEOUT))
+        return self._quotas
+
+    def forget_quotas(self) -> None:
+        self._quotas = None
+
+    def podgroups(self) -> Listing:
+        if self._listing is None:
+            # Taken before the LIST: every group stored before this moment is in its answer.
+            started = self.clock()
+            self.calls += 1
+            path = resource_path(podgroup.GROUP_VERSION, podgroup.PLURAL, self.namespace)
+            items = self.client.list_all(path, timeout=CALL_TIMEOUT)
+            self._listing = listing_of(items, started)
+            if self._listing.unreadable:
+                log.warning(
+                    "stored PodGroups with unreadable specs reserve nothing",
+                    namespace=self.namespace,
+                    groups=list(self._listing.unreadable),
+                )
+        return self._listing
+
+
 @dataclass
 class _Request(Generic[R]):
-    decide: Decide[R]
+    decide: Decide
     dry_run: bool
     deadline: float  # time.monotonic() by which its caller must have an answer
     done: threading.Event = field(default_factory=threading.Event)
@@ -64,12 +121,18 @@ class LedgerStore:
         self,
         client: ApiClient,
         *,
+        ledger_namespace: str = DEFAULT_LEDGER_NAMESPACE,
+        in_flight: dt.timedelta = DEFAULT_IN_FLIGHT,
         deadline_seconds: float = 7.0,
         on_conflict: Callable[[], None] = lambda: None,
+        clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC),
     ) -> None:
         self.client = client
+        self.ledger_namespace = ledger_namespace
+        self.in_flight = in_flight
         self.deadline_seconds = deadline_seconds
         self.on_conflict = on_conflict
+        self.clock = clock
         self._namespaces: dict[str, _Namespace] = {}
         self._lock = threading.Lock()
 
@@ -78,15 +141,15 @@ class LedgerStore:
             return self._namespaces.setdefault(namespace, _Namespace())
 
     def update(
-        self, namespace: str, decide: Decide[R], *, dry_run: bool = False, deadline: float | None = None
-    ) -> R:
+        self, namespace: str, decide: Decide, *, dry_run: bool = False, deadline: float | None = None
+    ) -> Any:
         """`deadline` (time.monotonic()) is when the caller stops waiting; the answer comes
         ANSWER_MARGIN_SECONDS before it, and never later than deadline_seconds from now."""
         state = self._namespace(namespace)
         own = time.monotonic() + self.deadline_seconds
         if deadline is not None:
             own = min(own, deadline - ANSWER_MARGIN_SECONDS)
-        request: _Request[R] = _Request(decide, dry_run, own)
+        request: _Request = _Request(decide, dry_run, own)
         with state.waiting_lock:
             state.waiting.append(request)
         while not request.done.is_set():
@@ -133,34 +196,56 @@ class LedgerStore:
         for request in batch:
             request.done.set()
 
+    def read(self, namespace: str, reads: QuorumReads) -> tuple[Record, str | None, bool]:
+        """(the record, its resourceVersion or None when there is none, whether it was rebuilt).
+        A missing or damaged record is rebuilt from the stored PodGroups: a missing record never
+        means that nothing is reserved."""
+        try:
+            current: dict[str, Any] | None = self.client.get(
+                record_path(self.ledger_namespace, namespace), timeout=CALL_TIMEOUT
+            )
+        except ApiError as e:
+            if e.status != 404:
+                raise
+            current = None
+        if current is not None:
+            version = (current.get("metadata") or {}).get("resourceVersion")
+            try:
+                return record_of(current), version, False
+            except DamagedRecord as e:
+                log.warning("reservation record damaged; rebuilding it", namespace=namespace, error=str(e))
+                return Record(resync({}, reads.podgroups(), self.in_flight)), version, True
+        listing = reads.podgroups()
+        if listing.groups:
+            log.warning(
+                "reservation record missing; rebuilt from the stored PodGroups",
+                namespace=namespace,
+                groups=sorted(e.group for e in listing.groups.values()),
+            )
+        return Record(resync({}, listing, self.in_flight)), None, True
+
     def _write_batch(self, namespace: str, batch: list[_Request], holder: _Request) -> None:
         """Decide and write until the write lands (every request in `batch` then has its result)
         or the holder's deadline has passed. A request whose deadline passes while conflicts go
         on is answered 'busy' and leaves `batch`."""
-        item = ledger_path(namespace)
+        item = record_path(self.ledger_namespace, namespace)
+        reads = QuorumReads(self.client, namespace, self.clock)
         attempt = 0
         while True:
             attempt += 1
-            try:
-                current = self.client.get(item, timeout=CALL_TIMEOUT)
-            except ApiError as e:
-                if e.status != 404:
-                    raise
-                current = None
-            version = (current or {}).get("metadata", {}).get("resourceVersion")
-            entries = entries_of(current)
-            changed = False
+            record, version, rebuilt = self.read(namespace, reads)
+            changed = rebuilt and not all(r.dry_run for r in batch)
             for request in batch:
-                new_entries, request.result = request.decide(dict(entries))
-                if new_entries is not None and not request.dry_run:
-                    entries, changed = new_entries, True
+                new_record, request.result = request.decide(record, reads)
+                if new_record is not None and not request.dry_run:
+                    record, changed = new_record, True
             if not changed:
                 return
-            body = ledger_object(namespace, entries, version)
+            body = record_object(self.ledger_namespace, namespace, record, version)
             try:
                 if version is None:
                     self.client.request(
-                        "POST", ledger_path(namespace, collection=True), body=body, timeout=CALL_TIMEOUT
+                        "POST", record_path(self.ledger_namespace), body=body, timeout=CALL_TIMEOUT
                     )
                 else:
                     self.client.request("PUT", item, body=body, timeout=CALL_TIMEOUT)
@@ -169,6 +254,9 @@ class LedgerStore:
                 if e.status != 409:
                     raise
                 self.on_conflict()
+                # The next attempt reads the record again; the quotas with it, so a charge
+                # another replica dropped (its pod now in status.used) is never missed.
+                reads.forget_quotas()
             now = time.monotonic()
             for request in [r for r in batch if r.deadline < now]:
                 request.error = LedgerBusy(

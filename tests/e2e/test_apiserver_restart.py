@@ -22,7 +22,7 @@ from localcluster import LocalCluster, Options
 from localcluster.procs import progress
 from priogate.clock import rfc3339
 from priogate.kube.client import ApiClient, ApiError, load_client, resource_path
-from priogate.ledger import entries_of, ledger_object, ledger_path
+from priogate.ledger import DEFAULT_LEDGER_NAMESPACE, Record, entries_of, record_object, record_path
 from tests.builders import podgroup
 from tests.e2e.helpers import wait_for
 
@@ -38,7 +38,7 @@ def lc(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
         nodes=1,
         webhook_workers=2,
         cache_quiet_seconds=QUIET_SECONDS,
-        controller_args=("--reclaim-seconds=1", "--reclaim-grace-seconds=2"),
+        controller_args=("--reclaim-seconds=1", "--in-flight-seconds=2"),
     )
     cluster = LocalCluster(options)
     cluster.start()
@@ -112,8 +112,9 @@ def decided(api: ApiClient, name: str, cpu: str, namespace: str = NAMESPACE) -> 
 
 
 def reservations(api: ApiClient, namespace: str = NAMESPACE) -> dict[str, str]:
-    """group name -> admitted_at, from the ledger as stored."""
-    return {e.group: e.admitted_at for e in entries_of(api.get(ledger_path(namespace))).values()}
+    """group name -> admitted_at, from the reservation record as stored."""
+    record = api.get(record_path(DEFAULT_LEDGER_NAMESPACE, namespace))
+    return {e.group: e.admitted_at for e in entries_of(record).values()}
 
 
 def old_reservation(api: ApiClient, namespace: str) -> str:
@@ -125,11 +126,14 @@ def old_reservation(api: ApiClient, namespace: str) -> str:
         {"metadata": {"name": "compute"}, "spec": {"hard": {"cpu": "4"}}},
     )
     assert decided(api, "held", "3", namespace) is None, "the first group fits the quota"
-    ledger = api.get(ledger_path(namespace))
+    ledger = api.get(record_path(DEFAULT_LEDGER_NAMESPACE, namespace))
     old = rfc3339(dt.datetime.now(dt.UTC) - dt.timedelta(hours=1))
     entries = {k: dataclasses.replace(e, admitted_at=old) for k, e in entries_of(ledger).items()}
     version = ledger["metadata"]["resourceVersion"]
-    api.replace(ledger_path(namespace), ledger_object(namespace, entries, version))
+    api.replace(
+        record_path(DEFAULT_LEDGER_NAMESPACE, namespace),
+        record_object(DEFAULT_LEDGER_NAMESPACE, namespace, Record(entries), version),
+    )
     assert reservations(api, namespace) == {"held": old}
     return old
 
@@ -175,7 +179,7 @@ def test_restart_keeps_reservations_and_readiness_tracks_staleness(lc: LocalClus
     still_enforced(api, NAMESPACE)
 
     logs = (lc.logs / "webhook.log").read_text() + (lc.logs / "controller.log").read_text()
-    assert "reclaimed stale reservations" not in logs
+    assert "reservation record made true" not in logs
     progress(
         f"relists after the restart: {logs.count('watch expired, relisting')}; answered 404:"
         f" {logs.count('resource not served')}"
@@ -214,7 +218,7 @@ def test_controller_started_while_the_crd_is_not_served_frees_nothing(lc: LocalC
     assert reservations(api, namespace) == {"held": old}
     still_enforced(api, namespace)
     log = (lc.logs / "controller.log").read_text()
-    assert "reclaimed stale reservations" not in log
+    assert "reservation record made true" not in log
     assert "resource not served" in log
 
 

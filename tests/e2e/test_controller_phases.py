@@ -11,7 +11,7 @@ import pytest
 
 from localcluster import LocalCluster
 from priogate.kube.client import ApiClient, ApiError, load_client, resource_path
-from priogate.ledger import LEDGER_DATA_KEY, entries_of, ledger_path
+from priogate.ledger import DEFAULT_LEDGER_NAMESPACE, LEDGER_DATA_KEY, entries_of, record_path
 from tests.builders import pod, podgroup
 from tests.e2e.controller_helpers import delete_pod, groups_path, pod_running, wait_phase
 from tests.e2e.helpers import wait_for
@@ -127,12 +127,14 @@ def _inject_stale_entry(client: ApiClient, namespace: str, key: str) -> dict:
     stale = {"group": "never-stored", "minResources": {"cpu": "1"}, "minMember": 1,
              "priorityClassName": "", "admittedAt": admitted}  # fmt: skip
     for _ in range(10):
-        ledger = client.get(ledger_path(namespace))
+        ledger = client.get(record_path(DEFAULT_LEDGER_NAMESPACE, namespace))
         data = json.loads(ledger["data"][LEDGER_DATA_KEY])
         data[key] = stale
         ledger["data"][LEDGER_DATA_KEY] = json.dumps(data)
         try:
-            return client.replace(ledger_path(namespace), ledger)  # carries the resourceVersion read
+            return client.replace(
+                record_path(DEFAULT_LEDGER_NAMESPACE, namespace), ledger
+            )  # carries the resourceVersion read
         except ApiError as e:
             if e.status != 409:
                 raise
@@ -145,15 +147,21 @@ def test_stale_reservation_is_reclaimed(client: ApiClient, namespace: str):
         groups_path(namespace), podgroup("real", namespace=None, min_member=1, min_resources={"cpu": "1"})
     )
     uid = created["metadata"]["uid"]
-    wait_for(lambda: uid in entries_of(client.get(ledger_path(namespace))), 30, "the webhook reserved for it")
+    wait_for(
+        lambda: uid in entries_of(client.get(record_path(DEFAULT_LEDGER_NAMESPACE, namespace))),
+        30,
+        "the webhook reserved for it",
+    )
 
     stale_uid = "00000000-0000-0000-0000-00000000dead"
     # The written object, not a re-read: the controller may reclaim the entry at once.
     assert stale_uid in entries_of(_inject_stale_entry(client, namespace, stale_uid))
 
     wait_for(
-        lambda: stale_uid not in entries_of(client.get(ledger_path(namespace))),
+        lambda: stale_uid not in entries_of(client.get(record_path(DEFAULT_LEDGER_NAMESPACE, namespace))),
         60,
         "the controller removed the stale reservation",
     )
-    assert uid in entries_of(client.get(ledger_path(namespace))), "a live group's reservation was removed"
+    assert uid in entries_of(client.get(record_path(DEFAULT_LEDGER_NAMESPACE, namespace))), (
+        "a live group's reservation was removed"
+    )

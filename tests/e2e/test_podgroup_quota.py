@@ -14,7 +14,7 @@ import yaml
 from localcluster import LocalCluster
 from localcluster.binaries import REPO
 from priogate.kube.client import ApiClient, ApiError, load_client, resource_path
-from priogate.ledger import entries_of, ledger_path
+from priogate.ledger import DEFAULT_LEDGER_NAMESPACE, entries_of, record_path
 from priogate.resources import parse_quantity
 from tests.builders import pod, podgroup
 from tests.e2e.helpers import wait_for
@@ -152,7 +152,7 @@ def test_concurrent_podgroups_fill_the_quota_exactly(cluster, client, namespace,
         assert sum(parse_quantity(g["spec"]["minResources"]["cpu"]) for g in stored) == Fraction(10)
         assert result.samples > 0
         assert result.max_stored_cpu <= 10 and result.max_ledger_cpu <= 10
-        entries = entries_of(client.get(ledger_path(namespace))).values()
+        entries = entries_of(client.get(record_path(DEFAULT_LEDGER_NAMESPACE, namespace))).values()
         assert {e.group for e in entries} == {g["metadata"]["name"] for g in stored}
         if masters > 1:
             assert all(backends_used.get(p, 0) > 0 for p in ports), backends_used
@@ -218,7 +218,7 @@ def test_dry_run_podgroup_reserves_nothing(client, namespace):
             is None
         )
     with contextlib.suppress(ApiError):  # 404: no ledger was ever written, as it should be
-        assert entries_of(client.get(ledger_path(namespace))) == {}
+        assert entries_of(client.get(record_path(DEFAULT_LEDGER_NAMESPACE, namespace))) == {}
     client.create(path, podgroup("real", namespace=None, min_member=1, min_resources={"cpu": "2"}))
     assert "exceeded quota" in (
         denial(
@@ -252,4 +252,7 @@ def test_growing_a_podgroup_is_checked_again(client, namespace):
     )
     current["spec"]["minResources"]["cpu"] = "1"
     client.replace(f"{path}/a", current)
-    client.create(path, podgroup("c", namespace=None, min_member=1, min_resources={"cpu": "1"}))
+    # A shrink takes effect once stored: the record lowers "a" when an admission it would block
+    # confirms the stored spec (the webhook's cache shows the stored generation a moment later).
+    c = podgroup("c", namespace=None, min_member=1, min_resources={"cpu": "1"})
+    wait_for(lambda: denial(client, path, c, dry_run=False) is None, 30, "c fits beside the shrunk a")

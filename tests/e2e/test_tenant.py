@@ -16,7 +16,7 @@ from kubernetes.client.rest import ApiException
 
 from localcluster import LocalCluster
 from localcluster.binaries import REPO
-from priogate.ledger import LEDGER_DATA_KEY, LEDGER_NAME
+from priogate.ledger import DEFAULT_LEDGER_NAMESPACE, LEDGER_DATA_KEY, record_name
 from tests.builders import priority_class
 from tests.e2e.helpers import api_error, unique, wait_for
 from tests.e2e.tenant import GROUP, VERSION, Tenant, make_tenant, tenant_fixture
@@ -137,7 +137,7 @@ def quota_for(core: k8s.CoreV1Api, tenant: Tenant, cpu: str) -> None:
 
 def ledger_groups(core: k8s.CoreV1Api, namespace: str) -> set[str]:
     try:
-        cm = core.read_namespaced_config_map(LEDGER_NAME, namespace)
+        cm = core.read_namespaced_config_map(record_name(namespace), DEFAULT_LEDGER_NAMESPACE)
     except ApiException as e:
         if e.status == 404:
             return set()

@@ -3,12 +3,13 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import threading
 
 import jsonpatch
 import pytest
 
-from priogate.ledger import Entry, MemoryLedgerStore
+from priogate.ledger import Entry, MemoryLedgerStore, Record
 from tests.builders import (
     SYSTEM_CLASSES,
     decode_patch,
@@ -60,7 +61,7 @@ def test_unknown_class_is_refused():
     assert got["status"]["message"] == "no PriorityClass with name nope was found"
 
 
-def test_exactly_the_quota_is_admitted_and_delete_releases():
+def test_exactly_the_quota_is_admitted_and_only_a_gone_group_releases():
     client, store = client_with([resource_quota("compute", hard={"cpu": "10"}, namespace="team-a")])
     results = [
         answer(
@@ -74,17 +75,34 @@ def test_exactly_the_quota_is_admitted_and_delete_releases():
     message = results[10]["status"]["message"]
     assert message.startswith("exceeded quota: compute, requested: cpu=1, reserved: cpu=10, limited: cpu=10")
     assert len(store.ledgers["team-a"]) == 10
+    # A DELETE admission (forged: DELETE is not registered) releases nothing.
     deleted = group_review(
         None, operation="DELETE", old=podgroup("g3", namespace="team-a", min_resources={"cpu": "1"})
     )
     deleted["request"]["name"] = "g3"
     assert answer(client, "/validate/podgroups", deleted)["allowed"] is True
-    assert len(store.ledgers["team-a"]) == 9
-    assert answer(
-        client,
-        "/validate/podgroups",
-        group_review(podgroup("g10", namespace="team-a", min_resources={"cpu": "1"})),
-    )["allowed"]
+    assert len(store.ledgers["team-a"]) == 10
+    g10 = group_review(podgroup("g10", namespace="team-a", min_resources={"cpu": "1"}))
+    assert answer(client, "/validate/podgroups", g10)["allowed"] is False  # all ten still in flight
+
+
+def test_an_entry_ends_when_its_group_is_confirmed_gone():
+    """Nine of ten admitted groups are stored (the cache stands in for the quorum LIST here); once
+    the in-flight bound has passed, the next admission confirms g3 gone and takes its place."""
+    stored = [podgroup(f"g{i}", namespace="team-a", min_resources={"cpu": "1"}) for i in range(10) if i != 3]
+    client, store = client_with(
+        [resource_quota("compute", hard={"cpu": "10"}, namespace="team-a")], podgroups=stored
+    )
+    for i in range(10):
+        body = group_review(podgroup(f"g{i}", namespace="team-a", min_resources={"cpu": "1"}))
+        assert answer(client, "/validate/podgroups", body)["allowed"]
+    g10 = group_review(podgroup("g10", namespace="team-a", min_resources={"cpu": "1"}))
+    assert answer(client, "/validate/podgroups", g10)["allowed"] is False  # g3 may still be in flight
+    client.application.wsgi_app.view.in_flight = dt.timedelta(0)
+    assert answer(client, "/validate/podgroups", g10)["allowed"] is True
+    assert sorted(e.group for e in store.ledgers["team-a"].values()) == sorted(
+        f"g{i}" for i in range(11) if i != 3
+    )
 
 
 def test_concurrent_admissions_never_over_admit():
@@ -155,7 +173,8 @@ def reserved_namespace():
     quota = resource_quota("compute", hard={"cpu": "10"}, used={"cpu": "2"}, namespace="team-a")
     reservations = ledger(namespace="team-a", gang={"cpu": "6"})
     member = pod("m0", namespace="team-a", cpu="1", group="gang")
-    live = podgroup("gang", namespace="team-a")  # uid-gang, matching the ledger entry
+    # uid-gang, matching the record
+    live = podgroup("gang", namespace="team-a", min_member=1, min_resources={"cpu": "6"})
     return dict(quotas=[quota], ledgers=[reservations], pods=[member], podgroups=[live])
 
 
@@ -172,24 +191,63 @@ def test_plain_pod_cannot_eat_reservations(reserved_namespace):
     ]
 
 
-def test_released_reservation_frees_the_pod(reserved_namespace):
+def test_a_record_without_entries_still_reserves_for_stored_groups(reserved_namespace):
+    """The record lost its entry; the stored group still reserves (adopted from the cache)."""
     reserved_namespace["ledgers"] = [ledger(namespace="team-a")]
+    client, _ = client_with(**reserved_namespace)
+    refused = answer(client, "/validate/pods", review(pod("greedy", namespace="team-a", cpu="3500m")))
+    assert refused["allowed"] is False and "reserved by PodGroups: cpu=5" in refused["status"]["message"]
+
+
+def test_no_reservation_no_refusal(reserved_namespace):
+    reserved_namespace["ledgers"] = [ledger(namespace="team-a")]
+    reserved_namespace["podgroups"] = []
     client, _ = client_with(**reserved_namespace)
     assert answer(client, "/validate/pods", review(pod("greedy", namespace="team-a", cpu="3500m")))["allowed"]
 
 
 def test_reservation_of_a_group_that_never_got_stored_stops_counting(reserved_namespace):
-    """The ledger entry is an hour old and no PodGroup with its uid exists: it reserves nothing."""
+    """The entry is a day old and no PodGroup with its uid is stored: confirmed, it reserves
+    nothing."""
     reserved_namespace["ledgers"] = [ledger(namespace="team-a", ghost={"cpu": "6"})]
+    reserved_namespace["podgroups"] = []
     client, _ = client_with(**reserved_namespace)
     assert answer(client, "/validate/pods", review(pod("greedy", namespace="team-a", cpu="7")))["allowed"]
 
 
-def test_stale_entries_are_pruned_at_the_next_admission():
+def test_pods_in_a_burst_are_charged_until_status_used_shows_them(reserved_namespace):
+    """used 2, 5 reserved and unconsumed, hard 10: 3 cpu are free; the quota's status.used does
+    not move between admissions (kube-apiserver charges it after the webhooks), the record's
+    charges do."""
+    client, store = client_with(**reserved_namespace)
+    allowed = [
+        answer(client, "/validate/pods", review(pod(f"p{i}", namespace="team-a", cpu="1")))["allowed"]
+        for i in range(5)
+    ]
+    assert allowed == [True, True, True, False, False]
+    assert len(store.records["team-a"].charges) == 3
+
+
+def test_resize_into_a_reservation_is_refused(reserved_namespace):
+    client, _ = client_with(**reserved_namespace)
+    small, big = pod("p", namespace="team-a", cpu="1"), pod("p", namespace="team-a", cpu="5")
+    for p in (small, big):
+        p["metadata"]["uid"] = "uid-p"
+    body = review(big, operation="UPDATE", old=small, sub_resource="resize")
+    refused = answer(client, "/validate/pods", body)
+    assert refused["allowed"] is False and "requested: cpu=4" in refused["status"]["message"]
+    fits = pod("p", namespace="team-a", cpu="4")  # used 2 + 3 more + 5 unconsumed = 10
+    fits["metadata"]["uid"] = "uid-p"
+    assert answer(
+        client, "/validate/pods", review(fits, operation="UPDATE", old=small, sub_resource="resize")
+    )["allowed"]
+
+
+def test_stale_entries_are_pruned_by_the_admission_they_would_block():
     store = MemoryLedgerStore()
-    store.ledgers["team-a"] = {
-        "uid-ghost": Entry("ghost", "uid-ghost", {"cpu": "4"}, 1, "", "2026-01-01T00:00:00Z")
-    }
+    store.records["team-a"] = Record(
+        {"uid-ghost": Entry("ghost", "uid-ghost", {"cpu": "4"}, 1, "", "2026-01-01T00:00:00Z")}
+    )
     client, _ = client_with([resource_quota("compute", hard={"cpu": "4"}, namespace="team-a")], store=store)
     assert answer(
         client,

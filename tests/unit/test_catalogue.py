@@ -23,7 +23,7 @@ def test_the_webhook_caches():
         "priorityclasses": ("priorityclasses", "/apis/scheduling.k8s.io/v1/priorityclasses", (), None),
         "resourcequotas": ("resourcequotas", "/api/v1/resourcequotas", (), None),
         "podgroups": ("podgroups", "/apis/scheduling.volcano.sh/v1beta1/podgroups", (), None),
-        "ledgers": ("ledgers", "/api/v1/configmaps", (LEDGER_SELECTOR,), None),
+        "ledgers": ("ledgers", "/api/v1/namespaces/priogate-system/configmaps", (LEDGER_SELECTOR,), None),
         "pods": ("pods", "/api/v1/pods", (UNFINISHED,), group_member_essentials),
     }
 
@@ -37,7 +37,7 @@ def test_the_controller_caches():
         ("pods", "/api/v1/pods", (), slim_pod),
         ("resourcequotas", "/api/v1/resourcequotas", (), None),
         ("nodes", "/api/v1/nodes", (), slim_node),
-        ("ledgers", "/api/v1/configmaps", (LEDGER_SELECTOR,), None),
+        ("ledgers", "/api/v1/namespaces/priogate-system/configmaps", (LEDGER_SELECTOR,), None),
         ("pdbs", "/apis/policy/v1/poddisruptionbudgets", (), None),
         ("priorityclasses", "/apis/scheduling.k8s.io/v1/priorityclasses", (), None),
     ]

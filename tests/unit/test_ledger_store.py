@@ -14,7 +14,7 @@ import pytest
 
 from priogate.kube.client import ApiError
 from priogate.kube.ledger_store import LedgerBusy, LedgerStore
-from priogate.ledger import Entry
+from priogate.ledger import Reads, Record
 
 
 class AlwaysConflicting:
@@ -31,8 +31,8 @@ class AlwaysConflicting:
         raise ApiError(409, "Conflict", "the object has been modified")
 
 
-def claim(entries: dict[str, Entry]) -> tuple[dict[str, Entry], str]:
-    return dict(entries), "decided"
+def claim(record: Record, reads: Reads) -> tuple[Record, str]:
+    return record, "decided"
 
 
 def test_each_request_is_answered_by_its_own_deadline_not_the_batch_holders():

@@ -83,13 +83,53 @@ def test_controller_deployment_and_rbac():
         ("", "pods/status", "patch"),
         ("scheduling.volcano.sh", "podgroups/status", "update"),
         ("scheduling.volcano.sh", "podgroups", "patch"),
-        ("", "configmaps", "update"),
         ("events.k8s.io", "events", "create"),
         ("policy", "poddisruptionbudgets", "list"),
     ]:
         assert need in granted, need
+    records = docs[("Role", "priogate-controller-records")]
+    assert records["metadata"]["namespace"] == "priogate-system"
+    assert "update" in records["rules"][0]["verbs"] and records["rules"][0]["resources"] == ["configmaps"]
     lease_rules = docs[("Role", "priogate-controller-leader-election")]["rules"]
     assert lease_rules[0]["resources"] == ["leases"] and "update" in lease_rules[0]["verbs"]
+
+
+WRITE_VERBS = {"create", "update", "patch", "delete", "deletecollection", "*"}
+
+
+def test_no_configmap_or_secret_write_outside_priogates_namespace():
+    """The reservation records and the serving Secret live in priogate-system, and priogate may
+    write ConfigMaps and Secrets nowhere else: not through a ClusterRole (bound cluster-wide, or
+    by a RoleBinding elsewhere), not through a Role in another namespace."""
+    docs = kustomize_build()
+    roles = {(kind, name): doc for (kind, name), doc in docs.items() if kind in ("ClusterRole", "Role")}
+    assert roles, "no RBAC in manifests/"
+
+    def writes_secrets_or_configmaps(role: dict) -> bool:
+        return any(
+            set(rule.get("verbs", [])) & WRITE_VERBS
+            and set(rule.get("resources", [])) & {"configmaps", "secrets", "*"}
+            and set(rule.get("apiGroups", [])) & {"", "*"}
+            for rule in role.get("rules", [])
+        )
+
+    for (kind, name), role in roles.items():
+        if not writes_secrets_or_configmaps(role):
+            continue
+        assert kind == "Role", f"ClusterRole {name} grants ConfigMap or Secret writes"
+        assert role["metadata"]["namespace"] == "priogate-system", name
+    for (kind, name), binding in docs.items():
+        if kind in ("RoleBinding", "ClusterRoleBinding") and binding["roleRef"]["kind"] == "ClusterRole":
+            assert not writes_secrets_or_configmaps(docs[("ClusterRole", binding["roleRef"]["name"])]), name
+    granted = {
+        (doc["metadata"]["name"], verb)
+        for (kind, _), doc in roles.items()
+        if kind == "Role"
+        for rule in doc["rules"]
+        if "configmaps" in rule["resources"]
+        for verb in rule["verbs"]
+    }
+    assert {("priogate-webhook-records", "update"), ("priogate-controller-records", "update")} <= granted
 
 
 def rules_of(docs: dict[tuple[str, str], dict], namespace: str, account: str) -> list[tuple[str, dict]]:

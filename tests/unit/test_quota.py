@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import datetime as dt
 from fractions import Fraction as F
 
 import pytest
 
-from priogate import clock, ledger, quota
+from priogate import quota
 from priogate.resources import parse_resource_list
 
 
@@ -186,48 +185,3 @@ def test_check_pod_table(used, asked, reserved, refused):
     assert (got is not None) is refused
     if refused:
         assert "reserved by PodGroups: cpu=" in got and "cannot be used by other pods" in got
-
-
-NOW = dt.datetime(2026, 11, 22, 12, 0, 0, tzinfo=dt.UTC)
-
-
-def entry(group, uid, age_seconds):
-    return ledger.Entry(
-        group, uid, {"cpu": "1"}, 1, "", clock.rfc3339(NOW - dt.timedelta(seconds=age_seconds))
-    )
-
-
-@pytest.mark.parametrize(
-    ("entries", "live", "stale"),
-    [
-        ({"u1": entry("a", "u1", 3600)}, {"u1": "a"}, []),  # stored and alive
-        ({"u1": entry("a", "u1", 5)}, {}, []),  # just admitted, not in the cache yet
-        ({"u1": entry("a", "u1", 120)}, {}, ["u1"]),  # never stored, or deleted
-        ({"u1": entry("a", "u1", 120)}, {"u2": "a"}, ["u1"]),  # same name, another object
-        ({"u1": entry("a", "u1", 120), "u2": entry("b", "u2", 120)}, {"u2": "b"}, ["u1"]),
-    ],
-)
-def test_stale_entries(entries, live, stale):
-    assert ledger.stale_entries(entries, live, NOW) == stale
-
-
-def test_ledger_roundtrip_and_normalize():
-    e = ledger.Entry(
-        "g",
-        "uid-1",
-        ledger.normalize({"cpu": "1000m", "memory": "1024Mi"}),
-        2,
-        "high",
-        "2026-11-22T12:00:00Z",
-    )
-    assert e.min_resources == {"cpu": "1", "memory": "1Gi"}
-    obj = ledger.ledger_object("ns", {e.key: e}, "42")
-    assert obj["kind"] == "ConfigMap" and obj["metadata"]["resourceVersion"] == "42"
-    assert ledger.entries_of(obj) == {"uid-1": e}
-    assert e.same_claim(ledger.Entry("g", "uid-1", {"cpu": "1", "memory": "1Gi"}, 2, "high", "later"))
-
-
-@pytest.mark.parametrize("data", ["not json", "[1, 2]", '{"u": 5}'])
-def test_unreadable_ledger_is_an_error_not_a_guess(data):
-    with pytest.raises(ValueError, match="is not a reservation ledger"):
-        ledger.entries_of({"data": {ledger.LEDGER_DATA_KEY: data}})

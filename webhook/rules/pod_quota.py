@@ -1,58 +1,153 @@
 """Validating pods: resources reserved by PodGroups cannot be used by other pods.
 
-With hard H, usage U (the quota's status.used) and the unconsumed reservations R of the groups
-other than the pod's own, a pod is refused when U + request + R > H. A member of a group draws
-on its own group's reservation first, because its own group is left out of R. Answered from
-caches only: the ledger, quota and pod watches."""
+With hard H, usage U (the quota's status.used, plus pods admitted a moment ago that it may not
+show yet) and the unconsumed reservations R of the groups other than the pod's own, a pod is
+refused when U + request + R > H. A member of a group draws on its own group's reservation
+first, because its own group is left out of R.
+
+Why admissions are serialized: kube-apiserver's ResourceQuota plugin charges a pod to
+status.used only after the webhooks have answered (plugin/pkg/admission/resourcequota
+controller.go), so pods created in a burst would all read the same `used`. In a namespace with
+live unconsumed reservations, each pod admission therefore takes a turn on the namespace's
+reservation record (priogate.kube.ledger_store), reads the quotas with a quorum LIST in that
+turn (a quota the cache has not seen yet still limits), counts the charges of pods admitted a
+moment ago, and records its own. Namespaces where nothing is reserved are answered from the
+caches, with no API call. `pods/resize` is checked the same way for the increase.
+"""
 
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Mapping
+from fractions import Fraction
+from typing import Any
 
 from priogate import podgroup
-from priogate.ledger import stale_entries
-from priogate.quota import Consumer, check_pod, quota_names, unconsumed
-from priogate.resources import pod_requests
-from webhook.objects import MalformedObject, check_containers, mapping, new_object, optional_str
+from priogate.clock import rfc3339
+from priogate.kube.client import ApiError
+from priogate.kube.ledger_store import LedgerBusy
+from priogate.ledger import (
+    Charge,
+    Entry,
+    Reads,
+    Record,
+    adopted,
+    formatted,
+    live_charges,
+    resync,
+    unconfirmed,
+)
+from priogate.quota import Consumer, Reservation, check_pod, quota_names, unconsumed
+from priogate.resources import ResourceList, add, pod_requests, subtract
+from webhook.objects import (
+    MalformedObject,
+    check_containers,
+    mapping,
+    new_object,
+    old_object,
+    optional_str,
+)
 from webhook.registry import ClusterView, RuleSet
 from webhook.review import AdmissionRequest, Decision, allow, deny
+from webhook.view import NamespaceReservations
+
+
+def _demand(pod: Mapping[str, Any], where: str, pods: int) -> ResourceList:
+    check_containers(mapping(pod, "spec", where), f"{where}.spec")
+    try:
+        return quota_names(pod_requests(pod), pods)
+    except ValueError as e:
+        raise MalformedObject(str(e)) from None
+
+
+def _others(
+    entries: Mapping[str, Entry], consumed: Mapping[str, ResourceList], own_group: str
+) -> list[tuple[Reservation, ResourceList]]:
+    out = []
+    for entry in entries.values():
+        if entry.group == own_group:
+            continue
+        reservation = entry.reservation()
+        left = unconsumed(reservation, consumed.get(entry.group, {}))
+        if left:
+            out.append((reservation, left))
+    return out
+
+
+def _stored_claims(state: NamespaceReservations) -> list[Entry]:
+    return [e for e in state.entries.values() if e.uid in state.live]
 
 
 def admit(request: AdmissionRequest, view: ClusterView) -> Decision:
-    if request.operation != "CREATE" or request.sub_resource:
+    resize = request.operation == "UPDATE" and request.sub_resource == "resize"
+    if not resize and (request.operation != "CREATE" or request.sub_resource):
         return allow()
     pod = new_object(request)
-    mapping(pod, "metadata", "object")
+    meta = mapping(pod, "metadata", "object")
     spec = mapping(pod, "spec", "object")
-    quotas = view.resource_quotas(request.namespace)
-    if not quotas:
-        return allow()
-    try:
-        state = view.reservations(request.namespace)
-    except ValueError as e:  # an unreadable ledger: refuse rather than guess
-        return deny(str(e), code=503, reason="ServiceUnavailable")
-    if not state.entries:
-        return allow()
+    state = view.reservations(request.namespace)
     own_group = podgroup.group_of(pod)
-    # Entries of groups that never got stored or are gone no longer reserve anything.
-    stale = set(stale_entries(state.entries, view.live_podgroups(request.namespace), dt.datetime.now(dt.UTC)))
-    others = []
-    for key, entry in state.entries.items():
-        if entry.group == own_group or key in stale:
-            continue
-        reservation = entry.reservation()
-        left = unconsumed(reservation, state.consumed_by_group.get(entry.group, {}))
-        if left:
-            others.append((reservation, left))
-    if not others:
+    if not state.damaged and not _others(state.entries, state.consumed_by_group, own_group):
+        return allow()  # nothing reserved for others: no API call, no turn
+    demand = _demand(pod, "object", 0 if resize else 1)
+    if resize:
+        grown = subtract(demand, _demand(old_object(request), "oldObject", 0))
+        demand = {name: amount for name, amount in grown.items() if amount > 0}
+    if not demand:
         return allow()
-    check_containers(spec, "object.spec")
-    try:
-        demand = quota_names(pod_requests(pod), 1)
-    except ValueError as e:
-        raise MalformedObject(str(e)) from None
     consumer = Consumer(optional_str(spec, "priorityClassName", "object.spec") or "", pod)
-    problem = check_pod(quotas, consumer, demand, others)
+    now = dt.datetime.now(dt.UTC)
+    bound = view.in_flight
+    charge = Charge(
+        pod=request.name or (optional_str(meta, "name", "object.metadata") or ""),
+        pod_uid=optional_str(meta, "uid", "object.metadata") or "",
+        group=own_group,
+        demand=formatted(demand),
+        charged_at=rfc3339(now),
+    )
+
+    def decide(entries: Mapping[str, Entry], charges: Mapping[str, Charge], quotas: list) -> str | None:
+        consumed = dict(state.consumed_by_group)
+        charged: dict[str, Fraction] = {}
+        for c in charges.values():
+            charged = add(charged, c.amounts())
+            if c.group:
+                consumed[c.group] = add(consumed.get(c.group, {}), c.amounts())
+        return check_pod(quotas, consumer, demand, _others(entries, consumed, own_group), charged)
+
+    def take_turn(record: Record, reads: Reads) -> tuple[Record | None, str | None]:
+        charges = live_charges(record.charges, now, state.member_uids, bound)
+        entries = adopted(record.entries, _stored_claims(state))
+        quotas = reads.quotas()
+        problem = decide(entries, charges, quotas)
+        resynced = None
+        if problem:
+            # As for PodGroups: entries whose groups may be gone are confirmed before refusing.
+            candidates = set(unconfirmed(entries, state.live, now, bound, state.stored))
+            without = {k: e for k, e in entries.items() if k not in candidates}
+            if candidates and decide(without, charges, quotas) is None:
+                resynced = resync(record.entries, reads.podgroups(), bound)
+                problem = decide(resynced, charges, quotas)
+        kept = record.with_entries(resynced) if resynced is not None else record
+        if problem:
+            changed = resynced is not None or charges != dict(record.charges)
+            return (kept.with_charges(charges) if changed else None), problem
+        return kept.with_charges({**charges, request.uid: charge}), None
+
+    try:
+        problem = view.ledger_store.update(
+            request.namespace, take_turn, dry_run=request.dry_run, deadline=request.deadline
+        )
+    except LedgerBusy as e:
+        return deny(
+            f"pod quota: the reservation record is busy, retry: {e}", code=429, reason="TooManyRequests"
+        )
+    except (ApiError, ValueError, OSError) as e:
+        return deny(
+            f"pod quota: the reservation record could not be read or written ({e}); retry",
+            code=503,
+            reason="ServiceUnavailable",
+        )
     return deny(problem) if problem else allow()
 
 
@@ -65,6 +160,9 @@ RULE_SET = RuleSet(
     api_versions=("v1",),
     resources=("pods",),
     operations=("CREATE",),
+    # The resize subresource, for UPDATE only: every other pod update leaves requests alone.
+    subresource_rules=(("pods/resize", ("UPDATE",)),),
+    side_effects="NoneOnDryRun",
     needs=("resourcequotas", "ledgers", "pods", "podgroups"),
     server="quota",
 )

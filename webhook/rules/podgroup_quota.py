@@ -1,29 +1,40 @@
 """Validating PodGroups: PodGroupMinResources. The summed minResources of a namespace's
 PodGroups never exceed its ResourceQuotas.
 
-Each decision is made against a fresh read of the namespace's ledger and recorded with a
-resourceVersion precondition, so concurrent admissions on any number of replicas and workers
+Each decision is made against a fresh read of the namespace's reservation record (in priogate's
+own namespace, where tenants cannot write) and of its quotas (a quorum LIST), and recorded with
+a resourceVersion precondition, so concurrent admissions on any number of replicas and workers
 are serialized by the API server: exactly as many groups are admitted as fit. Dry-run requests
 decide but write nothing.
+
+A reservation ends when its PodGroup is really gone, never at DELETE admission: kube-apiserver
+does not send PodGroup DELETEs here at all (a group held by a finalizer, or in a foreground
+deletion, is still stored, and a DELETE admitted here may still fail). An entry whose group a
+quorum LIST does not hold is dropped by the next admission it would block, or by the
+controller's sweep. A shrinking UPDATE lowers nothing at admission (a later admission step may
+refuse it); the stored object does, through the same LIST.
 
 A negative minResources amount is refused: it would lower the namespace's summed reservations
 and let a later group claim more than the quota (the CRD's pattern refuses it too, but Volcano's
 own CRD, which clusters with Volcano keep, allows a sign). An update that claims nothing more
-than before is never refused, so finalizer removal and annotation writes always go through."""
+than before is never refused, so finalizer removal and annotation writes always go through.
+"""
 
 from __future__ import annotations
 
 import datetime as dt
 import json
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 import structlog
 
 from priogate import podgroup
 from priogate.clock import rfc3339
+from priogate.kube.client import ApiError
 from priogate.kube.ledger_store import LedgerBusy
-from priogate.ledger import Entry, normalize, stale_entries
+from priogate.ledger import SHADOW_SUFFIX, Entry, Reads, Record, merge, normalize, resync, unconfirmed
 from priogate.quota import check_podgroup
 from priogate.resources import parse_quantity
 from webhook.objects import (
@@ -41,7 +52,7 @@ from webhook.review import AdmissionRequest, Decision, allow, deny
 log = structlog.get_logger("priogate.podgroup_quota")
 
 
-def _entry(request: AdmissionRequest, obj: dict, where: str) -> Entry:
+def _entry(obj: Mapping[str, Any], where: str, now: dt.datetime) -> Entry:
     meta = mapping(obj, "metadata", where)
     spec = mapping(obj, "spec", where)
     name = object_name(obj, where)
@@ -60,26 +71,9 @@ def _entry(request: AdmissionRequest, obj: dict, where: str) -> Entry:
         min_resources=min_resources,
         min_member=min_member,
         priority_class=optional_str(spec, "priorityClassName", f"{where}.spec") or "",
-        admitted_at=rfc3339(dt.datetime.now(dt.UTC)),
+        admitted_at=rfc3339(now),
+        generation=max(0, optional_int(meta, "generation", f"{where}.metadata") or 0),
     )
-
-
-def _release(request: AdmissionRequest, view: ClusterView) -> Decision:
-    meta = mapping(request.old_object or {}, "metadata", "oldObject")
-    key = optional_str(meta, "uid", "oldObject.metadata") or f"name:{request.name}"
-
-    def drop_entry(entries: dict[str, Entry]) -> tuple[dict[str, Entry] | None, None]:
-        if key not in entries:
-            return None, None
-        return {k: e for k, e in entries.items() if k != key}, None
-
-    try:
-        view.ledger_store.update(
-            request.namespace, drop_entry, dry_run=request.dry_run, deadline=request.deadline
-        )
-    except Exception as e:  # the delete goes ahead; the controller reclaims the entry later
-        log.warning("release failed; the entry will be reclaimed", podgroup=request.name, error=repr(e))
-    return allow()
 
 
 def _negative(obj: Mapping[str, Any], old: Mapping[str, Any] | None) -> str | None:
@@ -101,61 +95,84 @@ def _negative(obj: Mapping[str, Any], old: Mapping[str, Any] | None) -> str | No
     return None
 
 
+def check_claim(entries: Mapping[str, Entry], claim: Entry, quotas: list[Mapping[str, Any]]) -> str | None:
+    others = [e.reservation() for k, e in entries.items() if k != claim.key]
+    return check_podgroup(quotas, others, claim.reservation())
+
+
 def admit(request: AdmissionRequest, view: ClusterView) -> Decision:
-    if request.operation == "DELETE":
-        return _release(request, view)
     if request.operation not in ("CREATE", "UPDATE"):
+        # DELETE is not registered (a reservation ends when the group is gone, confirmed by a
+        # quorum LIST); a DELETE posted here anyway changes nothing.
         return allow()
+    now = dt.datetime.now(dt.UTC)
     obj = new_object(request)
-    if request.operation == "UPDATE" and mapping(obj, "metadata", "object").get("deletionTimestamp"):
-        # Terminating: the DELETE that set deletionTimestamp released the reservation (_release),
-        # so there is nothing to check and nothing to record. Recording would reserve again for
-        # a group on its way out, and a failed ledger write (the namespace is terminating, or the
-        # ledger is busy) must never hold up the finalizer removal that lets it go.
-        return allow()
-    entry = _entry(request, obj, "object")
-    previous = _entry(request, old_object(request), "oldObject") if request.operation == "UPDATE" else None
+    entry = _entry(obj, "object", now)
+    previous = _entry(old_object(request), "oldObject", now) if request.operation == "UPDATE" else None
     negative = _negative(obj, request.old_object if previous else None)
     if negative:
         return deny(f'PodGroup.scheduling.volcano.sh "{entry.group}" is invalid: {negative}', code=422)
-    # Claims nothing more than the stored object did: never refused (see _within), and a ledger
-    # that cannot be written does not refuse it either; the worst is that the ledger keeps the
-    # larger, older amount, which over-reserves and never under-reserves.
-    shrinking = previous is not None and _within(entry, previous)
-    quotas = view.resource_quotas(request.namespace)
+    # Claims nothing more than the stored object did: never refused (refusing would free
+    # nothing, even if the quota was lowered since), and a record that cannot be written does
+    # not refuse it either: the record then keeps the larger, older amount, which over-reserves
+    # and never under-reserves.
+    shrinking = previous is not None and previous.covers(entry)
+    if shrinking and mapping(obj, "metadata", "object").get("deletionTimestamp"):
+        # A terminating group's updates (finalizer removal) claim nothing new: its entry keeps
+        # reserving until the group is gone, and no record write may hold up its way out.
+        return allow()
     live = view.live_podgroups(request.namespace)
-    now = dt.datetime.now(dt.UTC)
-    listed: list[dict[str, str]] = []
+    stored = view.stored_podgroups(request.namespace)
+    cached_quotas = view.resource_quotas(request.namespace)
+    bound = view.in_flight
 
-    def confirmed_gone(entries: dict[str, Entry]) -> set[str]:
-        """Entries the cache says are orphans, pruned only when a quorum LIST agrees: a cache
-        that is behind (or emptied) must never free a live group's reservation."""
-        suspects = set(stale_entries(entries, live, now))
-        if not suspects:
-            return suspects
-        if not listed:
-            try:
-                listed.append(view.listed_podgroups(request.namespace))
-            except Exception as e:  # keep them: the controller's sweep reclaims them later
-                log.warning("podgroup list failed; not pruning", namespace=request.namespace, error=repr(e))
-                return set()
-        return suspects & set(stale_entries(entries, listed[0], now))
-
-    def reserve(entries: dict[str, Entry]) -> tuple[dict[str, Entry] | None, str | None]:
+    def reserve(record: Record, reads: Reads) -> tuple[Record | None, str | None]:
+        entries = dict(record.entries)
         existing = entries.get(entry.key)
-        if existing is not None and existing.same_claim(entry):
-            return None, None  # already recorded (a retry, or an update that changes no claim)
-        stale = confirmed_gone(entries)
-        others = [e.reservation() for k, e in entries.items() if k != entry.key and k not in stale]
-        problem = None if shrinking else check_podgroup(quotas, others, entry.reservation())
+        base = existing if existing is not None else previous
+        # Never lowered at admission: either object may end up stored.
+        claim = merge(base, entry) if base is not None else entry
+        if existing is not None and existing.covers(claim):
+            return None, None  # nothing more claimed (a retry, a shrink, a metadata update)
+        claim = replace(claim, admitted_at=entry.admitted_at, generation=entry.generation)
+        if base is not None and base.priority_class != claim.priority_class:
+            # A class change: the old claim counts under the old class until the change is
+            # stored or refused (the controller's sweep, or a LIST, ends it).
+            key, old_claim = replace(
+                base, admitted_at=entry.admitted_at, generation=entry.generation
+            ).as_shadow()
+            entries[key] = old_claim
+        if shrinking:
+            entries[claim.key] = claim
+            return record.with_entries(entries), None
+
+        def decide(quotas: list[Mapping[str, Any]]) -> str | None:
+            nonlocal entries
+            problem = check_claim(entries, claim, quotas)
+            if problem:
+                # Blocked only by entries whose groups may be gone (or never stored), or lowered
+                # by now? Confirm with one quorum LIST before refusing: a forged or leaked entry
+                # then blocks nobody.
+                candidates = set(unconfirmed(entries, live, now, bound, stored)) - {entry.key}
+                without = {k: e for k, e in entries.items() if k not in candidates}
+                if candidates and check_claim(without, claim, quotas) is None:
+                    entries = resync(entries, reads.podgroups(), bound)
+                    problem = check_claim(entries, claim, quotas)
+            return problem
+
+        # A refusal may rest on the cached quotas (a quota the cache holds limits at least that
+        # much until its change arrives); an admission never does: the quotas are quorum-read
+        # in the turn, so one the cache has not seen yet still limits.
+        problem = decide(cached_quotas) if cached_quotas else None
+        if problem is None:
+            problem = decide(reads.quotas())
         if problem:
-            return None, problem
-        kept = {k: e for k, e in entries.items() if k not in stale}
-        if existing is not None:  # keep the original admission time
-            kept[entry.key] = Entry(**{**entry.__dict__, "admitted_at": existing.admitted_at})
-        else:
-            kept[entry.key] = entry
-        return kept, None
+            # Keep what a LIST confirmed; not the previous-class claim added for this request.
+            kept = {k: e for k, e in entries.items() if not k.endswith(SHADOW_SUFFIX) or k in record.entries}
+            changed = kept != dict(record.entries)
+            return (record.with_entries(kept) if changed else None), problem
+        entries[claim.key] = claim
+        return record.with_entries(entries), None
 
     try:
         problem = view.ledger_store.update(
@@ -164,28 +181,24 @@ def admit(request: AdmissionRequest, view: ClusterView) -> Decision:
     except Exception as e:
         if shrinking:
             log.warning(
-                "ledger not updated; an update claiming no more is allowed anyway",
+                "record not updated; an update claiming no more is allowed anyway",
                 podgroup=request.name,
                 error=repr(e),
             )
             return allow()
         if isinstance(e, LedgerBusy):
             return deny(f"PodGroup quota ledger is busy, retry: {e}", code=429, reason="TooManyRequests")
-        if isinstance(e, ValueError):  # an unreadable ledger: refuse rather than guess
-            return deny(str(e), code=503, reason="ServiceUnavailable")
+        if isinstance(e, ValueError | ApiError | OSError):
+            log.warning("reservation record unavailable", namespace=request.namespace, error=str(e))
+            return deny(
+                f"PodGroup quota: the reservation record could not be read or written ({e}); retry",
+                code=503,
+                reason="ServiceUnavailable",
+            )
         raise
     if problem:
         return deny(problem)
     return allow()
-
-
-def _within(new: Entry, old: Entry) -> bool:
-    """An update that claims nothing more (same class, no larger amount) is never refused, even
-    if the quota was lowered since: refusing would not free anything."""
-    if new.priority_class != old.priority_class or new.min_member > old.min_member:
-        return False
-    new_demand, old_demand = new.reservation().demand, old.reservation().demand
-    return all(amount <= old_demand.get(name, 0) for name, amount in new_demand.items())
 
 
 RULE_SET = RuleSet(
@@ -196,7 +209,7 @@ RULE_SET = RuleSet(
     api_groups=("scheduling.volcano.sh",),
     api_versions=("v1beta1",),
     resources=("podgroups",),
-    operations=("CREATE", "UPDATE", "DELETE"),
+    operations=("CREATE", "UPDATE"),
     side_effects="NoneOnDryRun",
     timeout_seconds=10,
     needs=("resourcequotas", "podgroups"),

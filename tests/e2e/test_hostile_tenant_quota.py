@@ -1,0 +1,335 @@
+"""PodGroupMinResources against a hostile tenant: a user bound to the built-in `edit` ClusterRole
+in one namespace (tests/e2e/tenant.py), acting through impersonation, on the real control plane.
+
+Each test is one guarantee README's "Reliability and trust" lists:
+- the reservation record is out of the tenant's reach, and rebuilt when an admin deletes it;
+- a finalizer-held group keeps its reservation until it is really gone;
+- plain pods created in a burst cannot eat a reservation;
+- a resize cannot grow a pod into a reservation;
+- AdmissionReviews forged straight to the webhook's URL neither release a live reservation
+  nor block the namespace beyond the in-flight bound;
+- a quota lowered below the reservations keeps them, refuses growth, and the controller says so.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import requests
+from kubernetes.client.rest import ApiException
+
+from localcluster import LocalCluster
+from priogate.clock import rfc3339
+from priogate.kube.client import ApiClient, ApiError, load_client, resource_path
+from priogate.ledger import DEFAULT_IN_FLIGHT, DEFAULT_LEDGER_NAMESPACE, entries_of, record_name, record_path
+from tests.builders import pod
+from tests.e2e.helpers import api_error, wait_for
+from tests.e2e.tenant import GROUP, VERSION, Tenant
+
+HOLD = "example.com/hold"
+RECORDS = DEFAULT_LEDGER_NAMESPACE
+
+
+def podgroup(name: str, cpu: str) -> dict[str, Any]:
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "PodGroup",
+        "metadata": {"name": name},
+        "spec": {"minMember": 1, "minResources": {"cpu": cpu}},
+    }
+
+
+def refusal(create: Callable[[], Any]) -> tuple[int, str] | None:
+    """(status, message) of a refused request, None if it went through."""
+    try:
+        create()
+    except ApiException as e:
+        return api_error(e)
+    return None
+
+
+@pytest.fixture(scope="module")
+def admin(cluster: LocalCluster) -> ApiClient:
+    return load_client(str(cluster.kubeconfig), pool_size=32)
+
+
+def quota(admin: ApiClient, namespace: str, cpu: str) -> None:
+    """A ResourceQuota (created by the admin, as a tenant cannot), once kube-controller-manager
+    has filled its status.used (the built-in ResourceQuota plugin refuses pods until then)."""
+    path = resource_path("v1", "resourcequotas", namespace)
+    admin.create(path, {"metadata": {"name": "compute"}, "spec": {"hard": {"cpu": cpu}}})
+    wait_for(
+        lambda: "cpu" in ((admin.get(f"{path}/compute").get("status") or {}).get("used") or {}),
+        180,
+        "the quota's status.used is filled",
+        0.2,
+    )
+
+
+def record_entries(admin: ApiClient, namespace: str) -> dict:
+    try:
+        return entries_of(admin.get(record_path(RECORDS, namespace)))
+    except ApiError as e:
+        if e.status == 404:
+            return {}
+        raise
+
+
+def reserved_groups(admin: ApiClient, namespace: str) -> set[str]:
+    return {e.group for e in record_entries(admin, namespace).values()}
+
+
+def test_the_record_is_out_of_the_tenants_reach_and_rebuilt_when_deleted(tenant: Tenant, admin: ApiClient):
+    quota(admin, tenant.namespace, "10")
+    tenant.create_podgroup(podgroup("six", "6"))
+    assert reserved_groups(admin, tenant.namespace) == {"six"}
+    name = record_name(tenant.namespace)
+    kubectl = tenant.kubectl
+    for verb in (
+        ("get", "configmap", name),
+        ("delete", "configmap", name),
+        ("label", "configmap", name, "priogate.io/ledger-", "--overwrite"),
+        ("annotate", "configmap", name, "x=y"),
+        ("patch", "configmap", name, "--type=merge", "-p", '{"data":{"reservations.json":"{}"}}'),
+        ("create", "configmap", "podgroup-reservations.other", "--from-literal=reservations.json={}"),
+        ("get", "configmaps"),
+    ):
+        out = kubectl(f"--namespace={RECORDS}", *verb, check=False)
+        assert out.returncode != 0 and "forbidden" in out.stderr.lower(), (verb, out.stdout, out.stderr)
+    # What the tenant can write, in their own namespace, decides nothing: a ConfigMap of the old
+    # ledger's name, empty.
+    kubectl(
+        f"--namespace={tenant.namespace}",
+        "create",
+        "configmap",
+        "priogate-podgroup-reservations",
+        "--from-literal=reservations.json={}",
+    )
+    got = refusal(lambda: tenant.create_podgroup(podgroup("five", "5")))
+    assert got is not None and "reserved: cpu=6" in got[1], got
+
+    # An admin deletes the record: the next admission rebuilds it from the stored groups.
+    admin.delete(record_path(RECORDS, tenant.namespace))
+    got = refusal(lambda: tenant.create_podgroup(podgroup("five", "5")))
+    assert got is not None and got[0] == 403 and "reserved: cpu=6, limited: cpu=10" in got[1], got
+    assert reserved_groups(admin, tenant.namespace) == {"six"}
+    tenant.create_podgroup(podgroup("four", "4"))
+    assert reserved_groups(admin, tenant.namespace) == {"six", "four"}
+
+
+def test_a_finalizer_held_group_reserves_until_it_is_gone(tenant: Tenant, admin: ApiClient):
+    quota(admin, tenant.namespace, "10")
+    held = podgroup("held", "10")
+    held["metadata"]["finalizers"] = [HOLD]
+    tenant.create_podgroup(held)
+    tenant.delete_podgroup("held")
+    assert tenant.get_podgroup("held")["metadata"].get("deletionTimestamp")
+    # Old code: the DELETE admission released the reservation here, and this was admitted.
+    deadline = time.monotonic() + DEFAULT_IN_FLIGHT.total_seconds() + 3
+    while time.monotonic() < deadline:  # past the in-flight bound too: confirmed still stored
+        got = refusal(lambda: tenant.create_podgroup(podgroup("next", "10")))
+        assert got is not None and "reserved: cpu=10" in got[1], got
+        time.sleep(1)
+    tenant.patch_podgroup("held", [{"op": "remove", "path": "/metadata/finalizers"}])
+    wait_for(lambda: tenant.podgroup_gone("held"), 30, "the held group is gone")
+    started = time.monotonic()
+    wait_for(
+        lambda: refusal(lambda: tenant.create_podgroup(podgroup("next", "10"))) is None,
+        30,
+        "a full-size group is admitted once the held one is gone",
+        0.5,
+    )
+    assert time.monotonic() - started < 30
+    assert reserved_groups(admin, tenant.namespace) == {"next"}
+
+
+def test_sixteen_concurrent_plain_pods_cannot_eat_a_reservation(tenant: Tenant, admin: ApiClient):
+    quota(admin, tenant.namespace, "10")
+    tenant.create_podgroup(podgroup("gang", "6"))
+    core = tenant.core
+    body = pod(None, namespace=None, generate_name="burst-", cpu="1", limits={"cpu": "1"})
+    outcomes: list[tuple[int, str] | None] = []
+    lock = threading.Lock()
+    start = threading.Barrier(16)
+
+    def create() -> None:
+        start.wait()
+        got = refusal(lambda: core.create_namespaced_pod(tenant.namespace, body))
+        with lock:
+            outcomes.append(got)
+
+    threads = [threading.Thread(target=create) for _ in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert len(outcomes) == 16
+    admitted = [o for o in outcomes if o is None]
+    refusals = [o for o in outcomes if o is not None]
+    existing = core.list_namespaced_pod(tenant.namespace).items
+    # Old code: every pod read the same cached status.used, and more than 4 got through.
+    assert len(existing) <= 4, f"{len(existing)} pods exist beside a 6-of-10 reservation"
+    assert len(admitted) == len(existing)
+    assert all("reserved by PodGroups" in m or "exceeded quota" in m for _, m in refusals), refusals
+
+
+def test_a_resize_into_the_reservation_is_refused(tenant: Tenant, admin: ApiClient, rbac):
+    quota(admin, tenant.namespace, "10")
+    tenant.create_podgroup(podgroup("gang", "6"))
+    core = tenant.core
+    # Kept Pending (no node matches): kube-apiserver refuses a resize of a running container
+    # whose node has not advertised resize support (status.containerStatuses[].resources), which
+    # kwok's fake kubelet does not, before any admission webhook sees it. A pending pod has no
+    # such status, so its resize reaches the webhooks; it counts in the quota all the same.
+    unplaced = {"priogate.io/e2e": "no-such-node"}
+    core.create_namespaced_pod(
+        tenant.namespace,
+        pod("grow", namespace=None, cpu="2", limits={"cpu": "2"}, node_selector=unplaced),
+    )
+    # The built-in edit role does not include pods/resize; a cluster that lets namespace users
+    # resize grants it on top, as here.
+    assert not tenant.can("patch", "pods", subresource="resize")
+    role = {
+        "metadata": {"name": "resize", "namespace": tenant.namespace},
+        "rules": [{"apiGroups": [""], "resources": ["pods/resize"], "verbs": ["patch", "update"]}],
+    }
+    rbac.create_namespaced_role(tenant.namespace, role)
+    rbac.create_namespaced_role_binding(
+        tenant.namespace,
+        {
+            "metadata": {"name": "resize", "namespace": tenant.namespace},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "resize"},
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": tenant.user}],
+        },
+    )
+    wait_for(lambda: tenant.can("patch", "pods", subresource="resize"), 30, "the tenant may resize", 0.2)
+
+    def resize(cpu: str) -> tuple[int, str] | None:
+        patch = {
+            "spec": {
+                "containers": [{"name": "c", "resources": {"requests": {"cpu": cpu}, "limits": {"cpu": cpu}}}]
+            }
+        }
+        return refusal(lambda: core.patch_namespaced_pod_resize("grow", tenant.namespace, patch))
+
+    got = resize("5")  # 2 used + 3 more + 6 reserved > 10
+    assert got is not None, "a resize into the reservation was admitted"
+    if got[0] == 404:
+        pytest.fail(f"this kube-apiserver has no pods/resize subresource: {got}")
+    assert 'admission webhook "pod-quota.priogate.io" denied the request' in got[1], got
+    assert "requested: cpu=3" in got[1] and "reserved by PodGroups: cpu=6" in got[1], got
+    # 2 + 2 more + 6 = 10 fits, once the pod's own admission charge has expired (for up to the
+    # in-flight bound it counts beside status.used: too much for a moment, never too little).
+    wait_for(lambda: resize("4") is None, DEFAULT_IN_FLIGHT.total_seconds() + 15, "a resize that fits", 1)
+
+
+def _review(operation: str, obj: dict | None, old: dict | None, namespace: str, name: str) -> dict:
+    gvk = {"group": GROUP, "version": VERSION}
+    return {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": str(uuid.uuid4()),
+            "kind": {**gvk, "kind": "PodGroup"},
+            "resource": {**gvk, "resource": "podgroups"},
+            "operation": operation,
+            "namespace": namespace,
+            "name": name,
+            "object": obj,
+            "oldObject": old,
+            "userInfo": {"username": "forger"},
+        },
+    }
+
+
+def test_forged_reviews_posted_to_the_webhook_neither_release_nor_block(
+    tenant: Tenant, admin: ApiClient, cluster: LocalCluster
+):
+    """The local webhook's URL is known. With mutual TLS (the launcher's default) a post without
+    kube-apiserver's client certificate is refused at TLS, so forging is impossible; the record
+    must hold where mTLS cannot be had, so the forged reviews are then posted with that
+    certificate, as anyone could post them to an endpoint that takes every client."""
+    quota(admin, tenant.namespace, "10")
+    real = tenant.create_podgroup(podgroup("real", "6"))
+    session = requests.Session()
+    session.trust_env = False
+    url = f"{cluster.ports.webhook_url}/validate/podgroups"
+    if cluster.webhook_client_cert is not None:
+        with pytest.raises(requests.exceptions.RequestException):
+            session.post(url, json={}, verify=str(cluster.pki.ca_crt), timeout=15)
+        session.cert = (str(cluster.webhook_client_cert[0]), str(cluster.webhook_client_cert[1]))
+
+    def post(review: dict) -> dict:
+        r = session.post(url, json=review, verify=str(cluster.pki.ca_crt), timeout=15)
+        assert r.status_code == 200, r.text
+        return r.json()["response"]
+
+    # A forged DELETE of the live group: allowed (it is not ours to refuse), releases nothing.
+    # Old code: the entry was dropped and a second 6-cpu group was admitted beside "real".
+    assert post(_review("DELETE", None, real, tenant.namespace, "real"))["allowed"]
+    got = refusal(lambda: tenant.create_podgroup(podgroup("second", "6")))
+    assert got is not None and "reserved: cpu=6" in got[1], got
+
+    # A forged CREATE that claims the live group's uid with less lowers nothing.
+    smaller = {**real, "spec": {**real["spec"], "minResources": {"cpu": "1"}}}
+    assert post(_review("CREATE", smaller, None, tenant.namespace, "real"))["allowed"]
+    assert record_entries(admin, tenant.namespace)[real["metadata"]["uid"]].min_resources == {"cpu": "6"}
+
+    # A forged CREATE with an invented uid claiming the rest of the quota.
+    ghost = podgroup("ghost", "4")
+    ghost["metadata"].update(
+        namespace=tenant.namespace, uid=str(uuid.uuid4()), creationTimestamp=rfc3339(dt.datetime.now(dt.UTC))
+    )
+    forged_at = time.monotonic()
+    assert post(_review("CREATE", ghost, None, tenant.namespace, "ghost"))["allowed"]
+    assert "ghost" in reserved_groups(admin, tenant.namespace)
+    # It holds no longer than the in-flight bound: then the first admission it would block
+    # confirms with one quorum LIST that no such group is stored, drops it, and goes through.
+    time.sleep(max(0.0, DEFAULT_IN_FLIGHT.total_seconds() + 1 - (time.monotonic() - forged_at)))
+    assert refusal(lambda: tenant.create_podgroup(podgroup("fits", "4"))) is None
+    assert reserved_groups(admin, tenant.namespace) == {"real", "fits"}
+
+
+def test_a_quota_lowered_below_the_reservations_keeps_them_refuses_growth_and_says_so(
+    tenant: Tenant, admin: ApiClient
+):
+    quota(admin, tenant.namespace, "10")
+    tenant.create_podgroup(podgroup("six", "6"))
+    tenant.create_podgroup(podgroup("four", "4"))
+    path = resource_path("v1", "resourcequotas", tenant.namespace, "compute")
+    for _ in range(10):  # every write handles 409: kube-controller-manager updates the status
+        current = admin.get(path)
+        current["spec"]["hard"]["cpu"] = "8"
+        try:
+            admin.replace(path, current)
+            break
+        except ApiError as e:
+            if e.status != 409:
+                raise
+    # What is admitted stays: an update claiming no more goes through.
+    tenant.patch_podgroup("six", {"metadata": {"annotations": {"touched": "yes"}}})
+    got = refusal(lambda: tenant.patch_podgroup("four", {"spec": {"minResources": {"cpu": "5"}}}))
+    assert got is not None and "exceeded quota" in got[1], got
+    got = refusal(lambda: tenant.create_podgroup(podgroup("one", "1")))
+    assert got is not None and "exceeded quota" in got[1], got
+
+    def said_on(name: str) -> bool:
+        conditions = (tenant.get_podgroup(name).get("status") or {}).get("conditions") or []
+        return any(
+            c.get("type") == "QuotaBelowReservations"
+            and c.get("status") == "True"
+            and "quota compute (cpu=8)" in c.get("message", "")
+            for c in conditions
+        )
+
+    wait_for(lambda: said_on("six") and said_on("four"), 60, "the controller says the quota is too low", 0.5)
+    events = tenant.core.list_namespaced_event(tenant.namespace).items
+    assert any(e.reason == "QuotaBelowReservations" and e.type == "Warning" for e in events), [
+        (e.reason, e.type) for e in events
+    ]

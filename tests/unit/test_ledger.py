@@ -1,0 +1,221 @@
+"""The reservation record's pure decisions, by table: resync to a quorum LIST (gone, never
+stored, in flight, shrunk, refused growth, adopted, finalizer-held), which entries are worth
+confirming, charges, and a damaged record never read as empty."""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import replace
+
+import pytest
+
+from priogate import clock, ledger
+from priogate.ledger import Charge, Entry, Listing, Record
+
+NOW = dt.datetime(2026, 11, 22, 12, 0, 0, tzinfo=dt.UTC)
+BOUND = dt.timedelta(seconds=15)
+
+
+def entry(group: str, uid: str, age: float, cpu: str = "1", cls: str = "") -> Entry:
+    return Entry(group, uid, {"cpu": cpu}, 1, cls, clock.rfc3339(NOW - dt.timedelta(seconds=age)))
+
+
+def stored(group: str, uid: str, cpu: str = "1", cls: str = "") -> Entry:
+    return Entry(group, uid, {"cpu": cpu}, 1, cls, clock.rfc3339(NOW))
+
+
+def listing(*groups: Entry) -> Listing:
+    return Listing({g.uid: g for g in groups}, NOW)
+
+
+def claims(entries: dict[str, Entry]) -> dict[str, tuple[str, str]]:
+    return {k: (e.group, e.min_resources.get("cpu", "")) for k, e in entries.items()}
+
+
+@pytest.mark.parametrize(
+    ("entries", "stored_groups", "expected"),
+    [
+        pytest.param([entry("a", "u1", 3600)], [stored("a", "u1")], {"u1": ("a", "1")}, id="stored-alive"),
+        # Another replica admitted it a moment ago; its create is on its way to storage. Dropping
+        # it would over-admit. (The old code's cache-based stale check kept it too, for 60 s.)
+        pytest.param([entry("a", "u1", 5)], [], {"u1": ("a", "1")}, id="in-flight-kept"),
+        pytest.param([entry("a", "u1", 16)], [], {}, id="gone-or-never-stored-dropped"),
+        pytest.param(
+            [entry("a", "u1", 120)], [stored("a", "u2")], {"u2": ("a", "1")}, id="same-name-new-uid"
+        ),
+        # A shrinking update was stored: the entry follows once no admission is in flight.
+        pytest.param(
+            [entry("a", "u1", 60, cpu="4")], [stored("a", "u1", cpu="2")], {"u1": ("a", "2")}, id="shrunk"
+        ),
+        # A growing update was admitted (entry raised) and then refused by a later step.
+        pytest.param(
+            [entry("a", "u1", 60, cpu="6")],
+            [stored("a", "u1", cpu="2")],
+            {"u1": ("a", "2")},
+            id="refused-growth",
+        ),
+        # ... but while it may still be stored, the raised claim stays.
+        pytest.param(
+            [entry("a", "u1", 3, cpu="6")],
+            [stored("a", "u1", cpu="2")],
+            {"u1": ("a", "6")},
+            id="growth-in-flight",
+        ),
+        # ... unless the stored object is of that admission's generation: then it is settled.
+        pytest.param(
+            [replace(entry("a", "u1", 3, cpu="6"), generation=2)],
+            [replace(stored("a", "u1", cpu="2"), generation=2)],
+            {"u1": ("a", "2")},
+            id="growth-settled-by-generation",
+        ),
+        # A previous-class claim ends once the class change is settled.
+        pytest.param(
+            [entry("a", "u1", 3, cls="high"), entry("a", "u1", 60)],
+            [stored("a", "u1", cls="high")],
+            {"u1": ("a", "1")},
+            id="previous-class-ends",
+        ),
+        # A stored group the record lacks (lost, rebuilt, or stored before priogate) is adopted.
+        pytest.param([], [stored("b", "u9", cpu="3")], {"u9": ("b", "3")}, id="adopted"),
+    ],
+)
+def test_resync(entries, stored_groups, expected):
+    keyed = {}
+    for e in entries:
+        key = e.key if e.key not in keyed else e.as_shadow()[0]
+        keyed[key] = e
+    got = ledger.resync(keyed, listing(*stored_groups), BOUND)
+    assert claims(got) == expected
+
+
+def test_a_finalizer_held_group_still_reserves():
+    """A group with a deletionTimestamp is still stored: a quorum LIST holds it, so it counts."""
+    held = {
+        "metadata": {
+            "name": "a",
+            "uid": "u1",
+            "deletionTimestamp": "2026-11-22T11:59:00Z",
+            "finalizers": ["x"],
+        },
+        "spec": {"minResources": {"cpu": "6"}},
+    }
+    got = ledger.resync({"u1": entry("a", "u1", 3600, cpu="6")}, ledger.listing_of([held], NOW), BOUND)
+    assert claims(got) == {"u1": ("a", "6")}
+
+
+@pytest.mark.parametrize(
+    ("entries", "live", "expected"),
+    [
+        ([entry("a", "u1", 3600)], {"u1": False}, []),  # alive in the cache: not worth a LIST
+        ([entry("a", "u1", 3600)], {"u1": True}, ["u1"]),  # being deleted: maybe gone now
+        ([entry("a", "u1", 3600)], {}, ["u1"]),  # not in the cache
+        ([entry("a", "u1", 5)], {}, []),  # in flight: never dropped, so never worth a LIST
+        ([Entry("a", "", {"cpu": "1"}, 1, "", "garbage")], {}, ["name:a"]),  # unreadable time: old
+    ],
+)
+def test_unconfirmed(entries, live, expected):
+    assert ledger.unconfirmed({e.key: e for e in entries}, live, NOW, BOUND) == expected
+
+
+def test_merge_never_lowers_while_in_flight():
+    current = Entry("a", "u1", {"cpu": "4", "memory": "1Gi"}, 2, "", "t")
+    new = Entry("a", "u1", {"cpu": "6"}, 1, "", "t2")
+    merged = ledger.merge(current, new)
+    assert merged.min_resources == {"cpu": "6", "memory": "1Gi"} and merged.min_member == 2
+    assert merged.covers(current) and merged.covers(new)
+    assert not current.covers(new)
+
+
+def charge(age: float, uid: str = "p1") -> Charge:
+    return Charge("p", uid, "", {"cpu": "1"}, clock.rfc3339(NOW - dt.timedelta(seconds=age)))
+
+
+@pytest.mark.parametrize(
+    ("charges", "stored_pods", "kept"),
+    [
+        ({"r1": charge(3)}, {}, ["r1"]),  # maybe not in status.used yet
+        ({"r1": charge(30)}, {}, []),  # past the bound: status.used has it (or it was refused)
+        ({"r1": charge(3, uid="m1")}, {"m1": True}, []),  # stored, so already charged in used
+        ({"r1": charge(3, uid="")}, {"": True}, ["r1"]),  # no uid: only the bound ends it
+    ],
+)
+def test_live_charges(charges, stored_pods, kept):
+    assert sorted(ledger.live_charges(charges, NOW, stored_pods, BOUND)) == kept
+
+
+def test_record_roundtrip_lives_in_priogates_namespace():
+    e = Entry(
+        "g",
+        "uid-1",
+        ledger.normalize({"cpu": "1000m", "memory": "1024Mi"}),
+        2,
+        "high",
+        "2026-11-22T12:00:00Z",
+    )
+    assert e.min_resources == {"cpu": "1", "memory": "1Gi"}
+    record = Record({e.key: e}, {"r": charge(1)})
+    obj = ledger.record_object("priogate-system", "team-a", record, "42")
+    assert obj["metadata"]["namespace"] == "priogate-system"
+    assert obj["metadata"]["name"] == "podgroup-reservations.team-a"
+    assert ledger.covered_namespace(obj) == "team-a"
+    assert obj["metadata"]["resourceVersion"] == "42"
+    assert ledger.record_of(obj) == record
+    assert ledger.record_path("priogate-system", "team-a") == (
+        "/api/v1/namespaces/priogate-system/configmaps/podgroup-reservations.team-a"
+    )
+
+
+def test_a_relabelled_record_covers_nothing():
+    obj = ledger.record_object("priogate-system", "team-a", Record(), None)
+    obj["metadata"]["labels"][ledger.COVERS_LABEL] = "team-b"
+    assert ledger.covered_namespace(obj) == ""
+
+
+T = "2026-11-22T12:00:00Z"
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        {ledger.LEDGER_DATA_KEY: "not json"},
+        {ledger.LEDGER_DATA_KEY: "[1, 2]"},
+        {ledger.LEDGER_DATA_KEY: '{"u": 5}'},
+        {
+            ledger.LEDGER_DATA_KEY: '{"u": {"group": "a", "minResources": {"cpu": "lots"}, "admittedAt": "'
+            + T
+            + '"}}'
+        },
+        {ledger.LEDGER_DATA_KEY: '{"u": {"group": "a", "minResources": {}, "admittedAt": "yesterday"}}'},
+        {ledger.LEDGER_DATA_KEY: '{"u": {"group": "a", "minMember": -1, "admittedAt": "' + T + '"}}'},
+        {ledger.CHARGES_DATA_KEY: '{"r": {"demand": {"cpu": "x"}, "chargedAt": "' + T + '"}}'},
+    ],
+)
+def test_a_damaged_record_is_an_error_never_an_empty_record(data):
+    with pytest.raises(ledger.DamagedRecord, match="is not a reservation record"):
+        ledger.record_of({"metadata": {"name": "podgroup-reservations.team-a"}, "data": data})
+
+
+# ---- a quota lowered below the reservations: the controller says so --------------------------------
+
+
+def test_a_lowered_quota_is_reported_on_the_groups_and_clears_when_it_fits():
+    from priogate import phase, quota
+
+    rq = {"metadata": {"name": "compute"}, "spec": {"hard": {"cpu": "8"}}}
+    held = [stored("a", "u1", cpu="6").reservation(), stored("b", "u2", cpu="4").reservation()]
+    why = quota.over_reserved([rq], held)
+    assert why is not None and why.startswith(
+        "quota compute (cpu=8) is below the namespace's PodGroup reservations (cpu=10)"
+    )
+    assert quota.over_reserved([rq], held[:1]) is None
+
+    members, verdict = phase.Members(), phase.EnqueueVerdict(True)
+    before = phase.next_status({"phase": "Inqueue"}, 1, members, verdict, "t0")
+    assert all(c["type"] != phase.QUOTA_BELOW_RESERVATIONS for c in before["conditions"])
+    over = phase.next_status(before, 1, members, verdict, "t1", why)
+    event = phase.quota_event(before, over)
+    assert event is not None and event.type == "Warning" and event.reason == "QuotaBelowReservations"
+    assert phase.quota_event(over, phase.next_status(over, 1, members, verdict, "t2", why)) is None
+    cleared = phase.next_status(over, 1, members, verdict, "t3", None)
+    got = {c["type"]: c["status"] for c in cleared["conditions"]}
+    assert got[phase.QUOTA_BELOW_RESERVATIONS] == "False"

@@ -1,0 +1,240 @@
+"""The reservation record through the real LedgerStore against an in-memory API server: where it
+lives, its rebuild from a quorum LIST when missing or damaged, the quorum confirmation before a
+refusal, in-flight entries kept, and pods serialized through it.
+
+What the old code did in each case is said where it differs: it kept the ledger in the
+tenant's namespace, read a missing ledger as empty (admitting everything again), released at
+DELETE admission, and answered an unreadable ledger with a 503 until someone repaired it.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+
+import orjson
+
+from priogate import clock
+from priogate.kube.client import resource_path
+from priogate.kube.ledger_store import LedgerStore
+from priogate.ledger import Entry, Record, entries_of, record_object, record_of, record_path
+from tests.builders import fed_cache, group_review, pod, podgroup, resource_quota, review
+from tests.fake_api import FakeApi
+from webhook.review import parse_review
+from webhook.rules import pod_quota, podgroup_quota
+from webhook.view import CacheView
+
+NS = "team-a"
+GROUPS = resource_path("scheduling.volcano.sh/v1beta1", "podgroups", NS)
+QUOTAS = resource_path("v1", "resourcequotas", NS)
+RECORD = record_path("priogate-system", NS)
+
+
+def setup(quota_cpu: str = "10", cached_groups=(), cached_records=(), in_flight: float = 15.0):
+    api = FakeApi()
+    api.put_object(QUOTAS, resource_quota("compute", hard={"cpu": quota_cpu}, namespace=NS))
+    caches = {
+        "resourcequotas": fed_cache("resourcequotas", []),  # the cache has not seen the quota yet
+        "podgroups": fed_cache("podgroups", cached_groups),
+        "pods": fed_cache("pods", []),
+        "ledgers": fed_cache("ledgers", cached_records),
+    }
+    bound = dt.timedelta(seconds=in_flight)
+    store = LedgerStore(api, in_flight=bound)  # type: ignore[arg-type]
+    return api, CacheView(caches, store, in_flight=bound)
+
+
+def admit_group(view, name: str, cpu: str, uid: str | None = None):
+    body = group_review(podgroup(name, namespace=NS, uid=uid, min_member=1, min_resources={"cpu": cpu}))
+    return podgroup_quota.admit(parse_review(orjson.dumps(body)), view)
+
+
+def store_group(api: FakeApi, name: str, cpu: str, uid: str | None = None, **meta) -> dict:
+    group = podgroup(name, namespace=NS, uid=uid, min_member=1, min_resources={"cpu": cpu})
+    group["metadata"].update(meta)
+    return api.put_object(GROUPS, group)
+
+
+def aged(api: FakeApi, seconds: float) -> None:
+    """Make every entry of the stored record `seconds` older."""
+    obj = api.objects[RECORD]
+    record = record_of(obj)
+    older = {}
+    for key, e in record.entries.items():
+        t = clock.parse_rfc3339(e.admitted_at) - dt.timedelta(seconds=seconds)
+        older[key] = Entry(**{**e.__dict__, "admitted_at": clock.rfc3339(t)})
+    new = record_object(
+        "priogate-system", NS, Record(older, record.charges), obj["metadata"]["resourceVersion"]
+    )
+    api.request("PUT", RECORD, body=new)
+
+
+def test_the_record_lives_in_priogates_namespace_and_quotas_are_quorum_read():
+    api, view = setup()
+    assert admit_group(view, "a", "6").allowed
+    assert set(entries_of(api.objects[RECORD])) == {"uid-a"}
+    assert not any("/namespaces/team-a/configmaps" in path for _, path, _ in api.calls)
+    # The quota was not in the cache (old code: no limit); it was looked up, without a
+    # resourceVersion (a quorum read).
+    assert api.reads_of(QUOTAS) == [()]
+    refused = admit_group(view, "b", "5")
+    assert not refused.allowed and "exceeded quota: compute" in refused.message
+
+
+def test_a_missing_record_is_rebuilt_from_the_stored_groups_before_deciding():
+    """Old code: a missing ledger read as empty, so the next group was admitted over quota."""
+    api, view = setup()
+    store_group(api, "a", "6")  # stored, and its record deleted by someone
+    refused = admit_group(view, "b", "5")
+    assert not refused.allowed and "reserved: cpu=6" in refused.message
+    assert api.reads_of(GROUPS) == [()]  # one quorum LIST
+    assert set(entries_of(api.objects[RECORD])) == {"uid-a"}  # and the rebuild was written
+
+
+def test_a_damaged_record_is_rebuilt_not_a_500_or_a_503():
+    api, view = setup()
+    store_group(api, "a", "6")
+    api.put_object(
+        record_path("priogate-system"),
+        {"metadata": {"name": f"podgroup-reservations.{NS}"}, "data": {"reservations.json": "{oops"}},
+    )
+    refused = admit_group(view, "b", "5")
+    assert not refused.allowed and refused.code == 403 and "reserved: cpu=6" in refused.message
+    assert admit_group(view, "c", "4").allowed
+    assert set(entries_of(api.objects[RECORD])) == {"uid-a", "uid-c"}
+
+
+def test_an_entry_in_flight_is_never_dropped():
+    """Another replica admitted "a" a moment ago; it is not stored yet. A LIST would not show it,
+    and dropping it would over-admit, so no LIST is even made."""
+    api, view = setup()
+    assert admit_group(view, "a", "6").allowed  # not stored: still in flight
+    assert not admit_group(view, "b", "5").allowed
+    assert api.reads_of(GROUPS) == [()]  # only the first admission's rebuild of a missing record
+    assert "uid-a" in entries_of(api.objects[RECORD])
+
+
+def test_a_gone_or_forged_entry_is_confirmed_with_one_quorum_list_and_dropped():
+    """An entry past the in-flight bound whose group no LIST holds (deleted, refused by a later
+    step, or a forged CREATE's invented uid) blocks nobody: one LIST confirms, it is dropped."""
+    api, view = setup()
+    assert admit_group(view, "ghost", "6", uid="invented-uid").allowed
+    aged(api, 60)
+    lists_before = len(api.reads_of(GROUPS))
+    assert admit_group(view, "b", "10").allowed
+    assert len(api.reads_of(GROUPS)) == lists_before + 1
+    assert set(entries_of(api.objects[RECORD])) == {"uid-b"}
+
+
+def test_a_finalizer_held_group_reserves_until_gone():
+    api, view = setup()
+    assert admit_group(view, "a", "6").allowed
+    store_group(api, "a", "6", deletionTimestamp="2026-11-22T11:59:00Z", finalizers=["example.com/hold"])
+    aged(api, 60)
+    refused = admit_group(view, "b", "10")
+    assert not refused.allowed and "reserved: cpu=6" in refused.message  # confirmed still stored
+    api.remove(f"{GROUPS}/a")  # the finalizer is removed: really gone
+    assert admit_group(view, "b", "10").allowed
+
+
+def test_a_delete_admission_releases_nothing():
+    """Old code: a DELETE review (forged, or for a finalizer-held group) dropped the entry."""
+    api, view = setup()
+    assert admit_group(view, "a", "6").allowed
+    body = group_review(None, operation="DELETE", old=podgroup("a", namespace=NS, min_resources={"cpu": "6"}))
+    body["request"]["name"] = "a"
+    assert podgroup_quota.admit(parse_review(orjson.dumps(body)), view).allowed
+    assert "uid-a" in entries_of(api.objects[RECORD])
+    assert "DELETE" not in podgroup_quota.RULE_SET.operations
+
+
+def test_a_shrinking_update_lowers_nothing_until_stored():
+    """Old code: the entry was lowered at admission and stayed low if a later step refused."""
+    api, view = setup()
+    assert admit_group(view, "a", "6").allowed
+    store_group(api, "a", "6")
+    old = podgroup("a", namespace=NS, min_member=1, min_resources={"cpu": "6"})
+    new = podgroup("a", namespace=NS, min_member=1, min_resources={"cpu": "2"})
+    body = group_review(new, operation="UPDATE", old=old)
+    assert podgroup_quota.admit(parse_review(orjson.dumps(body)), view).allowed
+    assert entries_of(api.objects[RECORD])["uid-a"].min_resources == {"cpu": "6"}
+    aged(api, 60)  # the update was refused later: the stored spec is still 6
+    assert not admit_group(view, "b", "5").allowed
+
+
+def test_pods_are_serialized_and_charged_where_something_is_reserved():
+    """hard 10, a group reserving 6 (no member yet): four 1-cpu pods fit, a fifth does not,
+    although the quota's status.used never moved (the ResourceQuota plugin charges later)."""
+    group = podgroup("gang", namespace=NS, min_member=1, min_resources={"cpu": "6"})
+    api, view = setup(cached_groups=[group])
+    api.put_object(GROUPS, group)
+
+    def plain(i: int):
+        p = pod(f"p{i}", namespace=NS, cpu="1")
+        p["metadata"]["uid"] = f"pod-{i}"
+        return pod_quota.admit(parse_review(orjson.dumps(review(p))), view)
+
+    assert [plain(i).allowed for i in range(6)] == [True] * 4 + [False] * 2
+    assert len(record_of(api.objects[RECORD]).charges) == 4
+
+
+def test_pods_where_nothing_is_reserved_cost_no_api_call():
+    api, view = setup()
+    p = pod("p", namespace=NS, cpu="100")
+    calls = len(api.calls)
+    assert pod_quota.admit(parse_review(orjson.dumps(review(p))), view).allowed
+    assert len(api.calls) == calls
+
+
+def test_the_record_json_is_what_the_readme_says():
+    api, view = setup()
+    admit_group(view, "a", "6")
+    data = json.loads(api.objects[RECORD]["data"]["reservations.json"])
+    assert set(data["uid-a"]) == {
+        "group",
+        "minResources",
+        "minMember",
+        "priorityClassName",
+        "admittedAt",
+        "generation",
+    }
+
+
+def test_the_controller_sweep_adopts_lowers_and_drops_with_a_quorum_list():
+    """The sweep makes the record true to the stored groups: a stored group the record lacks is
+    adopted, an entry above its stored spec (a refused growth) is lowered once settled, an entry
+    whose group is gone is dropped; an entry in flight is kept and looked at again later."""
+    from controller.reclaim import Reclaimer
+
+    api, view = setup()
+    for name, cpu in (("kept", "2"), ("grown", "3"), ("gone", "1")):
+        assert admit_group(view, name, cpu).allowed
+    aged(api, 60)
+    assert admit_group(view, "young", "1").allowed  # in flight: not stored yet
+    store_group(api, "kept", "2")
+    store_group(api, "grown", "1")  # the stored spec is smaller than the entry
+    store_group(api, "adopt-me", "2")
+    groups = [api.objects[f"{GROUPS}/{n}"] for n in ("kept", "grown", "adopt-me")]
+
+    class Caches:
+        ledgers = fed_cache("ledgers", [api.objects[RECORD]])
+        podgroups = fed_cache("podgroups", groups)
+
+    reclaimer = Reclaimer(view.ledger_store, Caches(), dt.timedelta(seconds=15))  # type: ignore[arg-type]
+    assert reclaimer.namespaces() == [NS]
+    result = reclaimer.reclaim(NS)
+    assert result.dropped == ["gone"] and result.adopted == ["adopt-me"] and result.resynced == ["grown"]
+    assert result.recheck_after is not None  # "young" is looked at again once past the bound
+    got = {e.group: e.min_resources["cpu"] for e in entries_of(api.objects[RECORD]).values()}
+    assert got == {"kept": "2", "grown": "1", "adopt-me": "2", "young": "1"}
+
+
+def test_a_class_change_counts_both_claims_until_stored():
+    api, view = setup(quota_cpu="10")
+    assert admit_group(view, "a", "4").allowed
+    old = podgroup("a", namespace=NS, min_member=1, min_resources={"cpu": "4"})
+    new = podgroup("a", namespace=NS, min_member=1, min_resources={"cpu": "4"}, priority_class="high")
+    body = group_review(new, operation="UPDATE", old=old)
+    assert podgroup_quota.admit(parse_review(orjson.dumps(body)), view).allowed
+    assert set(entries_of(api.objects[RECORD])) == {"uid-a", "uid-a/previous"}
+    assert not admit_group(view, "b", "3").allowed  # 4 (old class) + 4 (new class) + 3 > 10
