@@ -291,7 +291,10 @@ def controller_flags_comment() -> str:
         flag = a.option_strings[0].removeprefix("--")
         if flag in skip:
             continue
-        kind = "true/false" if isinstance(a, argparse.BooleanOptionalAction) else repr(a.default)
+        if isinstance(a, argparse.BooleanOptionalAction):
+            kind = f"true/false (default {str(a.default).lower()})"
+        else:
+            kind = repr(a.default)
         if a.choices:
             kind = "|".join(a.choices)
         help_text = " ".join((a.help or "").split())
