@@ -41,6 +41,7 @@ from webhook.configuration import IN_CLUSTER_SERVICE, webhook_configurations  # 
 from webhook.policy import WebhookPolicy  # noqa: E402
 
 CHART = ROOT / "charts" / "priogate"
+MANIFESTS = ROOT / "manifests"
 NAMESPACE = "priogate-system"
 CONFIG_NAME = "priogate"  # webhook.configuration's default and the caBundle Job's --config-name
 CLIENT_CA_DIR = "/etc/priogate/client-ca"  # docs/hardening.md
@@ -65,15 +66,15 @@ HOOK_ANNOTATIONS = {
 }
 
 
-def kustomize() -> list[dict[str, Any]]:
+def kustomize(manifests: Path = MANIFESTS) -> list[dict[str, Any]]:
     out = subprocess.run(
-        ["kubectl", "kustomize", str(ROOT / "manifests")], capture_output=True, text=True, check=True
+        ["kubectl", "kustomize", str(manifests)], capture_output=True, text=True, check=True
     ).stdout
     return [d for d in yaml.safe_load_all(out) if d]
 
 
-def kustomize_image() -> tuple[str, str, str, str]:
-    k = yaml.safe_load((ROOT / "manifests" / "kustomization.yaml").read_text())
+def kustomize_image(manifests: Path = MANIFESTS) -> tuple[str, str, str, str]:
+    k = yaml.safe_load((manifests / "kustomization.yaml").read_text())
     (image,) = k["images"]
     return image["name"], f"{image['newName']}:{image['newTag']}", image["newName"], str(image["newTag"])
 
@@ -302,7 +303,7 @@ def controller_flags_comment() -> str:
     return "\n".join(lines)
 
 
-def values_yaml(objs: list[dict]) -> str:
+def values_yaml(objs: list[dict], manifests: Path) -> str:
     by = {(o["kind"], o["metadata"]["name"]): o for o in objs}
     web = by["Deployment", "priogate-webhook"]
     ctl = by["Deployment", "priogate-controller"]
@@ -312,7 +313,7 @@ def values_yaml(objs: list[dict]) -> str:
     def workers(c: dict) -> int:
         return int(next(e["value"] for e in c["env"] if e["name"] == "PRIOGATE_WORKERS"))
 
-    _, _, repo, tag = kustomize_image()
+    _, _, repo, tag = kustomize_image(manifests)
     pri, quo = container(wspec, "priority"), container(wspec, "quota")
     header = HEADER.format(source="manifests/ and controller/run.py")
     return f"""{header}# The defaults are manifests/'s values: with them the chart renders what
@@ -394,17 +395,18 @@ monitoring:
 """
 
 
-def generate() -> dict[Path, str]:
-    objs = kustomize()
-    _, image_ref, _, _ = kustomize_image()
-    files: dict[Path, str] = {CHART / "values.yaml": values_yaml(objs)}
-    gen = CHART / "templates" / "generated"
+def generate(manifests: Path = MANIFESTS, chart: Path = CHART) -> dict[Path, str]:
+    """The generated files of `chart` (path -> text) from the kustomize base `manifests`."""
+    objs = kustomize(manifests)
+    _, image_ref, _, _ = kustomize_image(manifests)
+    files: dict[Path, str] = {chart / "values.yaml": values_yaml(objs, manifests)}
+    gen = chart / "templates" / "generated"
     for obj in objs:
         kind, name = obj["kind"], obj["metadata"]["name"]
         if kind == "Namespace" or kind.endswith("WebhookConfiguration"):
             continue  # Helm's --create-namespace; the webhook configurations come from the registry
         if kind == "CustomResourceDefinition":
-            files[CHART / "crds" / f"{name}.yaml"] = HEADER.format(source="manifests/crds/") + dump(obj)
+            files[chart / "crds" / f"{name}.yaml"] = HEADER.format(source="manifests/crds/") + dump(obj)
             continue
         text, cond = render_object(obj, image_ref)
         if cond:
@@ -416,13 +418,26 @@ def generate() -> dict[Path, str]:
     return files
 
 
+def stale_files(files: dict[Path, str], chart: Path = CHART) -> list[Path]:
+    """Generated templates of objects manifests/ no longer has."""
+    gen = chart / "templates" / "generated"
+    return [f for f in gen.glob("*.yaml") if f not in files] if gen.exists() else []
+
+
+def write(files: dict[Path, str], chart: Path = CHART) -> None:
+    for f in stale_files(files, chart):
+        f.unlink()
+    for f, t in files.items():
+        f.parent.mkdir(parents=True, exist_ok=True)
+        f.write_text(t)
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--check", action="store_true", help="fail if the chart is not what would be written")
     args = p.parse_args()
     files = generate()
-    gen = CHART / "templates" / "generated"
-    stale = [f for f in gen.glob("*.yaml") if f not in files] if gen.exists() else []
+    stale = stale_files(files)
     if args.check:
         wrong = [str(f.relative_to(ROOT)) for f, t in files.items() if not f.exists() or f.read_text() != t]
         wrong += [str(f.relative_to(ROOT)) for f in stale]
@@ -430,11 +445,7 @@ def main() -> int:
             print("out of date (run `make chart`): " + ", ".join(sorted(wrong)), file=sys.stderr)
             return 1
         return 0
-    for f in stale:
-        f.unlink()
-    for f, t in files.items():
-        f.parent.mkdir(parents=True, exist_ok=True)
-        f.write_text(t)
+    write(files)
     print(f"{len(files)} files written under {CHART.relative_to(ROOT)}")
     return 0
 

@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import argparse
 import copy
+import importlib.util
 import json
 import re
+import shutil
 import subprocess
 import sys
 from functools import cache
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import pytest
@@ -39,8 +42,8 @@ def helm() -> Path:
     return ensure_helm()
 
 
-def render(*sets: str, namespace: str = NAMESPACE) -> dict[Key, dict]:
-    args = [str(helm()), "template", "priogate", str(CHART), "-n", namespace, "--include-crds"]
+def render(*sets: str, namespace: str = NAMESPACE, chart: Path = CHART) -> dict[Key, dict]:
+    args = [str(helm()), "template", "priogate", str(chart), "-n", namespace, "--include-crds"]
     for s in sets:
         args += ["--set-json" if s.split("=", 1)[1][:1] in "[{" else "--set", s]
     out = subprocess.run(args, capture_output=True, text=True, check=True).stdout
@@ -58,9 +61,9 @@ def index(text: str) -> dict[Key, dict]:
 
 
 @cache
-def kustomize() -> dict[Key, dict]:
+def kustomize(manifests: Path = REPO / "manifests") -> dict[Key, dict]:
     out = subprocess.run(
-        ["kubectl", "kustomize", str(REPO / "manifests")], capture_output=True, text=True, check=True
+        ["kubectl", "kustomize", str(manifests)], capture_output=True, text=True, check=True
     ).stdout
     return index(out)
 
@@ -92,13 +95,53 @@ def test_generated_files_are_up_to_date() -> None:
     assert r.returncode == 0, r.stderr
 
 
-def test_defaults_render_the_kustomize_base_object_by_object() -> None:
-    chart, base = defaults(), kustomize()
+def assert_same_objects(chart: dict[Key, dict], base: dict[Key, dict]) -> None:
     # The only object the chart leaves out: Helm's --create-namespace makes it (DIFFERENCES).
     assert set(base) - set(chart) == {("Namespace", NAMESPACE)}
     assert set(chart) == set(base) - {("Namespace", NAMESPACE)}
     for key, obj in chart.items():
         assert without_helm_hook(obj) == base[key], f"{key} differs from kubectl kustomize manifests/"
+
+
+def test_defaults_render_the_kustomize_base_object_by_object() -> None:
+    assert_same_objects(defaults(), kustomize())
+
+
+def load_generator() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("hack_chart", REPO / "hack" / "chart.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_manifests_change_reaches_the_chart_by_regenerating_it(tmp_path: Path) -> None:
+    """What the ledger move will do to rbac.yaml (a Role in priogate's namespace, a rule taken out
+    of a ClusterRole), done to a copy: `make chart` carries it over with nothing typed twice."""
+    manifests, chart = tmp_path / "manifests", tmp_path / "chart"
+    shutil.copytree(REPO / "manifests", manifests)
+    shutil.copytree(CHART, chart)
+    rbac = manifests / "rbac.yaml"
+    docs = [d for d in yaml.safe_load_all(rbac.read_text()) if d]
+    webhook_role = next(
+        d for d in docs if d["kind"] == "ClusterRole" and d["metadata"]["name"] == "priogate-webhook"
+    )
+    webhook_role["rules"] = [r for r in webhook_role["rules"] if r["resources"] != ["configmaps"]]
+    docs.append(
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "Role",
+            "metadata": {"name": "priogate-ledger"},
+            "rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "create", "update"]}],
+        }
+    )
+    rbac.write_text(yaml.safe_dump_all(docs, sort_keys=False))
+    generator = load_generator()
+    generator.write(generator.generate(manifests, chart), chart)
+    rendered = render(chart=chart)
+    assert_same_objects(rendered, kustomize(manifests))
+    assert rendered["Role", "priogate-ledger"]["metadata"]["namespace"] == NAMESPACE
+    assert render(chart=chart, namespace="gate")["Role", "priogate-ledger"]["metadata"]["namespace"] == "gate"
 
 
 def test_the_only_annotations_helm_adds_are_the_caBundle_job_hook() -> None:
