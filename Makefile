@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
 .PHONY: help venv lock lint format test test-unit test-integration test-e2e controlplane run up down status \
-        manifests certs bench-webhook bench-quota bench-preemption bench-pod-cache clean
+        manifests chart image-lock helm certs bench-webhook bench-quota bench-preemption bench-pod-cache clean
 
 help:
 	@echo "make run        start etcd, kube-apiserver, controller-manager, scheduler, kwok and priogate (Ctrl-C stops)"
@@ -26,9 +26,12 @@ venv: $(STAMP)
 lock: $(STAMP)
 	$(PY) hack/lock.py
 
-lint: $(STAMP)
+lint: $(STAMP) helm
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
+	$(VENV)/bin/hadolint Dockerfile
+	$(PY) hack/chart.py --check
+	"$$(bash hack/helm/build.sh)" lint --strict charts/priogate
 	@# the layering (pyproject.toml [tool.importlinter]); prints only the contracts' verdicts
 	@$(VENV)/bin/lint-imports --no-cache | sed -n '/^Contracts$$/,$$p'; exit $${PIPESTATUS[0]}
 
@@ -36,7 +39,7 @@ format: $(STAMP)
 	$(PY) -m ruff format .
 	$(PY) -m ruff check --fix .
 
-test-unit: $(STAMP)
+test-unit: $(STAMP) helm
 	$(PY) -m pytest tests/unit -q -p no:cacheprovider
 
 test-integration: $(STAMP)
@@ -45,7 +48,11 @@ test-integration: $(STAMP)
 controlplane:
 	bash hack/controlplane/build.sh
 
-test-e2e: $(STAMP) controlplane
+# helm, built from the Go module proxy into the same cache as the control plane (lint, tests).
+helm:
+	bash hack/helm/build.sh
+
+test-e2e: $(STAMP) controlplane helm
 	$(PY) -m pytest tests/e2e -q -p no:cacheprovider
 
 test: lint test-unit test-integration test-e2e
@@ -63,9 +70,19 @@ down: $(STAMP)
 status: $(STAMP)
 	$(PY) -m localcluster status
 
-# Regenerate manifests/webhook-configurations.yaml from the registered rule sets.
+# Regenerate manifests/webhook-configurations.yaml from the registered rule sets, and the chart
+# from manifests/.
 manifests: $(STAMP)
 	$(PY) -m webhook.configuration > manifests/webhook-configurations.yaml
+	$(PY) hack/chart.py
+
+# Regenerate charts/priogate/ (templates, CRDs, values.yaml) from manifests/ and the registry.
+chart: $(STAMP)
+	$(PY) hack/chart.py
+
+# Re-hash the image's pins (requirements-image*.txt, for pip --require-hashes in the Dockerfile).
+image-lock: $(STAMP)
+	$(PY) hack/image_lock.py
 
 certs: $(STAMP)
 	$(PY) -m certs --out .local/certs

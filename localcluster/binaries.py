@@ -59,3 +59,24 @@ def _check(bin_dir: Path, source: str) -> None:
         raise BuildFailed(
             f"{source}: {bin_dir} lacks {', '.join(missing)}; rebuild with `python -m localcluster build`"
         )
+
+
+HELM_BUILD_SCRIPT = REPO / "hack" / "helm" / "build.sh"
+
+
+def ensure_helm() -> Path:
+    """The helm binary, built by hack/helm/build.sh like the control plane (skipped when built).
+
+    PRIOGATE_HELM names an existing helm binary and skips the build script."""
+    override = os.environ.get("PRIOGATE_HELM")
+    if override:
+        if not os.access(override, os.X_OK):
+            raise BuildFailed(f"PRIOGATE_HELM={override} is not an executable file")
+        return Path(override)
+    if shutil.which("go") is None:
+        raise BuildFailed("'go' is not on PATH: helm is built from source with Go, or set PRIOGATE_HELM")
+    result = subprocess.run(["bash", str(HELM_BUILD_SCRIPT)], stdout=subprocess.PIPE, text=True, check=False)
+    lines = result.stdout.strip().splitlines()
+    if result.returncode != 0 or not lines or not os.access(lines[-1], os.X_OK):
+        raise BuildFailed(f"{HELM_BUILD_SCRIPT} failed (exit code {result.returncode}); its output is above")
+    return Path(lines[-1])

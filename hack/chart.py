@@ -1,0 +1,454 @@
+"""Generate charts/priogate/ from the kustomize base, so that the chart and manifests/ cannot drift
+(run by `make chart`; `--check` fails when the files on disk are not what it would write).
+
+The objects come from `kubectl kustomize manifests/` (namespace and image already applied) and,
+for the webhook configurations, from webhook.configuration in both modes. Each object is dumped
+as YAML and then the few value-driven places are swapped for Helm template expressions:
+
+* `priogate-system` -> `{{ .Release.Namespace }}` everywhere (metadata, RBAC subjects, flags,
+  the webhook Service reference, the namespaces the hooks exempt);
+* the image -> `image.repository`/`image.tag`/`image.digest`;
+* replicas, resources, worker counts, the controller's flags, the NetworkPolicy's sources,
+  client-certificate mTLS, the mode (priorityPlugin) and the webhook configurations' name.
+
+The swap works on the parsed object: a value to template is replaced by a marker string (or a
+marker key is added), the object is dumped, and each marker is turned into template text. With
+every value at its default the chart renders the objects `kubectl kustomize manifests/` prints,
+apart from the differences DIFFERENCES lists (tests/unit/test_chart.py checks it object by object).
+
+Helm's own files (Chart.yaml, _helpers.tpl, NOTES.txt, the monitoring templates and
+dashboards/) are written by hand and left alone here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from controller.run import add_arguments as controller_arguments  # noqa: E402
+from webhook.configuration import IN_CLUSTER_SERVICE, webhook_configurations  # noqa: E402
+from webhook.policy import WebhookPolicy  # noqa: E402
+
+CHART = ROOT / "charts" / "priogate"
+MANIFESTS = ROOT / "manifests"
+NAMESPACE = "priogate-system"
+CONFIG_NAME = "priogate"  # webhook.configuration's default and the caBundle Job's --config-name
+CLIENT_CA_DIR = "/etc/priogate/client-ca"  # docs/hardening.md
+
+# What the chart renders differently from `kubectl kustomize manifests/` with default values,
+# and why. tests/unit/test_chart.py allows these and nothing else.
+DIFFERENCES = {
+    "Namespace priogate-system": "not rendered: `helm install -n priogate-system --create-namespace` "
+    "creates it, "
+    "and Helm refuses to own the namespace it installs into",
+    "CustomResourceDefinition": "in crds/, Helm's place for CRDs (installed before the templates, never "
+    "deleted by `helm uninstall`; https://helm.sh/docs/chart_best_practices/custom_resource_definitions/)",
+    "Job priogate-cabundle": "a post-install/post-upgrade hook (annotations helm.sh/hook*): it injects the "
+    "caBundle into configurations that must exist first, and a Job's pod template is immutable, so each "
+    "upgrade replaces it rather than patching it",
+}
+
+HOOK_ANNOTATIONS = {
+    # https://helm.sh/docs/topics/charts_hooks/
+    "helm.sh/hook": "post-install,post-upgrade",
+    "helm.sh/hook-delete-policy": "before-hook-creation",
+}
+
+
+def kustomize(manifests: Path = MANIFESTS) -> list[dict[str, Any]]:
+    out = subprocess.run(
+        ["kubectl", "kustomize", str(manifests)], capture_output=True, text=True, check=True
+    ).stdout
+    return [d for d in yaml.safe_load_all(out) if d]
+
+
+def kustomize_image(manifests: Path = MANIFESTS) -> tuple[str, str, str, str]:
+    k = yaml.safe_load((manifests / "kustomization.yaml").read_text())
+    (image,) = k["images"]
+    return image["name"], f"{image['newName']}:{image['newTag']}", image["newName"], str(image["newTag"])
+
+
+class Markers:
+    """Marker strings put into an object before it is dumped, and the template text each becomes.
+
+    value(): the marker replaces a scalar or a whole subtree; after dumping, the quoted marker is
+    replaced by an inline expression (a flow-style JSON/YAML value is valid YAML).
+    line(): the marker is a list item or a key whose whole line is replaced by template lines at
+    the same indentation (for items that exist only under some values)."""
+
+    def __init__(self) -> None:
+        self.inline: dict[str, str] = {}
+        self.lines: dict[str, Callable[[str], str]] = {}
+
+    def value(self, expr: str) -> str:
+        m = f"@@{len(self.inline) + len(self.lines)}@@"
+        self.inline[m] = expr
+        return m
+
+    def line(self, block: Callable[[str], str]) -> str:
+        m = f"@@{len(self.inline) + len(self.lines)}@@"
+        self.lines[m] = block
+        return m
+
+    def apply(self, text: str) -> str:
+        out = []
+        for ln in text.splitlines():
+            hit = next((m for m in self.lines if m in ln), None)
+            if hit is not None:
+                indent = ln[: len(ln) - len(ln.lstrip())]
+                out.append(self.lines[hit](indent))
+                continue
+            for m, expr in self.inline.items():
+                ln = ln.replace(f"'{m}'", expr).replace(m, expr)
+            out.append(ln)
+        return "\n".join(out) + "\n"
+
+
+def dump(obj: Any) -> str:
+    return yaml.safe_dump(obj, sort_keys=False, width=10_000)
+
+
+def flow(obj: Any) -> str:
+    return json.dumps(obj, separators=(", ", ": "))
+
+
+def container(pod_spec: dict, name: str) -> dict:
+    return next(c for c in pod_spec["containers"] if c["name"] == name)
+
+
+def template_webhook_deployment(d: dict, mk: Markers) -> None:
+    d["spec"]["replicas"] = mk.value("{{ .Values.webhook.replicas }}")
+    spec = d["spec"]["template"]["spec"]
+    for name in ("priority", "quota"):
+        c = container(spec, name)
+        v = f".Values.webhook.{name}"
+        c["resources"] = mk.value(f"{{{{ toJson {v}.resources }}}}")
+        for env in c["env"]:
+            if env["name"] == "PRIOGATE_WORKERS":
+                env["value"] = mk.value(f"{{{{ {v}.workers | quote }}}}")
+        # mTLS (docs/hardening.md): the servers require a client certificate from this CA. kubelet's
+        # HTTPS probes carry none, so the probes become TCP checks on the same ports.
+        c["command"].append(
+            mk.line(
+                lambda i: (
+                    "{{- if .Values.mtls.clientCASecret }}\n"
+                    f"{i}- --client-ca-file={CLIENT_CA_DIR}/{{{{ .Values.mtls.clientCAKey }}}}\n"
+                    "{{- end }}"
+                )
+            )
+        )
+        for probe in ("readinessProbe", "livenessProbe"):
+            tcp = {k: v for k, v in c[probe].items() if k != "httpGet"}
+            tcp = {"tcpSocket": {"port": c[probe]["httpGet"]["port"]}, **tcp}
+            choice = f"{{{{ if .Values.mtls.clientCASecret }}}}{flow(tcp)}{{{{ else }}}}{flow(c[probe])}"
+            c[probe] = mk.value(choice + "{{ end }}")
+        c["volumeMounts"].append(
+            mk.line(
+                lambda i: (
+                    "{{- if .Values.mtls.clientCASecret }}\n"
+                    f"{i}- {{name: client-ca, mountPath: {CLIENT_CA_DIR}, readOnly: true}}\n"
+                    "{{- end }}"
+                )
+            )
+        )
+    spec["volumes"].append(
+        mk.line(
+            lambda i: (
+                "{{- if .Values.mtls.clientCASecret }}\n"
+                f"{i}- {{name: client-ca, secret: {{secretName: {{{{ .Values.mtls.clientCASecret }}}}}}}}\n"
+                "{{- end }}"
+            )
+        )
+    )
+
+
+def template_controller_deployment(d: dict, mk: Markers) -> None:
+    d["spec"]["replicas"] = mk.value("{{ .Values.controller.replicas }}")
+    c = container(d["spec"]["template"]["spec"], "controller")
+    c["resources"] = mk.value("{{ toJson .Values.controller.resources }}")
+    # controller.flags: {name: value} -> --name=value; true/false -> --name / --no-name (the
+    # BooleanOptionalAction spelling controller/run.py uses).
+    c["command"].append(
+        mk.line(
+            lambda i: (
+                "{{- range $flag, $value := .Values.controller.flags }}\n"
+                '{{- if kindIs "bool" $value }}\n'
+                f'{i}- {{{{ ternary (printf "--%s" $flag) (printf "--no-%s" $flag) $value | quote }}}}\n'
+                "{{- else }}\n"
+                f'{i}- {{{{ printf "--%s=%v" $flag $value | quote }}}}\n'
+                "{{- end }}\n"
+                "{{- end }}"
+            )
+        )
+    )
+
+
+def template_job(d: dict, mk: Markers) -> None:
+    d["metadata"].setdefault("annotations", {}).update(HOOK_ANNOTATIONS)
+    c = container(d["spec"]["template"]["spec"], "cabundle")
+    c["resources"] = mk.value("{{ toJson .Values.cabundleJob.resources }}")
+    c["command"].append(
+        mk.line(
+            lambda i: (
+                f'{{{{- if ne .Values.webhookConfigurations.name "{CONFIG_NAME}" }}}}\n'
+                f"{i}- --config-name={{{{ .Values.webhookConfigurations.name }}}}\n"
+                "{{- end }}"
+            )
+        )
+    )
+
+
+def template_networkpolicy(d: dict, mk: Markers) -> None:
+    (rule,) = d["spec"]["ingress"]
+    assert "from" not in rule, "manifests/networkpolicy.yaml admits every source; values narrow it"
+    rule[
+        mk.line(
+            lambda i: (
+                f"{{{{- with .Values.networkPolicy.from }}}}\n{i}from: {{{{ toJson . }}}}\n{{{{- end }}}}"
+            )
+        )
+    ] = 0
+
+
+def template_cabundle_role(d: dict, mk: Markers) -> None:
+    for rule in d["rules"]:
+        if rule.get("resourceNames") == [CONFIG_NAME]:
+            rule["resourceNames"] = mk.value("[{{ .Values.webhookConfigurations.name | quote }}]")
+
+
+# (kind, name) -> how to template it, the file it goes to, and the condition it is rendered under.
+SPECIAL: dict[tuple[str, str], tuple[Callable[[dict, Markers], None] | None, str | None]] = {
+    ("Deployment", "priogate-webhook"): (template_webhook_deployment, None),
+    ("Deployment", "priogate-controller"): (template_controller_deployment, None),
+    ("Job", "priogate-cabundle"): (template_job, ".Values.webhookConfigurations.create"),
+    ("NetworkPolicy", "priogate-webhook"): (template_networkpolicy, ".Values.networkPolicy.enabled"),
+    ("ClusterRole", "priogate-cabundle"): (template_cabundle_role, None),
+}
+
+
+def render_object(obj: dict, image_ref: str) -> tuple[str, str | None]:
+    obj = copy.deepcopy(obj)
+    mk = Markers()
+    fn, cond = SPECIAL.get((obj["kind"], obj["metadata"]["name"]), (None, None))
+    if fn:
+        fn(obj, mk)
+    text = mk.apply(dump(obj))
+    text = text.replace(f"image: {image_ref}", 'image: {{ include "priogate.image" . }}')
+    assert image_ref not in text, (
+        f"{obj['kind']}: the image is referenced in a way the generator does not know"
+    )
+    return text.replace(NAMESPACE, "{{ .Release.Namespace }}"), cond
+
+
+def webhook_configuration_template() -> str:
+    """Both modes (docs/modes.md, webhook.policy): the priority hooks' exemptions and failurePolicy
+    differ; the Service reference and the quota hooks do not."""
+
+    def mode(priority_plugin: bool) -> str:
+        mk = Markers()
+        configs = webhook_configurations(
+            None, b"", policy=WebhookPolicy.for_mode(priority_plugin), service=IN_CLUSTER_SERVICE
+        )
+        for c in configs:
+            c["metadata"]["name"] = mk.value("{{ .Values.webhookConfigurations.name }}")
+        text = "---\n".join(mk.apply(dump(c)) for c in configs)
+        return text.replace(NAMESPACE, "{{ .Release.Namespace }}")
+
+    return (
+        "{{- if .Values.webhookConfigurations.create }}\n"
+        "{{- if .Values.priorityPlugin }}\n"
+        + mode(True)
+        + "{{- else }}\n"
+        + mode(False)
+        + "{{- end }}\n{{- end }}\n"
+    )
+
+
+HEADER = "# Generated by hack/chart.py (`make chart`) from {source}; do not edit by hand.\n"
+
+
+def file_name(obj: dict) -> str:
+    return f"{obj['kind'].lower()}-{obj['metadata']['name']}.yaml"
+
+
+def controller_flags_comment() -> str:
+    """The controller's flags, from its argparse definition, for values.yaml."""
+    p = argparse.ArgumentParser(add_help=False)
+    controller_arguments(p)
+    lines = []
+    skip = {"kubeconfig", "bind", "leader-elect-namespace", "leader-elect-name", "leader-elect-identity"}
+    for a in p._actions:
+        flag = a.option_strings[0].removeprefix("--")
+        if flag in skip:
+            continue
+        if isinstance(a, argparse.BooleanOptionalAction):
+            kind = f"true/false (default {str(a.default).lower()})"
+        else:
+            kind = repr(a.default)
+        if a.choices:
+            kind = "|".join(a.choices)
+        help_text = " ".join((a.help or "").split())
+        lines.append(f"  #   {flag}: {kind}" + (f"  # {help_text}" if help_text else ""))
+    return "\n".join(lines)
+
+
+def values_yaml(objs: list[dict], manifests: Path) -> str:
+    by = {(o["kind"], o["metadata"]["name"]): o for o in objs}
+    web = by["Deployment", "priogate-webhook"]
+    ctl = by["Deployment", "priogate-controller"]
+    job = by["Job", "priogate-cabundle"]
+    wspec = web["spec"]["template"]["spec"]
+
+    def workers(c: dict) -> int:
+        return int(next(e["value"] for e in c["env"] if e["name"] == "PRIOGATE_WORKERS"))
+
+    _, _, repo, tag = kustomize_image(manifests)
+    pri, quo = container(wspec, "priority"), container(wspec, "quota")
+    header = HEADER.format(source="manifests/ and controller/run.py")
+    return f"""{header}# The defaults are manifests/'s values: with them the chart renders what
+# `kubectl kustomize manifests/` prints, apart from the differences README.md ("With Helm") lists.
+
+image:
+  repository: {repo}
+  tag: {flow(tag)}
+  # sha256:... pins the image by digest; it then wins over the tag.
+  digest: ""
+
+# Keep (true) or replace (false) kube-apiserver's built-in Priority admission plugin
+# (docs/modes.md). true: the priority hooks exempt kube-system and the release namespace and fail
+# open (Ignore). false: they exempt nothing and fail closed (Fail); run kube-apiserver with
+# --disable-admission-plugins=Priority. The quota hooks are the same in both modes.
+priorityPlugin: true
+
+webhookConfigurations:
+  # false: register no hooks and run no caBundle Job (you provide the serving Secret
+  # <namespace>/priogate-webhook-tls and the configurations yourself).
+  create: true
+  # The MutatingWebhookConfiguration's and ValidatingWebhookConfiguration's name.
+  name: {CONFIG_NAME}
+
+webhook:
+  replicas: {web["spec"]["replicas"]}
+  priority:
+    workers: {workers(pri)}
+    resources: {flow(pri["resources"])}
+  quota:
+    workers: {workers(quo)}
+    resources: {flow(quo["resources"])}
+
+# Require a client certificate from kube-apiserver (docs/hardening.md): the name of a Secret in
+# the release namespace holding the CA that signed it. The probes then become TCP checks.
+mtls:
+  clientCASecret: ""
+  clientCAKey: ca.crt
+
+# manifests/networkpolicy.yaml: only the webhook ports are open. `from` narrows the sources to
+# where kube-apiserver's connections come from (docs/hardening.md), e.g.
+#   from: [{{ipBlock: {{cidr: 192.0.2.0/28}}}}]
+networkPolicy:
+  enabled: true
+  from: []
+
+controller:
+  replicas: {ctl["spec"]["replicas"]}
+  resources: {flow(container(ctl["spec"]["template"]["spec"], "controller")["resources"])}
+  # Flags of `python -m controller run` (controller/run.py), name without the dashes: value.
+  # true/false become --name/--no-name. Defaults:
+{controller_flags_comment()}
+  flags: {{}}
+
+cabundleJob:
+  resources: {flow(container(job["spec"]["template"]["spec"], "cabundle")["resources"])}
+
+monitoring:
+  # A PrometheusRule (prometheus-operator's CRD) with priogate's alerts.
+  prometheusRule:
+    enabled: false
+    labels: {{}}
+    # Alert when the serving certificate expires in less than this many days.
+    certificateExpiryDays: 30
+    # Webhook answers that are errors, as a share of all answers over 5 minutes.
+    errorRatio: 0.01
+    # Denials as a share of all answers over 15 minutes (a sudden rise is worth a look).
+    denialRatio: 0.5
+    # p99 admission latency, seconds (the hooks' timeoutSeconds is 5 or less).
+    latencyP99Seconds: 1
+    # Gang preemptions per minute.
+    preemptionsPerMinute: 5
+    # Ledger write conflicts per second, sustained.
+    ledgerConflictsPerSecond: 1
+  # A ConfigMap holding the Grafana dashboard, labelled for Grafana's dashboard sidecar.
+  grafanaDashboard:
+    enabled: false
+    labels: {{grafana_dashboard: "1"}}
+"""
+
+
+def generate(manifests: Path = MANIFESTS, chart: Path = CHART) -> dict[Path, str]:
+    """The generated files of `chart` (path -> text) from the kustomize base `manifests`."""
+    objs = kustomize(manifests)
+    _, image_ref, _, _ = kustomize_image(manifests)
+    files: dict[Path, str] = {chart / "values.yaml": values_yaml(objs, manifests)}
+    gen = chart / "templates" / "generated"
+    for obj in objs:
+        kind, name = obj["kind"], obj["metadata"]["name"]
+        if kind == "Namespace" or kind.endswith("WebhookConfiguration"):
+            continue  # Helm's --create-namespace; the webhook configurations come from the registry
+        if kind == "CustomResourceDefinition":
+            files[chart / "crds" / f"{name}.yaml"] = HEADER.format(source="manifests/crds/") + dump(obj)
+            continue
+        text, cond = render_object(obj, image_ref)
+        if cond:
+            text = f"{{{{- if {cond} }}}}\n{text}{{{{- end }}}}\n"
+        files[gen / file_name(obj)] = HEADER.format(source="manifests/ (kubectl kustomize)") + text
+    files[gen / "webhookconfigurations.yaml"] = (
+        HEADER.format(source="webhook/registry.py and webhook/policy.py") + webhook_configuration_template()
+    )
+    return files
+
+
+def stale_files(files: dict[Path, str], chart: Path = CHART) -> list[Path]:
+    """Generated templates of objects manifests/ no longer has."""
+    gen = chart / "templates" / "generated"
+    return [f for f in gen.glob("*.yaml") if f not in files] if gen.exists() else []
+
+
+def write(files: dict[Path, str], chart: Path = CHART) -> None:
+    for f in stale_files(files, chart):
+        f.unlink()
+    for f, t in files.items():
+        f.parent.mkdir(parents=True, exist_ok=True)
+        f.write_text(t)
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--check", action="store_true", help="fail if the chart is not what would be written")
+    args = p.parse_args()
+    files = generate()
+    stale = stale_files(files)
+    if args.check:
+        wrong = [str(f.relative_to(ROOT)) for f, t in files.items() if not f.exists() or f.read_text() != t]
+        wrong += [str(f.relative_to(ROOT)) for f in stale]
+        if wrong:
+            print("out of date (run `make chart`): " + ", ".join(sorted(wrong)), file=sys.stderr)
+            return 1
+        return 0
+    write(files)
+    print(f"{len(files)} files written under {CHART.relative_to(ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
