@@ -6,13 +6,13 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
 .PHONY: help venv lock lint format test test-unit test-integration test-e2e controlplane run up down status \
-        manifests chart image-lock helm certs bench-webhook bench-quota bench-preemption bench-pod-cache clean
+        manifests chart image-lock helm certs wrk bench-webhook bench-quota bench-preemption bench-pod-cache bench-pod-create clean
 
 help:
 	@echo "make run        start etcd, kube-apiserver, controller-manager, scheduler, kwok and priogate (Ctrl-C stops)"
 	@echo "make up / down  the same in the background / stop it"
 	@echo "make test       lint, unit, integration and e2e tests (what CI runs)"
-	@echo "make bench-webhook | bench-quota | bench-preemption | bench-pod-cache"
+	@echo "make bench-webhook | bench-quota | bench-preemption | bench-pod-cache | bench-pod-create"
 
 $(STAMP): requirements-dev.txt requirements.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -87,7 +87,21 @@ image-lock: $(STAMP)
 certs: $(STAMP)
 	$(PY) -m certs --out .local/certs
 
-bench-webhook: $(STAMP)
+# bench-webhook drives the server with wrk (Debian's package `wrk`): installed here when
+# missing and we are root, else the exact command to run, and a failure.
+wrk:
+	@command -v wrk >/dev/null && exit 0; \
+	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		echo "installing wrk: apt-get update && apt-get install -y wrk" >&2; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk >/dev/null; \
+	else \
+		echo "make bench-webhook needs wrk. Install it, then run make bench-webhook again:" >&2; \
+		echo "    sudo apt-get update && sudo apt-get install -y wrk    # Debian/Ubuntu" >&2; \
+		echo "(elsewhere: https://github.com/wg/wrk, then put wrk on PATH)" >&2; \
+		exit 1; \
+	fi
+
+bench-webhook: $(STAMP) wrk
 	$(PY) -m bench.webhook
 
 bench-quota: $(STAMP) controlplane
@@ -98,6 +112,11 @@ bench-preemption: $(STAMP)
 
 bench-pod-cache: $(STAMP)
 	$(PY) -m bench.pod_cache
+
+# Pod CREATE latency through kube-apiserver with and without priogate, both modes (ARGS passes
+# options through, e.g. ARGS=--modes=kept).
+bench-pod-create: $(STAMP) controlplane
+	$(PY) -m bench.pod_create $(ARGS)
 
 clean:
 	rm -rf .local .pytest_cache .ruff_cache .hypothesis

@@ -151,9 +151,20 @@ def main() -> int:
         "--threads", type=int, default=SERVERS["priority"], help="threads per worker (default: as deployed)"
     )
     p.add_argument("--rounds", type=int, default=3, help="measured runs; the median run is the headline")
+    p.add_argument(
+        "--profile",
+        type=Path,
+        help="also sample the worker with py-spy during the first run (only while it holds the GIL) "
+        "and write its collapsed stacks here; prints the functions that hold it longest",
+    )
     args = p.parse_args()
     if not shutil.which("wrk"):
-        sys.exit("wrk is not installed: apt-get install -y wrk (Debian's package)")
+        sys.exit("wrk is not installed: apt-get install -y wrk (Debian's package), or `make bench-webhook`")
+    if args.profile and not shutil.which("py-spy"):
+        sys.exit(
+            "--profile needs py-spy on PATH (a PyPI package with its own binary), e.g. "
+            "python3 -m pip install --target /tmp/py-spy py-spy && PATH=/tmp/py-spy/bin:$PATH"
+        )
     body = review(realistic_pod())
     with tempfile.TemporaryDirectory(prefix="priogate-bench-") as tmp:
         body_file, lua = Path(tmp) / "body.json", Path(tmp) / "post.lua"
@@ -201,7 +212,10 @@ def main() -> int:
                     file=sys.stderr,
                 )
                 cpu_before = _cpu_seconds(worker)
+                spy = _start_profile(worker, args.profile, args.duration) if args.profile and i == 0 else None
                 out = subprocess.run(cmd, env=env, check=True, capture_output=True, text=True).stdout
+                if spy is not None:
+                    spy.wait()
                 cpu_per_admission.append((_cpu_seconds(worker) - cpu_before) / _requests(out) * 1e6)
                 runs.append(parse_wrk(out))
                 cpu = cpu_per_admission[-1]
@@ -220,8 +234,35 @@ def main() -> int:
         f"so {1e6 / cpu_us:,.0f} admissions/s per fully used core"
     )
     print(f"runs (admissions/s): {', '.join(f'{r[0]:,.0f}' for r in runs)}; the median run follows")
+    if args.profile:
+        _print_profile(args.profile)
     print(f"mutate/pods: {figures(rate, p50, p99)}")
     return 0
+
+
+def _start_profile(pid: int, out: Path, duration: int) -> subprocess.Popen:
+    """py-spy on the worker for the middle of a run. --gil: only samples where a thread holds the
+    GIL, which is what bounds a worker (a thread waiting in a socket or for the GIL costs none)."""
+    cmd = ["py-spy", "record", "--pid", str(pid), "--gil", "--threads", "--nonblocking"]
+    cmd += ["--rate", "250", "--format", "raw", "--duration", str(max(1, duration - 2)), "--output", str(out)]
+    return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def _print_profile(path: Path, top: int = 25) -> None:
+    """Share of GIL-holding samples per function, inclusive (the function or what it calls)."""
+    from collections import Counter
+
+    inclusive: Counter[str] = Counter()
+    total = 0
+    for line in path.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        frames = {f for f in stack.split(";") if not f.startswith("thread (")}
+        total += int(count)
+        for frame in frames:
+            inclusive[re.sub(r"\(.*/(site-packages|python3\.\d+)/", "(", frame)] += int(count)
+    print(f"profile ({total} samples holding the GIL; {path}), inclusive share:")
+    for frame, count in inclusive.most_common(top):
+        print(f"  {100 * count / max(1, total):5.1f}% {frame}")
 
 
 def _worker_pid(master: int) -> int:

@@ -57,7 +57,9 @@ PROBES: dict[str, tuple[str, dict[str, Any]]] = {
         {
             "apiVersion": "scheduling.volcano.sh/v1beta1",
             "kind": "PodGroup",
-            "metadata": {"generateName": "probe-"},
+            # The annotation hook is called only for writes that carry a `priogate.io/`
+            # annotation (its matchConditions); it refuses this one, which proves the call.
+            "metadata": {"generateName": "probe-", "annotations": {"priogate.io/probe": "1"}},
             "spec": {"minMember": 1},
         },
     ),
@@ -140,7 +142,7 @@ class Webhooks:
 
     def _probe_once(self) -> dict[str, Any]:
         """One dry-run request per resource the webhooks handle. A denial is fine: it proves the
-        call as well as an admission does (the metric counts calls answered with HTTP 200)."""
+        call as well as an admission does (_calls counts both)."""
         seen: dict[str, Any] = {}
         for resource in sorted(self.hook_resources):
             if resource not in PROBES:
@@ -182,4 +184,10 @@ class Webhooks:
         return elapsed
 
     def _calls(self, hook_name: str) -> float:
-        return metric_sum(self.api.get_text("/metrics"), WEBHOOK_METRIC, {"name": hook_name, "code": "200"})
+        # The metric's code is the answer's status: 200 for an admission, the denial's code for
+        # a refusal (403 from the annotation hook, which is called only for a probe it refuses).
+        # A call that failed (unreachable, TLS, timeout) is counted under neither.
+        text = self.api.get_text("/metrics")
+        return sum(
+            metric_sum(text, WEBHOOK_METRIC, {"name": hook_name, "code": code}) for code in ("200", "403")
+        )

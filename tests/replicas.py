@@ -32,6 +32,7 @@ class RoundRobinProxy:
         self._cycle = itertools.cycle(self.backends)
         self._loop = asyncio.new_event_loop()
         self._started = threading.Event()
+        self._writers: set[asyncio.StreamWriter] = set()  # of open connections, closed at stop()
         self._thread = threading.Thread(target=self._run, name="round-robin-proxy", daemon=True)
 
     @property
@@ -56,7 +57,19 @@ class RoundRobinProxy:
             self._loop.run_forever()
         finally:
             server.close()
+            # Connections still open (kube-apiserver keeps its webhook connections alive) have
+            # their pipe tasks pending here. Left so, the interpreter reports each as "Task was
+            # destroyed but it is pending!" at exit. Closing their transports ends each pipe with
+            # an end of file, so every task finishes normally before the loop is closed
+            # (cancelling instead trips Python 3.11's start_server callback, which calls
+            # exception() on the cancelled task and logs a CancelledError per connection).
+            for writer in self._writers:
+                writer.close()
+            pending = asyncio.all_tasks(self._loop)
+            if pending:
+                self._loop.run_until_complete(asyncio.wait(pending, timeout=5))
             self._loop.run_until_complete(server.wait_closed())
+            self._loop.run_until_complete(self._loop.shutdown_asyncgens())
             self._loop.close()
 
     async def _handle(self, client_reader: asyncio.StreamReader, client_writer: asyncio.StreamWriter) -> None:
@@ -67,7 +80,12 @@ class RoundRobinProxy:
         except OSError:
             client_writer.close()
             return
-        await asyncio.gather(_pipe(client_reader, server_writer), _pipe(server_reader, client_writer))
+        writers = (client_writer, server_writer)
+        self._writers.update(writers)
+        try:
+            await asyncio.gather(_pipe(client_reader, server_writer), _pipe(server_reader, client_writer))
+        finally:
+            self._writers.difference_update(writers)
 
 
 async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:

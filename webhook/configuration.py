@@ -74,6 +74,8 @@ def _webhook(rule_set: RuleSet, client_config: dict, policy: HookPolicy) -> dict
                 }
             ]
         }
+    if rule_set.match_conditions:
+        hook["matchConditions"] = [{"name": n, "expression": e} for n, e in rule_set.match_conditions]
     if rule_set.kind == "mutating":
         hook["reinvocationPolicy"] = "Never"
     return hook
@@ -88,8 +90,8 @@ def webhook_configurations(
     name: str = "priogate",
     rule_sets: Sequence[RuleSet] | None = None,
 ) -> list[dict[str, Any]]:
-    """[MutatingWebhookConfiguration, ValidatingWebhookConfiguration] for every rule set, each
-    hook under the policy for its rule set."""
+    """[MutatingWebhookConfiguration, ValidatingWebhookConfiguration] for every rule set the
+    policy registers, each hook under the policy for its rule set."""
     rule_sets = list(rule_sets if rule_sets is not None else load_rule_sets())
     configs = []
     for kind, config_kind in (
@@ -99,7 +101,7 @@ def webhook_configurations(
         hooks = [
             _webhook(rs, _client_config(rs, ca_bundle_pem, base_url, service), policy.for_rule_set(rs))
             for rs in rule_sets
-            if rs.kind == kind
+            if rs.kind == kind and policy.registers(rs)
         ]
         configs.append(
             {

@@ -14,6 +14,8 @@ SYSTEM_NAMESPACES = ("kube-system", "priogate-system")
 # The rule sets the built-in Priority plugin also enforces (RuleSet.builtin_fallback). Every
 # other rule set (PodGroup quota) is enforced by priogate alone, whatever the mode.
 PRIORITY_HOOKS = frozenset(r.name for r in load_rule_sets() if r.builtin_fallback)
+# Those that, with the plugin kept, can only agree with it (RuleSet.builtin_equivalent).
+BUILTIN_EQUIVALENT_HOOKS = frozenset(r.name for r in load_rule_sets() if r.builtin_equivalent)
 
 
 @dataclass(frozen=True)
@@ -35,6 +37,8 @@ class HookPolicy:
 class WebhookPolicy:
     priority: HookPolicy  # the rule sets with a built-in fallback (PRIORITY_HOOKS)
     others: HookPolicy  # everything else
+    # Hooks not registered at all: a call could not change kube-apiserver's answer.
+    unregistered: frozenset[str] = frozenset()
 
     @classmethod
     def for_mode(cls, priority_plugin: bool) -> WebhookPolicy:
@@ -46,11 +50,19 @@ class WebhookPolicy:
         have no built-in fallback in either mode: Fail, with the system namespaces exempt."""
         others = HookPolicy(SYSTEM_NAMESPACES, "Fail")
         if priority_plugin:
-            return cls(HookPolicy(SYSTEM_NAMESPACES, "Ignore"), others)
+            # The pod priority hook only agrees with the plugin, which has already answered
+            # (RuleSet.builtin_equivalent): a round trip on every pod create for nothing. The
+            # PriorityClass hook stays: it refuses a deletecollection of the system classes,
+            # which upstream lets through, and warns about a new globalDefault.
+            return cls(HookPolicy(SYSTEM_NAMESPACES, "Ignore"), others, BUILTIN_EQUIVALENT_HOOKS)
         return cls(HookPolicy((), "Fail"), others)
+
+    def registers(self, rule_set: RuleSet) -> bool:
+        return rule_set.name not in self.unregistered
 
     def for_rule_set(self, rule_set: RuleSet) -> HookPolicy:
         return self.priority if rule_set.builtin_fallback else self.others
 
     def describe(self) -> str:
-        return f"priority hooks: {self.priority.describe()}; other hooks: {self.others.describe()}"
+        skipped = f"; not registered: {', '.join(sorted(self.unregistered))}" if self.unregistered else ""
+        return f"priority hooks: {self.priority.describe()}; other hooks: {self.others.describe()}{skipped}"

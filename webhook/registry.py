@@ -68,6 +68,15 @@ class RuleSet:
     # kube-apiserver's built-in Priority plugin enforces the same rules when it is enabled, so
     # the hook may then exempt system namespaces and fail open (docs/modes.md).
     builtin_fallback: bool = False
+    # With the built-in plugin kept, the hook can only agree with it: the plugin has already
+    # decided (it runs before the webhooks), so calling it costs a round trip and changes no
+    # answer. webhook/policy.py leaves such a hook unregistered in that mode (docs/modes.md).
+    builtin_equivalent: bool = False
+    # CEL matchConditions (admissionregistration.k8s.io/v1, KEP-3716, GA in 1.30): kube-apiserver
+    # calls the hook only when every one is true, so requests the handler would allow unchanged
+    # never cost a round trip. (name, expression) pairs; each must hold for every request the
+    # handler could refuse or patch, and must not fail on one (an error applies failurePolicy).
+    match_conditions: Sequence[tuple[str, str]] = ()
     # Which server answers it in a cluster (SERVERS). The priority rule sets are pure CPU over
     # one small cache; the quota rule sets keep every pod in their caches and block on ledger
     # writes. They want different thread counts and memory, so they run as separate servers.

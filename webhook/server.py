@@ -174,6 +174,14 @@ class WebhookServer(BaseApplication):
             "ca_certs": o.client_ca_file,
             "cert_reqs": ssl.CERT_REQUIRED if o.client_ca_file else ssl.CERT_NONE,
             "child_exit": _child_exit,
+            # No proxy stands between kube-apiserver and the webhook, so no forwarding or scheme
+            # header is ever honoured (gunicorn's defaults honour X-Forwarded-Proto and friends
+            # from loopback peers). With nothing to honour, every peer may be "trusted": gunicorn
+            # then skips parsing the peer's address against the allow list on every request
+            # (gunicorn/http/message.py HeaderPolicy._peer_trusted_for_forwarded).
+            "forwarder_headers": "",
+            "secure_scheme_headers": {},
+            "forwarded_allow_ips": "*",
             "accesslog": None,
             "loglevel": "warning",
             "proc_name": "priogate-webhook",

@@ -53,6 +53,29 @@ LINGER_SECONDS = 2.0
 LINGER_BYTES = 64 * 1024
 
 
+_date_cache: tuple[int, str] = (-1, "")
+
+
+def _cached_http_date(timestamp: float | None = None) -> str:
+    """gunicorn.util.http_date, formatted once per second: the Date header has one-second
+    resolution (RFC 9110 section 5.6.7), and gunicorn formats it afresh for every response
+    through email.utils.formatdate, a visible share of a small admission's CPU. The cache is
+    one tuple, replaced whole, so threads never see a second with another second's text."""
+    global _date_cache
+    if timestamp is not None:
+        return _format_http_date(timestamp)
+    second = int(time.time())
+    cached = _date_cache
+    if cached[0] != second:
+        cached = _date_cache = (second, _format_http_date(second))
+    return cached[1]
+
+
+_format_http_date = util.http_date
+# gunicorn.http.wsgi.Response.default_headers calls util.http_date() through the module.
+util.http_date = _cached_http_date
+
+
 class DeadlineUnreader(SocketUnreader):
     """gunicorn's socket reader, with every read ending at `deadline` (time.monotonic()) at the
     latest. A passed deadline reads as the client having gone (NoMoreData): gunicorn then closes

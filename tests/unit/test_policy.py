@@ -1,13 +1,63 @@
-"""The mode policy (docs/modes.md) as the generated configurations carry it, hook by hook."""
+"""The mode policy (docs/modes.md) as the generated configurations carry it, hook by hook.
+
+HOOKS is the cost table: for each mode, every hook kube-apiserver calls, with what keeps it off
+requests it cannot change (namespaces, object selector, CEL matchConditions, operations). A new
+hook, or a hook that loses a condition, fails here until the table says why it is called.
+"""
 
 from __future__ import annotations
+
+from typing import Any
 
 import pytest
 
 from webhook.configuration import webhook_configurations
-from webhook.policy import PRIORITY_HOOKS, HookPolicy, WebhookPolicy
+from webhook.policy import BUILTIN_EQUIVALENT_HOOKS, PRIORITY_HOOKS, HookPolicy, WebhookPolicy
+from webhook.registry import load_rule_sets
 
 SYSTEM = ["kube-system", "priogate-system"]
+KEPT, REPLACED = True, False  # the built-in Priority plugin
+
+
+def _selector(namespaces: list[str]) -> dict[str, Any] | None:
+    if not namespaces:
+        return None
+    return {
+        "matchExpressions": [
+            {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": namespaces}
+        ]
+    }
+
+
+# hook -> mode -> (exempt namespaces, matchCondition names, operations, failurePolicy); a mode
+# missing from the inner dict: the hook is not registered in it. No hook has an objectSelector.
+HOOKS: dict[str, dict[bool, tuple[list[str], list[str], list[str], str]]] = {
+    "pod-priority.priogate.io": {
+        # Kept: the plugin has already resolved and checked; the hook could only agree.
+        REPLACED: ([], ["create-or-priority-missing"], ["CREATE", "UPDATE"], "Fail"),
+    },
+    "priorityclasses.priogate.io": {
+        # Both modes: deletecollection of the system classes, globalDefault warnings; replaced:
+        # also the one-globalDefault rule. PriorityClass writes are rare: no condition.
+        REPLACED: ([], [], ["CREATE", "UPDATE", "DELETE"], "Fail"),
+        KEPT: (SYSTEM, [], ["CREATE", "UPDATE", "DELETE"], "Ignore"),
+    },
+    "podgroup-defaults.priogate.io": {
+        mode: (SYSTEM, ["create-or-defaults-or-class-change"], ["CREATE", "UPDATE"], "Fail")
+        for mode in (KEPT, REPLACED)
+    },
+    "podgroup-annotations.priogate.io": {
+        mode: (SYSTEM, ["priogate-annotation-present"], ["CREATE", "UPDATE"], "Fail")
+        for mode in (KEPT, REPLACED)
+    },
+    # The quota rules are being redesigned; "only where reservations exist" comes after that.
+    "podgroup-quota.priogate.io": {
+        # No DELETE: a reservation ends when its group is confirmed gone, not at DELETE admission.
+        mode: (SYSTEM, [], ["CREATE", "UPDATE"], "Fail")
+        for mode in (KEPT, REPLACED)
+    },
+    "pod-quota.priogate.io": {mode: (SYSTEM, [], ["CREATE"], "Fail") for mode in (KEPT, REPLACED)},
+}
 
 
 def hooks(priority_plugin: bool) -> dict[str, dict]:
@@ -17,24 +67,56 @@ def hooks(priority_plugin: bool) -> dict[str, dict]:
     return {h["name"]: h for c in configs for h in c["webhooks"]}
 
 
-def exempt(hook: dict) -> list[str]:
-    return [v for e in hook.get("namespaceSelector", {}).get("matchExpressions", []) for v in e["values"]]
+def test_the_table_covers_every_rule_set():
+    assert set(HOOKS) == {r.name for r in load_rule_sets()}
+
+
+@pytest.mark.parametrize("priority_plugin", [KEPT, REPLACED], ids=["plugin-kept", "plugin-replaced"])
+def test_each_hook_is_called_only_where_it_can_change_the_answer(priority_plugin):
+    registered = hooks(priority_plugin)
+    expected = {name: modes[priority_plugin] for name, modes in HOOKS.items() if priority_plugin in modes}
+    assert set(registered) == set(expected)
+    for name, (exempt, conditions, operations, failure) in expected.items():
+        hook = registered[name]
+        # The main resource's rule; subresource rules are checked by the test below.
+        (rule,) = [r for r in hook["rules"] if not any("/" in res for res in r["resources"])]
+        actual = (
+            hook.get("namespaceSelector"),
+            hook.get("objectSelector"),
+            [c["name"] for c in hook.get("matchConditions", [])],
+            rule["operations"],
+            hook["failurePolicy"],
+        )
+        assert actual == (_selector(exempt), None, conditions, operations, failure), name
+
+
+# The one subresource a hook needs: a resize changes a pod's requests, which the pod quota
+# rule must check against the reservations.
+SUBRESOURCES = {"pod-quota.priogate.io": {"pods/resize"}}
+
+
+def test_no_hook_matches_a_subresource_it_does_not_need():
+    # Status writes (the kubelet's, the controller's) must never reach a hook: `resources`
+    # names only the main resource (and the listed subresources), so kube-apiserver filters them
+    # before any CEL is evaluated.
+    for name, hook in hooks(REPLACED).items():
+        subresources = {r for rule in hook["rules"] for r in rule["resources"] if "/" in r}
+        assert subresources == SUBRESOURCES.get(name, set()), name
 
 
 def test_the_priority_hooks_are_the_rule_sets_the_plugin_also_enforces():
     assert {"pod-priority.priogate.io", "priorityclasses.priogate.io"} == PRIORITY_HOOKS
+    assert {"pod-priority.priogate.io"} == BUILTIN_EQUIVALENT_HOOKS
 
 
-@pytest.mark.parametrize(
-    ("priority_plugin", "priority_exempt", "priority_failure"),
-    [(False, [], "Fail"), (True, SYSTEM, "Ignore")],
-)
-def test_each_hook_gets_its_mode(priority_plugin, priority_exempt, priority_failure):
-    for name, hook in hooks(priority_plugin).items():
-        if name in PRIORITY_HOOKS:
-            assert (exempt(hook), hook["failurePolicy"]) == (priority_exempt, priority_failure), name
-        else:
-            assert (exempt(hook), hook["failurePolicy"]) == (SYSTEM, "Fail"), name
+def test_match_conditions_are_well_formed():
+    # kube-apiserver refuses a configuration whose condition names repeat or are not qualified
+    # names, and allows at most 64 per hook (admissionregistration v1 validation).
+    for rule_set in load_rule_sets():
+        names = [n for n, _ in rule_set.match_conditions]
+        assert len(names) == len(set(names)) <= 64, rule_set.name
+        assert all(n.replace("-", "").isalnum() and n.islower() and len(n) <= 63 for n in names), names
+        assert all(e.count("(") == e.count(")") for _, e in rule_set.match_conditions), rule_set.name
 
 
 def test_an_unknown_failure_policy_is_refused():

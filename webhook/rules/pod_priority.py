@@ -89,4 +89,21 @@ RULE_SET = RuleSet(
     # while the watch is down: a stale class list is the lesser harm (README, Reliability).
     answers_from_stale=True,
     builtin_fallback=True,
+    # The Priority plugin resolves and checks before any mutating webhook is called (it precedes
+    # MutatingAdmissionWebhook in kube-apiserver's plugin order, pkg/kubeapiserver/options/
+    # plugins.go AllOrderedPlugins) and is re-run after a webhook mutates a pod. With it kept,
+    # this hook finds the values already resolved and returns no patch; its only other outcome
+    # would be a refusal from a cache that lags the plugin's. tests/e2e/test_differential.py
+    # shows the plugin alone gives every acceptance case's outcome.
+    builtin_equivalent=True,
+    # An UPDATE is only patched when the new object lacks priority or preemptionPolicy (carried
+    # over from the old one, _admit_update). Metadata updates (labels, finalizers, owner
+    # references) are most pod writes after creation; they carry both, and never need a call.
+    match_conditions=(
+        (
+            "create-or-priority-missing",
+            "request.operation != 'UPDATE' || !has(object.spec.priority)"
+            " || !has(object.spec.preemptionPolicy)",
+        ),
+    ),
 )

@@ -71,4 +71,17 @@ RULE_SET = RuleSet(
     resources=("podgroups",),
     operations=("CREATE", "UPDATE"),
     server="quota",
+    # The rule refuses only a write that creates, changes or removes a `priogate.io/` annotation,
+    # so a write where neither the new nor the old object carries one (most PodGroup writes:
+    # spec, labels, finalizers) never needs a call. Status writes go to podgroups/status, which
+    # `resources` does not match.
+    match_conditions=(
+        (
+            "priogate-annotation-present",
+            "(has(object.metadata.annotations)"
+            f" && object.metadata.annotations.exists(k, k.startsWith('{PREFIX}')))"
+            " || (request.operation == 'UPDATE' && has(oldObject.metadata.annotations)"
+            f" && oldObject.metadata.annotations.exists(k, k.startsWith('{PREFIX}')))",
+        ),
+    ),
 )

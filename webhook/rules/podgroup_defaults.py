@@ -74,4 +74,17 @@ RULE_SET = RuleSet(
     # while the watch is down: a stale class list is the lesser harm (README, Reliability).
     answers_from_stale=True,
     server="quota",
+    # An UPDATE is patched or checked only when a default is missing (minMember, queue) or the
+    # class differs from the stored one (dropped: carried over; changed: resolved). An update
+    # that keeps all three, as the controller's and most clients' do, never needs a call.
+    match_conditions=(
+        (
+            "create-or-defaults-or-class-change",
+            "request.operation != 'UPDATE' || !has(object.spec) || !has(object.spec.minMember)"
+            " || !has(object.spec.queue) || object.spec.queue == ''"
+            " || (has(object.spec.priorityClassName) ? object.spec.priorityClassName : '')"
+            " != (has(oldObject.spec) && has(oldObject.spec.priorityClassName)"
+            " ? oldObject.spec.priorityClassName : '')",
+        ),
+    ),
 )

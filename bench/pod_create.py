@@ -1,0 +1,298 @@
+"""`make bench-pod-create`: what priogate adds to a pod CREATE through the real kube-apiserver.
+
+One run, one local control plane (etcd, kube-apiserver, kube-controller-manager, kube-scheduler,
+kwok, the priogate webhook), both modes (docs/modes.md), 1 and 8 concurrent creators:
+
+* **plugin kept**: kube-apiserver keeps its built-in Priority plugin throughout; the arms are
+  priogate's webhook configurations (the plugin-kept policy) registered, and deleted.
+* **plugin replaced**: the arms are priogate (plugin disabled, the plugin-replaced policy
+  registered) and the built-in plugin alone (plugin enabled, no configurations), so the figure
+  is what replacing the plugin costs. Switching the plugin needs a kube-apiserver restart.
+
+Method. The arms run in interleaved batches through the same kube-apiserver process, namespace,
+client and pod body, in the order A B B A A B ... so slow drift on a shared machine (another
+job, a compaction, a GC) falls on both arms alike. Toggling the configurations, rather than
+comparing kube-system with a user namespace, keeps everything but the webhooks equal (a
+namespace differs in its quota, service account and limit-range admission work), and it works in
+both modes (with the plugin replaced the pod priority hook exempts no namespace). After each
+toggle the switch is proven, not assumed: kube-apiserver reads webhook configurations through an
+informer, so a batch starts only once a dry-run probe shows the hooks are called (registered)
+or no longer called (deleted), read from kube-apiserver's apiserver_admission_webhook_request_total.
+After a restart, and after every toggle, unmeasured creates warm the connections up.
+
+Pods name a node that does not exist (spec.nodeName), so neither kube-scheduler nor kwok acts
+on them and the only work per request is the create itself; every batch's pods are deleted
+between batches, outside the measured time. Latency is the client's wall-clock time per POST;
+each creator is a process of its own, with its own connection.
+
+stderr: progress; stdout: the figures, the last line
+    pod create: p50 ratio X, p99 ratio Y (8 creators, plugin kept)
+where a ratio is priogate's latency over the baseline's at that percentile.
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+from localcluster import LocalCluster, Options
+from localcluster.api import metric_sum
+from localcluster.components import ApiServerMode
+from localcluster.procs import progress, wait_until
+from localcluster.webhooks import WEBHOOK_METRIC
+from priogate.kube.client import ApiClient, load_client, resource_path
+from webhook.policy import WebhookPolicy
+
+NAMESPACE = "bench-pod-create"
+NOWHERE = "bench-no-such-node"  # no kubelet or scheduler acts on a pod bound here
+CREATORS = (1, 8)
+
+
+def pod_body() -> dict:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"generateName": "bench-", "labels": {"app": "bench"}},
+        "spec": {
+            "nodeName": NOWHERE,
+            "priorityClassName": "bench-high",
+            "containers": [
+                {
+                    "name": "c",
+                    "image": "registry.k8s.io/pause:3.10",
+                    "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}},
+                }
+            ],
+        },
+    }
+
+
+_clients: dict[str, ApiClient] = {}
+
+
+def _creator(job: tuple[str, str, int]) -> list[float]:
+    """One creator (in a pool process): `n` pod creates in a row, the seconds each took."""
+    kubeconfig, path, n = job
+    if kubeconfig not in _clients:  # one client (one kept-alive connection) per process
+        _clients[kubeconfig] = load_client(kubeconfig, pool_size=2)
+    client = _clients[kubeconfig]
+    body = pod_body()
+    out = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        client.create(path, body)
+        out.append(time.perf_counter() - t0)
+    return out
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+class Bench:
+    def __init__(self, cluster: LocalCluster, creates: int, warmup: int) -> None:
+        assert cluster.kubeconfig
+        self.cluster = cluster
+        self.client: ApiClient = load_client(str(cluster.kubeconfig), pool_size=max(CREATORS) + 4)
+        self.creates = creates
+        self.warmup = warmup
+        self.pods_path = resource_path("v1", "pods", NAMESPACE)
+        # Started once, before any measurement: spawn, as the parent runs threads (the supervisor).
+        self.pool = ProcessPoolExecutor(max(CREATORS), mp_context=multiprocessing.get_context("spawn"))
+
+    def setup(self) -> None:
+        self.client.create("/api/v1/namespaces", {"metadata": {"name": NAMESPACE}})
+        wait_until(
+            lambda: bool(self.client.get(f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts/default")),
+            timeout=60,
+            what=f"serviceaccount {NAMESPACE}/default exists",
+        )
+        self.client.create(
+            "/apis/scheduling.k8s.io/v1/priorityclasses",
+            {
+                "apiVersion": "scheduling.k8s.io/v1",
+                "kind": "PriorityClass",
+                "metadata": {"name": "bench-high"},
+                "value": 1000,
+            },
+        )
+
+    def _create_batch(self, creators: int, total: int) -> list[float]:
+        """`total` creates split over `creators` processes, each with its own client and
+        connection: threads in one process would queue for the GIL on the client's JSON and TLS
+        work and measure the client, not kube-apiserver."""
+        per = max(1, total // creators)
+        jobs = [(str(self.cluster.kubeconfig), self.pods_path, per)] * creators
+        return [s for part in self.pool.map(_creator, jobs) for s in part]
+
+    def _clean(self) -> None:
+        self.client.request(
+            "DELETE",
+            self.pods_path,
+            query=[("gracePeriodSeconds", "0")],
+            body={"kind": "DeleteOptions", "apiVersion": "v1", "gracePeriodSeconds": 0},
+        )
+        wait_until(
+            lambda: not self.client.get(self.pods_path, query=[("limit", "1")]).get("items"),
+            timeout=60,
+            what="the batch's pods are gone",
+        )
+
+    def batch(self) -> dict[int, list[float]]:
+        """One measured batch per creator count, each after unmeasured warm-up creates."""
+        out = {}
+        for creators in CREATORS:
+            self._create_batch(creators, self.warmup)
+            out[creators] = self._create_batch(creators, self.creates)
+            self._clean()
+        return out
+
+    # Switching the arms -----------------------------------------------------------------------
+
+    def _calls(self) -> float:
+        return metric_sum(self.client.get_text("/metrics"), WEBHOOK_METRIC, {})
+
+    def _probe_pod(self) -> None:
+        self.client.create(self.pods_path, pod_body(), dry_run=True)
+
+    def register(self, policy: WebhookPolicy, plugin: bool) -> None:
+        assert self.cluster.webhooks
+        self.cluster.webhooks.register(policy)
+        self.cluster.webhooks.probe(priority_plugin=plugin)
+
+    def unregister(self) -> None:
+        """Delete the configurations and wait until a probe pod is no longer sent to any webhook:
+        five dry-run creates in a row that add no webhook call."""
+        assert self.cluster.webhooks
+        self.cluster.webhooks.unregister()
+        quiet = 0
+
+        def no_calls() -> bool:
+            nonlocal quiet
+            before = self._calls()
+            self._probe_pod()
+            quiet = quiet + 1 if self._calls() == before else 0
+            return quiet >= 5
+
+        wait_until(
+            no_calls, timeout=60, what="kube-apiserver calls no webhook for a pod create", interval=0.2
+        )
+
+    def restart(self, plugin: bool) -> None:
+        seconds = self.cluster.restart_apiserver(ApiServerMode(priority_plugin=plugin))
+        progress(
+            f"kube-apiserver restarted with the Priority plugin "
+            f"{'enabled' if plugin else 'disabled'} in {seconds:.1f} s"
+        )
+
+
+def run_mode(
+    bench: Bench, name: str, rounds: int, baseline: Callable[[], None], priogate: Callable[[], None]
+) -> dict[str, dict[int, list[float]]]:
+    samples: dict[str, dict[int, list[float]]] = {
+        "baseline": {c: [] for c in CREATORS},
+        "priogate": {c: [] for c in CREATORS},
+    }
+    arms = {"baseline": baseline, "priogate": priogate}
+    order = []
+    for i in range(rounds):
+        order += ["baseline", "priogate"] if i % 2 == 0 else ["priogate", "baseline"]
+    for i, arm in enumerate(order):
+        arms[arm]()
+        progress(
+            f"[{name}] batch {i + 1}/{len(order)}: {arm}, "
+            f"{bench.creates} creates at each of {CREATORS} creators"
+        )
+        for creators, values in bench.batch().items():
+            samples[arm][creators] += values
+    return samples
+
+
+def report(name: str, samples: dict[str, dict[int, list[float]]]) -> dict[int, tuple[float, float]]:
+    ratios = {}
+    for creators in CREATORS:
+        base, ours = samples["baseline"][creators], samples["priogate"][creators]
+        b50, b99 = percentile(base, 0.5) * 1e3, percentile(base, 0.99) * 1e3
+        p50, p99 = percentile(ours, 0.5) * 1e3, percentile(ours, 0.99) * 1e3
+        ratios[creators] = (p50 / b50, p99 / b99)
+        print(
+            f"{name}, {creators} creator(s): "
+            f"baseline p50 {b50:.2f} ms p99 {b99:.2f} ms (n={len(base)}); "
+            f"priogate p50 {p50:.2f} ms p99 {p99:.2f} ms (n={len(ours)}); "
+            f"ratio p50 {p50 / b50:.2f}, p99 {p99 / b99:.2f}"
+        )
+    return ratios
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--creates", type=int, default=400, help="measured creates per batch and creator count")
+    p.add_argument("--warmup", type=int, default=48, help="unmeasured creates before each measured batch")
+    p.add_argument("--rounds", type=int, default=6, help="batches per arm and mode (interleaved A B B A ...)")
+    p.add_argument("--modes", default="kept,replaced", help="kept, replaced or both (kept,replaced)")
+    p.add_argument("--webhook-workers", type=int, default=2)
+    args = p.parse_args()
+    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    if not modes or set(modes) - {"kept", "replaced"}:
+        p.error("--modes takes kept, replaced or kept,replaced")
+    kept_policy = WebhookPolicy.for_mode(priority_plugin=True)
+    replaced_policy = WebhookPolicy.for_mode(priority_plugin=False)
+    results: dict[str, dict[int, tuple[float, float]]] = {}
+    with tempfile.TemporaryDirectory(prefix="priogate-bench-pod-create-") as tmp:
+        # The controller is left out: it is not in the admission path, and idle it is only noise.
+        cluster = LocalCluster(
+            Options(
+                state_dir=Path(tmp),
+                nodes=1,
+                priority_plugin="kept" in modes,
+                webhook_workers=args.webhook_workers,
+                controller=False,
+            )
+        )
+        bench: Bench | None = None
+        cluster.start()
+        try:
+            bench = Bench(cluster, args.creates, args.warmup)
+            bench.setup()
+            if "kept" in modes:
+                if not cluster.mode.priority_plugin:
+                    bench.restart(True)
+                samples = run_mode(
+                    bench,
+                    "plugin kept",
+                    args.rounds,
+                    baseline=bench.unregister,
+                    priogate=lambda: bench.register(kept_policy, plugin=True),
+                )
+                results["plugin kept"] = report("plugin kept", samples)
+            if "replaced" in modes:
+
+                def builtin() -> None:
+                    bench.unregister()
+                    bench.restart(True)
+
+                def replaced() -> None:
+                    bench.restart(False)
+                    bench.register(replaced_policy, plugin=False)
+
+                samples = run_mode(bench, "plugin replaced", args.rounds, baseline=builtin, priogate=replaced)
+                results["plugin replaced"] = report("plugin replaced vs the built-in plugin", samples)
+        finally:
+            if bench is not None:
+                bench.pool.shutdown()
+            cluster.stop()
+    mode = "plugin kept" if "plugin kept" in results else "plugin replaced"
+    p50, p99 = results[mode][max(CREATORS)]
+    print(f"pod create: p50 ratio {p50:.2f}, p99 ratio {p99:.2f} ({max(CREATORS)} creators, {mode})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
