@@ -18,7 +18,8 @@ count on. Two objects exist before the install: the PodGroup CRD (the chart ship
 which Helm skips when present) and the user ClusterRoles from manifests/user-rbac.yaml, which
 Helm adopts once they carry its ownership metadata
 (https://helm.sh/docs/helm/helm_install/, "--take-ownership"; the labels and annotations below
-are what that flag sets) and keeps at uninstall (helm.sh/resource-policy: keep).
+are what that flag sets); the uninstall removes them (Helm reads the resource policy from the
+release's manifest), so the fixture applies them again afterwards.
 """
 
 from __future__ import annotations
@@ -81,7 +82,6 @@ def release(helm: Helm, kubectl: Kubectl) -> Iterator[str]:
             f"clusterrole/{role}",
             f"meta.helm.sh/release-name={RELEASE}",
             f"meta.helm.sh/release-namespace={NAMESPACE}",
-            "helm.sh/resource-policy=keep",
         )
     install = helm(
         "install",
@@ -99,6 +99,10 @@ def release(helm: Helm, kubectl: Kubectl) -> Iterator[str]:
         yield install.stdout
     finally:
         helm("uninstall", RELEASE, "-n", NAMESPACE, "--wait", "--timeout", "120s", check=False)
+        # Helm reads the resource policy from the release's manifest, not from the live objects,
+        # so the adopted user roles went with the release: put back what the session installed,
+        # or every later test acting as a namespace user loses its PodGroup rights.
+        kubectl("apply", "-f", str(REPO / "manifests" / "user-rbac.yaml"))
 
 
 def docs(text: str) -> list[dict]:
