@@ -44,9 +44,12 @@ def free_cpu(client: ApiClient) -> dict[str, Fraction]:
     return free
 
 
-def fill_nodes(client: ApiClient, namespace: str, low: str, graceful: int | None = None) -> list[str]:
+def fill_nodes(
+    client: ApiClient, namespace: str, low: str, graceful: int | None = None, group: str | None = None
+) -> list[str]:
     """Fill each node with two low-priority pods taking all of its free cpu. `graceful`: their
-    terminationGracePeriodSeconds, honoured by kwok (they stay Terminating that long)."""
+    terminationGracePeriodSeconds, honoured by kwok (they stay Terminating that long). `group`:
+    the PodGroup they are members of (a lower gang)."""
     pods = resource_path("v1", "pods", namespace)
 
     def others_gone() -> bool:
@@ -79,6 +82,7 @@ def fill_nodes(client: ApiClient, namespace: str, low: str, graceful: int | None
                 priority_class=low,
                 node_selector={"kubernetes.io/hostname": node},
                 annotations={GRACEFUL_DELETE_ANNOTATION: "true"} if graceful else None,
+                group=group,
             )
             if graceful:
                 manifest["spec"]["terminationGracePeriodSeconds"] = graceful
@@ -211,7 +215,7 @@ def test_victims_terminate_gracefully_marked_while_the_members_are_nominated(
     """Victims that take their grace period to go (kwok honours terminationGracePeriodSeconds
     for pods annotated so): while they are Terminating they carry DisruptionTarget (reason
     PreemptionByPriogate) and the gang's members carry status.nominatedNodeName; then the gang
-    runs.
+    runs. The victims are a lower gang, taken whole.
 
     tight-quota: the gang's namespace has a ResourceQuota of exactly its minResources, which its
     created, unbound members already fill (kube-apiserver's quota admission charges a pod at
@@ -249,8 +253,16 @@ def test_victims_terminate_gracefully_marked_while_the_members_are_nominated(
 def _graceful_preemption(
     client: ApiClient, namespace: str, victims_ns: str, low: str, high: str, pods: str, tight_quota: bool
 ) -> None:
-    fillers = fill_nodes(client, victims_ns, low, graceful=8)
+    # The victims are a lower gang: all of them are its minMember, so taking any means taking
+    # the whole group (a gang is never left below minMember).
+    nodes = len(free_cpu(client))
+    client.create(
+        groups_path(victims_ns),
+        podgroup("low-gang", namespace=None, min_member=2 * nodes, priority_class=low),
+    )
+    fillers = fill_nodes(client, victims_ns, low, graceful=8, group="low-gang")
     wait_for(lambda: all(pod_running(client, victims_ns, f) for f in fillers), 90, "the fillers run")
+    wait_phase(client, victims_ns, "low-gang", "Running", timeout=60)
 
     client.create(
         groups_path(namespace),
@@ -301,6 +313,7 @@ def _graceful_preemption(
     annotations = client.get(groups_path(namespace, "gang"))["metadata"].get("annotations") or {}
     victims = {v["name"] for v in json.loads(annotations[ANNOTATION])["victims"]}
     assert not json.loads(annotations[ANNOTATION]).get("stopped"), annotations[ANNOTATION]
+    assert victims == set(fillers), "the lower gang goes whole: any one victim breaks its minMember"
     assert marked and marked <= victims, (marked, victims)
     assert marked == victims, (
         f"every victim was seen Terminating with DisruptionTarget: {marked} of {victims}"
