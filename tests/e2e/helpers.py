@@ -157,3 +157,31 @@ def delete_namespace(core: k8s.CoreV1Api, name: str) -> None:
     except ApiException as e:
         if e.status != 404:
             raise
+
+
+def inert_webhook_configuration(name: str, namespace: str) -> dict[str, Any]:
+    """A ValidatingWebhookConfiguration named `name` whose one hook points at priogate's Service
+    in `namespace` but matches nothing (a resource that does not exist) and fails open: a target
+    for caBundle injection that can never affect a request."""
+    return {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingWebhookConfiguration",
+        "metadata": {"name": name},
+        "webhooks": [
+            {
+                "name": "unused.priogate.io",
+                "clientConfig": {"service": {"namespace": namespace, "name": "priogate-webhook"}},
+                "rules": [
+                    {
+                        "apiGroups": ["example.invalid"],
+                        "apiVersions": ["v1"],
+                        "resources": ["nothing"],
+                        "operations": ["CREATE"],
+                    }
+                ],
+                "sideEffects": "None",
+                "admissionReviewVersions": ["v1"],
+                "failurePolicy": "Ignore",
+            }
+        ],
+    }

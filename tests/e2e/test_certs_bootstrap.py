@@ -23,6 +23,7 @@ from certs.bootstrap import (
 )
 from certs.issue import KeyPair, expires_within, issue_leaf
 from priogate.kube.client import load_client
+from tests.e2e.helpers import inert_webhook_configuration
 
 CONFIG = "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations"
 
@@ -30,33 +31,7 @@ CONFIG = "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations"
 def test_bootstrap_creates_one_secret_and_injects_the_ca(cluster, namespace, tmp_path):
     client = load_client(str(cluster.kubeconfig))
     name = f"{namespace}-certs"
-    client.create(
-        CONFIG,
-        {
-            "apiVersion": "admissionregistration.k8s.io/v1",
-            "kind": "ValidatingWebhookConfiguration",
-            "metadata": {"name": name},
-            "webhooks": [
-                {
-                    "name": "unused.priogate.io",
-                    "clientConfig": {
-                        "service": {"namespace": namespace, "name": "priogate-webhook", "path": "/x"}
-                    },
-                    "rules": [
-                        {
-                            "apiGroups": ["example.invalid"],
-                            "apiVersions": ["v1"],
-                            "resources": ["nothing"],
-                            "operations": ["CREATE"],
-                        }
-                    ],
-                    "sideEffects": "None",
-                    "admissionReviewVersions": ["v1"],
-                    "failurePolicy": "Ignore",
-                }
-            ],
-        },
-    )
+    client.create(CONFIG, inert_webhook_configuration(name, namespace))
     try:
         outs = [tmp_path / f"replica-{i}" for i in range(4)]
         threads = [

@@ -22,6 +22,7 @@ from certs.bootstrap import SecretMissing, bootstrap, ensure_secret, inject_ca_b
 from localcluster import LocalCluster
 from localcluster.binaries import REPO
 from priogate.kube.client import ApiClient, ApiError, load_client
+from tests.e2e.helpers import inert_webhook_configuration
 
 RBAC_KINDS = ("ServiceAccount", "Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding")
 ACCOUNTS = ("priogate-webhook", "priogate-cabundle")
@@ -70,31 +71,7 @@ def as_account(cluster: LocalCluster, namespace: str, account: str) -> ApiClient
 def installed(cluster: LocalCluster, kubectl, namespace: str) -> Iterator[str]:
     admin = load_client(str(cluster.kubeconfig))
     config_name = f"{namespace}-hooks"
-    admin.create(
-        CONFIGS,
-        {
-            "apiVersion": "admissionregistration.k8s.io/v1",
-            "kind": "ValidatingWebhookConfiguration",
-            "metadata": {"name": config_name},
-            "webhooks": [
-                {
-                    "name": "unused.priogate.io",
-                    "clientConfig": {"service": {"namespace": namespace, "name": "priogate-webhook"}},
-                    "rules": [
-                        {
-                            "apiGroups": ["example.invalid"],
-                            "apiVersions": ["v1"],
-                            "resources": ["nothing"],
-                            "operations": ["CREATE"],
-                        }
-                    ],
-                    "sideEffects": "None",
-                    "admissionReviewVersions": ["v1"],
-                    "failurePolicy": "Ignore",
-                }
-            ],
-        },
-    )
+    admin.create(CONFIGS, inert_webhook_configuration(config_name, namespace))
     docs = shipped_rbac(namespace, config_name)
     assert {d["kind"] for d in docs} == set(RBAC_KINDS)
     kubectl.apply(docs)
