@@ -119,7 +119,8 @@ IN_CLUSTER_SERVICE = {"namespace": "priogate-system", "name": "priogate-webhook"
 
 def in_cluster_manifest() -> str:
     """manifests/webhook-configurations.yaml: the Service-backed configurations. The caBundle is
-    filled in by the certificate bootstrap (python -m certs bootstrap) when the webhook starts."""
+    filled in by the certificate bootstrap (python -m certs bootstrap), which the priogate-cabundle
+    Job runs with its own ServiceAccount at install."""
     import yaml
 
     # Shipped for clusters that keep the built-in Priority plugin (managed ones cannot turn it
