@@ -21,6 +21,7 @@ from priogate.kube.cache import Obj, OnEvent, WatchCache
 from priogate.preemption.engine import decide_group
 from priogate.preemption.live import LiveClusterState
 from priogate.preemption.outcome import Outcome
+from priogate.preemption.policy import DEFAULT_POLICY, PreemptionPolicy
 
 log = structlog.get_logger("priogate.controller.engine_state")
 
@@ -70,7 +71,7 @@ class EngineState:
             )
         return self._live
 
-    def decide(self, group_key: str, *, opt_out_mode: str = "hard") -> Outcome:
+    def decide(self, group_key: str, *, policy: PreemptionPolicy = DEFAULT_POLICY) -> Outcome:
         """engine.decide_group on the current state (what decide_for_group gives on a fresh
         snapshot of the caches, without building one)."""
         with self._lock:
@@ -78,7 +79,7 @@ class EngineState:
             if len(live.skipped) != self._skipped_logged:
                 self._skipped_logged = len(live.skipped)
                 log.warning("malformed objects left out of the preemption state", skipped=dict(live.skipped))
-            return decide_group(live.current(), group_key, opt_out_mode=opt_out_mode)
+            return decide_group(live.current(), group_key, policy=policy)
 
 
 def _chain(first: OnEvent | None, then: Callable[[str, Obj], None]) -> OnEvent:

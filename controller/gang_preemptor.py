@@ -42,6 +42,7 @@ from priogate import priority as prio
 from priogate.clock import micro_time
 from priogate.kube.client import ApiClient, ApiError, resource_path
 from priogate.podgroup import GROUP_VERSION, PLURAL
+from priogate.preemption.policy import DEFAULT_POLICY, PreemptionPolicy
 from priogate.preemption_record import RecordedDecision, Step, Victim
 
 log = structlog.get_logger("priogate.controller.preemption")
@@ -71,7 +72,7 @@ class GangPreemptor:
         events: EventRecorder,
         is_leader: Callable[[], bool],
         *,
-        opt_out_mode: str = "hard",
+        policy: PreemptionPolicy = DEFAULT_POLICY,
         retry_after: float = record.DEFAULT_RETRY_AFTER,
         max_age: float = record.DEFAULT_MAX_AGE,
         on_applied: Callable[[int], None] = lambda victims: None,
@@ -84,7 +85,7 @@ class GangPreemptor:
         self.engine = engine or EngineState.attach(caches)
         self.events = events
         self.is_leader = is_leader
-        self.opt_out_mode = opt_out_mode
+        self.policy = policy
         self.retry_after = retry_after
         self.max_age = max_age
         self.on_applied = on_applied
@@ -166,7 +167,7 @@ class GangPreemptor:
             pods=pods,
             now=time.time(),
             max_age=self.max_age,
-            opt_out_mode=self.opt_out_mode,
+            opt_out_mode=self.policy.opt_out_mode,
         )
 
     def _refuse(
@@ -214,7 +215,7 @@ class GangPreemptor:
     # ---- deciding ------------------------------------------------------------------------------
 
     def _decide(self, group: Mapping[str, Any], key: str) -> RecordedDecision | None:
-        outcome = self.engine.decide(key, opt_out_mode=self.opt_out_mode)
+        outcome = self.engine.decide(key, policy=self.policy)
         if outcome.status != "preempt" or not outcome.victims:
             log.info("no gang preemption", podgroup=key, status=outcome.status, reason=outcome.reason)
             return None

@@ -34,7 +34,7 @@ from priogate.lease import LEASE_DURATION, RENEW_DEADLINE, RETRY_PERIOD
 from priogate.ledger import covered_namespace
 from priogate.logs import configure_logging
 from priogate.podgroup import FINISHED_PHASES, group_of
-from priogate.preemption.engine import OPT_OUT_MODES
+from priogate.preemption import policy as preemption_policy
 from priogate.preemption_record import DEFAULT_MAX_AGE, DEFAULT_RETRY_AFTER
 
 log = structlog.get_logger("priogate.controller")
@@ -90,7 +90,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         " bookmarks about every 60 s: keep it above that (default 120)",
     )
     p.add_argument("--gang-preemption", action=argparse.BooleanOptionalAction, default=True)
-    p.add_argument("--opt-out-mode", choices=OPT_OUT_MODES, default="hard", help="see `simulate --help`")
+    preemption_policy.add_arguments(p)
     p.add_argument(
         "--preemption-retry-seconds",
         type=float,
@@ -165,7 +165,7 @@ class Controller:
                 self.caches,
                 events,
                 self.is_leader,
-                opt_out_mode=args.opt_out_mode,
+                policy=preemption_policy.from_arguments(args),
                 retry_after=args.preemption_retry_seconds,
                 max_age=args.preemption_record_max_age,
                 on_applied=self._count_preemption,

@@ -13,7 +13,8 @@ import json
 import sys
 from typing import TextIO
 
-from priogate.preemption.engine import OPT_OUT_MODES, prepare, run_timed
+from priogate.preemption import policy as preemption_policy
+from priogate.preemption.engine import prepare, run_timed
 from priogate.preemption.snapshot import build_snapshot, load_objects
 
 EXIT_BAD_INPUT = 2
@@ -24,13 +25,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "snapshot", metavar="SNAPSHOT", help="a Kubernetes List as YAML or JSON; - reads stdin"
     )
     parser.add_argument("--explain", action="store_true", help="add, per decision, why every other node lost")
-    parser.add_argument(
-        "--opt-out-mode",
-        choices=OPT_OUT_MODES,
-        default="hard",
-        help="pods labelled priogate.io/allow-preemption=false: hard = never victims (default), "
-        "soft = victims only when nothing else works",
-    )
+    preemption_policy.add_arguments(parser)
 
 
 def read_text(path: str, stdin: TextIO) -> str:
@@ -56,7 +51,7 @@ def run(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stderr: TextIO)
         # objects while decisions allocate.
         gc.freeze()
         try:
-            result = run_timed(state, opt_out_mode=args.opt_out_mode, explain=args.explain)
+            result = run_timed(state, policy=preemption_policy.from_arguments(args), explain=args.explain)
         finally:
             gc.unfreeze()
     except (ValueError, RecursionError) as err:

@@ -25,7 +25,7 @@ from priogate.clock import rfc3339
 from priogate.kube.client import ApiError
 from priogate.kube.kubeconfig import KubeconfigError, connect
 from priogate.podgroup import group_of
-from priogate.preemption.engine import OPT_OUT_MODES
+from priogate.preemption import policy as preemption_policy
 from priogate.preemption.snapshot import load_objects
 
 PROG = "kubectl priogate"
@@ -98,13 +98,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="add these Pods and PodGroups (YAML or JSON, - is stdin) as if submitted now",
     )
     sim.add_argument("--explain", action="store_true", help="add, per decision, why every other node lost")
-    sim.add_argument(
-        "--opt-out-mode",
-        choices=OPT_OUT_MODES,
-        default="hard",
-        help="pods labelled priogate.io/allow-preemption=false: hard = never victims (default), "
-        "soft = victims only when nothing else works (as the controller's flag)",
-    )
+    # The controller's own policy flags, so an admin can ask what the live controller would do.
+    preemption_policy.add_arguments(sim)
 
     w = commands.add_parser("why", help="why a pod is pending or was preempted, why a PodGroup is pending")
     _common(w, suppress=True)
@@ -180,7 +175,9 @@ def cmd_simulate(args: argparse.Namespace, source: Source, default_ns: str, out:
                 now=rfc3339(dt.datetime.now(dt.UTC)),
                 live=live,
             )
-        result = simulation.decide(live, extra, opt_out_mode=args.opt_out_mode, explain=args.explain)
+        result = simulation.decide(
+            live, extra, policy=preemption_policy.from_arguments(args), explain=args.explain
+        )
     except ValueError as e:
         raise CliError(" ".join(str(e).split())) from None
     data = simulation.report(result, extra, explain=args.explain)

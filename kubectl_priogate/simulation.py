@@ -14,6 +14,7 @@ from typing import Any
 from kubectl_priogate.output import NONE, table
 from priogate.podgroup import Phase
 from priogate.preemption.engine import Result, simulate
+from priogate.preemption.policy import DEFAULT_POLICY, PreemptionPolicy
 from priogate.preemption.snapshot import Snapshot
 from priogate.preemption.units import GROUP_PREFIX
 
@@ -114,7 +115,11 @@ def hypothetical(
 
 
 def decide(
-    live: Cluster, extra: Hypothetical | None = None, *, opt_out_mode: str = "hard", explain: bool = False
+    live: Cluster,
+    extra: Hypothetical | None = None,
+    *,
+    policy: PreemptionPolicy = DEFAULT_POLICY,
+    explain: bool = False,
 ) -> Result:
     """The engine's decisions for the live cluster plus `extra`. Raises ValueError for an
     object the snapshot cannot read."""
@@ -125,7 +130,7 @@ def decide(
         pdbs=live.pdbs,
         priority_classes=live.priority_classes,
     )
-    return simulate(snapshot, opt_out_mode=opt_out_mode, explain=explain)
+    return simulate(snapshot, policy=policy, explain=explain)
 
 
 def report(result: Result, extra: Hypothetical | None, *, explain: bool) -> dict[str, Any]:

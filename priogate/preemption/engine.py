@@ -17,13 +17,13 @@ from typing import Any
 from priogate.podgroup import FINISHED_PHASES, Phase, PodPhase
 from priogate.preemption.gang import GangRequest, preempt_group
 from priogate.preemption.outcome import Outcome, unresolved
+from priogate.preemption.policy import DEFAULT_POLICY, PreemptionPolicy
 from priogate.preemption.single import preempt_pod
 from priogate.preemption.snapshot import NEVER, PodGroupInfo, PodInfo, Snapshot
 from priogate.preemption.state import ClusterState, apply_decision, build_state, is_pending
 from priogate.preemption.table import carry_tables, screen_table
 from priogate.preemption.units import GROUP_PREFIX, group_members
 
-OPT_OUT_MODES = ("hard", "soft")
 PENDING_GROUP = (
     "PodGroup phase is Pending (not yet admitted to its queue); like Volcano's preempt action, "
     "preemption waits until it is Inqueue"
@@ -115,13 +115,9 @@ def gang_request(group: PodGroupInfo, members: list[PodInfo]) -> GangRequest | N
     return GangRequest(group, tuple(pending), needed, priority, never)
 
 
-def _check_opt_out_mode(opt_out_mode: str) -> None:
-    if opt_out_mode not in OPT_OUT_MODES:
-        raise ValueError(f"opt-out mode must be one of {OPT_OUT_MODES}, not {opt_out_mode!r}")
-
-
-def run(state: ClusterState, *, opt_out_mode: str = "hard", explain: bool = False) -> tuple[Outcome, ...]:
-    _check_opt_out_mode(opt_out_mode)
+def run(
+    state: ClusterState, *, policy: PreemptionPolicy = DEFAULT_POLICY, explain: bool = False
+) -> tuple[Outcome, ...]:
     outcomes: list[Outcome] = []
     for preemptor in preemptors(state):
         # A pod decided earlier in this run may have been placed or preempted meanwhile.
@@ -129,13 +125,13 @@ def run(state: ClusterState, *, opt_out_mode: str = "hard", explain: bool = Fals
             current = state.pods.get(preemptor.key)
             if current is None or not is_pending(current):
                 continue
-            outcome = preempt_pod(state, current, opt_out_mode=opt_out_mode, explain=explain)
+            outcome = preempt_pod(state, current, policy=policy, explain=explain)
         else:
             assert preemptor.gang is not None
             if preemptor.gang.group.phase == Phase.PENDING:
                 outcomes.append(unresolved(preemptor.key, PENDING_GROUP))
                 continue
-            outcome = preempt_group(state, preemptor.gang, opt_out_mode=opt_out_mode, explain=explain)
+            outcome = preempt_group(state, preemptor.gang, policy=policy, explain=explain)
         outcomes.append(outcome)
         if outcome.status == "preempt":
             victims = [v.key for v in outcome.victims]
@@ -146,10 +142,12 @@ def run(state: ClusterState, *, opt_out_mode: str = "hard", explain: bool = Fals
     return tuple(outcomes)
 
 
-def run_timed(state: ClusterState, *, opt_out_mode: str = "hard", explain: bool = False) -> Result:
+def run_timed(
+    state: ClusterState, *, policy: PreemptionPolicy = DEFAULT_POLICY, explain: bool = False
+) -> Result:
     """Every decision for `state`, timed (the state's aggregates are built already)."""
     started = time.perf_counter()
-    outcomes = run(state, opt_out_mode=opt_out_mode, explain=explain)
+    outcomes = run(state, policy=policy, explain=explain)
     seconds = time.perf_counter() - started
     return Result(outcomes, nodes=len(state.nodes), pods=len(state.pods), seconds=seconds)
 
@@ -161,13 +159,15 @@ def prepare(snapshot: Snapshot) -> ClusterState:
     return state
 
 
-def simulate(snapshot: Snapshot, *, opt_out_mode: str = "hard", explain: bool = False) -> Result:
+def simulate(
+    snapshot: Snapshot, *, policy: PreemptionPolicy = DEFAULT_POLICY, explain: bool = False
+) -> Result:
     """Decide every preemption in `snapshot`; decision time excludes building the state."""
-    return run_timed(prepare(snapshot), opt_out_mode=opt_out_mode, explain=explain)
+    return run_timed(prepare(snapshot), policy=policy, explain=explain)
 
 
 def decide_for_group(
-    snapshot: Snapshot, group_key: str, *, opt_out_mode: str = "hard", explain: bool = False
+    snapshot: Snapshot, group_key: str, *, policy: PreemptionPolicy = DEFAULT_POLICY, explain: bool = False
 ) -> Outcome:
     """The gang preemption decision for one PodGroup ("namespace/name") of `snapshot`: the
     decision the controller records and applies.
@@ -177,14 +177,13 @@ def decide_for_group(
     asks only for groups it found admitted (preemption_record.needs_preemption), on the
     PodGroup object it holds, which may be newer than the snapshot's copy.
     """
-    return decide_group(prepare(snapshot), group_key, opt_out_mode=opt_out_mode, explain=explain)
+    return decide_group(prepare(snapshot), group_key, policy=policy, explain=explain)
 
 
 def decide_group(
-    state: ClusterState, group_key: str, *, opt_out_mode: str = "hard", explain: bool = False
+    state: ClusterState, group_key: str, *, policy: PreemptionPolicy = DEFAULT_POLICY, explain: bool = False
 ) -> Outcome:
     """`decide_for_group` on a state already prepared, e.g. LiveClusterState.current()."""
-    _check_opt_out_mode(opt_out_mode)
     key = GROUP_PREFIX + group_key
     group = state.groups.get(group_key)
     if group is None:
@@ -195,4 +194,4 @@ def decide_group(
     request = gang_request(group, members)
     if request is None:
         return unresolved(key, NOTHING_TO_PLACE)
-    return preempt_group(state, request, opt_out_mode=opt_out_mode, explain=explain)
+    return preempt_group(state, request, policy=policy, explain=explain)

@@ -27,6 +27,7 @@ from priogate.preemption.fit import need_of, static_failure, static_signature
 from priogate.preemption.nodes import nominated_load
 from priogate.preemption.outcome import Outcome, fits, unresolved, with_note
 from priogate.preemption.packing import MemberClass, Packer
+from priogate.preemption.policy import PreemptionPolicy
 from priogate.preemption.reprieve import Reprieve, Taken, run_reprieve
 from priogate.preemption.single import NOT_ELIGIBLE_NEVER, NOT_ELIGIBLE_TERMINATING, waiting_for_victims
 from priogate.preemption.snapshot import PodGroupInfo, PodInfo
@@ -196,7 +197,9 @@ def _walk_everything(
     return {n: free_all[n] for n in domain}, units
 
 
-def preempt_group(state: ClusterState, request: GangRequest, *, opt_out_mode: str, explain: bool) -> Outcome:
+def preempt_group(
+    state: ClusterState, request: GangRequest, *, policy: PreemptionPolicy, explain: bool
+) -> Outcome:
     key = GROUP_PREFIX + request.group.key
     note = request.group.priority_note
     if len(request.pending) < request.needed:
@@ -214,7 +217,7 @@ def preempt_group(state: ClusterState, request: GangRequest, *, opt_out_mode: st
     if Packer(problem.classes).place(problem.nodes, problem.now) is not None:
         return fits(key)
     variants = [False]
-    if opt_out_mode == "soft" and any(node.has_opted_out for node in state.nodes.values()):
+    if policy.opt_out_mode == "soft" and any(node.has_opted_out for node in state.nodes.values()):
         variants.append(True)
     for include_opted_out in variants:
         solution = solve(state, problem, include_opted_out=include_opted_out)

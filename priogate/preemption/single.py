@@ -19,6 +19,7 @@ from priogate.preemption.outcome import (
     unresolved,
     with_note,
 )
+from priogate.preemption.policy import PreemptionPolicy
 from priogate.preemption.snapshot import NEVER, PodInfo
 from priogate.preemption.state import ClusterState
 
@@ -39,7 +40,7 @@ def waiting_for_victims(state: ClusterState, pod: PodInfo, priority: int | None 
     )
 
 
-def preempt_pod(state: ClusterState, pod: PodInfo, *, opt_out_mode: str, explain: bool) -> Outcome:
+def preempt_pod(state: ClusterState, pod: PodInfo, *, policy: PreemptionPolicy, explain: bool) -> Outcome:
     need = need_of(state.vectors[pod.key])
     screening = screen_nodes(state, pod, need, pod.priority, include_opted_out=False, want_failures=explain)
     if screening.fits_on:
@@ -49,7 +50,7 @@ def preempt_pod(state: ClusterState, pod: PodInfo, *, opt_out_mode: str, explain
     if pod.nominated_node and waiting_for_victims(state, pod):
         return unresolved(pod.key, with_note(NOT_ELIGIBLE_TERMINATING, pod.priority_note))
     opted_out_first = False
-    soft = opt_out_mode == "soft" and any(node.has_opted_out for node in state.nodes.values())
+    soft = policy.opt_out_mode == "soft" and any(node.has_opted_out for node in state.nodes.values())
     if not screening.bounds and soft:
         retry = screen_nodes(state, pod, need, pod.priority, include_opted_out=True, want_failures=explain)
         if retry.bounds:

@@ -22,8 +22,11 @@ from priogate import preemption_record as record
 from priogate.kube.cache import WatchCache
 from priogate.kube.client import ApiClient, ApiError, resource_path
 from priogate.podgroup import GROUP_VERSION, PLURAL
+from priogate.preemption.policy import PreemptionPolicy
 from priogate.preemption_record import RecordedDecision, Victim
 from tests.builders import node, pod, podgroup, priority_class
+
+SOFT = PreemptionPolicy(opt_out_mode="soft")
 
 NS = "default"
 GROUP_PATH = resource_path(GROUP_VERSION, PLURAL, NS, "gang")
@@ -507,7 +510,11 @@ def test_opted_out_victims_may_go_in_soft_mode():
     c = cluster(gang_group(unapplied((Victim(NS, "shy", "uid-shy", "n1"),))))
     with_pod(c, protected_pod("shy", labels={"priogate.io/allow-preemption": "false"}))
     preemptor = GangPreemptor(
-        c.client, c.caches, EventRecorder(c.client, "test"), lambda: True, opt_out_mode="soft"
+        c.client,
+        c.caches,
+        EventRecorder(c.client, "test"),
+        lambda: True,
+        policy=SOFT,
     )
     assert c.handle(preemptor) == "resumed"
 

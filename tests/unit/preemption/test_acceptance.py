@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from priogate.preemption.engine import simulate
+from priogate.preemption.policy import PreemptionPolicy
 from priogate.preemption.snapshot import build_snapshot, load_objects
 from priogate.slim import slim_node, slim_pod
 from tests.unit.preemption.outcomes import outcomes
@@ -30,7 +31,9 @@ def test_every_scenario_file_has_an_expectation():
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 @pytest.mark.parametrize("opt_out_mode", ["hard", "soft"])
 def test_acceptance_scenario(name, opt_out_mode):
-    found = outcomes(load_objects((DATA / f"{name}.json").read_text()), opt_out_mode=opt_out_mode)
+    found = outcomes(
+        load_objects((DATA / f"{name}.json").read_text()), policy=PreemptionPolicy(opt_out_mode=opt_out_mode)
+    )
     decisions = [o for o in found if o.status == "preempt"]
     want = EXPECTED[name]["expected"]
     got = [

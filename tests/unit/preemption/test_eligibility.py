@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import pytest
 
+from priogate.preemption.policy import PreemptionPolicy
 from priogate.preemption.single import NOT_ELIGIBLE_NEVER, NOT_ELIGIBLE_TERMINATING
 from tests.builders import node, pod, priority_class
 from tests.unit.preemption.outcomes import decided, outcomes, unresolved
+
+SOFT = PreemptionPolicy(opt_out_mode="soft")
 
 HIGH = 100
 
@@ -131,14 +134,14 @@ def test_opt_out_soft_mode_takes_opted_out_pods_only_when_nothing_else_works():
         pod("o", priority=1, cpu="4", node="n", labels=opted),
         pod("p", priority=HIGH, cpu="2"),
     ]
-    assert decided(outcomes(only_opted, opt_out_mode="hard")) == {}
-    result = outcomes(only_opted, opt_out_mode="soft")
+    assert decided(outcomes(only_opted, policy=PreemptionPolicy(opt_out_mode="hard"))) == {}
+    result = outcomes(only_opted, policy=SOFT)
     assert decided(result) == {"default/p": ("n", ["default/o"])}
     assert "opted out" in next(o for o in result if o.status == "preempt").reason
     # With an ordinary victim elsewhere, soft mode leaves the opted-out pod alone, even though
     # the ordinary victim has a higher priority.
     both = [*only_opted, node("m", cpu="4"), pod("m1", priority=9, cpu="4", node="m")]
-    assert decided(outcomes(both, opt_out_mode="soft")) == {"default/p": ("m", ["default/m1"])}
+    assert decided(outcomes(both, policy=SOFT)) == {"default/p": ("m", ["default/m1"])}
 
 
 def test_opt_out_soft_mode_spares_opted_out_pods_first_on_a_node():
@@ -153,7 +156,7 @@ def test_opt_out_soft_mode_spares_opted_out_pods_first_on_a_node():
     ]
     # Neither node works without an opted-out pod. Both then take one; n also needs "plain"
     # (priority 5), so m, whose only victim has priority 1, wins on the highest victim.
-    assert decided(outcomes(objects, opt_out_mode="soft")) == {"default/p": ("m", ["default/mo"])}
+    assert decided(outcomes(objects, policy=SOFT)) == {"default/p": ("m", ["default/mo"])}
 
 
 # ---- preemptor order and sequencing ---------------------------------------------------------------

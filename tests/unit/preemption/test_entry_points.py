@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from priogate.preemption.engine import NOT_IN_SNAPSHOT, NOTHING_TO_PLACE, decide_for_group
+from priogate.preemption.policy import PreemptionPolicy
 from priogate.preemption.snapshot import KINDS, Snapshot, build_snapshot, load_objects
 from tests.builders import node, pdb, pod, podgroup, priority_class
 
@@ -121,4 +122,4 @@ def test_a_complete_group_has_nothing_to_place():
 
 def test_an_unknown_opt_out_mode_is_refused():
     with pytest.raises(ValueError, match="opt-out mode"):
-        decide_for_group(build_snapshot(gang_scenario()), "default/gang", opt_out_mode="maybe")
+        PreemptionPolicy(opt_out_mode="maybe")

@@ -11,6 +11,7 @@ import pytest
 
 from priogate.preemption.engine import PENDING_GROUP
 from priogate.preemption.outcome import Outcome
+from priogate.preemption.policy import PreemptionPolicy
 from priogate.preemption.single import NOT_ELIGIBLE_NEVER
 from tests.builders import node, pdb, pod, podgroup, priority_class
 from tests.unit.preemption.outcomes import decided, group_outcome, outcomes, unresolved
@@ -259,7 +260,7 @@ def test_members_of_different_shapes():
 def test_opted_out_pods_in_gang_preemption(mode):
     opted = {"priogate.io/allow-preemption": "false"}
     objects = [node("n1"), pod("o", priority=1, cpu="4", node="n1", labels=opted), *gang(1, cpu="4")]
-    d = decision(objects, opt_out_mode=mode)
+    d = decision(objects, policy=PreemptionPolicy(opt_out_mode=mode))
     if mode == "hard":
         assert d.status == "unresolved"
     else:

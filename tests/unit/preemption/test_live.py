@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from priogate.preemption import units
 from priogate.preemption.engine import decide_group, prepare, run
 from priogate.preemption.live import LiveClusterState
+from priogate.preemption.policy import PreemptionPolicy
 from priogate.preemption.snapshot import Snapshot
 from priogate.preemption.state import ClusterState
 from priogate.preemption.units import UnitIndex, _build
@@ -89,12 +90,10 @@ def assert_patched_units_are_built_units(state: ClusterState) -> None:
 def assert_same_decisions(live: ClusterState, fresh: ClusterState) -> None:
     assert_patched_units_are_built_units(live)
     for mode in ("hard", "soft"):
-        assert run(live, opt_out_mode=mode, explain=True) == run(fresh, opt_out_mode=mode, explain=True)
-    for group in fresh.groups:
-        assert decide_group(live, group) == decide_group(fresh, group)
-        assert decide_group(live, group, opt_out_mode="soft") == decide_group(
-            fresh, group, opt_out_mode="soft"
-        )
+        policy = PreemptionPolicy(opt_out_mode=mode)
+        assert run(live, policy=policy, explain=True) == run(fresh, policy=policy, explain=True)
+        for group in fresh.groups:
+            assert decide_group(live, group, policy=policy) == decide_group(fresh, group, policy=policy)
 
 
 # ---- the property ----------------------------------------------------------------------------

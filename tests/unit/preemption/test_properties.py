@@ -11,12 +11,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from priogate.preemption.engine import preemptors, simulate
+from priogate.preemption.policy import PreemptionPolicy
 from priogate.preemption.single import preempt_pod
 from priogate.preemption.snapshot import build_snapshot
 from priogate.preemption.state import apply_decision, build_state
 from priogate.preemption.table import ScreenTable, carry_tables, screen_table
 from tests.builders import node, pdb, pod
 from tests.unit.preemption import reference
+
+SOFT = PreemptionPolicy(opt_out_mode="soft")
 
 PRIORITIES = st.sampled_from([0, 0, 1, 2, 5, 10])  # repeated values make node-order ties
 CPU = st.sampled_from(["250m", "500m", "1000m", "1000m", "1500m", "2000m"])
@@ -81,7 +84,7 @@ def clusters(draw: st.DrawFn) -> list[dict]:
 
 
 def engine(objects: list[dict], mode: str, explain: bool = False) -> list[tuple]:
-    result = simulate(build_snapshot(objects), opt_out_mode=mode, explain=explain)
+    result = simulate(build_snapshot(objects), policy=PreemptionPolicy(opt_out_mode=mode), explain=explain)
     out = []
     for o in result.outcomes:
         if o.status == "preempt":
@@ -129,7 +132,7 @@ def test_tables_patched_after_a_decision_equal_rebuilt_ones(objects, include_opt
     for preemptor in preemptors(state):
         if preemptor.pod is None:
             continue
-        outcome = preempt_pod(state, state.pods[preemptor.key], opt_out_mode="soft", explain=False)
+        outcome = preempt_pod(state, state.pods[preemptor.key], policy=SOFT, explain=False)
         if outcome.status != "preempt":
             continue
         after = apply_decision(
