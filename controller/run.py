@@ -31,7 +31,7 @@ from priogate.kube.cache import CacheState, Obj
 from priogate.kube.client import ApiClient, load_client
 from priogate.kube.ledger_store import LedgerStore
 from priogate.lease import LEASE_DURATION, RENEW_DEADLINE, RETRY_PERIOD
-from priogate.ledger import covered_namespace
+from priogate.ledger import DEFAULT_IN_FLIGHT, covered_namespace
 from priogate.logs import configure_logging
 from priogate.podgroup import FINISHED_PHASES, group_of
 from priogate.preemption import policy as preemption_policy
@@ -71,9 +71,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--in-flight-seconds",
         type=float,
-        default=15.0,
+        default=DEFAULT_IN_FLIGHT.total_seconds(),
         help="how long an admitted PodGroup may take to be stored; an entry whose group is not"
-        " stored counts that long (the webhook's --in-flight-seconds; default 15)",
+        f" stored counts that long (the webhook's --in-flight-seconds;"
+        f" default {DEFAULT_IN_FLIGHT.total_seconds():g})",
     )
     p.add_argument(
         "--ledger-namespace",

@@ -33,6 +33,15 @@ def parse_rfc3339(text: str) -> dt.datetime:
     return dt.datetime.strptime(text, RFC3339).replace(tzinfo=dt.UTC)
 
 
+def parse_time(text: str) -> dt.datetime:
+    """Either form this module writes (MicroTime or Time), as an aware UTC datetime; ValueError
+    otherwise. For records whose older copies hold whole seconds."""
+    try:
+        return dt.datetime.strptime(text, MICRO_TIME).replace(tzinfo=dt.UTC)
+    except ValueError:
+        return parse_rfc3339(text)
+
+
 def epoch_seconds(text: str) -> float:
     """Any RFC 3339 time as the API server or a hand-written object may hold it (fractions,
     offsets, a lowercase z) as epoch seconds; ValueError otherwise."""

@@ -30,7 +30,7 @@ from fractions import Fraction
 from typing import Any, Protocol
 
 from priogate import podgroup
-from priogate.clock import parse_rfc3339, rfc3339
+from priogate.clock import micro_time, parse_time
 from priogate.quota import Reservation, quota_names
 from priogate.resources import ResourceList, format_quantity, maximum, parse_resource_list
 
@@ -45,18 +45,21 @@ LEDGER_DATA_KEY = "reservations.json"
 SHADOW_SUFFIX = "/previous"
 CHARGES_DATA_KEY = "charges.json"
 
-# How long after its admission a request may still be on its way to storage (or, for a pod, to
-# the built-in ResourceQuota plugin's charge in status.used). kube-apiserver calls validating
-# webhooks in parallel (k8s.io/apiserver pkg/admission/plugin/webhook/validating dispatcher.go),
-# so once priogate has answered, the request is stored or refused within the slowest other
-# validating webhook's timeoutSeconds plus the ResourceQuota plugin and the etcd write. priogate's
-# quota hook has timeoutSeconds 10; the rest is margin for those steps and for clock skew between
-# replicas (the bound compares wall-clock times written by different processes). Raise it when
-# another validating webhook for PodGroups or pods has a longer timeout: an entry dropped while
-# its request could still be stored would over-admit. The price of a longer bound: a forged
-# CREATE (possible only where the webhook's endpoint is reachable without client
-# authentication) keeps its claim that long.
-DEFAULT_IN_FLIGHT = dt.timedelta(seconds=15)
+# How long after priogate decided it a request may still be on its way to storage (or, for a pod,
+# to the built-in ResourceQuota plugin's charge in status.used). kube-apiserver calls validating
+# webhooks in parallel (k8s.io/apiserver pkg/admission/plugin/webhook/validating dispatcher.go)
+# and stores the object once the last has answered and the ResourceQuota plugin has charged it,
+# so after priogate's decision what remains is the slowest other validating webhook for the
+# object plus the quota charge and the etcd write: milliseconds with priogate's own hooks, which
+# do no I/O besides the record. The bound is kept short because of what it costs where the
+# webhook's endpoint takes unauthenticated clients (no mTLS): a forged CREATE holds its claim
+# that long. An admission it would block does not fail meanwhile: it waits (within its own
+# deadline) until the claim is stored or its bound has passed (podgroup_quota). Raise the bound
+# above the timeoutSeconds of any other validating webhook for PodGroups or pods that may be
+# slow: an entry dropped while its request could still be stored would over-admit. Claims are
+# stamped to the microsecond when decided, so a request that queued for its turn does not look
+# older than it is; the margin covers clock skew between replicas.
+DEFAULT_IN_FLIGHT = dt.timedelta(seconds=5)
 
 
 class DamagedRecord(ValueError):
@@ -74,7 +77,7 @@ class Entry:
     min_resources: Mapping[str, str]  # normalized quantity strings, as stored
     min_member: int
     priority_class: str
-    admitted_at: str  # RFC 3339: the last admission that raised this claim
+    admitted_at: str  # stamp(): when the last admission that raised this claim decided it
     # metadata.generation of the object that claim came from (0: unknown). kube-apiserver sets a
     # custom resource's generation before validating admission (registry/rest BeforeCreate and
     # BeforeUpdate run first; apiextensions-apiserver's strategy bumps it on a spec change), so
@@ -111,7 +114,7 @@ class Entry:
             admitted_at=_text(raw.get("admittedAt")),
             generation=_count(raw.get("generation")),
         )
-        parse_rfc3339(entry.admitted_at)
+        parse_time(entry.admitted_at)
         return entry
 
     def reservation(self) -> Reservation:
@@ -147,7 +150,7 @@ class Charge:
     pod_uid: str
     group: str  # the pod's PodGroup, "" for a plain pod
     demand: Mapping[str, str]  # quota names -> normalized quantity
-    charged_at: str  # RFC 3339
+    charged_at: str  # stamp()
 
     def amounts(self) -> ResourceList:
         return parse_resource_list(self.demand, context=f"charge of pod {self.pod}")
@@ -172,7 +175,7 @@ class Charge:
             demand=normalize(raw.get("demand") or {}),
             charged_at=_text(raw.get("chargedAt")),
         )
-        parse_rfc3339(charge.charged_at)
+        parse_time(charge.charged_at)
         return charge
 
 
@@ -216,6 +219,13 @@ def formatted(amounts: Mapping[str, Fraction]) -> dict[str, str]:
 
 
 # ---- where a record lives -------------------------------------------------------------------
+
+
+def stamp(moment: dt.datetime) -> str:
+    """An admission's time as the record keeps it: to the microsecond, because the in-flight
+    bound is a few seconds and a whole-second stamp would make a claim look up to a second
+    older than it is (records written with whole seconds are still read)."""
+    return micro_time(moment)
 
 
 def record_name(namespace: str) -> str:
@@ -335,7 +345,7 @@ def listing_of(items: Iterable[Mapping[str, Any]], started: dt.datetime) -> List
     unreadable = []
     for item in items:
         try:
-            entry = entry_of_group(item, rfc3339(started))
+            entry = entry_of_group(item, stamp(started))
         except (ValueError, TypeError):
             unreadable.append((item.get("metadata") or {}).get("name", ""))
             continue
@@ -346,7 +356,7 @@ def listing_of(items: Iterable[Mapping[str, Any]], started: dt.datetime) -> List
 
 def admitted_time(entry: Entry) -> dt.datetime:
     try:
-        return parse_rfc3339(entry.admitted_at)
+        return parse_time(entry.admitted_at)
     except ValueError:
         return dt.datetime.min.replace(tzinfo=dt.UTC)  # unreadable: treat as old
 
@@ -420,6 +430,28 @@ def stale_entries(
     )
 
 
+def awaiting(entries: Mapping[str, Entry], listing: Listing, bound: dt.timedelta) -> dict[str, dt.datetime]:
+    """Entries whose claim a quorum LIST (`listing`) cannot confirm or end yet, because the
+    admission behind it may still be on its way to storage: a group not stored (or a
+    previous-class claim), or stored with another claim by an older generation. Key -> when the
+    in-flight bound passes; a LIST begun after that ends or settles it (resync)."""
+    out: dict[str, dt.datetime] = {}
+    for key, entry in entries.items():
+        stored = listing.groups.get(entry.uid) if entry.uid else None
+        if settled(entry, stored, listing.started, bound):
+            continue
+        if key.endswith(SHADOW_SUFFIX) or stored is None or not stored.same_claim(entry):
+            out[key] = admitted_time(entry) + bound
+    return out
+
+
+def once_settled(entries: Mapping[str, Entry], listing: Listing) -> dict[str, Entry]:
+    """What the entries become if every admission still in flight turns out never stored or
+    refused: each claim the stored one, or none. A best case, never recorded: an admission
+    that fits only so must wait for those admissions' fate (`awaiting`), not assume it."""
+    return resync(entries, listing, dt.timedelta(0))
+
+
 def unconfirmed(
     entries: Mapping[str, Entry],
     live: Mapping[str, bool],
@@ -470,7 +502,7 @@ def live_charges(
         if stored_pods is not None and charge.pod_uid and charge.pod_uid in stored_pods:
             continue
         try:
-            at = parse_rfc3339(charge.charged_at)
+            at = parse_time(charge.charged_at)
         except ValueError:
             continue
         if now - at <= bound:

@@ -12,6 +12,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from priogate.ledger import DEFAULT_IN_FLIGHT
 from webhook.registry import SERVERS  # imports neither prometheus_client nor the app
 
 
@@ -56,9 +57,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--in-flight-seconds",
         type=float,
-        default=float(os.environ.get("PRIOGATE_IN_FLIGHT_SECONDS", "15")),
+        default=float(os.environ.get("PRIOGATE_IN_FLIGHT_SECONDS", DEFAULT_IN_FLIGHT.total_seconds())),
         help="how long an admitted request may take to be stored; an unconfirmed reservation counts"
-        " that long (default 15; raise it if other validating webhooks have longer timeouts)",
+        f" that long (default {DEFAULT_IN_FLIGHT.total_seconds():g}; raise it above the timeoutSeconds of"
+        " any other, possibly slow, validating webhook for PodGroups or pods)",
     )
     p.add_argument("--tls-check-seconds", type=float, default=3600.0, help="how often to check the Secret")
     p.add_argument(

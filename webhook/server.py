@@ -16,6 +16,7 @@ from typing import Any
 import structlog
 from gunicorn.app.base import BaseApplication
 
+from priogate.ledger import DEFAULT_IN_FLIGHT
 from webhook.registry import default_threads
 from webhook.worker import DEFAULT_CLIENT_DEADLINE_SECONDS, GatedThreadWorker
 
@@ -43,7 +44,7 @@ class ServerOptions:
     # Where the reservation records live (priogate's own namespace), and the in-flight bound
     # (priogate.ledger.DEFAULT_IN_FLIGHT says what it is).
     ledger_namespace: str = "priogate-system"
-    in_flight_seconds: float = 15.0
+    in_flight_seconds: float = DEFAULT_IN_FLIGHT.total_seconds()
     # A watch that hears nothing, not even a bookmark, for this long is restarted and its cache
     # is stale meanwhile (priogate.kube.cache.DEFAULT_QUIET_SECONDS says why the default).
     cache_quiet_seconds: float = 120.0
@@ -106,7 +107,7 @@ def build_view(
     priorityclasses_file: str | None = None,
     servers: tuple[str, ...] | None = None,
     ledger_namespace: str = "priogate-system",
-    in_flight_seconds: float = 15.0,
+    in_flight_seconds: float = DEFAULT_IN_FLIGHT.total_seconds(),
     quiet_seconds: float = 120.0,
 ) -> Any:
     """Caches for what the served rule sets need, started in this worker."""

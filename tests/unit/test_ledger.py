@@ -117,6 +117,46 @@ def test_unconfirmed(entries, live, expected):
     assert ledger.unconfirmed({e.key: e for e in entries}, live, NOW, BOUND) == expected
 
 
+@pytest.mark.parametrize(
+    ("entries", "stored_groups", "expected"),
+    [
+        # Not stored, in flight: its fate is awaited until its bound passes (12 s from now).
+        pytest.param([entry("a", "u1", 3)], [], {"u1": 12.0}, id="unstored-in-flight"),
+        pytest.param([entry("a", "u1", 16)], [], {}, id="past-the-bound"),
+        pytest.param([entry("a", "u1", 3)], [stored("a", "u1")], {}, id="stored-as-claimed"),
+        # A growing update in flight: the stored claim is smaller, so it may still change.
+        pytest.param([entry("a", "u1", 3, cpu="6")], [stored("a", "u1", cpu="2")], {"u1": 12.0}, id="growth"),
+        pytest.param(
+            [replace(entry("a", "u1", 3, cpu="6"), generation=2)],
+            [replace(stored("a", "u1", cpu="2"), generation=2)],
+            {},
+            id="growth-settled-by-generation",
+        ),
+    ],
+)
+def test_awaiting(entries, stored_groups, expected):
+    got = ledger.awaiting({e.key: e for e in entries}, listing(*stored_groups), BOUND)
+    assert {k: (t - NOW).total_seconds() for k, t in got.items()} == expected
+
+
+def test_once_settled_is_the_stored_truth_with_nothing_in_flight():
+    entries = {"u1": entry("a", "u1", 1, cpu="6"), "u2": entry("b", "u2", 1, cpu="3")}
+    got = ledger.once_settled(entries, listing(stored("a", "u1", cpu="2")))
+    assert claims(got) == {"u1": ("a", "2")}
+    assert claims(ledger.resync(entries, listing(stored("a", "u1", cpu="2")), BOUND)) == {
+        "u1": ("a", "6"),
+        "u2": ("b", "3"),
+    }
+
+
+def test_a_claim_is_stamped_to_the_microsecond_and_old_stamps_still_read():
+    """Whole seconds would make a claim look up to a second older than it is, against a bound
+    of a few seconds."""
+    moment = NOW + dt.timedelta(microseconds=999_999)
+    assert ledger.admitted_time(replace(entry("a", "u1", 0), admitted_at=ledger.stamp(moment))) == moment
+    assert ledger.admitted_time(entry("a", "u1", 0)) == NOW  # written by an older priogate
+
+
 def test_merge_never_lowers_while_in_flight():
     current = Entry("a", "u1", {"cpu": "4", "memory": "1Gi"}, 2, "", "t")
     new = Entry("a", "u1", {"cpu": "6"}, 1, "", "t2")

@@ -11,13 +11,15 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import threading
+import time
 
 import orjson
 
 from priogate import clock
 from priogate.kube.client import resource_path
 from priogate.kube.ledger_store import LedgerStore
-from priogate.ledger import Entry, Record, entries_of, record_object, record_of, record_path
+from priogate.ledger import Entry, Record, entries_of, record_object, record_of, record_path, stamp
 from tests.builders import fed_cache, group_review, pod, podgroup, resource_quota, review
 from tests.fake_api import FakeApi
 from webhook.review import parse_review
@@ -44,9 +46,11 @@ def setup(quota_cpu: str = "10", cached_groups=(), cached_records=(), in_flight:
     return api, CacheView(caches, store, in_flight=bound)
 
 
-def admit_group(view, name: str, cpu: str, uid: str | None = None):
+def admit_group(view, name: str, cpu: str, uid: str | None = None, within: float | None = None):
+    """`within`: the request's deadline, seconds from now (kube-apiserver's timeoutSeconds)."""
     body = group_review(podgroup(name, namespace=NS, uid=uid, min_member=1, min_resources={"cpu": cpu}))
-    return podgroup_quota.admit(parse_review(orjson.dumps(body)), view)
+    deadline = None if within is None else time.monotonic() + within
+    return podgroup_quota.admit(parse_review(orjson.dumps(body), deadline), view)
 
 
 def store_group(api: FakeApi, name: str, cpu: str, uid: str | None = None, **meta) -> dict:
@@ -61,8 +65,8 @@ def aged(api: FakeApi, seconds: float) -> None:
     record = record_of(obj)
     older = {}
     for key, e in record.entries.items():
-        t = clock.parse_rfc3339(e.admitted_at) - dt.timedelta(seconds=seconds)
-        older[key] = Entry(**{**e.__dict__, "admitted_at": clock.rfc3339(t)})
+        t = clock.parse_time(e.admitted_at) - dt.timedelta(seconds=seconds)
+        older[key] = Entry(**{**e.__dict__, "admitted_at": stamp(t)})
     new = record_object(
         "priogate-system", NS, Record(older, record.charges), obj["metadata"]["resourceVersion"]
     )
@@ -105,13 +109,47 @@ def test_a_damaged_record_is_rebuilt_not_a_500_or_a_503():
 
 
 def test_an_entry_in_flight_is_never_dropped():
-    """Another replica admitted "a" a moment ago; it is not stored yet. A LIST would not show it,
-    and dropping it would over-admit, so no LIST is even made."""
-    api, view = setup()
+    """Another replica admitted "a" a moment ago; it is not stored yet. A LIST does not show it,
+    and dropping it would over-admit: "b", which fits only without it, waits for its fate and,
+    when its own deadline comes first, is refused with 'retry'; "a" keeps its claim."""
+    api, view = setup(in_flight=15.0)
     assert admit_group(view, "a", "6").allowed  # not stored: still in flight
-    assert not admit_group(view, "b", "5").allowed
-    assert api.reads_of(GROUPS) == [()]  # only the first admission's rebuild of a missing record
+    started = time.monotonic()
+    refused = admit_group(view, "b", "5", within=4.0)
+    assert not refused.allowed and "may still be on their way to storage, retry" in refused.message
+    assert time.monotonic() - started < 4.0  # answered within the request's deadline
+    assert len(api.reads_of(GROUPS)) > 2  # looked again while waiting
     assert "uid-a" in entries_of(api.objects[RECORD])
+
+
+def test_an_admission_blocked_by_a_claim_never_stored_waits_for_its_bound_and_goes_through():
+    """A forged CREATE (an invented uid, posted to an endpoint without mTLS) or one a later
+    admission step refused: its claim is never stored. The admission it blocks is not refused;
+    it waits until the claim's in-flight bound has passed, then a LIST ends the claim and it
+    goes through: nothing is blocked for more than that one admission's wait. Old code: "b" was
+    refused, and so was every admission for the whole bound."""
+    api, view = setup(in_flight=1.5)
+    assert admit_group(view, "ghost", "6", uid="invented-uid").allowed
+    started = time.monotonic()
+    assert admit_group(view, "b", "5", within=10.0).allowed
+    assert 1.0 < time.monotonic() - started < 4.0
+    assert set(entries_of(api.objects[RECORD])) == {"uid-b"}
+
+
+def test_a_waiting_admission_is_refused_once_the_blocking_claim_is_stored():
+    """The real case behind the wait: "a" is stored a moment after its admission, and "b",
+    waiting for it, is refused at once, well before the bound, without over-admitting."""
+    api, view = setup(in_flight=15.0)
+    assert admit_group(view, "a", "6").allowed
+    timer = threading.Timer(0.5, store_group, (api, "a", "6"))
+    timer.start()
+    started = time.monotonic()
+    refused = admit_group(view, "b", "5", within=10.0)
+    timer.join()
+    assert not refused.allowed and "reserved: cpu=6" in refused.message
+    assert "retry" not in refused.message
+    assert time.monotonic() - started < 3.0
+    assert set(entries_of(api.objects[RECORD])) == {"uid-a"}
 
 
 def test_a_gone_or_forged_entry_is_confirmed_with_one_quorum_list_and_dropped():

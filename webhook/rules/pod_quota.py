@@ -19,11 +19,11 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Mapping
+from dataclasses import replace
 from fractions import Fraction
 from typing import Any
 
 from priogate import podgroup
-from priogate.clock import rfc3339
 from priogate.kube.client import ApiError
 from priogate.kube.ledger_store import LedgerBusy
 from priogate.ledger import (
@@ -35,6 +35,7 @@ from priogate.ledger import (
     formatted,
     live_charges,
     resync,
+    stamp,
     unconfirmed,
 )
 from priogate.quota import Consumer, Reservation, check_pod, quota_names, unconsumed
@@ -103,7 +104,7 @@ def admit(request: AdmissionRequest, view: ClusterView) -> Decision:
         pod_uid=optional_str(meta, "uid", "object.metadata") or "",
         group=own_group,
         demand=formatted(demand),
-        charged_at=rfc3339(now),
+        charged_at=stamp(now),
     )
 
     def decide(entries: Mapping[str, Entry], charges: Mapping[str, Charge], quotas: list) -> str | None:
@@ -132,7 +133,10 @@ def admit(request: AdmissionRequest, view: ClusterView) -> Decision:
         if problem:
             changed = resynced is not None or charges != dict(record.charges)
             return (kept.with_charges(charges) if changed else None), problem
-        return kept.with_charges({**charges, request.uid: charge}), None
+        # Stamped when decided (see podgroup_quota): a request that waited for its turn must not
+        # look older than it is.
+        decided = replace(charge, charged_at=stamp(dt.datetime.now(dt.UTC)))
+        return kept.with_charges({**charges, request.uid: decided}), None
 
     try:
         problem = view.ledger_store.update(

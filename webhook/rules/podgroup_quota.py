@@ -24,17 +24,30 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import time
 from collections.abc import Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import structlog
 
 from priogate import podgroup
-from priogate.clock import rfc3339
 from priogate.kube.client import ApiError
 from priogate.kube.ledger_store import LedgerBusy
-from priogate.ledger import SHADOW_SUFFIX, Entry, Reads, Record, merge, normalize, resync, unconfirmed
+from priogate.ledger import (
+    SHADOW_SUFFIX,
+    Entry,
+    Reads,
+    Record,
+    awaiting,
+    in_flight,
+    merge,
+    normalize,
+    once_settled,
+    resync,
+    stamp,
+    unconfirmed,
+)
 from priogate.quota import check_podgroup
 from priogate.resources import parse_quantity
 from webhook.objects import (
@@ -50,6 +63,11 @@ from webhook.registry import ClusterView, RuleSet
 from webhook.review import AdmissionRequest, Decision, allow, deny
 
 log = structlog.get_logger("priogate.podgroup_quota")
+
+POLL_SECONDS = 0.2
+# Kept back from the request's deadline for a last turn and the answer's way back.
+WAIT_MARGIN_SECONDS = 2.5
+DEFAULT_WAIT = 8.0  # a request without a deadline (tests, offline mode)
 
 
 def _entry(obj: Mapping[str, Any], where: str, now: dt.datetime) -> Entry:
@@ -71,7 +89,7 @@ def _entry(obj: Mapping[str, Any], where: str, now: dt.datetime) -> Entry:
         min_resources=min_resources,
         min_member=min_member,
         priority_class=optional_str(spec, "priorityClassName", f"{where}.spec") or "",
-        admitted_at=rfc3339(now),
+        admitted_at=stamp(now),
         generation=max(0, optional_int(meta, "generation", f"{where}.metadata") or 0),
     )
 
@@ -121,12 +139,67 @@ def admit(request: AdmissionRequest, view: ClusterView) -> Decision:
         # A terminating group's updates (finalizer removal) claim nothing new: its entry keeps
         # reserving until the group is gone, and no record write may hold up its way out.
         return allow()
+    deadline = request.deadline if request.deadline is not None else time.monotonic() + DEFAULT_WAIT
+    while True:
+        try:
+            result = _take_turn(request, view, entry, previous, shrinking)
+        except Exception as e:
+            if shrinking:
+                log.warning(
+                    "record not updated; an update claiming no more is allowed anyway",
+                    podgroup=request.name,
+                    error=repr(e),
+                )
+                return allow()
+            if isinstance(e, LedgerBusy):
+                return deny(f"PodGroup quota ledger is busy, retry: {e}", code=429, reason="TooManyRequests")
+            if isinstance(e, ValueError | ApiError | OSError):
+                log.warning("reservation record unavailable", namespace=request.namespace, error=str(e))
+                return deny(
+                    f"PodGroup quota: the reservation record could not be read or written ({e}); retry",
+                    code=503,
+                    reason="ServiceUnavailable",
+                )
+            raise
+        if not isinstance(result, Awaiting):
+            return deny(result) if result else allow()
+        # Fits only if admissions still in flight are never stored: wait for their fate, within
+        # this request's own deadline, looking again every POLL_SECONDS (a real admission is
+        # stored within milliseconds, and the next turn then refuses this one).
+        pause = min(POLL_SECONDS, max(0.0, (result.until - dt.datetime.now(dt.UTC)).total_seconds()))
+        if time.monotonic() + pause > deadline - WAIT_MARGIN_SECONDS:
+            return deny(
+                f"{result.problem}; {result.count} other PodGroup admission(s) in this namespace may "
+                "still be on their way to storage, retry"
+            )
+        time.sleep(pause)
+
+
+@dataclass(frozen=True)
+class Awaiting:
+    """The claim fits only if in-flight admissions (`count`) turn out never stored; their
+    in-flight bound passes at `until`."""
+
+    problem: str
+    count: int
+    until: dt.datetime
+
+
+def _take_turn(
+    request: AdmissionRequest, view: ClusterView, entry: Entry, previous: Entry | None, shrinking: bool
+) -> str | Awaiting | None:
+    """One turn on the namespace's record: a refusal, Awaiting, or None (admitted, recorded)."""
+    now = dt.datetime.now(dt.UTC)
     live = view.live_podgroups(request.namespace)
     stored = view.stored_podgroups(request.namespace)
     cached_quotas = view.resource_quotas(request.namespace)
     bound = view.in_flight
 
-    def reserve(record: Record, reads: Reads) -> tuple[Record | None, str | None]:
+    def reserve(record: Record, reads: Reads) -> tuple[Record | None, str | Awaiting | None]:
+        # Stamped when decided, not when the request arrived: a request that waited for its
+        # turn must not look older than it is, or another replica could end its claim while it
+        # is still on its way to storage.
+        decided_at = stamp(dt.datetime.now(dt.UTC))
         entries = dict(record.entries)
         existing = entries.get(entry.key)
         base = existing if existing is not None else previous
@@ -134,19 +207,17 @@ def admit(request: AdmissionRequest, view: ClusterView) -> Decision:
         claim = merge(base, entry) if base is not None else entry
         if existing is not None and existing.covers(claim):
             return None, None  # nothing more claimed (a retry, a shrink, a metadata update)
-        claim = replace(claim, admitted_at=entry.admitted_at, generation=entry.generation)
+        claim = replace(claim, admitted_at=decided_at, generation=entry.generation)
         if base is not None and base.priority_class != claim.priority_class:
             # A class change: the old claim counts under the old class until the change is
             # stored or refused (the controller's sweep, or a LIST, ends it).
-            key, old_claim = replace(
-                base, admitted_at=entry.admitted_at, generation=entry.generation
-            ).as_shadow()
+            key, old_claim = replace(base, admitted_at=decided_at, generation=entry.generation).as_shadow()
             entries[key] = old_claim
         if shrinking:
             entries[claim.key] = claim
             return record.with_entries(entries), None
 
-        def decide(quotas: list[Mapping[str, Any]]) -> str | None:
+        def decide(quotas: list[Mapping[str, Any]]) -> str | Awaiting | None:
             nonlocal entries
             problem = check_claim(entries, claim, quotas)
             if problem:
@@ -158,6 +229,17 @@ def admit(request: AdmissionRequest, view: ClusterView) -> Decision:
                 if candidates and check_claim(without, claim, quotas) is None:
                     entries = resync(entries, reads.podgroups(), bound)
                     problem = check_claim(entries, claim, quotas)
+            own = (entry.key, f"{entry.uid}{SHADOW_SUFFIX}")  # this request's own claims
+            if problem and any(in_flight(e, now, bound) for k, e in entries.items() if k not in own):
+                # Blocked by admissions that may still be stored? Then this one waits for their
+                # fate rather than being refused for a claim that may never exist (a forged
+                # CREATE, or one a later admission step refuses).
+                listing = reads.podgroups()
+                pending = awaiting(entries, listing, bound)
+                for key in own:
+                    pending.pop(key, None)
+                if pending and check_claim(once_settled(entries, listing), claim, quotas) is None:
+                    return Awaiting(problem, len(pending), max(pending.values()))
             return problem
 
         # A refusal may rest on the cached quotas (a quota the cache holds limits at least that
@@ -174,31 +256,9 @@ def admit(request: AdmissionRequest, view: ClusterView) -> Decision:
         entries[claim.key] = claim
         return record.with_entries(entries), None
 
-    try:
-        problem = view.ledger_store.update(
-            request.namespace, reserve, dry_run=request.dry_run, deadline=request.deadline
-        )
-    except Exception as e:
-        if shrinking:
-            log.warning(
-                "record not updated; an update claiming no more is allowed anyway",
-                podgroup=request.name,
-                error=repr(e),
-            )
-            return allow()
-        if isinstance(e, LedgerBusy):
-            return deny(f"PodGroup quota ledger is busy, retry: {e}", code=429, reason="TooManyRequests")
-        if isinstance(e, ValueError | ApiError | OSError):
-            log.warning("reservation record unavailable", namespace=request.namespace, error=str(e))
-            return deny(
-                f"PodGroup quota: the reservation record could not be read or written ({e}); retry",
-                code=503,
-                reason="ServiceUnavailable",
-            )
-        raise
-    if problem:
-        return deny(problem)
-    return allow()
+    return view.ledger_store.update(
+        request.namespace, reserve, dry_run=request.dry_run, deadline=request.deadline
+    )
 
 
 RULE_SET = RuleSet(

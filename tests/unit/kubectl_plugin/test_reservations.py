@@ -14,7 +14,7 @@ from tests.builders import pod, podgroup, resource_quota
 
 NOW = dt.datetime(2026, 1, 1, 12, tzinfo=dt.UTC)
 LONG_AGO = "2026-01-01T00:00:00Z"
-JUST_NOW = "2026-01-01T11:59:50Z"  # inside the 60 s grace
+JUST_NOW = "2026-01-01T11:59:58Z"  # inside the in-flight bound
 
 
 def entry(
