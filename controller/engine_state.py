@@ -42,7 +42,8 @@ class EngineState:
         engine = cls(caches)
         for name in ENGINE_CACHES:
             cache: WatchCache = getattr(caches, name)
-            cache.on_event = _chain(cache.on_event, engine._event_handler(name))
+            # The engine first: a key the event enqueues is then decided on a state that has it.
+            cache.on_event = _chain(engine._event_handler(name), cache.on_event)
         return engine
 
     def _event_handler(self, name: str) -> OnEvent:
@@ -97,9 +98,9 @@ class EngineState:
         return [p.key for p in sorted(known, key=lambda p: (-p.priority, p.created, p.key))]
 
 
-def _chain(first: OnEvent | None, then: Callable[[str, Obj], None]) -> OnEvent:
-    if first is None:
-        return then
+def _chain(first: Callable[[str, Obj], None], then: OnEvent | None) -> OnEvent:
+    if then is None:
+        return first
 
     def both(event_type: str, obj: Obj) -> None:
         first(event_type, obj)

@@ -38,7 +38,7 @@ import structlog
 from controller.caches import Caches
 from controller.engine_state import EngineState
 from controller.events import EventRecorder
-from controller.victims import MERGE_PATCH, Preemptor, VictimWriter
+from controller.victims import MERGE_PATCH, NotLeader, Preemptor, VictimWriter
 from priogate import preemption_record as record
 from priogate import priority as prio
 from priogate.clock import micro_time
@@ -48,10 +48,6 @@ from priogate.preemption.policy import DEFAULT_POLICY, PreemptionPolicy
 from priogate.preemption_record import RecordedDecision, Step, Victim
 
 log = structlog.get_logger("priogate.controller.preemption")
-
-
-class NotLeader(Exception):
-    """Leadership was lost mid-way: stop writing; the record lets the next leader finish."""
 
 
 class Stopped(Exception):
@@ -227,7 +223,7 @@ class GangPreemptor:
 
     def _guard(self) -> None:
         if not self.is_leader():
-            raise NotLeader("leadership lost during a preemption")
+            raise NotLeader("leadership lost during a gang preemption")
 
     def _group_path(self, group: Mapping[str, Any]) -> str:
         meta = group["metadata"]

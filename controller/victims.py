@@ -50,6 +50,11 @@ def gone(e: ApiError) -> bool:
     return e.status in (404, 409) or uid_refused(e)
 
 
+class NotLeader(Exception):
+    """Leadership was lost mid-way: stop writing (a gang's record lets the next leader finish;
+    a single pod is decided again)."""
+
+
 class Taken(Enum):
     DELETED = "deleted"  # deleted (or evicted) now
     GONE = "gone"  # already gone, replaced by another pod, or already terminating
