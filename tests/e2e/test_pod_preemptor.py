@@ -68,10 +68,16 @@ class Side:
         self.classes.append(name)
         return name
 
-    def close(self) -> None:
+    def end_scenario(self) -> None:
+        """Delete the scenario's tenants (their namespaces and pods): the next one fills the
+        nodes afresh."""
         for tenant in self.tenants:
             tenant.api_client.close()
             self.core.delete_namespace(tenant.namespace, propagation_policy="Background")
+        self.tenants = []
+
+    def close(self) -> None:
+        self.end_scenario()
         for name in self.classes:
             try:
                 self.client.delete(f"{CLASSES}/{name}")
@@ -105,14 +111,21 @@ class Side:
         makes a pod immune (only the opt-out label does, and only where priogate preempts)."""
 
         def settled() -> bool:
+            # Earlier scenarios' pods leave the nodes a little after their namespace is deleted:
+            # sizing the fillers before that would leave room once they go.
+            leaving = {
+                n["metadata"]["name"]
+                for n in self.client.get("/api/v1/namespaces")["items"]
+                if (n.get("status") or {}).get("phase") == "Terminating"
+            }
             return not [
                 p
                 for p in self.client.get("/api/v1/pods")["items"]
                 if str(p["spec"].get("nodeName") or "").startswith(NODE_PREFIX)
-                and p["metadata"].get("deletionTimestamp")
+                and (p["metadata"].get("deletionTimestamp") or p["metadata"]["namespace"] in leaving)
             ]
 
-        wait_for(settled, 90, "no pod is terminating on the nodes")
+        wait_for(settled, 90, "no pod of an earlier scenario is left on the nodes")
         names = []
         for node, cpu in sorted(self.free_cpu().items()):
             quantity = format_quantity(Fraction(int(cpu * 1000), 1000))
@@ -161,17 +174,31 @@ class Side:
 
 
 @pytest.fixture(scope="module")
-def priogate_side(preemptor_cluster: LocalCluster) -> Iterator[Side]:
+def priogate_cluster_side(preemptor_cluster: LocalCluster) -> Iterator[Side]:
     side = Side(preemptor_cluster)
     yield side
     side.close()
 
 
 @pytest.fixture(scope="module")
-def default_side(cluster: LocalCluster) -> Iterator[Side]:
+def default_cluster_side(cluster: LocalCluster) -> Iterator[Side]:
     side = Side(cluster)
     yield side
     side.close()
+
+
+@pytest.fixture
+def priogate_side(priogate_cluster_side: Side) -> Iterator[Side]:
+    """The preemptor mode, for one scenario."""
+    yield priogate_cluster_side
+    priogate_cluster_side.end_scenario()
+
+
+@pytest.fixture
+def default_side(default_cluster_side: Side) -> Iterator[Side]:
+    """The default mode (the session's cluster), for one scenario."""
+    yield default_cluster_side
+    default_cluster_side.end_scenario()
 
 
 def test_a_high_priority_pod_preempts_a_lower_one_with_priogates_condition_and_events(priogate_side: Side):
