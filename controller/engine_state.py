@@ -1,5 +1,5 @@
 """The preemption engine's state kept current from the controller's watch caches, so a gang
-decision does not rebuild the whole snapshot (priogate.preemption.live).
+or single-pod decision does not rebuild the whole snapshot (priogate.preemption.live).
 
 `EngineState.attach(caches)` chains a callback onto the five caches preemption reads (before
 they start), and seeds the live state from their contents on first use. One lock serializes
@@ -12,13 +12,13 @@ applied after it (applying an object the state already holds changes nothing): n
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 import structlog
 
 from controller.caches import Caches
 from priogate.kube.cache import Obj, OnEvent, WatchCache
-from priogate.preemption.engine import decide_group
+from priogate.preemption.engine import decide_group, decide_pod
 from priogate.preemption.live import LiveClusterState
 from priogate.preemption.outcome import Outcome
 from priogate.preemption.policy import DEFAULT_POLICY, PreemptionPolicy
@@ -42,7 +42,8 @@ class EngineState:
         engine = cls(caches)
         for name in ENGINE_CACHES:
             cache: WatchCache = getattr(caches, name)
-            cache.on_event = _chain(cache.on_event, engine._event_handler(name))
+            # The engine first: a key the event enqueues is then decided on a state that has it.
+            cache.on_event = _chain(engine._event_handler(name), cache.on_event)
         return engine
 
     def _event_handler(self, name: str) -> OnEvent:
@@ -81,10 +82,25 @@ class EngineState:
                 log.warning("malformed objects left out of the preemption state", skipped=dict(live.skipped))
             return decide_group(live.current(), group_key, policy=policy)
 
+    def decide_pod(self, pod_key: str, *, policy: PreemptionPolicy = DEFAULT_POLICY) -> Outcome:
+        """engine.decide_pod on the current state: the single-pod decision `python -m
+        controller simulate` takes for that pod on a snapshot of the same objects."""
+        with self._lock:
+            return decide_pod(self._seeded().current(), pod_key, policy=policy)
 
-def _chain(first: OnEvent | None, then: Callable[[str, Obj], None]) -> OnEvent:
-    if first is None:
-        return then
+    def order(self, pod_keys: Iterable[str]) -> list[str]:
+        """`pod_keys` in the engine's preemptor order (engine.Preemptor.order: priority as the
+        engine resolves it, highest first, then creation time, then key); keys the state does
+        not hold are left out."""
+        with self._lock:
+            pods = self._seeded().current().pods
+            known = [pods[k] for k in pod_keys if k in pods]
+        return [p.key for p in sorted(known, key=lambda p: (-p.priority, p.created, p.key))]
+
+
+def _chain(first: Callable[[str, Obj], None], then: OnEvent | None) -> OnEvent:
+    if then is None:
+        return first
 
     def both(event_type: str, obj: Obj) -> None:
         first(event_type, obj)

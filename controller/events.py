@@ -37,7 +37,11 @@ class EventRecorder:
         reason: str,
         action: str,
         note: str,
+        related: tuple[Mapping[str, Any], str, str] | None = None,
     ) -> None:
+        """`related`: (object, kind, apiVersion) of a second object the event concerns, as
+        kube-scheduler names the preemptor on a victim's Preempted event (Eventf(victim,
+        preemptor, ...) in pkg/scheduler/framework/preemption/executor.go)."""
         meta = regarding.get("metadata") or {}
         namespace = meta.get("namespace") or "default"
         body = {
@@ -64,6 +68,16 @@ class EventRecorder:
                 "uid": meta.get("uid", ""),
             },
         }
+        if related is not None:
+            obj, related_kind, related_version = related
+            related_meta = obj.get("metadata") or {}
+            body["related"] = {
+                "apiVersion": related_version,
+                "kind": related_kind,
+                "namespace": related_meta.get("namespace", ""),
+                "name": related_meta.get("name", ""),
+                "uid": related_meta.get("uid", ""),
+            }
         try:
             self.client.create(resource_path("events.k8s.io/v1", "events", namespace), body)
         except ApiError as e:

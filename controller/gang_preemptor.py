@@ -4,7 +4,8 @@ then the writes, in an order that survives a crash at any point:
 1. record the decision on the PodGroup (annotation, resourceVersion precondition): the commit
    point; a conflict here means nothing was touched and the next reconcile starts over;
 2. per victim: DisruptionTarget condition (pods/status), an Event, DELETE with a uid
-   precondition (a pod of the same name created since is not a victim);
+   precondition (a pod of the same name created since is not a victim): controller/victims.py,
+   the writes the pod preemptor makes too;
 3. status.nominatedNodeName on the members the decision placed;
 4. mark the record applied, and an Event on the PodGroup.
 
@@ -37,6 +38,7 @@ import structlog
 from controller.caches import Caches
 from controller.engine_state import EngineState
 from controller.events import EventRecorder
+from controller.victims import MERGE_PATCH, NotLeader, Preemptor, VictimWriter
 from priogate import preemption_record as record
 from priogate import priority as prio
 from priogate.clock import micro_time
@@ -47,21 +49,9 @@ from priogate.preemption_record import RecordedDecision, Step, Victim
 
 log = structlog.get_logger("priogate.controller.preemption")
 
-MERGE_PATCH = "application/merge-patch+json"
-STRATEGIC_PATCH = "application/strategic-merge-patch+json"
-
-
-class NotLeader(Exception):
-    """Leadership was lost mid-way: stop writing; the record lets the next leader finish."""
-
 
 class Stopped(Exception):
     """The preemptor group went away (or its record changed) mid-way: no further victim."""
-
-
-def _uid_refused(e: ApiError) -> bool:
-    """kube-apiserver's answer to a write whose metadata.uid is not the stored object's."""
-    return e.status == 422 and "metadata.uid" in e.message
 
 
 class GangPreemptor:
@@ -89,6 +79,7 @@ class GangPreemptor:
         self.retry_after = retry_after
         self.max_age = max_age
         self.on_applied = on_applied
+        self.writer = VictimWriter(client, caches.pods.get, events, self._guard)
 
     def handle(self, group: Mapping[str, Any], members: Sequence[Mapping[str, Any]], scheduled: int) -> str:
         meta = group["metadata"]
@@ -232,7 +223,7 @@ class GangPreemptor:
 
     def _guard(self) -> None:
         if not self.is_leader():
-            raise NotLeader("leadership lost during a preemption")
+            raise NotLeader("leadership lost during a gang preemption")
 
     def _group_path(self, group: Mapping[str, Any]) -> str:
         meta = group["metadata"]
@@ -265,26 +256,22 @@ class GangPreemptor:
     def _apply(self, group: Mapping[str, Any], decision: RecordedDecision) -> None:
         meta = group["metadata"]
         preemptor = f"{meta['namespace']}/{meta['name']}"
+        by = Preemptor(
+            "PodGroup",
+            GROUP_VERSION,
+            group,
+            f"preempted by priogate to make room for PodGroup {preemptor}",
+            event_type="Warning",
+        )
         now = micro_time(dt.datetime.now(dt.UTC))
         for victim in decision.victims:
             self._check_group(group, decision)
-            self._evict(victim, preemptor, now)
+            self.writer.take(victim, by, now)
         for name, node in sorted(decision.placements.items()):
             member = self.caches.pods.get(meta["namespace"], name)
             if member is None or (member.get("spec") or {}).get("nodeName"):
                 continue  # gone, or bound already: a nomination is moot (and refused)
-            self._guard()
-            path = resource_path("v1", "pods", meta["namespace"], name) + "/status"
-            try:
-                self.client.request(
-                    "PATCH", path, body={"status": {"nominatedNodeName": node}}, content_type=MERGE_PATCH
-                )
-            except ApiError as e:
-                # 404: gone; 422: bound since the cache saw it ("may not be set on pods that are
-                # already bound to a node"). Either way the nomination has no use any more.
-                if e.status not in (404, 422):
-                    raise
-                log.info("nomination skipped", pod=f"{meta['namespace']}/{name}", status=e.status)
+            self.writer.nominate(meta["namespace"], name, node)
         self._mark_applied(group, decision)
         self.on_applied(len(decision.victims))
         victims = ", ".join(v.key for v in decision.victims)
@@ -297,51 +284,6 @@ class GangPreemptor:
             action="Preempt",
             note=f"preempted {len(decision.victims)} pod(s) for the gang: {victims}; {decision.reason}",
         )
-
-    def _evict(self, victim: Victim, preemptor: str, now: str) -> None:
-        pod = self.caches.pods.get(victim.namespace, victim.name)
-        path = resource_path("v1", "pods", victim.namespace, victim.name)
-        if (
-            pod is not None
-            and pod["metadata"].get("uid") == victim.uid
-            and not pod["metadata"].get("deletionTimestamp")
-        ):
-            self._guard()
-            try:
-                # Strategic merge: conditions merge by type, so others' conditions stay.
-                # metadata.uid in the body is a precondition: uid is immutable, so kube-apiserver
-                # refuses to patch a pod of that name with another uid (422 "metadata.uid ...
-                # field is immutable"; tests/e2e/test_controller_trust.py shows it).
-                self.client.request(
-                    "PATCH",
-                    path + "/status",
-                    body={
-                        "metadata": {"uid": victim.uid},
-                        "status": {"conditions": [record.disruption_condition(now, preemptor)]},
-                    },
-                    content_type=STRATEGIC_PATCH,
-                )
-            except ApiError as e:
-                if e.status in (404, 409) or _uid_refused(e):  # gone, or replaced by another pod
-                    log.info("victim gone or replaced", pod=victim.key, status=e.status)
-                    return
-                raise
-            self.events.emit(
-                pod,
-                "Pod",
-                "v1",
-                type_="Warning",
-                reason="Preempted",
-                action="Preempt",
-                note=f"preempted by priogate to make room for PodGroup {preemptor}",
-            )
-        self._guard()
-        try:
-            self.client.delete(path, preconditions={"uid": victim.uid})
-        except ApiError as e:
-            # 404: gone already; 409: the uid precondition failed, a new pod took the name.
-            if e.status not in (404, 409):
-                raise
 
     def _mark_applied(self, group: Mapping[str, Any], decision: RecordedDecision) -> None:
         self._mark(group, decision, decision.done())

@@ -17,7 +17,8 @@ import structlog
 
 from controller.caches import Caches
 from controller.events import EventRecorder
-from controller.gang_preemptor import GangPreemptor, NotLeader
+from controller.gang_preemptor import GangPreemptor
+from controller.victims import NotLeader
 from priogate import enqueue, phase
 from priogate import preemption_record as record
 from priogate import priority as prio

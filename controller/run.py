@@ -1,8 +1,9 @@
 """`python -m controller run`: the controller program.
 
-Watch caches feed a work queue (keys "podgroup:NS/NAME" and "ledger:NS"); one worker, while
-this process leads, reconciles PodGroup status, applies gang preemption and reclaims stale
-ledger entries. One worker on purpose: enqueue decisions are first come, first served, and a
+Watch caches feed a work queue (keys "podgroup:NS/NAME", "ledger:NS", and with
+--pod-preemption "pods:preempt"); one worker, while this process leads, reconciles PodGroup
+status, applies gang preemption, preempts for single pods (controller/pod_preemptor.py) and
+reclaims stale ledger entries. One worker on purpose: enqueue decisions are first come, first served, and a
 group's reservation must be visible to the next group's decision.
 """
 
@@ -21,11 +22,14 @@ import structlog
 
 from controller.caches import build_caches
 from controller.election import LeaderElector, default_identity
+from controller.engine_state import EngineState
 from controller.events import EventRecorder
 from controller.gang_preemptor import GangPreemptor
+from controller.pod_preemptor import SWEEP_KEY, PodPreemptor, candidate
 from controller.reclaim import Reclaimer
 from controller.reconcile import Reconciler
 from controller.serving import Metrics, serve
+from controller.victims import NotLeader
 from controller.workqueue import WorkQueue
 from priogate.kube.cache import CacheState, Obj
 from priogate.kube.client import ApiClient, load_client
@@ -91,6 +95,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         " bookmarks about every 60 s: keep it above that (default 120)",
     )
     p.add_argument("--gang-preemption", action=argparse.BooleanOptionalAction, default=True)
+    p.add_argument(
+        "--pod-preemption",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="preempt for every pending pod kube-scheduler could not place (the preemptor mode: run"
+        " kube-scheduler with DefaultPreemption disabled, manifests/scheduler/; default off)",
+    )
     preemption_policy.add_arguments(p)
     p.add_argument(
         "--preemption-retry-seconds",
@@ -159,6 +170,9 @@ class Controller:
                 on_stopped=self.stopped_leading,
             )
         events = EventRecorder(client, self.identity)
+        policy = preemption_policy.from_arguments(args)
+        # One engine state for both preemptors: one set of watch callbacks, one lock.
+        engine = EngineState.attach(self.caches) if args.gang_preemption or args.pod_preemption else None
         preemptor = None
         if args.gang_preemption:
             preemptor = GangPreemptor(
@@ -166,9 +180,21 @@ class Controller:
                 self.caches,
                 events,
                 self.is_leader,
-                policy=preemption_policy.from_arguments(args),
+                policy=policy,
                 retry_after=args.preemption_retry_seconds,
                 max_age=args.preemption_record_max_age,
+                on_applied=self._count_preemption,
+                engine=engine,
+            )
+        self.pod_preemptor: PodPreemptor | None = None
+        if args.pod_preemption:
+            self.pod_preemptor = PodPreemptor(
+                client,
+                self.caches,
+                events,
+                self.is_leader,
+                policy=policy,
+                engine=engine,
                 on_applied=self._count_preemption,
             )
         self.reconciler = Reconciler(
@@ -212,6 +238,8 @@ class Controller:
             group = group_of(obj)
             if group:
                 self.queue.add(f"{GROUP_KEY}{namespace}/{group}")
+            if self.pod_preemptor is not None and candidate(obj):
+                self.queue.add(SWEEP_KEY)
         elif cache == "quotas":
             for group in self.caches.podgroups.namespace(namespace).values():
                 self.queue.add(f"{GROUP_KEY}{namespace}/{group['metadata']['name']}")
@@ -224,6 +252,8 @@ class Controller:
         self.metrics.queue_depth.set(self.queue.depth())
 
     def resync(self) -> None:
+        if self.pod_preemptor is not None:
+            self.queue.add(SWEEP_KEY)
         for group in self.caches.podgroups.items():
             if ((group.get("status") or {}).get("phase") or "") not in FINISHED_PHASES:
                 meta = group["metadata"]
@@ -280,7 +310,16 @@ class Controller:
                 self.idle.set()
 
     def process(self, key: str) -> None:
-        if key.startswith(GROUP_KEY):
+        if key == SWEEP_KEY and self.pod_preemptor is not None:
+            try:
+                sweep = self.pod_preemptor.sweep()
+            except NotLeader:
+                self.metrics.reconciles.labels(kind="pods", result="not-leader").inc()
+                return
+            if sweep.recheck_after is not None:
+                self.queue.add_after(key, sweep.recheck_after)
+            self.metrics.reconciles.labels(kind="pods", result=sweep.result).inc()
+        elif key.startswith(GROUP_KEY):
             namespace, _, name = key.removeprefix(GROUP_KEY).partition("/")
             result = self.reconciler.reconcile(namespace, name)
             self.metrics.reconciles.labels(kind="podgroup", result=result).inc()

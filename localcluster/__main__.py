@@ -22,7 +22,7 @@ from pathlib import Path
 from types import FrameType
 
 from localcluster.binaries import REPO, BuildFailed, ensure_binaries
-from localcluster.cluster import LocalCluster, Options
+from localcluster.cluster import PREEMPTORS, LocalCluster, Options
 from localcluster.procs import ComponentFailed, log_tail, process_start_time, progress, running, stop_pid
 
 STATE_FILE = "state.json"
@@ -48,6 +48,7 @@ def _options(args: argparse.Namespace) -> Options:
         webhook_workers=args.workers,
         mtls=not args.no_mtls,
         controller=not args.no_controller,
+        preemptor=args.preemptor,
     )
 
 
@@ -235,6 +236,14 @@ def main(argv: list[str] | None = None) -> int:
         help="the webhook takes any TLS client; by default it requires kube-apiserver's client"
         " certificate (docs/hardening.md)",
     )
+    p.add_argument(
+        "--preemptor",
+        choices=PREEMPTORS,
+        default="kube-scheduler",
+        help="who preempts for single pods: kube-scheduler (its DefaultPreemption; priogate only for"
+        " gangs; the default) or priogate (kube-scheduler with DefaultPreemption disabled,"
+        " manifests/scheduler/, and the controller with --pod-preemption)",
+    )
     p.add_argument("--timeout", type=float, default=300, help="up: seconds to wait until the webhooks answer")
     p.add_argument("--background", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -246,6 +255,7 @@ def main(argv: list[str] | None = None) -> int:
         f"--node-memory={args.node_memory}",
         f"--node-pods={args.node_pods}",
         f"--workers={args.workers}",
+        f"--preemptor={args.preemptor}",
         *(["--keep-priority-plugin"] if args.keep_priority_plugin else []),
         *(["--no-webhook"] if args.no_webhook else []),
         *(["--no-mtls"] if args.no_mtls else []),

@@ -40,6 +40,7 @@ CRD_API = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
 # The ClusterRoles aggregated into the built-in admin, edit and view roles (PodGroups for users).
 USER_RBAC = REPO / "manifests" / "user-rbac.yaml"
 CLUSTERROLE_API = "/apis/rbac.authorization.k8s.io/v1/clusterroles"
+PREEMPTORS = ("kube-scheduler", "priogate")
 
 
 @dataclass
@@ -66,6 +67,18 @@ class Options:
     cache_quiet_seconds: float | None = None
     # More flags for the controller (e.g. a short --reclaim-seconds).
     controller_args: tuple[str, ...] = ()
+    # Who preempts for single pods: "kube-scheduler" (its DefaultPreemption; priogate only for
+    # gangs) or "priogate" (kube-scheduler runs manifests/scheduler/'s profile, DefaultPreemption
+    # disabled, and the controller runs with --pod-preemption).
+    preemptor: str = "kube-scheduler"
+
+    def __post_init__(self) -> None:
+        if self.preemptor not in PREEMPTORS:
+            raise ValueError(f"preemptor must be one of {PREEMPTORS}, not {self.preemptor!r}")
+
+    def preemptor_flags(self) -> tuple[str, ...]:
+        """The controller's flags for the preemptor mode."""
+        return ("--pod-preemption",) if self.preemptor == "priogate" else ()
 
     def quiet_flags(self) -> tuple[str, ...]:
         q = self.cache_quiet_seconds
@@ -172,9 +185,13 @@ class LocalCluster:
             components.kube_controller_manager(self.bin_dir, self.pki, self.kubeconfig, self.ports),
             self._log("kube-controller-manager"),
         )
+        scheduler_config = None
+        if o.preemptor == "priogate":
+            scheduler_config = self.state_dir / "kube-scheduler-config.yaml"
+            components.write_scheduler_config(scheduler_config, self.kubeconfig)
         sched = self.supervisor.start(
             "kube-scheduler",
-            components.kube_scheduler(self.bin_dir, self.kubeconfig, self.ports),
+            components.kube_scheduler(self.bin_dir, self.kubeconfig, self.ports, scheduler_config),
             self._log("kube-scheduler"),
         )
         kwok = self.supervisor.start(
@@ -246,6 +263,7 @@ class LocalCluster:
                 self.controller_kubeconfig,
                 self.ports.controller,
                 *self.options.quiet_flags(),
+                *self.options.preemptor_flags(),
                 *self.options.controller_args,
             ),
             self._log("controller"),
@@ -393,6 +411,7 @@ class LocalCluster:
             "webhook": self.ports.webhook_url if self.webhooks else None,
             "webhook_mtls": bool(self.webhooks and self.options.mtls),
             "priority_plugin": self.mode.priority_plugin,
+            "preemptor": self.options.preemptor,
             "etcd_data": str(self.etcd_data) if self.etcd_data else None,
             "components": [p.record() for p in self.supervisor.procs],
             "timings_s": {k: round(v, 2) for k, v in self.timings.items()},

@@ -33,6 +33,10 @@ KWOK_STAGE_FILES = (
 REPO_KWOK_STAGES = Path(__file__).parent / "kwok-stages"
 REPO_KWOK_STAGE_FILES = ("pod-delete.yaml", "pod-delete-graceful.yaml")
 GRACEFUL_DELETE_ANNOTATION = "priogate.io/kwok-graceful-delete"
+# The preemptor mode's scheduler profile, as shipped for admins (README, "The preemptor mode").
+SCHEDULER_CONFIG = (
+    Path(__file__).resolve().parent.parent / "manifests" / "scheduler" / "kube-scheduler-config.yaml"
+)
 
 
 @dataclass(frozen=True)
@@ -180,15 +184,32 @@ def kube_controller_manager(bin_dir: Path, pki: Pki, kubeconfig: Path, ports: Po
     ]
 
 
-def kube_scheduler(bin_dir: Path, kubeconfig: Path, ports: Ports) -> list[str]:
+def scheduler_config(kubeconfig: Path) -> dict[str, Any]:
+    """manifests/scheduler/'s KubeSchedulerConfiguration (DefaultPreemption disabled) with what
+    the flags set otherwise: with --config, kube-scheduler ignores the deprecated --kubeconfig
+    (cmd/kube-scheduler/app/options/options.go ApplyTo applies the deprecated flags only
+    without a config file), so the client connection and leader election move into the file."""
+    config = yaml.safe_load(SCHEDULER_CONFIG.read_text())
+    config["clientConnection"] = {"kubeconfig": str(kubeconfig)}
+    config["leaderElection"] = {"leaderElect": False}
+    return config
+
+
+def write_scheduler_config(path: Path, kubeconfig: Path) -> None:
+    path.write_text(yaml.safe_dump(scheduler_config(kubeconfig), sort_keys=False))
+
+
+def kube_scheduler(bin_dir: Path, kubeconfig: Path, ports: Ports, config: Path | None = None) -> list[str]:
+    """`config`: a KubeSchedulerConfiguration file (scheduler_config); it then holds the
+    kubeconfig and leader election, and the serving and delegated-auth flags stay flags."""
+    client = [f"--config={config}"] if config else [f"--kubeconfig={kubeconfig}", "--leader-elect=false"]
     return [
         str(bin_dir / "kube-scheduler"),
-        f"--kubeconfig={kubeconfig}",
+        *client,
         f"--authentication-kubeconfig={kubeconfig}",
         f"--authorization-kubeconfig={kubeconfig}",
         f"--bind-address={LOOPBACK}",
         f"--secure-port={ports.scheduler}",
-        "--leader-elect=false",
     ]
 
 

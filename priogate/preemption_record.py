@@ -167,12 +167,15 @@ def needs_preemption(
     )
 
 
-def disruption_condition(now: str, preemptor: str) -> dict[str, str]:
+def disruption_condition(now: str, preemptor: str, kind: str = "PodGroup") -> dict[str, str]:
+    """The DisruptionTarget condition priogate puts on a victim before deleting it (KEP-3329;
+    kube-scheduler's is reason PreemptionByScheduler, pkg/scheduler/framework/preemption/
+    executor.go). `kind`: what preempts, "PodGroup" or "Pod"."""
     return {
         "type": DISRUPTION_TARGET,
         "status": "True",
         "reason": CONDITION_REASON,
-        "message": f"priogate: preempted to make room for PodGroup {preemptor}",
+        "message": f"priogate: preempted to make room for {kind} {preemptor}",
         "lastTransitionTime": now,
     }
 

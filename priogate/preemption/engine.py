@@ -195,3 +195,33 @@ def decide_group(
     if request is None:
         return unresolved(key, NOTHING_TO_PLACE)
     return preempt_group(state, request, policy=policy, explain=explain)
+
+
+NOT_A_POD = "pod not in the snapshot"
+NOT_PENDING = "not pending: bound, finished, terminating or gated"
+GANG_MEMBER = "member of a PodGroup still short of minMember: its gang preemption decides for it"
+FINISHED_GROUP = "its PodGroup is finished"
+
+
+def decide_pod(
+    state: ClusterState, pod_key: str, *, policy: PreemptionPolicy = DEFAULT_POLICY, explain: bool = False
+) -> Outcome:
+    """The single-pod preemption decision for one pending pod ("namespace/name") of a state
+    already prepared (e.g. LiveClusterState.current()): the step `run` takes for that pod, on
+    the state as it is (no other preemptor decided first). A pod `preemptors` would not list on
+    its own (a member of a gang still short of minMember, a member of a finished group, a pod
+    not pending) gets an unresolved outcome saying why."""
+    pod = state.pods.get(pod_key)
+    if pod is None:
+        return unresolved(pod_key, NOT_A_POD)
+    if not is_pending(pod) or pod.gated:
+        return unresolved(pod_key, NOT_PENDING)
+    group = state.groups.get(pod.group) if pod.group else None
+    if group is not None:
+        if group.phase in FINISHED_PHASES:
+            return unresolved(pod_key, FINISHED_GROUP)
+        members = [state.pods[k] for k in group_members(state).get(pod.group, ())]
+        request = gang_request(group, members)
+        if request is not None and any(p.key == pod_key for p in request.pending):
+            return unresolved(pod_key, GANG_MEMBER)
+    return preempt_pod(state, pod, policy=policy, explain=explain)

@@ -15,8 +15,9 @@ import pytest
 
 from controller.caches import Caches
 from controller.events import EventRecorder
-from controller.gang_preemptor import MERGE_PATCH, STRATEGIC_PATCH, GangPreemptor, NotLeader
+from controller.gang_preemptor import GangPreemptor, NotLeader
 from controller.reconcile import Reconciler
+from controller.victims import MERGE_PATCH, STRATEGIC_PATCH
 from priogate import phase
 from priogate import preemption_record as record
 from priogate.kube.cache import WatchCache

@@ -1,0 +1,231 @@
+"""Single-pod preemption applied: priogate's preemptor mode (`run --pod-preemption`), where
+kube-scheduler's DefaultPreemption PostFilter is disabled (manifests/scheduler/) and priogate
+preempts for every pod kube-scheduler fails to place.
+
+A sweep takes the pending pods the scheduler tried and could not place (PodScheduled=False,
+reason Unschedulable), in the engine's preemptor order (priority, highest first, then creation
+time: engine.Preemptor.order, the seed design's order), and asks the engine, on the state kept
+current from the watch caches (controller/engine_state.py), for each pod's decision
+(engine.decide_pod: the same function `python -m controller simulate` runs per pod). The
+engine applies kube-scheduler's eligibility (preemptionPolicy Never; a pod whose nominated node
+still holds terminating lower-priority victims waits: PodEligibleToPreemptOthers) and leaves
+the members of a gang still short of minMember to the gang preemptor.
+
+The first pod with a decision to preempt is acted on, as kube-scheduler's PostFilter and
+executor do (pkg/scheduler/framework/preemption/preemption.go, executor.go):
+1. status.nominatedNodeName on the preemptor (uid precondition). kube-scheduler keeps a
+   nomination another component wrote: its queue records nominations from pod updates
+   (UpdateNominatedPod) and tries the nominated node first (evaluateNominatedNode), and with no
+   PostFilter result the nomination is left as it is (NominatingInfo nil, ModeNoop);
+2. lower-priority pods nominated to that node lose their nomination (getLowerPriorityNominated
+   Pods: they may no longer fit and should look elsewhere);
+3. per victim: DisruptionTarget condition (reason PreemptionByPriogate), a Preempted Event
+   naming the preemptor, DELETE with the victim's grace period and a uid precondition
+   (controller/victims.py, shared with the gang preemptor);
+4. a Normal Event on the preemptor.
+A write that finds its pod gone or replaced (404, 409, uid refused) skips it. Then the sweep
+ends: the next one starts once the watch shows the writes (the nomination, the victims
+terminating or gone), so no decision is taken on a state that does not show the last one.
+
+Nothing is recorded: as in kube-scheduler, a crash mid-way leaves a nominated pod and some
+victims terminating, and the next decision sees both (the pod waits for its victims, or
+decides again).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import structlog
+
+from controller.caches import Caches
+from controller.engine_state import EngineState
+from controller.events import EventRecorder
+from controller.victims import NotLeader, Preemptor, Taken, VictimWriter
+from priogate import preemption_record as record
+from priogate.clock import micro_time
+from priogate.kube.client import ApiClient
+from priogate.podgroup import TERMINAL_POD_PHASES
+from priogate.preemption.outcome import Outcome
+from priogate.preemption.policy import DEFAULT_POLICY, PreemptionPolicy
+from priogate.preemption_record import Victim
+
+log = structlog.get_logger("priogate.controller.pod_preemption")
+
+SWEEP_KEY = "pods:preempt"
+# How long a sweep waits for the watch to show the last preemption's writes before it decides
+# again anyway (a write the watch never shows, e.g. a pod replaced meanwhile, must not stop it).
+CATCH_UP_SECONDS = 10.0
+RECHECK_SECONDS = 0.2
+
+
+def candidate(pod: Mapping[str, Any]) -> bool:
+    """A pod the scheduler tried and could not place: unbound, not terminating, not finished,
+    PodScheduled=False with reason Unschedulable (what kube-scheduler's PostFilter runs for)."""
+    meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
+    phase = (pod.get("status") or {}).get("phase") or ""
+    return (
+        not spec.get("nodeName")
+        and not meta.get("deletionTimestamp")
+        and phase not in TERMINAL_POD_PHASES
+        and record.unschedulable(pod)
+    )
+
+
+def pod_key(pod: Mapping[str, Any]) -> str:
+    meta = pod.get("metadata") or {}
+    return f"{meta.get('namespace') or 'default'}/{meta.get('name', '')}"
+
+
+def _priority(pod: Mapping[str, Any]) -> int:
+    value = (pod.get("spec") or {}).get("priority")
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def lower_nominations(
+    pods: Iterable[Mapping[str, Any]], node: str, below: int, preemptor: str
+) -> list[Mapping[str, Any]]:
+    """The pending pods nominated to `node` with a priority below `below`, other than the
+    preemptor: kube-scheduler's getLowerPriorityNominatedPods, whose nominations it clears."""
+    return [
+        p
+        for p in pods
+        if (p.get("status") or {}).get("nominatedNodeName") == node
+        and not (p.get("spec") or {}).get("nodeName")
+        and not (p.get("metadata") or {}).get("deletionTimestamp")
+        and _priority(p) < below
+        and pod_key(p) != preemptor
+    ]
+
+
+@dataclass(frozen=True)
+class Applied:
+    """A preemption the watch must show before the next decision."""
+
+    namespace: str
+    name: str
+    uid: str
+    node: str
+    victims: tuple[Victim, ...]
+    at: float
+
+
+def caught_up(applied: Applied, pods: Callable[[str, str], Mapping[str, Any] | None]) -> bool:
+    """The caches show `applied`: the preemptor nominated to its node (or bound, or gone) and
+    every victim terminating or gone."""
+    pod = pods(applied.namespace, applied.name)
+    if pod is not None and (pod.get("metadata") or {}).get("uid") == applied.uid:
+        bound = (pod.get("spec") or {}).get("nodeName")
+        if not bound and (pod.get("status") or {}).get("nominatedNodeName") != applied.node:
+            return False
+    for v in applied.victims:
+        victim = pods(v.namespace, v.name)
+        meta = (victim or {}).get("metadata") or {}
+        if victim is not None and meta.get("uid") == v.uid and not meta.get("deletionTimestamp"):
+            return False
+    return True
+
+
+@dataclass(frozen=True)
+class Sweep:
+    result: str  # "preempted", "waiting", "idle", "gone"
+    recheck_after: float | None = None  # sweep again after this many seconds
+
+
+class PodPreemptor:
+    def __init__(
+        self,
+        client: ApiClient,
+        caches: Caches,
+        events: EventRecorder,
+        is_leader: Callable[[], bool],
+        *,
+        policy: PreemptionPolicy = DEFAULT_POLICY,
+        engine: EngineState | None = None,
+        on_applied: Callable[[int], None] = lambda victims: None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.caches = caches
+        self.engine = engine or EngineState.attach(caches)
+        self.events = events
+        self.is_leader = is_leader
+        self.policy = policy
+        self.on_applied = on_applied
+        self.clock = clock
+        self.writer = VictimWriter(client, caches.pods.get, events, self._guard)
+        self.last: Applied | None = None
+
+    def _guard(self) -> None:
+        if not self.is_leader():
+            raise NotLeader("leadership lost during a pod preemption")
+
+    def candidates(self) -> list[str]:
+        """The keys of the pods to decide for, in the engine's preemptor order."""
+        return self.engine.order(pod_key(p) for p in self.caches.pods.items() if candidate(p))
+
+    def sweep(self) -> Sweep:
+        if self.last is not None:
+            if not caught_up(self.last, self.caches.pods.get) and (
+                self.clock() - self.last.at < CATCH_UP_SECONDS
+            ):
+                return Sweep("waiting", RECHECK_SECONDS)
+            self.last = None
+        for key in self.candidates():
+            outcome = self.engine.decide_pod(key, policy=self.policy)
+            if outcome.status != "preempt" or outcome.node is None:
+                continue
+            result = self.apply(key, outcome)
+            # Once the watch shows these writes, the next pod is decided.
+            return Sweep(result, RECHECK_SECONDS)
+        return Sweep("idle")
+
+    def apply(self, key: str, outcome: Outcome) -> str:
+        namespace, _, name = key.partition("/")
+        pod = self.caches.pods.get(namespace, name)
+        node = outcome.node
+        if pod is None or node is None:
+            return "gone"
+        uid = (pod.get("metadata") or {}).get("uid", "")
+        victims = tuple(self._victim(v.namespace, v.name, v.node_name) for v in outcome.victims)
+        log.info(
+            "preempting for a pod",
+            pod=key,
+            node=node,
+            victims=[v.key for v in victims],
+            reason=outcome.reason,
+        )
+        if not self.writer.nominate(namespace, name, node, uid):
+            return "gone"  # gone, replaced or bound meanwhile: nothing else was touched
+        if outcome.clear_below is not None:
+            for other in lower_nominations(self.caches.pods.items(), node, outcome.clear_below, key):
+                self.writer.clear_nomination(other)
+        by = Preemptor(
+            "Pod",
+            "v1",
+            pod,
+            # kube-scheduler's note (executor.go PreemptPod), naming the preemptor by uid.
+            f"Preempted by pod {uid} on node {node} (priogate, for {key})",
+        )
+        now = micro_time(dt.datetime.now(dt.UTC))
+        taken = [v for v in victims if self.writer.take(v, by, now) is Taken.DELETED]
+        self.last = Applied(namespace, name, uid, node, victims, self.clock())
+        self.on_applied(len(taken))
+        names = ", ".join(v.key for v in victims) or "none (lower-priority pods already terminating there)"
+        self.events.emit(
+            pod,
+            "Pod",
+            "v1",
+            type_="Normal",
+            reason="Preempting",
+            action="Preempt",
+            note=f"priogate nominated the pod to node {node} and preempted {len(taken)} pod(s): {names}",
+        )
+        return "preempted"
+
+    def _victim(self, namespace: str, name: str, node: str) -> Victim:
+        uid = ((self.caches.pods.get(namespace, name) or {}).get("metadata") or {}).get("uid", "")
+        return Victim(namespace, name, uid, node)

@@ -1,0 +1,73 @@
+"""localcluster's --preemptor: kube-scheduler's command line and config file in each mode, and
+the controller's flags."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from localcluster import Options
+from localcluster.__main__ import _options
+from localcluster.components import SCHEDULER_CONFIG, Ports, kube_scheduler, scheduler_config
+
+PORTS = Ports(*range(7))
+KUBECONFIG = Path("/state/kubeconfig")
+
+
+def test_the_shipped_profile_disables_only_default_preemption():
+    config = yaml.safe_load(SCHEDULER_CONFIG.read_text())
+    assert config["apiVersion"] == "kubescheduler.config.k8s.io/v1"
+    assert config["kind"] == "KubeSchedulerConfiguration"
+    (profile,) = config["profiles"]
+    assert profile["schedulerName"] == "default-scheduler"
+    assert profile["plugins"] == {"postFilter": {"disabled": [{"name": "DefaultPreemption"}]}}
+
+
+def test_kube_scheduler_flags_in_each_mode():
+    default = kube_scheduler(Path("/bin"), KUBECONFIG, PORTS)
+    assert f"--kubeconfig={KUBECONFIG}" in default and "--leader-elect=false" in default
+    assert not any(a.startswith("--config") for a in default)
+    config = Path("/state/kube-scheduler-config.yaml")
+    priogate = kube_scheduler(Path("/bin"), KUBECONFIG, PORTS, config)
+    # With --config, the deprecated --kubeconfig is ignored: it and leader election move into
+    # the file; serving and delegated auth stay flags.
+    assert f"--config={config}" in priogate
+    assert not any(a.startswith(("--kubeconfig", "--leader-elect")) for a in priogate)
+    assert f"--authentication-kubeconfig={KUBECONFIG}" in priogate
+    assert f"--secure-port={PORTS.scheduler}" in priogate
+
+
+def test_the_written_config_is_the_shipped_profile_plus_the_connection():
+    config = scheduler_config(KUBECONFIG)
+    assert config["clientConnection"] == {"kubeconfig": str(KUBECONFIG)}
+    assert config["leaderElection"] == {"leaderElect": False}
+    assert config["profiles"] == yaml.safe_load(SCHEDULER_CONFIG.read_text())["profiles"]
+
+
+def test_the_controller_preempts_for_pods_only_in_the_priogate_mode():
+    assert Options().preemptor == "kube-scheduler"
+    assert Options().preemptor_flags() == ()
+    assert Options(preemptor="priogate").preemptor_flags() == ("--pod-preemption",)
+    with pytest.raises(ValueError):
+        Options(preemptor="volcano")
+
+
+def test_the_command_line_flag_reaches_the_options():
+    import argparse
+
+    args = argparse.Namespace(
+        state_dir=Path("/s"),
+        nodes=1,
+        node_cpu="8",
+        node_memory="32Gi",
+        node_pods=110,
+        keep_priority_plugin=False,
+        no_webhook=False,
+        workers=1,
+        no_mtls=False,
+        no_controller=False,
+        preemptor="priogate",
+    )
+    assert _options(args).preemptor == "priogate"

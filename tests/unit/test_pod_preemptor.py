@@ -1,0 +1,410 @@
+"""controller/pod_preemptor.py against the in-memory API server of test_gang_preemptor: which
+pods it decides for and in which order, kube-scheduler's eligibility, the writes it makes
+(nomination, cleared lower nominations, DisruptionTarget condition, uid-preconditioned DELETE,
+Events), their 404/409 handling, leadership, waiting for the watch, and that its decision is
+the one `python -m controller simulate` prints for the same objects."""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import io
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from controller import simulate
+from controller.caches import Caches
+from controller.engine_state import EngineState
+from controller.events import EventRecorder
+from controller.pod_preemptor import Applied, PodPreemptor, candidate, caught_up, lower_nominations
+from controller.victims import MERGE_PATCH, STRATEGIC_PATCH, NotLeader, Preemptor, Taken, VictimWriter
+from priogate import preemption_record as record
+from priogate.kube.cache import WatchCache
+from priogate.kube.client import ApiError, resource_path
+from priogate.podgroup import GROUP_VERSION, PLURAL
+from priogate.preemption.engine import GANG_MEMBER
+from priogate.preemption.engine import simulate as engine_simulate
+from priogate.preemption.single import NOT_ELIGIBLE_NEVER, NOT_ELIGIBLE_TERMINATING
+from priogate.preemption.snapshot import build_snapshot
+from priogate.preemption_record import Victim
+from tests.builders import node, pod, podgroup, priority_class
+from tests.unit.test_gang_preemptor import EVENTS_PATH, NS, FakeApiClient, pod_path
+
+UNSCHEDULABLE = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}
+
+
+def running(name: str, priority: int, cpu: str = "2", node_name: str = "n1", start: float = 0) -> dict:
+    obj = pod(name, priority=priority, cpu=cpu, node=node_name, started=start)
+    obj["metadata"]["uid"] = f"uid-{name}"
+    return obj
+
+
+def pending(
+    name: str, priority: int, cpu: str = "4", created: float = 0, tried: bool = True, **kw: Any
+) -> dict:
+    obj = pod(name, priority=priority, cpu=cpu, phase="Pending", created=created, **kw)
+    obj["metadata"]["uid"] = f"uid-{name}"
+    if tried:
+        obj["status"].setdefault("conditions", []).append(dict(UNSCHEDULABLE))
+    return obj
+
+
+@dataclass
+class Cluster:
+    client: FakeApiClient
+    caches: Caches
+    leader: bool = True
+
+    def preemptor(self, clock: Callable[[], float] = lambda: 0.0) -> PodPreemptor:
+        return PodPreemptor(
+            self.client, self.caches, EventRecorder(self.client, "test"), lambda: self.leader, clock=clock
+        )
+
+    def events(self) -> list[dict[str, Any]]:
+        return [c.body for c in self.client.writes if c.path == EVENTS_PATH]
+
+    def sync_pods(self) -> None:
+        """What the pods watch would deliver: the server's pods, replacing the cache's."""
+        for obj in self.caches.pods.items():
+            if pod_path(obj["metadata"]["name"]) not in self.client.objects:
+                self.caches.pods.apply_event("DELETED", obj)
+        for path, obj in self.client.objects.items():
+            if path.startswith(resource_path("v1", "pods", NS)):
+                self.caches.pods.apply_event("MODIFIED", copy.deepcopy(obj))
+
+
+def cluster(*pods: dict, nodes: tuple[dict, ...] = (), groups: tuple[dict, ...] = ()) -> Cluster:
+    nodes = nodes or (node("n1", cpu="4"),)
+    objects = {pod_path(p["metadata"]["name"]): p for p in pods}
+    objects.update({resource_path(GROUP_VERSION, PLURAL, NS, g["metadata"]["name"]): g for g in groups})
+    client = FakeApiClient(objects)
+    caches = Caches(
+        podgroups=WatchCache.static("podgroups", copy.deepcopy(list(groups))),
+        pods=WatchCache.static("pods", copy.deepcopy(list(pods))),
+        quotas=WatchCache.static("quotas", []),
+        nodes=WatchCache.static("nodes", list(nodes)),
+        ledgers=WatchCache.static("ledgers", []),
+        pdbs=WatchCache.static("pdbs", []),
+        classes=WatchCache.static("classes", [priority_class("high", value=100)]),
+    )
+    return Cluster(client, caches)
+
+
+# ---- pure functions -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("obj", "expected"),
+    [
+        (pending("p", 1), True),
+        (pending("p", 1, tried=False), False),  # the scheduler has not tried it yet
+        (running("p", 1), False),
+        (pending("p", 1, deleting=True), False),
+        ({**pending("p", 1), "status": {"phase": "Failed", "conditions": [UNSCHEDULABLE]}}, False),
+        (
+            {**pending("p", 1), "status": {"conditions": [{**UNSCHEDULABLE, "reason": "SchedulingGated"}]}},
+            False,
+        ),
+    ],
+)
+def test_candidate(obj: dict, expected: bool):
+    assert candidate(obj) is expected
+
+
+def test_lower_nominations_are_the_lower_pending_pods_nominated_to_the_node():
+    pods = [
+        pending("lower", 5, nominated="n1"),
+        pending("equal", 10, nominated="n1"),
+        pending("elsewhere", 5, nominated="n2"),
+        pending("me", 5, nominated="n1"),
+        pending("leaving", 5, nominated="n1", deleting=True),
+        running("bound", 1),
+    ]
+    found = lower_nominations(pods, "n1", 10, f"{NS}/me")
+    assert [p["metadata"]["name"] for p in found] == ["lower"]
+
+
+def test_caught_up_once_the_nomination_and_every_victim_show():
+    applied = Applied(NS, "hi", "uid-hi", "n1", (Victim(NS, "v", "uid-v", "n1"),), 0.0)
+    cached: dict[str, dict] = {"hi": pending("hi", 10), "v": running("v", 1)}
+
+    def get(_ns: str, name: str) -> dict | None:
+        return cached.get(name)
+
+    assert not caught_up(applied, get)  # neither shows yet
+    cached["hi"] = pending("hi", 10, nominated="n1")
+    assert not caught_up(applied, get)  # the victim is not terminating yet
+    cached["v"] = running("v", 1)
+    cached["v"]["metadata"]["deletionTimestamp"] = "2024-01-01T00:00:00Z"
+    assert caught_up(applied, get)
+    del cached["v"]
+    assert caught_up(applied, get)
+    cached["hi"] = running("hi", 10)  # bound: the nomination is moot
+    assert caught_up(applied, get)
+
+
+# ---- order and eligibility ----------------------------------------------------------------------
+
+
+def test_candidates_in_priority_then_creation_order():
+    c = cluster(
+        running("v", 1, cpu="4"),
+        pending("low", 5, created=1),
+        pending("late", 10, created=9),
+        pending("early", 10, created=3),
+        pending("untried", 50, tried=False),
+    )
+    assert c.preemptor().candidates() == [f"{NS}/early", f"{NS}/late", f"{NS}/low"]
+
+
+def test_the_first_pod_in_order_preempts_and_the_sweep_waits_for_the_watch():
+    c = cluster(running("v", 1, cpu="4"), pending("low", 5, created=1), pending("early", 10, created=3))
+    preemptor = c.preemptor()
+    sweep = preemptor.sweep()
+    assert sweep.result == "preempted" and sweep.recheck_after
+    nominations = [
+        w for w in c.client.writes if w.path.endswith("/status") and "nominatedNodeName" in w.body["status"]
+    ]
+    assert [(w.path, w.body["status"]["nominatedNodeName"]) for w in nominations] == [
+        (pod_path("early") + "/status", "n1")
+    ]
+    writes = len(c.client.writes)
+    assert preemptor.sweep().result == "waiting"  # the cache does not show the writes yet
+    assert len(c.client.writes) == writes
+    c.sync_pods()
+    # The watch shows "early" nominated to n1 and its victim gone: "low" (priority 5) cannot
+    # take the room "early" (10) holds, and there is nothing else to preempt.
+    assert preemptor.sweep().result == "idle"
+    assert len(c.client.writes) == writes
+
+
+def test_a_never_pod_does_not_preempt():
+    c = cluster(running("v", 1, cpu="4"), pending("never", 10, preemption_policy="Never"))
+    assert c.preemptor().sweep().result == "idle"
+    assert c.client.writes == []
+    assert c.preemptor().engine.decide_pod(f"{NS}/never").reason.startswith(NOT_ELIGIBLE_NEVER)
+
+
+def test_a_pod_whose_nominated_node_still_holds_terminating_victims_waits():
+    victim = running("v", 1, cpu="4")
+    victim["metadata"]["deletionTimestamp"] = "2024-01-01T00:00:00Z"
+    victim["status"]["conditions"] = [record.disruption_condition("2024-01-01T00:00:00.000000Z", "x", "Pod")]
+    c = cluster(
+        victim,
+        running("other", 1, cpu="4", node_name="n2"),
+        pending("hi", 10, nominated="n1"),
+        nodes=(node("n1", cpu="4"), node("n2", cpu="4")),
+    )
+    assert c.preemptor().sweep().result == "idle"
+    assert c.client.writes == []
+    assert c.preemptor().engine.decide_pod(f"{NS}/hi").reason.startswith(NOT_ELIGIBLE_TERMINATING)
+
+
+def test_a_member_of_a_gang_short_of_min_member_is_left_to_the_gang_preemptor():
+    group = podgroup("gang", min_member=2, priority_class="high", phase="Inqueue")
+    c = cluster(running("v", 1, cpu="4"), pending("m0", 10, group="gang"), groups=(group,))
+    assert c.preemptor().sweep().result == "idle"
+    assert c.client.writes == []
+    assert c.preemptor().engine.decide_pod(f"{NS}/m0").reason == GANG_MEMBER
+
+
+# ---- the writes ---------------------------------------------------------------------------------
+
+
+def test_the_writes_in_order():
+    c = cluster(
+        running("v1", 1, start=0),
+        running("v2", 2, start=5),
+        pending("hi", 10),
+        pending("lower", 5, cpu="1", nominated="n1", tried=False),
+    )
+    assert c.preemptor().sweep().result == "preempted"
+    kinds = [
+        ("EVENT", w.body["reason"], w.body["regarding"]["name"])
+        if w.path == EVENTS_PATH
+        else (w.method, w.path)
+        for w in c.client.writes
+    ]
+    assert kinds == [
+        ("PATCH", pod_path("hi") + "/status"),  # the nomination
+        ("PATCH", pod_path("lower") + "/status"),  # its nomination cleared
+        ("PATCH", pod_path("v2") + "/status"),
+        ("EVENT", "Preempted", "v2"),
+        ("DELETE", pod_path("v2")),
+        ("PATCH", pod_path("v1") + "/status"),
+        ("EVENT", "Preempted", "v1"),
+        ("DELETE", pod_path("v1")),
+        ("EVENT", "Preempting", "hi"),
+    ]
+
+
+def test_nomination_and_cleared_nomination_carry_uid_preconditions():
+    c = cluster(running("v", 1, cpu="4"), pending("hi", 10), pending("lower", 5, cpu="1", nominated="n1"))
+    c.preemptor().sweep()
+    nominate, clear = [
+        w for w in c.client.writes if w.method == "PATCH" and "nominatedNodeName" in w.body["status"]
+    ]
+    assert nominate.content_type == clear.content_type == MERGE_PATCH
+    assert nominate.body == {"metadata": {"uid": "uid-hi"}, "status": {"nominatedNodeName": "n1"}}
+    assert clear.body == {"metadata": {"uid": "uid-lower"}, "status": {"nominatedNodeName": None}}
+    assert c.client.objects[pod_path("hi")]["status"]["nominatedNodeName"] == "n1"
+    assert c.client.objects[pod_path("lower")]["status"]["nominatedNodeName"] is None
+
+
+def test_the_victim_gets_priogates_condition_a_preempted_event_and_a_uid_preconditioned_delete():
+    c = cluster(running("v", 1, cpu="4"), pending("hi", 10))
+    c.preemptor().sweep()
+    (patch,) = [w for w in c.client.writes if w.path == pod_path("v") + "/status"]
+    assert patch.content_type == STRATEGIC_PATCH
+    assert patch.body["metadata"] == {"uid": "uid-v"}
+    (condition,) = patch.body["status"]["conditions"]
+    assert (condition["type"], condition["status"], condition["reason"]) == (
+        "DisruptionTarget",
+        "True",
+        "PreemptionByPriogate",
+    )
+    assert condition["message"] == f"priogate: preempted to make room for Pod {NS}/hi"
+    (delete,) = [w for w in c.client.writes if w.method == "DELETE"]
+    assert delete.path == pod_path("v") and delete.body["preconditions"] == {"uid": "uid-v"}
+    assert "gracePeriodSeconds" not in delete.body  # the victim's own grace period
+    victim_event, preemptor_event = c.events()
+    assert victim_event["reason"] == "Preempted" and victim_event["type"] == "Normal"
+    assert victim_event["regarding"]["name"] == "v"
+    assert victim_event["note"].startswith("Preempted by pod uid-hi on node n1")  # kube-scheduler's
+    assert victim_event["related"] == {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "namespace": NS,
+        "name": "hi",
+        "uid": "uid-hi",
+    }
+    assert preemptor_event["reason"] == "Preempting" and preemptor_event["type"] == "Normal"
+    assert preemptor_event["regarding"]["uid"] == "uid-hi"
+    assert f"{NS}/v" in preemptor_event["note"] and "n1" in preemptor_event["note"]
+
+
+def test_a_victim_replaced_since_the_decision_is_not_touched():
+    c = cluster(running("v", 1, cpu="4"), pending("hi", 10))
+    c.client.objects[pod_path("v")]["metadata"]["uid"] = "uid-new"  # deleted and recreated
+    assert c.preemptor().sweep().result == "preempted"
+    assert pod_path("v") in c.client.objects  # the 422 (uid) and the 409 (precondition) were taken as done
+    assert [e["reason"] for e in c.events()] == ["Preempting"]
+
+
+def test_a_preemptor_gone_since_the_decision_touches_nothing():
+    c = cluster(running("v", 1, cpu="4"), pending("hi", 10))
+    del c.client.objects[pod_path("hi")]
+    assert c.preemptor().sweep().result == "gone"
+    assert [w.method for w in c.client.writes] == ["PATCH"]  # the refused nomination only
+    assert pod_path("v") in c.client.objects
+
+
+def test_a_conflicting_delete_is_done_and_other_errors_propagate():
+    c = cluster(running("v", 1, cpu="4"), pending("hi", 10))
+    original = c.client.request
+
+    def refuse_delete(method: str, path: str, **kw: Any) -> dict[str, Any]:
+        if method == "DELETE":
+            raise ApiError(409, "Conflict", "Precondition failed: UID in precondition")
+        return original(method, path, **kw)
+
+    c.client.request = refuse_delete  # type: ignore[method-assign]
+    assert c.preemptor().sweep().result == "preempted"
+
+    c = cluster(running("v", 1, cpu="4"), pending("hi", 10))
+    original = c.client.request
+
+    def fail_delete(method: str, path: str, **kw: Any) -> dict[str, Any]:
+        if method == "DELETE":
+            raise ApiError(500, "InternalError", "etcd is away")
+        return original(method, path, **kw)
+
+    c.client.request = fail_delete  # type: ignore[method-assign]
+    with pytest.raises(ApiError):
+        c.preemptor().sweep()
+
+
+def test_only_the_leader_writes():
+    c = cluster(running("v", 1, cpu="4"), pending("hi", 10))
+    c.leader = False
+    with pytest.raises(NotLeader):
+        c.preemptor().sweep()
+    assert c.client.writes == []
+
+
+# ---- the Eviction API path ----------------------------------------------------------------------
+
+
+def test_eviction_posts_a_uid_preconditioned_eviction_and_reports_a_pdb_refusal():
+    c = cluster(running("v", 1, cpu="4"), pending("hi", 10))
+    writer = VictimWriter(c.client, c.caches.pods.get, EventRecorder(c.client, "t"), lambda: None)
+    by = Preemptor("Pod", "v1", c.client.objects[pod_path("hi")], "Preempted by pod uid-hi on node n1")
+    assert writer.evict(Victim(NS, "v", "uid-v", "n1"), by) is Taken.DELETED
+    (post,) = [w for w in c.client.writes if w.path == pod_path("v") + "/eviction"]
+    assert post.method == "POST"
+    assert post.body == {
+        "apiVersion": "policy/v1",
+        "kind": "Eviction",
+        "metadata": {"name": "v", "namespace": NS},
+        "deleteOptions": {"preconditions": {"uid": "uid-v"}},
+    }
+    original = c.client.request
+
+    def refuse(method: str, path: str, **kw: Any) -> dict[str, Any]:
+        if path.endswith("/eviction"):
+            raise ApiError(
+                429, "TooManyRequests", "Cannot evict pod as it would violate the pod's disruption budget."
+            )
+        return original(method, path, **kw)
+
+    c.client.request = refuse  # type: ignore[method-assign]
+    assert writer.evict(Victim(NS, "v", "uid-v", "n1"), by) is Taken.BLOCKED
+    assert writer.evict(Victim(NS, "v", "uid-other", "n1"), by) is Taken.GONE  # not the cached pod
+
+
+# ---- simulate parity ----------------------------------------------------------------------------
+
+
+def _parity_objects() -> list[dict]:
+    objs: list[dict] = [node("n1", cpu="4"), node("n2", cpu="4"), priority_class("high", value=100)]
+    objs += [running("a1", 1, start=0), running("a2", 3, start=1)]
+    objs += [running("b1", 2, node_name="n2", start=2), running("b2", 2, node_name="n2", start=3)]
+    opted = running("b3", 0, cpu="0", node_name="n2")
+    opted["metadata"]["labels"] = {record.OPT_OUT_LABEL: "false"}
+    objs += [opted, pending("hi", 10)]
+    return objs
+
+
+def test_the_live_decision_is_what_simulate_prints_for_the_same_objects(tmp_path):
+    objs = _parity_objects()
+    kinds: dict[str, list[dict]] = {"Node": [], "Pod": [], "PriorityClass": []}
+    for o in objs:
+        kinds[o["kind"]].append(o)
+    caches = Caches(
+        podgroups=WatchCache.static("podgroups", []),
+        pods=WatchCache.static("pods", kinds["Pod"]),
+        quotas=WatchCache.static("quotas", []),
+        nodes=WatchCache.static("nodes", kinds["Node"]),
+        ledgers=WatchCache.static("ledgers", []),
+        pdbs=WatchCache.static("pdbs", []),
+        classes=WatchCache.static("classes", kinds["PriorityClass"]),
+    )
+    live = EngineState(caches).decide_pod(f"{NS}/hi")
+    (offline,) = [o for o in engine_simulate(build_snapshot(objs)).outcomes if o.preemptor == f"{NS}/hi"]
+    assert live == offline
+    assert live.status == "preempt"
+
+    snapshot = tmp_path / "snapshot.json"
+    snapshot.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": objs}))
+    out = io.StringIO()
+    parser = argparse.ArgumentParser()
+    simulate.add_arguments(parser)
+    assert simulate.run(parser.parse_args([str(snapshot)]), io.StringIO(), out, io.StringIO()) == 0
+    (printed,) = json.loads(out.getvalue())["decisions"]
+    assert printed["preemptor"] == f"{NS}/hi"
+    assert printed["nominatedNode"] == live.node
+    assert printed["victims"] == [v.key for v in live.victims]
