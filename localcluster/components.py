@@ -37,6 +37,17 @@ GRACEFUL_DELETE_ANNOTATION = "priogate.io/kwok-graceful-delete"
 SCHEDULER_CONFIG = (
     Path(__file__).resolve().parent.parent / "manifests" / "scheduler" / "kube-scheduler-config.yaml"
 )
+# Native PodGroups and Workloads (scheduling.k8s.io/v1alpha2, alpha in 1.36): the API version is
+# off by default and the gates form a chain (WorkloadAwarePreemption needs GangScheduling needs
+# GenericWorkload, pkg/features/kube_features.go). WorkloadAwarePreemption is the gate under
+# which the Priority plugin resolves a PodGroup's class (admission.go admitPodGroup) and the
+# priority fields exist at all. The controller-manager needs GenericWorkload for its
+# podgroup-protection controller, which removes the finalizer admission puts on every PodGroup
+# (without it a namespace holding one never goes away); the scheduler, to schedule gangs.
+NATIVE_PODGROUP_GATES = (
+    "--feature-gates=GenericWorkload=true,GangScheduling=true,WorkloadAwarePreemption=true"
+)
+NATIVE_PODGROUP_API = "--runtime-config=scheduling.k8s.io/v1alpha2=true"
 
 
 @dataclass(frozen=True)
@@ -156,6 +167,8 @@ def kube_apiserver(
         "--profiling=false",
         # Without it, open watches (controllers, kwok, the webhook) hold a SIGTERM for 60 s.
         "--shutdown-watch-termination-grace-period=2s",
+        NATIVE_PODGROUP_GATES,
+        NATIVE_PODGROUP_API,
     ]
     if not mode.priority_plugin:
         args.append("--disable-admission-plugins=Priority")
@@ -181,6 +194,7 @@ def kube_controller_manager(bin_dir: Path, pki: Pki, kubeconfig: Path, ports: Po
         "--resource-quota-sync-period=10s",
         "--kube-api-qps=200",
         "--kube-api-burst=400",
+        NATIVE_PODGROUP_GATES,
     ]
 
 
@@ -210,6 +224,7 @@ def kube_scheduler(bin_dir: Path, kubeconfig: Path, ports: Ports, config: Path |
         f"--authorization-kubeconfig={kubeconfig}",
         f"--bind-address={LOOPBACK}",
         f"--secure-port={ports.scheduler}",
+        NATIVE_PODGROUP_GATES,
     ]
 
 

@@ -32,9 +32,9 @@ CONFIG_PATHS = {
     "ValidatingWebhookConfiguration": "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations",
 }
 PAUSE_IMAGE = "registry.k8s.io/pause:3.10"
-# resource -> (collection path, dry-run body) for the probe
-PROBES: dict[str, tuple[str, dict[str, Any]]] = {
-    "pods": (
+# (API group, resource) -> (collection path, dry-run body) for the probe
+PROBES: dict[tuple[str, str], tuple[str, dict[str, Any]]] = {
+    ("", "pods"): (
         f"/api/v1/namespaces/{PROBE_NAMESPACE}/pods",
         {
             "apiVersion": "v1",
@@ -43,7 +43,7 @@ PROBES: dict[str, tuple[str, dict[str, Any]]] = {
             "spec": {"containers": [{"name": "c", "image": PAUSE_IMAGE}]},
         },
     ),
-    "priorityclasses": (
+    ("scheduling.k8s.io", "priorityclasses"): (
         "/apis/scheduling.k8s.io/v1/priorityclasses",
         {
             "apiVersion": "scheduling.k8s.io/v1",
@@ -52,7 +52,7 @@ PROBES: dict[str, tuple[str, dict[str, Any]]] = {
             "value": 0,
         },
     ),
-    "podgroups": (
+    ("scheduling.volcano.sh", "podgroups"): (
         f"/apis/scheduling.volcano.sh/v1beta1/namespaces/{PROBE_NAMESPACE}/podgroups",
         {
             "apiVersion": "scheduling.volcano.sh/v1beta1",
@@ -61,6 +61,15 @@ PROBES: dict[str, tuple[str, dict[str, Any]]] = {
             # annotation (its matchConditions); it refuses this one, which proves the call.
             "metadata": {"generateName": "probe-", "annotations": {"priogate.io/probe": "1"}},
             "spec": {"minMember": 1},
+        },
+    ),
+    ("scheduling.k8s.io", "podgroups"): (
+        f"/apis/scheduling.k8s.io/v1alpha2/namespaces/{PROBE_NAMESPACE}/podgroups",
+        {
+            "apiVersion": "scheduling.k8s.io/v1alpha2",
+            "kind": "PodGroup",
+            "metadata": {"generateName": "probe-"},
+            "spec": {"schedulingPolicy": {"basic": {}}},
         },
     ),
 }
@@ -73,7 +82,7 @@ class Webhooks:
     base_url: str
     registered: list[tuple[str, str]] = field(default_factory=list)  # (kind, name)
     hook_names: list[str] = field(default_factory=list)
-    hook_resources: set[str] = field(default_factory=set)
+    hook_resources: set[tuple[str, str]] = field(default_factory=set)  # (API group, resource)
     # (certificate, key) the webhook requires of its clients (mTLS), for server_ready.
     client_cert: tuple[Path, Path] | None = None
 
@@ -111,10 +120,11 @@ class Webhooks:
         self.hook_names = [h["name"] for c in configs for h in c["webhooks"]]
         # Subresources (pods/resize) are reached through their resource; the probe creates that.
         self.hook_resources = {
-            res
+            (group, res)
             for c in configs
             for h in c["webhooks"]
             for r in h["rules"]
+            for group in r["apiGroups"]
             for res in r["resources"]
             if "/" not in res
         }
@@ -156,7 +166,7 @@ class Webhooks:
                 if e.status >= 500:
                     raise
                 continue
-            if resource == "pods":
+            if resource == ("", "pods"):
                 seen["pod_priority"] = created["spec"].get("priority")
         return seen
 
@@ -168,7 +178,8 @@ class Webhooks:
 
         def effective() -> bool:
             seen = self._probe_once()
-            if not priority_plugin and "pods" in self.hook_resources and seen.get("pod_priority") is None:
+            pods = ("", "pods") in self.hook_resources
+            if not priority_plugin and pods and seen.get("pod_priority") is None:
                 return False
             return all(self._calls(name) > baseline[name] for name in self.hook_names)
 

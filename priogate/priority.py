@@ -78,8 +78,9 @@ def current_default(classes: Iterable[Mapping]) -> Mapping | None:
 
 
 def resolve(class_name: str | None, classes: Mapping[str, Mapping], default: Mapping | None) -> Resolution:
-    """Resolve a pod's class name to its priority and preemption policy: the named class, else
-    the globalDefault, else 0 (admission.go admitPod).
+    """Resolve a pod's or a native PodGroup's class name to its priority and preemption policy:
+    the named class, else the globalDefault, else 0 (admission.go establishPriority, which
+    admitPod and admitPodGroup share).
 
     Raises ClassNotFound for a named class that does not exist."""
     if class_name:
@@ -109,6 +110,17 @@ def preset_conflict(spec: Mapping, resolution: Resolution) -> str | None:
             f"admission controller computed {resolution.preemption_policy} from the given PriorityClass name"
         )
     return None
+
+
+def podgroup_priority_conflict(given: int | None, resolution: Resolution) -> str | None:
+    """A native PodGroup's preset spec.priority must equal the computed one (admission.go
+    admitPodGroup). PodGroups have no preemptionPolicy, so only the integer is checked."""
+    if given is None or given == resolution.priority:
+        return None
+    return (
+        f"priority set in the pod group ({given}) must match the priority computed "
+        f"({resolution.priority}) based on the priority class set in the spec"
+    )
 
 
 # ---- PriorityClass validation (422 layer) -------------------------------------------------

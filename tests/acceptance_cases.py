@@ -1,5 +1,6 @@
-"""Loads tests/data/priority-cases.yaml and turns each case into what a test needs: the stored
-PriorityClasses, the AdmissionReviews kube-apiserver would send, and the expected outcome.
+"""Loads tests/data/priority-cases.yaml (or podgroup-priority-cases.yaml) and turns each case into
+what a test needs: the stored PriorityClasses, the AdmissionReviews kube-apiserver would send, and
+the expected outcome.
 
 Shared by the in-process acceptance test and the e2e differential test.
 """
@@ -15,10 +16,14 @@ from typing import Any
 import yaml
 
 DATA = Path(__file__).parent / "data" / "priority-cases.yaml"
+PODGROUP_DATA = Path(__file__).parent / "data" / "podgroup-priority-cases.yaml"
 
 # Layers that belong to kube-apiserver itself, not to an admission webhook.
 NOT_OURS = {
     "pod-validation": "pod update validation (immutable spec fields) is kube-apiserver's, after admission",
+    "podgroup-validation": (
+        "PodGroup validation (immutable fields, the 1000000000 maximum) is kube-apiserver's, after admission"
+    ),
     "storage": "'already exists' is etcd storage's answer; a webhook never sees a duplicate create",
     "decode": "JSON decoding and int32 range are checked before any admission webhook is called",
     "resourcequota-admission": (
@@ -27,10 +32,15 @@ NOT_OURS = {
     ),
 }
 
-PATHS = {"pods": "/mutate/pods", "priorityclasses": "/validate/priorityclasses"}
+PATHS = {
+    "pods": "/mutate/pods",
+    "priorityclasses": "/validate/priorityclasses",
+    "podgroups": "/mutate/native-podgroups",
+}
 KINDS = {
     "pods": {"group": "", "version": "v1", "kind": "Pod"},
     "priorityclasses": {"group": "scheduling.k8s.io", "version": "v1", "kind": "PriorityClass"},
+    "podgroups": {"group": "scheduling.k8s.io", "version": "v1alpha2", "kind": "PodGroup"},
 }
 
 
@@ -77,8 +87,8 @@ def default_priority_class(pc: dict[str, Any]) -> dict[str, Any]:
     return pc
 
 
-def load_cases() -> list[Case]:
-    doc = yaml.safe_load(DATA.read_text())
+def load_cases(path: Path = DATA) -> list[Case]:
+    doc = yaml.safe_load(path.read_text())
     return [Case(c["id"], c, doc["builtin_system_classes"]) for c in doc["cases"]]
 
 

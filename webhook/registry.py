@@ -93,6 +93,7 @@ SERVERS = {"priority": 2, "quota": 8}
 
 RULE_SET_MODULES = (
     "webhook.rules.pod_priority",
+    "webhook.rules.native_podgroup_priority",
     "webhook.rules.priorityclasses",
     "webhook.rules.podgroup_defaults",
     "webhook.rules.podgroup_quota",

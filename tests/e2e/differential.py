@@ -1,6 +1,7 @@
-"""Perform one acceptance case (tests/data/priority-cases.yaml) as real API requests and record
-the outcome: allowed or denied (code, message), and the resulting pod priority fields, stored
-PriorityClass fields, remaining classes or charged quotas.
+"""Perform one acceptance case (tests/data/priority-cases.yaml, podgroup-priority-cases.yaml) as
+real API requests and record the outcome: allowed or denied (code, message), and the resulting pod
+or native PodGroup priority fields, stored PriorityClass fields, remaining classes or charged
+quotas.
 
 Preconditions are reached through the API where the API allows them. Two states admission
 refuses on purpose are written to etcd directly, as the race they model would leave them:
@@ -23,6 +24,8 @@ from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
 
 from localcluster.api import Etcd
+from tests.e2e.differential_podgroups import PodGroups
+from tests.e2e.differential_podgroups import fields as podgroup_fields
 from tests.e2e.helpers import (
     SYSTEM_CLASSES,
     Admission,
@@ -48,6 +51,7 @@ class Outcome:
     priority_class: dict[str, Any] | None = None
     remaining: list[str] | None = None
     quota_charged: list[str] | None = None
+    pod_group: dict[str, Any] | None = None
     error: str | None = None  # the harness itself failed (not an admission outcome)
 
     def comparable(self) -> dict[str, Any]:
@@ -58,6 +62,7 @@ class Outcome:
             "priorityClass": self.priority_class,
             "remaining_priority_classes": self.remaining,
             "quota_charged": self.quota_charged,
+            "podGroup": self.pod_group,
         }
 
 
@@ -79,10 +84,12 @@ class CaseRunner:
     tag: str
     cleanup_pods: list[tuple[str, str]] = field(default_factory=list)
     cleanup_quotas: list[tuple[str, str]] = field(default_factory=list)
+    cleanup_podgroups: bool = False  # native PodGroups in kube-system
 
     def __post_init__(self) -> None:
         self.core = k8s.CoreV1Api(self.api_client)
         self.scheduling = k8s.SchedulingV1Api(self.api_client)
+        self.podgroups = PodGroups(self.api_client)
 
     # ---- preconditions -----------------------------------------------------------------------
 
@@ -208,8 +215,11 @@ class CaseRunner:
                     raise
         for ns, name in self.cleanup_quotas:
             self.core.delete_namespaced_resource_quota(name, ns)
+        if self.cleanup_podgroups:
+            self.podgroups.delete_all("kube-system")
         self.cleanup_pods.clear()
         self.cleanup_quotas.clear()
+        self.cleanup_podgroups = False
         if namespace:
             delete_namespace(self.core, namespace)
 
@@ -222,10 +232,23 @@ class CaseRunner:
                 return self._update_pod(op, ns)
             if resource == "priorityclasses":
                 return self._priority_class(op)
+            if resource == "podgroups":
+                return self._podgroup(op, ns)
         except ApiException as e:
             status, message = api_error(e)
             return Outcome(allowed=False, status=status, message=message)
         raise ValueError(f"unsupported operation {verb} {resource}")
+
+    def _podgroup(self, op: Mapping[str, Any], ns: str | None) -> Outcome:
+        assert ns
+        self.cleanup_podgroups = self.cleanup_podgroups or ns == "kube-system"
+        if op["verb"] == "CREATE":
+            group = self.podgroups.create(op["object"], ns)
+        elif op["verb"] == "UPDATE":
+            group = self.podgroups.update(op, ns)
+        else:
+            raise ValueError(f"unsupported verb {op['verb']} on podgroups")
+        return Outcome(allowed=True, pod_group=podgroup_fields(group))
 
     def _pod_outcome(self, pod: k8s.V1Pod, **extra: Any) -> Outcome:
         fields = {key: getattr(pod.spec, attr) for key, attr in POD_FIELDS}
@@ -319,6 +342,8 @@ def expected_view(case: Mapping[str, Any]) -> dict[str, Any]:
         view["remaining_priority_classes"] = exp["remaining_priority_classes"]
     if "quota_charged" in exp:
         view["quota_charged"] = exp["quota_charged"]
+    if "podGroup" in exp:
+        view["podGroup"] = exp["podGroup"]
     return view
 
 

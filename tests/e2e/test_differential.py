@@ -1,6 +1,6 @@
-"""Differential test: every acceptance case of tests/data/priority-cases.yaml, performed as real
-API requests, must give the same outcome with upstream's built-in Priority plugin and with
-priogate in its place.
+"""Differential test: every acceptance case of tests/data/priority-cases.yaml and
+podgroup-priority-cases.yaml (native PodGroups), performed as real API requests, must give the
+same outcome with upstream's built-in Priority plugin and with priogate in its place.
 
 Runs, on the session's control plane (kube-apiserver restarted with other flags in between):
 
@@ -33,9 +33,11 @@ from localcluster.webhooks import PROBE_NAMESPACE
 from tests.e2e.differential import CaseRunner, Outcome, expected_view, message_problems
 from webhook.policy import WebhookPolicy
 
-DATA = Path(__file__).resolve().parents[1] / "data" / "priority-cases.yaml"
-ACCEPTANCE = yaml.safe_load(DATA.read_text())
-CASES = ACCEPTANCE["cases"]
+DATA = Path(__file__).resolve().parents[1] / "data"
+ACCEPTANCE = yaml.safe_load((DATA / "priority-cases.yaml").read_text())
+PODGROUP_ACCEPTANCE = yaml.safe_load((DATA / "podgroup-priority-cases.yaml").read_text())
+assert PODGROUP_ACCEPTANCE["builtin_system_classes"] == ACCEPTANCE["builtin_system_classes"]
+CASES = ACCEPTANCE["cases"] + PODGROUP_ACCEPTANCE["cases"]
 CASE_IDS = [c["id"] for c in CASES]
 
 # Deliberate, documented differences from upstream (only `upstream_gap: true` cases):

@@ -23,6 +23,7 @@ from tests.e2e.tenant import GROUP, VERSION, Tenant, make_tenant, tenant_fixture
 
 CRD = REPO / "manifests" / "crds" / "podgroups.scheduling.volcano.sh.yaml"
 HOLD = "example.com/hold"
+RESOURCE = f"podgroups.{GROUP}"  # in full: see test_edit_user_manages_podgroups_through_the_aggregated_roles
 
 
 def podgroup(name: str, min_resources: dict[str, Any] | None = None, **spec: Any) -> dict[str, Any]:
@@ -77,13 +78,15 @@ def test_edit_user_manages_podgroups_through_the_aggregated_roles(tenant, rbac, 
     assert not tenant.can("patch", "podgroups", GROUP, subresource="status")
     assert not tenant.can("create", "resourcequotas")
 
-    # kubectl --as the tenant: create, list, annotate, delete.
+    # kubectl --as the tenant: create, list, annotate, delete. The resource is named in full: the
+    # local control plane also serves native PodGroups (scheduling.k8s.io), which kubectl picks
+    # for a bare "podgroups" (README, Native PodGroups).
     tenant.kubectl.apply([podgroup("mine", {"cpu": "1"})], namespace=tenant.namespace)
-    listed = tenant.kubectl.json("get", "podgroups", f"--namespace={tenant.namespace}")
+    listed = tenant.kubectl.json("get", RESOURCE, f"--namespace={tenant.namespace}")
     assert [g["metadata"]["name"] for g in listed["items"]] == ["mine"]
-    tenant.kubectl("annotate", "podgroup", "mine", "team=a", f"--namespace={tenant.namespace}")
+    tenant.kubectl("annotate", RESOURCE, "mine", "team=a", f"--namespace={tenant.namespace}")
     assert tenant.get_podgroup("mine")["metadata"]["annotations"]["team"] == "a"
-    tenant.kubectl("delete", "podgroup", "mine", f"--namespace={tenant.namespace}", "--wait=true")
+    tenant.kubectl("delete", RESOURCE, "mine", f"--namespace={tenant.namespace}", "--wait=true")
     assert tenant.podgroup_gone("mine")
 
     # Bound in one namespace only: nowhere else.

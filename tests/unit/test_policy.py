@@ -36,6 +36,10 @@ HOOKS: dict[str, dict[bool, tuple[list[str], list[str], list[str], str]]] = {
         # Kept: the plugin has already resolved and checked; the hook could only agree.
         REPLACED: ([], ["create-or-priority-missing"], ["CREATE", "UPDATE"], "Fail"),
     },
+    "native-podgroup-priority.priogate.io": {
+        # As for pods; CREATE only (upstream resolves on CREATE, the fields are immutable).
+        REPLACED: ([], [], ["CREATE"], "Fail"),
+    },
     "priorityclasses.priogate.io": {
         # Both modes: deletecollection of the system classes, globalDefault warnings; replaced:
         # also the one-globalDefault rule. PriorityClass writes are rare: no condition.
@@ -105,8 +109,12 @@ def test_no_hook_matches_a_subresource_it_does_not_need():
 
 
 def test_the_priority_hooks_are_the_rule_sets_the_plugin_also_enforces():
-    assert {"pod-priority.priogate.io", "priorityclasses.priogate.io"} == PRIORITY_HOOKS
-    assert {"pod-priority.priogate.io"} == BUILTIN_EQUIVALENT_HOOKS
+    assert {
+        "pod-priority.priogate.io",
+        "native-podgroup-priority.priogate.io",
+        "priorityclasses.priogate.io",
+    } == PRIORITY_HOOKS
+    assert {"pod-priority.priogate.io", "native-podgroup-priority.priogate.io"} == BUILTIN_EQUIVALENT_HOOKS
 
 
 def test_match_conditions_are_well_formed():

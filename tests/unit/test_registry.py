@@ -10,7 +10,7 @@ from webhook.registry import SERVERS, default_threads, load_rule_sets
 @pytest.mark.parametrize(
     ("servers", "paths"),
     [
-        (("priority",), {"/mutate/pods", "/validate/priorityclasses"}),
+        (("priority",), {"/mutate/pods", "/mutate/native-podgroups", "/validate/priorityclasses"}),
         (
             ("quota",),
             {"/mutate/podgroups", "/validate/podgroups", "/validate/podgroup-annotations", "/validate/pods"},
@@ -19,6 +19,7 @@ from webhook.registry import SERVERS, default_threads, load_rule_sets
             None,
             {
                 "/mutate/pods",
+                "/mutate/native-podgroups",
                 "/validate/priorityclasses",
                 "/mutate/podgroups",
                 "/validate/podgroups",
