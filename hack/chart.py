@@ -233,6 +233,8 @@ SPECIAL: dict[tuple[str, str], tuple[Callable[[dict, Markers], None] | None, str
     ("Deployment", "priogate-controller"): (template_controller_deployment, None),
     ("Job", "priogate-cabundle"): (template_job, ".Values.webhookConfigurations.create"),
     ("NetworkPolicy", "priogate-webhook"): (template_networkpolicy, ".Values.networkPolicy.enabled"),
+    ("NetworkPolicy", "priogate-controller"): (None, ".Values.networkPolicy.enabled"),
+    ("NetworkPolicy", "priogate-cabundle"): (None, ".Values.networkPolicy.enabled"),
     ("ClusterRole", "priogate-cabundle"): (template_cabundle_role, None),
 }
 
@@ -353,7 +355,8 @@ mtls:
   clientCASecret: ""
   clientCAKey: ca.crt
 
-# manifests/networkpolicy.yaml: only the webhook ports are open. `from` narrows the sources to
+# manifests/networkpolicy.yaml: of priogate's pods' ports only the webhook's two and the
+# controller's metrics are open. `from` narrows the webhook's sources to
 # where kube-apiserver's connections come from (docs/hardening.md), e.g.
 #   from: [{{ipBlock: {{cidr: 192.0.2.0/28}}}}]
 networkPolicy:
