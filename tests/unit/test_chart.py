@@ -266,6 +266,15 @@ def test_network_policy_sources_and_switch() -> None:
     assert not {kind for kind, _ in render("networkPolicy.enabled=false")} & {"NetworkPolicy"}
 
 
+def test_mtls_justifies_its_identical_tcp_probes_to_kube_score() -> None:
+    key = "kube-score/ignore"
+    default = defaults()["Deployment", "priogate-webhook"]["metadata"]["annotations"][key]
+    assert "pod-probes-identical" not in default.split(",")
+    objs = render("mtls.clientCASecret=apiserver-client-ca")
+    ignored = objs["Deployment", "priogate-webhook"]["metadata"]["annotations"][key]
+    assert ignored.split(",") == [*default.split(","), "pod-probes-identical"]
+
+
 def test_webhook_configurations_renamed_or_left_out() -> None:
     objs = render("webhookConfigurations.name=priogate-b")
     assert {k for k in objs if k[0].endswith("WebhookConfiguration")} == {
