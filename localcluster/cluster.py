@@ -50,6 +50,9 @@ class Options:
     node_cpu: str = "8"
     node_memory: str = "32Gi"
     node_pods: int = 110
+    # What a real kubelet reports for its disk: priogate's own pods request ephemeral-storage
+    # (manifests/), which the scheduler refuses on a node that advertises none.
+    node_ephemeral_storage: str = "100Gi"
     # Keep kube-apiserver's built-in Priority admission plugin (docs/modes.md).
     priority_plugin: bool = False
     webhook: bool = True
@@ -359,7 +362,12 @@ class LocalCluster:
     def _create_nodes(self) -> None:
         assert self.api
         o = self.options
-        resources = {"cpu": o.node_cpu, "memory": o.node_memory, "pods": str(o.node_pods)}
+        resources = {
+            "cpu": o.node_cpu,
+            "memory": o.node_memory,
+            "ephemeral-storage": o.node_ephemeral_storage,
+            "pods": str(o.node_pods),
+        }
         for i in range(o.nodes):
             name = f"{NODE_PREFIX}{i}"
             node = {

@@ -196,7 +196,10 @@ def test_replicas_resources_workers_image() -> None:
     assert objs["Deployment", "priogate-controller"]["spec"]["replicas"] == 1
     # Helm merges a map given on the command line into the default one.
     resources = container(objs, "priogate-webhook", "quota")["resources"]
-    assert resources == {"requests": {"cpu": "1", "memory": "256Mi"}, "limits": {"memory": "1Gi"}}
+    assert resources == {
+        "requests": {"cpu": "1", "memory": "256Mi", "ephemeral-storage": "64Mi"},
+        "limits": {"memory": "1Gi", "ephemeral-storage": "256Mi"},
+    }
     env = {e["name"]: e.get("value") for e in container(objs, "priogate-webhook", "priority")["env"]}
     assert env["PRIOGATE_WORKERS"] == "4"
     images = {c["image"] for o in objs.values() for c in _containers(o)}
@@ -258,7 +261,18 @@ def test_network_policy_sources_and_switch() -> None:
     (rule,) = objs["NetworkPolicy", "priogate-webhook"]["spec"]["ingress"]
     assert rule["from"] == source
     assert rule["ports"] == kustomize()["NetworkPolicy", "priogate-webhook"]["spec"]["ingress"][0]["ports"]
-    assert ("NetworkPolicy", "priogate-webhook") not in render("networkPolicy.enabled=false")
+    # the controller's and the caBundle Job's policies do not take `from`, and go with the switch
+    assert "from" not in objs["NetworkPolicy", "priogate-controller"]["spec"]["ingress"][0]
+    assert not {kind for kind, _ in render("networkPolicy.enabled=false")} & {"NetworkPolicy"}
+
+
+def test_mtls_justifies_its_identical_tcp_probes_to_kube_score() -> None:
+    key = "kube-score/ignore"
+    default = defaults()["Deployment", "priogate-webhook"]["metadata"]["annotations"][key]
+    assert "pod-probes-identical" not in default.split(",")
+    objs = render("mtls.clientCASecret=apiserver-client-ca")
+    ignored = objs["Deployment", "priogate-webhook"]["metadata"]["annotations"][key]
+    assert ignored.split(",") == [*default.split(","), "pod-probes-identical"]
 
 
 def test_webhook_configurations_renamed_or_left_out() -> None:
