@@ -13,7 +13,13 @@ from webhook.registry import SERVERS, default_threads, load_rule_sets
         (("priority",), {"/mutate/pods", "/validate/priorityclasses"}),
         (
             ("quota",),
-            {"/mutate/podgroups", "/validate/podgroups", "/validate/podgroup-annotations", "/validate/pods"},
+            {
+                "/mutate/podgroups",
+                "/validate/podgroups",
+                "/validate/podgroups-enrolment",
+                "/validate/podgroup-annotations",
+                "/validate/pods",
+            },
         ),
         (
             None,
@@ -22,6 +28,7 @@ from webhook.registry import SERVERS, default_threads, load_rule_sets
                 "/validate/priorityclasses",
                 "/mutate/podgroups",
                 "/validate/podgroups",
+                "/validate/podgroups-enrolment",
                 "/validate/podgroup-annotations",
                 "/validate/pods",
             },

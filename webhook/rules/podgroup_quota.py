@@ -18,6 +18,10 @@ A negative minResources amount is refused: it would lower the namespace's summed
 and let a later group claim more than the quota (the CRD's pattern refuses it too, but Volcano's
 own CRD, which clusters with Volcano keep, allows a sign). An update that claims nothing more
 than before is never refused, so finalizer removal and annotation writes always go through.
+
+Called in enrolled namespaces only (priogate.scope); webhook.rules.podgroup_enrolment decides
+the first claim in any other namespace with this module's handler, after enrolling it. A dry-run
+coverage probe is refused here with priogate.scope.COVERED.
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ from priogate.kube.ledger_store import LedgerBusy
 from priogate.ledger import SHADOW_SUFFIX, Entry, Reads, Record, merge, normalize, resync, unconfirmed
 from priogate.quota import check_podgroup
 from priogate.resources import parse_quantity
+from priogate.scope import COVERED, ENROLLED_LABEL, ENROLLED_VALUE, is_probe
 from webhook.objects import (
     MalformedObject,
     mapping,
@@ -108,6 +113,10 @@ def admit(request: AdmissionRequest, view: ClusterView) -> Decision:
     now = dt.datetime.now(dt.UTC)
     obj = new_object(request)
     entry = _entry(obj, "object", now)
+    if is_probe(entry.group, request.dry_run):
+        # kube-apiserver routed the probe here: it sees the namespace's enrolment label
+        # (webhook.rules.podgroup_enrolment). Always refused, so never stored.
+        return deny(COVERED)
     previous = _entry(old_object(request), "oldObject", now) if request.operation == "UPDATE" else None
     negative = _negative(obj, request.old_object if previous else None)
     if negative:
@@ -213,5 +222,8 @@ RULE_SET = RuleSet(
     side_effects="NoneOnDryRun",
     timeout_seconds=10,
     needs=("resourcequotas", "podgroups"),
+    # Enrolled namespaces only; a namespace's first claim goes through
+    # webhook.rules.podgroup_enrolment, which enrols it before deciding the claim the same way.
+    namespace_labels=((ENROLLED_LABEL, "In", (ENROLLED_VALUE,)),),
     server="quota",
 )
