@@ -111,6 +111,13 @@ def test_a_first_claim_over_the_quota_is_refused_after_enrolment_with_the_quota_
     assert view.calls == ["enroll team-a", "probe"]
 
 
+def test_an_invalid_first_claim_is_refused_before_anything_is_enrolled():
+    view = ScopeView([True])
+    got = decide(podgroup_enrolment, group("neg", cpu="-1"), view)
+    assert not got.allowed and got.code == 422 and "must be greater than or equal to 0" in got.message, got
+    assert view.calls == [] and reserved(view) == set()
+
+
 def test_enrolment_failing_refuses_with_retry_and_probes_nothing():
     view = ScopeView([True], enroll_error=ApiError(403, "Forbidden", "namespaces is forbidden"))
     got = decide(podgroup_enrolment, group("six"), view)

@@ -102,6 +102,9 @@ def admit(request: AdmissionRequest, view: ClusterView) -> Decision:
         # Writes nothing (dry run), or claims nothing new (a terminating group's finalizer
         # removal, which no record write may hold up): no enrolment.
         return podgroup_quota.admit(request, view)
+    invalid = podgroup_quota.refused_as_invalid(request)
+    if invalid is not None:
+        return invalid  # refused whatever the record says: nothing to enrol for
     now = time.monotonic()
     deadline = request.deadline if request.deadline is not None else now + DEFAULT_TIMEOUT
     until = min(now + PROBE_SECONDS, deadline - DECISION_SECONDS)

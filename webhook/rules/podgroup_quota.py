@@ -105,6 +105,22 @@ def check_claim(entries: Mapping[str, Entry], claim: Entry, quotas: list[Mapping
     return check_podgroup(quotas, others, claim.reservation())
 
 
+def refused_as_invalid(request: AdmissionRequest) -> Decision | None:
+    """The refusal of a CREATE or UPDATE whose object no record is consulted for: a negative
+    amount (a malformed object raises MalformedObject)."""
+    now = dt.datetime.now(dt.UTC)
+    obj = new_object(request)
+    name = _entry(obj, "object", now).group
+    old = None
+    if request.operation == "UPDATE":
+        _entry(old_object(request), "oldObject", now)
+        old = request.old_object
+    negative = _negative(obj, old)
+    if negative:
+        return deny(f'PodGroup.scheduling.volcano.sh "{name}" is invalid: {negative}', code=422)
+    return None
+
+
 def admit(request: AdmissionRequest, view: ClusterView) -> Decision:
     if request.operation not in ("CREATE", "UPDATE"):
         # DELETE is not registered (a reservation ends when the group is gone, confirmed by a
@@ -118,9 +134,9 @@ def admit(request: AdmissionRequest, view: ClusterView) -> Decision:
         # (webhook.rules.podgroup_enrolment). Always refused, so never stored.
         return deny(COVERED)
     previous = _entry(old_object(request), "oldObject", now) if request.operation == "UPDATE" else None
-    negative = _negative(obj, request.old_object if previous else None)
-    if negative:
-        return deny(f'PodGroup.scheduling.volcano.sh "{entry.group}" is invalid: {negative}', code=422)
+    invalid = refused_as_invalid(request)
+    if invalid is not None:
+        return invalid
     # Claims nothing more than the stored object did: never refused (refusing would free
     # nothing, even if the quota was lowered since), and a record that cannot be written does
     # not refuse it either: the record then keeps the larger, older amount, which over-reserves
