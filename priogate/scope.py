@@ -15,6 +15,12 @@ answers a probe with its own refusal. Every hook of kube-apiserver shares one na
 informer (the admission plugins are handed the same SharedInformerFactory), so the reservation
 hook seeing the label means the pod quota hook, with the same selector, sees it too.
 
+kube-apiserver calls a webhook on a dry-run request only if it declares sideEffects None or
+NoneOnDryRun (KEP-576, APIServer dry run; the dispatchers in staging/src/k8s.io/apiserver/pkg/
+admission/plugin/webhook/ refuse the request otherwise), which both priogate hooks do. A
+third-party PodGroup webhook that does not would make every probe fail: the enrolment then
+refuses with "retry" and names what the probe met.
+
 A probe is recognised only on a dry-run request (nothing is ever stored by answering one) and
 only ever refused; a tenant who sends one learns whether their namespace is enrolled, which the
 built-in `view` role already shows them. A non-dry-run object of the probe's name is an

@@ -102,6 +102,9 @@ def test_the_first_claim_is_decided_only_once_routing_is_proven(routed, allowed,
         assert reserved(view) == {"six"}
     else:
         assert got.code == code and "retry" in got.message and reserved(view) == set()
+        # What the last probe met, so a probe that can never succeed is diagnosable.
+        met = "admitted, by no quota hook" if routed == [None] else refusal_by(ENROLMENT, NOT_COVERED)
+        assert f"(last probe: {met}" in got.message, got.message
 
 
 def test_a_first_claim_over_the_quota_is_refused_after_enrolment_with_the_quota_message():

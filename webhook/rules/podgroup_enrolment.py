@@ -74,18 +74,21 @@ def prove_coverage(
     until: float,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
-) -> bool:
-    """Probe until kube-apiserver routes the namespace to the reservation hook, or `until`."""
+) -> tuple[bool, str]:
+    """Probe until kube-apiserver routes the namespace to the reservation hook, or `until`:
+    whether it does, and what the last probe met (for the refusal when it never did)."""
     pause = 0.02
     while True:
         try:
             refusal = view.probe_refusal(namespace)
-        except (ApiError, OSError):
-            refusal = None  # the API server's trouble: probe again
-        if probe_verdict(refusal, podgroup_quota.RULE_SET.name, NAME):
-            return True
+            seen = "admitted, by no quota hook" if refusal is None else refusal
+        except (ApiError, OSError) as e:
+            refusal, seen = None, str(e)  # the API server's trouble: probe again
+        verdict = probe_verdict(refusal, podgroup_quota.RULE_SET.name, NAME)
+        if verdict:
+            return True, seen
         if clock() + pause >= until:
-            return False
+            return False, seen
         sleep(pause)
         pause = min(pause * 2, 0.25)
 
@@ -117,10 +120,13 @@ def admit(request: AdmissionRequest, view: ClusterView) -> Decision:
             code=503,
             reason="ServiceUnavailable",
         )
-    if routed and not prove_coverage(view, request.namespace, until):
+    proven, seen = prove_coverage(view, request.namespace, until) if routed else (True, "")
+    if not proven:
+        # A probe that meets another answer than the enrolment hook's (a webhook that does not
+        # support dry run, say) never proves anything: say what it met.
         return deny(
             f"PodGroup quota: namespace {request.namespace} is being enrolled for reservations;"
-            " kube-apiserver does not route its pods to the pod quota hook yet, retry",
+            f" kube-apiserver does not route its pods to the pod quota hook yet, retry (last probe: {seen})",
             code=429,
             reason="TooManyRequests",
         )
