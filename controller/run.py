@@ -1,9 +1,10 @@
 """`python -m controller run`: the controller program.
 
 Watch caches feed a work queue (keys "podgroup:NS/NAME" and "ledger:NS"); one worker, while
-this process leads, reconciles PodGroup status, applies gang preemption and reclaims stale
-ledger entries. One worker on purpose: enqueue decisions are first come, first served, and a
-group's reservation must be visible to the next group's decision.
+this process leads, reconciles PodGroup status, applies gang preemption, reclaims stale
+ledger entries and puts back a reserving namespace's enrolment label (controller/enrol.py).
+One worker on purpose: enqueue decisions are first come, first served, and a group's
+reservation must be visible to the next group's decision.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import structlog
 
 from controller.caches import build_caches
 from controller.election import LeaderElector, default_identity
+from controller.enrol import Enroller
 from controller.events import EventRecorder
 from controller.gang_preemptor import GangPreemptor
 from controller.reclaim import Reclaimer
@@ -31,7 +33,7 @@ from priogate.kube.cache import CacheState, Obj
 from priogate.kube.client import ApiClient, load_client
 from priogate.kube.ledger_store import LedgerStore
 from priogate.lease import LEASE_DURATION, RENEW_DEADLINE, RETRY_PERIOD
-from priogate.ledger import covered_namespace
+from priogate.ledger import covered_namespace, record_name
 from priogate.logs import configure_logging
 from priogate.podgroup import FINISHED_PHASES, group_of
 from priogate.preemption.engine import OPT_OUT_MODES
@@ -185,6 +187,7 @@ class Controller:
             self.caches,
             in_flight,
         )
+        self.enroller = Enroller(client, self.caches, args.ledger_namespace)
 
     def is_leader(self) -> bool:
         return self.elector.is_leader() if self.elector is not None else not self.stop.is_set()
@@ -220,6 +223,11 @@ class Controller:
             covered = covered_namespace(obj)
             if covered:
                 self.queue.add(f"{LEDGER_KEY}{covered}")
+        elif cache == "namespaces":
+            # Its enrolment label may be gone (controller/enrol.py): the record's key checks it.
+            name = meta.get("name", "")
+            if name and self.caches.ledgers.get(self.args.ledger_namespace, record_name(name)) is not None:
+                self.queue.add(f"{LEDGER_KEY}{name}")
         self.metrics.queue_depth.set(self.queue.depth())
 
     def resync(self) -> None:
@@ -284,7 +292,10 @@ class Controller:
             result = self.reconciler.reconcile(namespace, name)
             self.metrics.reconciles.labels(kind="podgroup", result=result).inc()
         elif key.startswith(LEDGER_KEY):
-            result = self.reclaimer.reclaim(key.removeprefix(LEDGER_KEY))
+            namespace = key.removeprefix(LEDGER_KEY)
+            result = self.reclaimer.reclaim(namespace)
+            if self.enroller.enrol(namespace):
+                self.metrics.reconciles.labels(kind="namespace", result="enrolled").inc()
             if result.recheck_after is not None:  # an entry in flight: look again once it is not
                 self.queue.add_after(key, result.recheck_after)
             self.metrics.reconciles.labels(

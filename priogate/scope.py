@@ -2,8 +2,9 @@
 
 kube-apiserver sends a namespace's pods to the pod quota hook only when the namespace carries
 ENROLLED_LABEL (the hook's namespaceSelector). priogate sets the label before the namespace's
-first reservation is admitted and never removes it, so every namespace that holds or held a
-reservation is covered and every other namespace's pod creates cost no webhook call.
+first reservation is admitted and never removes it (the controller puts it back where it went
+missing), so every namespace that holds or held a reservation is covered and every other
+namespace's pod creates cost no webhook call.
 
 Why a probe: kube-apiserver matches a namespaceSelector against its namespace informer's cache
 (staging/src/k8s.io/apiserver/pkg/admission/plugin/webhook/predicates/namespace/matcher.go,
@@ -29,9 +30,11 @@ ordinary PodGroup.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from priogate import podgroup
+from priogate.resources import parse_quantity
 
 ENROLLED_LABEL = "priogate.io/reservations"
 ENROLLED_VALUE = "true"
@@ -70,5 +73,24 @@ def probe_verdict(refusal: str | None, reservation_hook: str, enrolment_hook: st
     return None
 
 
-def enrolled(labels: dict[str, str] | None) -> bool:
+def enrolled(labels: Mapping[str, str] | None) -> bool:
     return (labels or {}).get(ENROLLED_LABEL) == ENROLLED_VALUE
+
+
+def reserves(min_resources: Mapping[str, Any]) -> bool:
+    """Whether a claim reserves anything (an amount that does not parse counts: it is refused
+    elsewhere, and enrolling for it costs only a round trip)."""
+    for value in min_resources.values():
+        try:
+            if parse_quantity(value) > 0:
+                return True
+        except ValueError:
+            return True
+    return False
+
+
+def needs_enrolment(labels: Mapping[str, str] | None, claims: Iterable[Mapping[str, Any]]) -> bool:
+    """A namespace that holds a reservation (the claims: its record's entries and its stored
+    groups' minResources) but lacks the label: one that reserved before enrolment existed, or
+    whose label someone removed. The controller's backstop enrols it (controller/enrol.py)."""
+    return not enrolled(labels) and any(reserves(c) for c in claims)

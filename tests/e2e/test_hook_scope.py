@@ -8,7 +8,9 @@ control plane, as a tenant with the built-in `edit` role (tests/e2e/tenant.py):
 - pod creates in a namespace without reservations never reach the pod quota hook, and neither
   does a PodGroup that reserves nothing enrol it;
 - the tenant cannot remove the enrolment label, nor turn the coverage probe into a way around
-  the quota.
+  the quota;
+- a label an admin removes from a namespace that holds reservations (or one that reserved
+  before enrolment existed) is put back by the controller (controller/enrol.py).
 
 Counted with the webhook's own priogate_webhook_requests_total (webhook/metrics.py) and
 kube-apiserver's apiserver_admission_webhook_request_total.
@@ -38,6 +40,7 @@ from tests.e2e.test_hostile_tenant_quota import podgroup, quota
 POD_QUOTA = "pod-quota.priogate.io"
 PODGROUP_QUOTA = "podgroup-quota.priogate.io"
 ENROLMENT = "podgroup-enrolment.priogate.io"
+MERGE = "application/merge-patch+json"
 
 
 @pytest.fixture(scope="module")
@@ -181,3 +184,21 @@ def test_the_tenant_can_neither_remove_the_label_nor_abuse_the_probe(tenant: Ten
     assert got is not None and "reserved: cpu=6, limited: cpu=10" in got[1], got
     tenant.create_podgroup(podgroup(PROBE_NAME, "4"))
     assert tenant.get_podgroup(PROBE_NAME)["spec"]["minResources"] == {"cpu": "4"}
+
+
+def test_the_controller_puts_back_a_removed_label(cluster: LocalCluster, tenant: Tenant, admin: ApiClient):
+    quota(admin, tenant.namespace, "10")
+    tenant.create_podgroup(podgroup("gang", "6"))
+    path = f"/api/v1/namespaces/{tenant.namespace}"
+    # As a cluster admin might by hand, or as a namespace that reserved before the label existed.
+    admin.request("PATCH", path, body={"metadata": {"labels": {ENROLLED_LABEL: None}}}, content_type=MERGE)
+    # The Namespace event enqueues its record's key at once (the periodic sweep would too).
+    wait_for(lambda: enrolled(labels(admin, tenant.namespace)), 30, "the controller labels it again", 0.2)
+    # And kube-apiserver routes its pods to the pod quota hook again.
+    body = pod(None, namespace=None, generate_name="big-", cpu="5", limits={"cpu": "5"})
+
+    def refused() -> bool:
+        got = refusal(lambda: tenant.core.create_namespaced_pod(tenant.namespace, body, dry_run="All"))
+        return got is not None and "reserved by PodGroups" in got[1]
+
+    wait_for(refused, 10, "a 5-cpu pod is refused beside the 6-of-10 reservation", 0.2)

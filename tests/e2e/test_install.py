@@ -221,6 +221,8 @@ ALLOWED: list[tuple[str, str, str, str | None, str]] = [
             "priorityclasses.scheduling.k8s.io",
         )
     ],
+    # controller/enrol.py: the namespaces cache, and the enrolment label put back
+    *[(CONTROLLER, v, "namespaces", None, "") for v in (*CACHE_VERBS, "patch")],
     # controller/gang_preemptor.py: victims deleted, DisruptionTarget / nominatedNodeName patched,
     # the preemption record patched onto the PodGroup
     (CONTROLLER, "delete", "pods", TENANT_NS, ""),
@@ -269,7 +271,7 @@ DENIED: list[tuple[str, str, str, str | None, str]] = [
     (WEBHOOK, "delete", "pods", TENANT_NS, ""),
     # the enrolment label is patched, never more: no namespace update, create or delete, and no
     # PodGroup write beyond the (always refused) dry-run probe's create
-    *[(WEBHOOK, v, "namespaces", None, "") for v in ("update", "create", "delete")],
+    *[(a, v, "namespaces", None, "") for a in (WEBHOOK, CONTROLLER) for v in ("update", "create", "delete")],
     *[(WEBHOOK, v, "podgroups.scheduling.volcano.sh", TENANT_NS, "") for v in ("update", "patch", "delete")],
     (WEBHOOK, "delete", "configmaps", TENANT_NS, ""),
     # the reservation records live in priogate's namespace: no ConfigMap rights anywhere else

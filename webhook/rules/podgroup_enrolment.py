@@ -34,6 +34,9 @@ The label is never removed. Removing it when the last reservation ends would rac
 first reservation admitted on another kube-apiserver whose informer still shows the label (its
 PodGroup goes to the reservation hook, not here, and nothing re-labels); keeping it costs only
 the pod quota hook's cached no-reservation answer in namespaces that once had reservations.
+A label that goes missing from a namespace holding reservations (removed by an admin, or never
+set before an upgrade) is put back by the controller (controller/enrol.py); that backstop is
+not the guarantee, this hook is.
 
 With several kube-apiserver replicas, the probe proves the routing of the replica that answers
 it (through the webhook's Service IP, not necessarily the replica that sent this PodGroup); the
