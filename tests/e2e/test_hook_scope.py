@@ -186,6 +186,42 @@ def test_the_tenant_can_neither_remove_the_label_nor_abuse_the_probe(tenant: Ten
     assert tenant.get_podgroup(PROBE_NAME)["spec"]["minResources"] == {"cpu": "4"}
 
 
+def test_a_burst_of_first_claims_fills_the_quota_exactly(tenant: Tenant, admin: ApiClient):
+    # 24 first claims at once in a fresh namespace: each may be the one that enrols it, and the
+    # probes are answered by the very quota server whose threads the claims hold. A claim told
+    # "retry" (429) tries again, as a controller would; none may time out, none over-admit.
+    quota(admin, tenant.namespace, "10")
+    outcomes: dict[str, tuple[int, str] | None] = {}
+    retried: list[str] = []
+    lock = threading.Lock()
+    start = threading.Barrier(24)
+
+    def claim(name: str) -> None:
+        start.wait()
+        for _ in range(50):
+            got = refusal(lambda: tenant.create_podgroup(podgroup(name, "1")))
+            if got is None or got[0] != 429:
+                break
+            with lock:
+                retried.append(name)
+            time.sleep(0.2)
+        with lock:
+            outcomes[name] = got
+
+    threads = [threading.Thread(target=claim, args=(f"g{i}",)) for i in range(24)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert len(outcomes) == 24
+    admitted = [n for n, o in outcomes.items() if o is None]
+    refusals = [o for o in outcomes.values() if o is not None]
+    assert len(admitted) == 10, (admitted, refusals)
+    assert all(o[0] == 403 and "exceeded quota" in o[1] for o in refusals), refusals
+    assert enrolled(labels(admin, tenant.namespace))
+    print(f"first-claim burst: {len(retried)} retries (429) among 24 claims")
+
+
 def test_the_controller_puts_back_a_removed_label(cluster: LocalCluster, tenant: Tenant, admin: ApiClient):
     quota(admin, tenant.namespace, "10")
     tenant.create_podgroup(podgroup("gang", "6"))

@@ -121,6 +121,24 @@ def test_an_invalid_first_claim_is_refused_before_anything_is_enrolled():
     assert view.calls == [] and reserved(view) == set()
 
 
+def test_first_claims_beyond_the_enrolling_threads_are_refused_with_retry_at_once():
+    # The probes need free threads of the same server: never all of them enrolling.
+    view = ScopeView([True])
+    held = [
+        podgroup_enrolment._enrolling.acquire(blocking=False)
+        for _ in range(podgroup_enrolment.ENROLLING_AT_ONCE)
+    ]
+    try:
+        assert all(held)
+        got = decide(podgroup_enrolment, group("six"), view)
+        assert not got.allowed and got.code == 429 and got.message.endswith("retry"), got
+        assert view.calls == [] and reserved(view) == set()
+    finally:
+        for _ in held:
+            podgroup_enrolment._enrolling.release()
+    assert decide(podgroup_enrolment, group("six"), view).allowed
+
+
 def test_enrolment_failing_refuses_with_retry_and_probes_nothing():
     view = ScopeView([True], enroll_error=ApiError(403, "Forbidden", "namespaces is forbidden"))
     got = decide(podgroup_enrolment, group("six"), view)

@@ -45,13 +45,14 @@ others see the label within their informer's watch latency.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 
 from priogate.kube.client import ApiError
 from priogate.scope import ENROLLED_LABEL, ENROLLED_VALUE, NOT_COVERED, is_probe, probe_verdict
 from webhook.objects import mapping, new_object, optional_str
-from webhook.registry import ClusterView, RuleSet
+from webhook.registry import SERVERS, ClusterView, RuleSet
 from webhook.review import AdmissionRequest, Decision, allow, deny
 from webhook.rules import podgroup_quota
 
@@ -62,6 +63,13 @@ NAME = "podgroup-enrolment.priogate.io"
 PROBE_SECONDS = 3.0
 DECISION_SECONDS = 5.0
 DEFAULT_TIMEOUT = 10.0
+# A probe is answered by the quota server itself, so a thread waiting for its probe needs
+# another thread free: with every thread of a worker enrolling, probes could only queue until
+# they time out. At most this many threads per worker enrol at once (half the quota server's
+# default threads, webhook.registry.SERVERS); a first claim beyond them is refused with
+# "retry" at once. Enrolment is once per namespace, so this bounds only a burst of first claims.
+ENROLLING_AT_ONCE = max(1, SERVERS["quota"] // 2)
+_enrolling = threading.BoundedSemaphore(ENROLLING_AT_ONCE)
 
 
 def request_name(request: AdmissionRequest) -> str:
@@ -111,19 +119,29 @@ def admit(request: AdmissionRequest, view: ClusterView) -> Decision:
     invalid = podgroup_quota.refused_as_invalid(request)
     if invalid is not None:
         return invalid  # refused whatever the record says: nothing to enrol for
-    now = time.monotonic()
-    deadline = request.deadline if request.deadline is not None else now + DEFAULT_TIMEOUT
-    until = min(now + PROBE_SECONDS, deadline - DECISION_SECONDS)
-    try:
-        routed = view.enroll(request.namespace, until)
-    except (ApiError, OSError) as e:
+    if not _enrolling.acquire(blocking=False):
         return deny(
-            f"PodGroup quota: namespace {request.namespace} could not be enrolled for reservations"
-            f" ({e}); retry",
-            code=503,
-            reason="ServiceUnavailable",
+            f"PodGroup quota: namespace {request.namespace} is being enrolled for reservations and"
+            f" {ENROLLING_AT_ONCE} first claims are being enrolled already; retry",
+            code=429,
+            reason="TooManyRequests",
         )
-    proven, seen = prove_coverage(view, request.namespace, until) if routed else (True, "")
+    try:
+        now = time.monotonic()
+        deadline = request.deadline if request.deadline is not None else now + DEFAULT_TIMEOUT
+        until = min(now + PROBE_SECONDS, deadline - DECISION_SECONDS)
+        try:
+            routed = view.enroll(request.namespace, until)
+        except (ApiError, OSError) as e:
+            return deny(
+                f"PodGroup quota: namespace {request.namespace} could not be enrolled for reservations"
+                f" ({e}); retry",
+                code=503,
+                reason="ServiceUnavailable",
+            )
+        proven, seen = prove_coverage(view, request.namespace, until) if routed else (True, "")
+    finally:
+        _enrolling.release()
     if not proven:
         # A probe that meets another answer than the enrolment hook's (a webhook that does not
         # support dry run, say) never proves anything: say what it met.
