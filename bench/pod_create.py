@@ -25,6 +25,10 @@ on them and the only work per request is the create itself; every batch's pods a
 between batches, outside the measured time. Latency is the client's wall-clock time per POST;
 each creator is a process of its own, with its own connection.
 
+The namespace holds no reservations and is not enrolled (priogate.scope), so with the plugin
+kept no priogate hook is called for its pods: the common case. `--enrolled` measures a
+namespace where reservations exist, whose pod creates go through the pod quota hook.
+
 stderr: progress; stdout: the figures, the last line
     pod create: p50 ratio X, p99 ratio Y (8 creators, plugin kept)
 where a ratio is priogate's latency over the baseline's at that percentile.
@@ -47,6 +51,7 @@ from localcluster.components import ApiServerMode
 from localcluster.procs import progress, wait_until
 from localcluster.webhooks import WEBHOOK_METRIC
 from priogate.kube.client import ApiClient, load_client, resource_path
+from priogate.scope import ENROLLED_LABEL, ENROLLED_VALUE
 from webhook.policy import WebhookPolicy
 
 NAMESPACE = "bench-pod-create"
@@ -97,18 +102,22 @@ def percentile(values: list[float], q: float) -> float:
 
 
 class Bench:
-    def __init__(self, cluster: LocalCluster, creates: int, warmup: int) -> None:
+    def __init__(self, cluster: LocalCluster, creates: int, warmup: int, enrolled: bool = False) -> None:
         assert cluster.kubeconfig
         self.cluster = cluster
         self.client: ApiClient = load_client(str(cluster.kubeconfig), pool_size=max(CREATORS) + 4)
         self.creates = creates
         self.warmup = warmup
+        # Whether the namespace is enrolled (priogate.scope), as one that holds reservations:
+        # only then does kube-apiserver call the pod quota hook for its pods.
+        self.enrolled = enrolled
         self.pods_path = resource_path("v1", "pods", NAMESPACE)
         # Started once, before any measurement: spawn, as the parent runs threads (the supervisor).
         self.pool = ProcessPoolExecutor(max(CREATORS), mp_context=multiprocessing.get_context("spawn"))
 
     def setup(self) -> None:
-        self.client.create("/api/v1/namespaces", {"metadata": {"name": NAMESPACE}})
+        labels = {ENROLLED_LABEL: ENROLLED_VALUE} if self.enrolled else {}
+        self.client.create("/api/v1/namespaces", {"metadata": {"name": NAMESPACE, "labels": labels}})
         wait_until(
             lambda: bool(self.client.get(f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts/default")),
             timeout=60,
@@ -238,6 +247,11 @@ def main() -> int:
     p.add_argument("--rounds", type=int, default=6, help="batches per arm and mode (interleaved A B B A ...)")
     p.add_argument("--modes", default="kept,replaced", help="kept, replaced or both (kept,replaced)")
     p.add_argument("--webhook-workers", type=int, default=2)
+    p.add_argument(
+        "--enrolled",
+        action="store_true",
+        help="create the pods in a namespace enrolled for reservations (the pod quota hook is called)",
+    )
     args = p.parse_args()
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     if not modes or set(modes) - {"kept", "replaced"}:
@@ -259,7 +273,7 @@ def main() -> int:
         bench: Bench | None = None
         cluster.start()
         try:
-            bench = Bench(cluster, args.creates, args.warmup)
+            bench = Bench(cluster, args.creates, args.warmup, enrolled=args.enrolled)
             bench.setup()
             if "kept" in modes:
                 if not cluster.mode.priority_plugin:

@@ -13,7 +13,7 @@ from priogate.kube import catalogue
 from priogate.kube.cache import DEFAULT_QUIET_SECONDS, Obj, OnEvent, WatchCache
 from priogate.kube.client import ApiClient
 from priogate.ledger import DEFAULT_LEDGER_NAMESPACE
-from priogate.slim import slim_node, slim_pod
+from priogate.slim import namespace_labels, slim_node, slim_pod
 
 
 @dataclass
@@ -25,9 +25,12 @@ class Caches:
     ledgers: WatchCache
     pdbs: WatchCache
     classes: WatchCache
+    # For the enrolment label (controller/enrol.py); None where a test needs no enrolment.
+    namespaces: WatchCache | None = None
 
     def all(self) -> list[WatchCache]:
-        return [self.podgroups, self.pods, self.quotas, self.nodes, self.ledgers, self.pdbs, self.classes]
+        caches = [self.podgroups, self.pods, self.quotas, self.nodes, self.ledgers, self.pdbs, self.classes]
+        return caches + ([self.namespaces] if self.namespaces is not None else [])
 
     def start(self) -> None:
         for cache in self.all():
@@ -74,4 +77,7 @@ def build_caches(
         ledgers=catalogue.ledgers(ledger_namespace).cache(client, on_event=route("ledgers"), quiet_seconds=q),
         pdbs=catalogue.PDBS.cache(client, quiet_seconds=q),
         classes=catalogue.PRIORITY_CLASSES.cache(client, quiet_seconds=q),
+        namespaces=catalogue.NAMESPACES.cache(
+            client, transform=namespace_labels, on_event=route("namespaces"), quiet_seconds=q
+        ),
     )

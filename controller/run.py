@@ -2,9 +2,10 @@
 
 Watch caches feed a work queue (keys "podgroup:NS/NAME", "ledger:NS", and with
 --pod-preemption "pods:preempt"); one worker, while this process leads, reconciles PodGroup
-status, applies gang preemption, preempts for single pods (controller/pod_preemptor.py) and
-reclaims stale ledger entries. One worker on purpose: enqueue decisions are first come, first served, and a
-group's reservation must be visible to the next group's decision.
+status, applies gang preemption, preempts for single pods (controller/pod_preemptor.py),
+reclaims stale ledger entries and puts back a reserving namespace's enrolment label
+(controller/enrol.py). One worker on purpose: enqueue decisions are first come, first served,
+and a group's reservation must be visible to the next group's decision.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import structlog
 from controller.caches import build_caches
 from controller.election import LeaderElector, default_identity
 from controller.engine_state import EngineState
+from controller.enrol import Enroller
 from controller.events import EventRecorder
 from controller.gang_preemptor import GangPreemptor
 from controller.pod_preemptor import SWEEP_KEY, PodPreemptor, candidate
@@ -35,7 +37,7 @@ from priogate.kube.cache import CacheState, Obj
 from priogate.kube.client import ApiClient, load_client
 from priogate.kube.ledger_store import LedgerStore
 from priogate.lease import LEASE_DURATION, RENEW_DEADLINE, RETRY_PERIOD
-from priogate.ledger import DEFAULT_IN_FLIGHT, covered_namespace
+from priogate.ledger import DEFAULT_IN_FLIGHT, covered_namespace, record_name
 from priogate.logs import configure_logging
 from priogate.podgroup import FINISHED_PHASES, group_of
 from priogate.preemption import policy as preemption_policy
@@ -212,6 +214,7 @@ class Controller:
             self.caches,
             in_flight,
         )
+        self.enroller = Enroller(client, self.caches, args.ledger_namespace)
 
     def is_leader(self) -> bool:
         return self.elector.is_leader() if self.elector is not None else not self.stop.is_set()
@@ -249,6 +252,11 @@ class Controller:
             covered = covered_namespace(obj)
             if covered:
                 self.queue.add(f"{LEDGER_KEY}{covered}")
+        elif cache == "namespaces":
+            # Its enrolment label may be gone (controller/enrol.py): the record's key checks it.
+            name = meta.get("name", "")
+            if name and self.caches.ledgers.get(self.args.ledger_namespace, record_name(name)) is not None:
+                self.queue.add(f"{LEDGER_KEY}{name}")
         self.metrics.queue_depth.set(self.queue.depth())
 
     def resync(self) -> None:
@@ -324,7 +332,10 @@ class Controller:
             result = self.reconciler.reconcile(namespace, name)
             self.metrics.reconciles.labels(kind="podgroup", result=result).inc()
         elif key.startswith(LEDGER_KEY):
-            result = self.reclaimer.reclaim(key.removeprefix(LEDGER_KEY))
+            namespace = key.removeprefix(LEDGER_KEY)
+            result = self.reclaimer.reclaim(namespace)
+            if self.enroller.enrol(namespace):
+                self.metrics.reconciles.labels(kind="namespace", result="enrolled").inc()
             if result.recheck_after is not None:  # an entry in flight: look again once it is not
                 self.queue.add_after(key, result.recheck_after)
             self.metrics.reconciles.labels(

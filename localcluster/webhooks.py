@@ -6,6 +6,11 @@ registered webhook matches until kube-apiserver's own metric
 apiserver_admission_webhook_request_total counts a successful call for each webhook name, and,
 when the built-in Priority plugin is disabled, until a dry-run pod comes back with
 spec.priority set (nothing else sets it then).
+
+The quota hooks split namespaces by priogate's enrolment label (priogate.scope): the probe
+namespace is enrolled, so its pods and PodGroups reach the pod and PodGroup quota hooks, and a
+second, never-enrolled namespace takes the PodGroup probe that reaches the enrolment hook (a dry
+run, which enrols nothing).
 """
 
 from __future__ import annotations
@@ -22,9 +27,11 @@ from localcluster.api import create_or_replace, delete_if_present, metric_sum
 from localcluster.pki import Pki
 from localcluster.procs import Proc, progress, wait_until
 from priogate.kube.client import ApiClient, ApiError
+from priogate.scope import ENROLLED_LABEL, ENROLLED_VALUE
 from webhook.policy import WebhookPolicy
 
 PROBE_NAMESPACE = "priogate-probe"
+UNENROLLED_PROBE_NAMESPACE = "priogate-probe-unenrolled"
 PRIOGATE_NAMESPACE = "priogate-system"
 WEBHOOK_METRIC = "apiserver_admission_webhook_request_total"
 CONFIG_PATHS = {
@@ -32,46 +39,56 @@ CONFIG_PATHS = {
     "ValidatingWebhookConfiguration": "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations",
 }
 PAUSE_IMAGE = "registry.k8s.io/pause:3.10"
-# (API group, resource) -> (collection path, dry-run body) for the probe
-PROBES: dict[tuple[str, str], tuple[str, dict[str, Any]]] = {
-    ("", "pods"): (
-        f"/api/v1/namespaces/{PROBE_NAMESPACE}/pods",
-        {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {"generateName": "probe-"},
-            "spec": {"containers": [{"name": "c", "image": PAUSE_IMAGE}]},
-        },
-    ),
-    ("scheduling.k8s.io", "priorityclasses"): (
-        "/apis/scheduling.k8s.io/v1/priorityclasses",
-        {
-            "apiVersion": "scheduling.k8s.io/v1",
-            "kind": "PriorityClass",
-            "metadata": {"name": "priogate-probe"},
-            "value": 0,
-        },
-    ),
-    ("scheduling.volcano.sh", "podgroups"): (
-        f"/apis/scheduling.volcano.sh/v1beta1/namespaces/{PROBE_NAMESPACE}/podgroups",
-        {
-            "apiVersion": "scheduling.volcano.sh/v1beta1",
-            "kind": "PodGroup",
-            # The annotation hook is called only for writes that carry a `priogate.io/`
-            # annotation (its matchConditions); it refuses this one, which proves the call.
-            "metadata": {"generateName": "probe-", "annotations": {"priogate.io/probe": "1"}},
-            "spec": {"minMember": 1},
-        },
-    ),
-    ("scheduling.k8s.io", "podgroups"): (
-        f"/apis/scheduling.k8s.io/v1alpha2/namespaces/{PROBE_NAMESPACE}/podgroups",
-        {
-            "apiVersion": "scheduling.k8s.io/v1alpha2",
-            "kind": "PodGroup",
-            "metadata": {"generateName": "probe-"},
-            "spec": {"schedulingPolicy": {"basic": {}}},
-        },
-    ),
+# (API group, resource) -> [(collection path, dry-run body)] for the probe
+PODGROUP_PROBE: dict[str, Any] = {
+    "apiVersion": "scheduling.volcano.sh/v1beta1",
+    "kind": "PodGroup",
+    # The annotation hook is called only for writes that carry a `priogate.io/` annotation (its
+    # matchConditions); it refuses this one, which proves the call. minResources: the enrolment
+    # hook is called only for PodGroups that reserve something.
+    "metadata": {"generateName": "probe-", "annotations": {"priogate.io/probe": "1"}},
+    "spec": {"minMember": 1, "minResources": {"cpu": "0"}},
+}
+PROBES: dict[tuple[str, str], list[tuple[str, dict[str, Any]]]] = {
+    ("", "pods"): [
+        (
+            f"/api/v1/namespaces/{PROBE_NAMESPACE}/pods",
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"generateName": "probe-"},
+                "spec": {"containers": [{"name": "c", "image": PAUSE_IMAGE}]},
+            },
+        )
+    ],
+    ("scheduling.k8s.io", "priorityclasses"): [
+        (
+            "/apis/scheduling.k8s.io/v1/priorityclasses",
+            {
+                "apiVersion": "scheduling.k8s.io/v1",
+                "kind": "PriorityClass",
+                "metadata": {"name": "priogate-probe"},
+                "value": 0,
+            },
+        )
+    ],
+    # Once in an enrolled namespace (the reservation hook) and once in one that is not (the
+    # enrolment hook).
+    ("scheduling.volcano.sh", "podgroups"): [
+        (f"/apis/scheduling.volcano.sh/v1beta1/namespaces/{ns}/podgroups", PODGROUP_PROBE)
+        for ns in (PROBE_NAMESPACE, UNENROLLED_PROBE_NAMESPACE)
+    ],
+    ("scheduling.k8s.io", "podgroups"): [
+        (
+            f"/apis/scheduling.k8s.io/v1alpha2/namespaces/{PROBE_NAMESPACE}/podgroups",
+            {
+                "apiVersion": "scheduling.k8s.io/v1alpha2",
+                "kind": "PodGroup",
+                "metadata": {"generateName": "probe-"},
+                "spec": {"schedulingPolicy": {"basic": {}}},
+            },
+        )
+    ],
 }
 
 
@@ -138,17 +155,27 @@ class Webhooks:
         self.hook_resources = set()
 
     def ensure_probe_namespace(self) -> None:
-        ns = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": PROBE_NAMESPACE}}
-        sa = {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "default"}}
-        for path, body in (
-            ("/api/v1/namespaces", ns),
-            (f"/api/v1/namespaces/{PROBE_NAMESPACE}/serviceaccounts", sa),
-        ):
-            try:
-                self.api.create(path, body)
-            except ApiError as e:
-                if e.status != 409:
-                    raise
+        labels = {ENROLLED_LABEL: ENROLLED_VALUE}
+        for namespace, enrolled in ((PROBE_NAMESPACE, True), (UNENROLLED_PROBE_NAMESPACE, False)):
+            meta: dict[str, Any] = {"name": namespace, **({"labels": labels} if enrolled else {})}
+            ns = {"apiVersion": "v1", "kind": "Namespace", "metadata": meta}
+            sa = {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "default"}}
+            for path, body in (
+                ("/api/v1/namespaces", ns),
+                (f"/api/v1/namespaces/{namespace}/serviceaccounts", sa),
+            ):
+                try:
+                    self.api.create(path, body)
+                except ApiError as e:
+                    if e.status != 409:
+                        raise
+            if enrolled:  # it may have been made before it was enrolled
+                self.api.request(
+                    "PATCH",
+                    f"/api/v1/namespaces/{namespace}",
+                    body={"metadata": {"labels": labels}},
+                    content_type="application/merge-patch+json",
+                )
 
     def _probe_once(self) -> dict[str, Any]:
         """One dry-run request per resource the webhooks handle. A denial is fine: it proves the
@@ -159,15 +186,15 @@ class Webhooks:
                 raise ValueError(
                     f"no dry-run probe for resource {resource!r}; add one to PROBES in {__file__}"
                 )
-            path, body = PROBES[resource]
-            try:
-                created = self.api.create(path, body, dry_run=True)
-            except ApiError as e:
-                if e.status >= 500:
-                    raise
-                continue
-            if resource == ("", "pods"):
-                seen["pod_priority"] = created["spec"].get("priority")
+            for path, body in PROBES[resource]:
+                try:
+                    created = self.api.create(path, body, dry_run=True)
+                except ApiError as e:
+                    if e.status >= 500:
+                        raise
+                    continue
+                if resource == ("", "pods"):
+                    seen["pod_priority"] = created["spec"].get("priority")
         return seen
 
     def probe(self, priority_plugin: bool, proc: Proc | None = None, timeout: float = 60.0) -> float:

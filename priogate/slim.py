@@ -91,3 +91,9 @@ def group_member_essentials(pod: Mapping[str, Any]) -> Mapping[str, Any] | None:
         "spec": slim_spec,
         "status": {"phase": (pod.get("status") or {}).get("phase")},
     }
+
+
+def namespace_labels(namespace: Mapping[str, Any]) -> Mapping[str, Any]:
+    """Of a Namespace, the controller reads only its identity and labels (the enrolment label)."""
+    meta = namespace.get("metadata") or {}
+    return {"metadata": {k: meta[k] for k in ("name", "uid", "resourceVersion", "labels") if k in meta}}

@@ -63,17 +63,17 @@ def _webhook(rule_set: RuleSet, client_config: dict, policy: HookPolicy) -> dict
         "failurePolicy": policy.failure_policy,
         "matchPolicy": "Equivalent",
     }
+    expressions: list[dict[str, Any]] = []
     if policy.exempt_namespaces:
+        exempt = list(policy.exempt_namespaces)
+        expressions.append({"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": exempt})
+    expressions += [
+        {"key": key, "operator": operator, "values": list(values)}
+        for key, operator, values in rule_set.namespace_labels
+    ]
+    if expressions:
         # Cluster-scoped objects (PriorityClasses) are never filtered by a namespace selector.
-        hook["namespaceSelector"] = {
-            "matchExpressions": [
-                {
-                    "key": "kubernetes.io/metadata.name",
-                    "operator": "NotIn",
-                    "values": list(policy.exempt_namespaces),
-                }
-            ]
-        }
+        hook["namespaceSelector"] = {"matchExpressions": expressions}
     if rule_set.match_conditions:
         hook["matchConditions"] = [{"name": n, "expression": e} for n, e in rule_set.match_conditions]
     if rule_set.kind == "mutating":

@@ -35,6 +35,10 @@ class ClusterView(Protocol):
 
     def listed_podgroups(self, namespace: str) -> dict[str, str]: ...
 
+    def enroll(self, namespace: str, deadline: float) -> bool: ...
+
+    def probe_refusal(self, namespace: str) -> str | None: ...
+
     @property
     def ledger_store(self) -> Any: ...
 
@@ -77,6 +81,10 @@ class RuleSet:
     # never cost a round trip. (name, expression) pairs; each must hold for every request the
     # handler could refuse or patch, and must not fail on one (an error applies failurePolicy).
     match_conditions: Sequence[tuple[str, str]] = ()
+    # Further namespaceSelector matchExpressions, (key, operator, values), beside the mode's
+    # exempt namespaces: the quota hooks are called only in namespaces priogate has enrolled
+    # (priogate.scope), the enrolment hook only in the others.
+    namespace_labels: Sequence[tuple[str, str, Sequence[str]]] = ()
     # Which server answers it in a cluster (SERVERS). The priority rule sets are pure CPU over
     # one small cache; the quota rule sets keep every pod in their caches and block on ledger
     # writes. They want different thread counts and memory, so they run as separate servers.
@@ -97,6 +105,7 @@ RULE_SET_MODULES = (
     "webhook.rules.priorityclasses",
     "webhook.rules.podgroup_defaults",
     "webhook.rules.podgroup_quota",
+    "webhook.rules.podgroup_enrolment",
     "webhook.rules.podgroup_annotations",
     "webhook.rules.pod_quota",
 )

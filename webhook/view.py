@@ -15,6 +15,7 @@ from priogate.kube.cache import Transform, WatchCache
 from priogate.kube.catalogue import Source
 from priogate.kube.client import ApiClient, resource_path
 from priogate.kube.ledger_store import LedgerStore
+from priogate.kube.namespaces import label_namespace, probe_refusal
 from priogate.ledger import (
     DEFAULT_IN_FLIGHT,
     DEFAULT_LEDGER_NAMESPACE,
@@ -136,6 +137,20 @@ class CacheView:
         path = resource_path(podgroup.GROUP_VERSION, podgroup.PLURAL, namespace)
         groups = self.client.list_all(path, timeout=(3, 5))
         return {g["metadata"].get("uid", ""): g["metadata"]["name"] for g in groups}
+
+    def enroll(self, namespace: str, deadline: float) -> bool:
+        """Set the enrolment label (priogate.scope) on the namespace. False where there is no
+        API server (offline, tests): nothing routes by the label there, so nothing to prove."""
+        if self.client is None:
+            return False
+        label_namespace(self.client, namespace, deadline=deadline)
+        return True
+
+    def probe_refusal(self, namespace: str) -> str | None:
+        """The refusal of one dry-run coverage probe in the namespace (priogate.scope)."""
+        if self.client is None:
+            return None
+        return probe_refusal(self.client, namespace)
 
     def reservations(self, namespace: str) -> NamespaceReservations:
         """What the caches show of the namespace's reservations (admission of PodGroups, and of

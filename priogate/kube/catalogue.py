@@ -58,6 +58,8 @@ def ledgers(ledger_namespace: str = DEFAULT_LEDGER_NAMESPACE) -> Source:
 
 
 LEDGERS = ledgers()
+# Namespaces, for their enrolment label (priogate.scope): cluster-scoped, few, rarely written.
+NAMESPACES = Source("namespaces", resource_path("v1", "namespaces"))
 NODES = Source("nodes", resource_path("v1", "nodes"))
 PDBS = Source("pdbs", resource_path("policy/v1", "poddisruptionbudgets"))
 # Every pod: a PodGroup's phase counts its Succeeded and Failed members (priogate.phase).

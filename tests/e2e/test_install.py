@@ -199,6 +199,10 @@ ALLOWED: list[tuple[str, str, str, str | None, str]] = [
             "pods",
         )
     ],
+    # a namespace's first reservation: the enrolment label, then the dry-run probe PodGroup
+    # (webhook/rules/podgroup_enrolment.py, priogate/kube/namespaces.py)
+    (WEBHOOK, "patch", "namespaces", None, ""),
+    (WEBHOOK, "create", "podgroups.scheduling.volcano.sh", TENANT_NS, ""),
     # the reservation records: watched, read and written (GET, POST, PUT) in priogate's own
     # namespace only (priogate/kube/ledger_store.py)
     *[(WEBHOOK, v, "configmaps", NAMESPACE, "") for v in (*CACHE_VERBS, "create", "update")],
@@ -217,6 +221,8 @@ ALLOWED: list[tuple[str, str, str, str | None, str]] = [
             "priorityclasses.scheduling.k8s.io",
         )
     ],
+    # controller/enrol.py: the namespaces cache, and the enrolment label put back
+    *[(CONTROLLER, v, "namespaces", None, "") for v in (*CACHE_VERBS, "patch")],
     # controller/gang_preemptor.py: victims deleted, DisruptionTarget / nominatedNodeName patched,
     # the preemption record patched onto the PodGroup
     (CONTROLLER, "delete", "pods", TENANT_NS, ""),
@@ -263,6 +269,10 @@ DENIED: list[tuple[str, str, str, str | None, str]] = [
     *[(a, "create", "pods", TENANT_NS, "") for a in (WEBHOOK, CONTROLLER, CABUNDLE)],
     (CONTROLLER, "update", "nodes", None, ""),
     (WEBHOOK, "delete", "pods", TENANT_NS, ""),
+    # the enrolment label is patched, never more: no namespace update, create or delete, and no
+    # PodGroup write beyond the (always refused) dry-run probe's create
+    *[(a, v, "namespaces", None, "") for a in (WEBHOOK, CONTROLLER) for v in ("update", "create", "delete")],
+    *[(WEBHOOK, v, "podgroups.scheduling.volcano.sh", TENANT_NS, "") for v in ("update", "patch", "delete")],
     (WEBHOOK, "delete", "configmaps", TENANT_NS, ""),
     # the reservation records live in priogate's namespace: no ConfigMap rights anywhere else
     *[

@@ -16,6 +16,7 @@ from localcluster.binaries import REPO
 from priogate.kube.client import ApiClient, ApiError, load_client, resource_path
 from priogate.ledger import DEFAULT_LEDGER_NAMESPACE, entries_of, record_path
 from priogate.resources import parse_quantity
+from priogate.scope import ENROLLED_LABEL, ENROLLED_VALUE
 from tests.builders import pod, podgroup
 from tests.e2e.helpers import wait_for
 from tests.podgroup_load import create_concurrently
@@ -112,6 +113,15 @@ def served_count(cluster: LocalCluster, port: int) -> float:
 )
 def test_concurrent_podgroups_fill_the_quota_exactly(cluster, client, namespace, masters, workers):
     create_quota(client, namespace, "10")
+    # Enrolled (priogate.scope) up front, as after a first claim: every PodGroup then goes to the
+    # reservation hook, which the replicas behind the proxy answer (test_hook_scope.py covers
+    # the enrolment itself).
+    client.request(
+        "PATCH",
+        f"/api/v1/namespaces/{namespace}",
+        body={"metadata": {"labels": {ENROLLED_LABEL: ENROLLED_VALUE}}},
+        content_type="application/merge-patch+json",
+    )
     replicas = start_replicas(
         cluster.supervisor,
         cluster.pki.webhook_crt,

@@ -233,8 +233,11 @@ def test_the_webhook_refuses_negatives_where_the_crd_allows_them(tenant, core, v
     got = refusal(lambda: tenant.create_podgroup(podgroup("neg", {"cpu": "-100"})))
     assert got == (
         422,
-        'admission webhook "podgroup-quota.priogate.io" denied the request: PodGroup.scheduling.volcano.sh '
-        '"neg" is invalid: spec.minResources.cpu: Invalid value: "-100": must be greater than or equal to 0 '
+        # The namespace's first claim: the enrolment hook refuses it, by the quota hook's rule,
+        # before enrolling the namespace.
+        'admission webhook "podgroup-enrolment.priogate.io" denied the request: '
+        'PodGroup.scheduling.volcano.sh "neg" is invalid: spec.minResources.cpu: Invalid value: "-100": '
+        "must be greater than or equal to 0 "
         "(a negative amount would lower the namespace's summed reservations)",
     )
     got = refusal(lambda: tenant.create_podgroup(podgroup("sneaky", {"cpu": "110", "requests.cpu": "-100"})))

@@ -28,6 +28,8 @@ PATHS = [
     "/validate/priorityclasses",
     "/mutate/podgroups",
     "/validate/podgroups",
+    # Offline (no API server), so it enrols nothing and decides as /validate/podgroups does.
+    "/validate/podgroups-enrolment",
     "/validate/pods",
 ]
 

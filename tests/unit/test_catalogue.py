@@ -5,7 +5,7 @@ needs it."""
 from __future__ import annotations
 
 from priogate.kube.cache import WatchCache
-from priogate.slim import group_member_essentials, slim_node, slim_pod
+from priogate.slim import group_member_essentials, namespace_labels, slim_node, slim_pod
 
 LEDGER_SELECTOR = ("labelSelector", "priogate.io/ledger=podgroup-reservations")
 UNFINISHED = ("fieldSelector", "status.phase!=Succeeded,status.phase!=Failed")
@@ -40,6 +40,7 @@ def test_the_controller_caches():
         ("ledgers", "/api/v1/namespaces/priogate-system/configmaps", (LEDGER_SELECTOR,), None),
         ("pdbs", "/apis/policy/v1/poddisruptionbudgets", (), None),
         ("priorityclasses", "/apis/scheduling.k8s.io/v1/priorityclasses", (), None),
+        ("namespaces", "/api/v1/namespaces", (), namespace_labels),
     ]
     routed = [(c.name, c.on_event is not None) for c in caches.all()]
     assert [name for name, called in routed if called] == [
@@ -48,6 +49,7 @@ def test_the_controller_caches():
         "resourcequotas",
         "nodes",
         "ledgers",
+        "namespaces",
     ]
 
 

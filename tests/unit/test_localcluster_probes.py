@@ -14,7 +14,9 @@ def test_every_hooked_resource_has_a_probe():
 
 
 def test_each_probe_is_sent_to_its_own_api_group():
-    for (group, resource), (path, body) in PROBES.items():
-        assert path.startswith("/api/v1/" if group == "" else f"/apis/{group}/"), path
-        assert path.endswith(f"/{resource}")
-        assert body["apiVersion"].startswith(f"{group}/" if group else "v1")
+    for (group, resource), probes in PROBES.items():
+        assert probes
+        for path, body in probes:
+            assert path.startswith("/api/v1/" if group == "" else f"/apis/{group}/"), path
+            assert path.endswith(f"/{resource}")
+            assert body["apiVersion"].startswith(f"{group}/" if group else "v1")

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from priogate.scope import ENROLLED_LABEL, ENROLLED_VALUE
 from webhook.configuration import webhook_configurations
 from webhook.policy import BUILTIN_EQUIVALENT_HOOKS, PRIORITY_HOOKS, HookPolicy, WebhookPolicy
 from webhook.registry import load_rule_sets
@@ -19,48 +20,62 @@ SYSTEM = ["kube-system", "priogate-system"]
 KEPT, REPLACED = True, False  # the built-in Priority plugin
 
 
-def _selector(namespaces: list[str]) -> dict[str, Any] | None:
-    if not namespaces:
-        return None
-    return {
-        "matchExpressions": [
-            {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": namespaces}
-        ]
-    }
+# What a hook requires of a namespace's enrolment label (priogate.scope): enrolled namespaces
+# only (where reservations are or were), not-enrolled ones only, or any.
+ENROLLED = [{"key": ENROLLED_LABEL, "operator": "In", "values": [ENROLLED_VALUE]}]
+NOT_ENROLLED = [{"key": ENROLLED_LABEL, "operator": "NotIn", "values": [ENROLLED_VALUE]}]
+ANY: list[dict[str, Any]] = []
 
 
-# hook -> mode -> (exempt namespaces, matchCondition names, operations, failurePolicy); a mode
-# missing from the inner dict: the hook is not registered in it. No hook has an objectSelector.
-HOOKS: dict[str, dict[bool, tuple[list[str], list[str], list[str], str]]] = {
+def _selector(namespaces: list[str], labels: list[dict[str, Any]]) -> dict[str, Any] | None:
+    expressions = list(labels)
+    if namespaces:
+        expressions.insert(
+            0, {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": namespaces}
+        )
+    return {"matchExpressions": expressions} if expressions else None
+
+
+# hook -> mode -> (exempt namespaces, enrolment requirement, matchCondition names, operations,
+# failurePolicy); a mode missing from the inner dict: the hook is not registered in it. No hook
+# has an objectSelector.
+HOOKS: dict[str, dict[bool, tuple[list[str], list[dict[str, Any]], list[str], list[str], str]]] = {
     "pod-priority.priogate.io": {
         # Kept: the plugin has already resolved and checked; the hook could only agree.
-        REPLACED: ([], ["create-or-priority-missing"], ["CREATE", "UPDATE"], "Fail"),
+        REPLACED: ([], ANY, ["create-or-priority-missing"], ["CREATE", "UPDATE"], "Fail"),
     },
     "native-podgroup-priority.priogate.io": {
         # As for pods; CREATE only (upstream resolves on CREATE, the fields are immutable).
-        REPLACED: ([], [], ["CREATE"], "Fail"),
+        REPLACED: ([], ANY, [], ["CREATE"], "Fail"),
     },
     "priorityclasses.priogate.io": {
         # Both modes: deletecollection of the system classes, globalDefault warnings; replaced:
         # also the one-globalDefault rule. PriorityClass writes are rare: no condition.
-        REPLACED: ([], [], ["CREATE", "UPDATE", "DELETE"], "Fail"),
-        KEPT: (SYSTEM, [], ["CREATE", "UPDATE", "DELETE"], "Ignore"),
+        REPLACED: ([], ANY, [], ["CREATE", "UPDATE", "DELETE"], "Fail"),
+        KEPT: (SYSTEM, ANY, [], ["CREATE", "UPDATE", "DELETE"], "Ignore"),
     },
     "podgroup-defaults.priogate.io": {
-        mode: (SYSTEM, ["create-or-defaults-or-class-change"], ["CREATE", "UPDATE"], "Fail")
+        mode: (SYSTEM, ANY, ["create-or-defaults-or-class-change"], ["CREATE", "UPDATE"], "Fail")
         for mode in (KEPT, REPLACED)
     },
     "podgroup-annotations.priogate.io": {
-        mode: (SYSTEM, ["priogate-annotation-present"], ["CREATE", "UPDATE"], "Fail")
+        mode: (SYSTEM, ANY, ["priogate-annotation-present"], ["CREATE", "UPDATE"], "Fail")
         for mode in (KEPT, REPLACED)
     },
-    # The quota rules are being redesigned; "only where reservations exist" comes after that.
+    # Only where reservations are or were: the enrolment hook labels a namespace, and proves
+    # kube-apiserver routes it here, before its first reservation is admitted.
     "podgroup-quota.priogate.io": {
         # No DELETE: a reservation ends when its group is confirmed gone, not at DELETE admission.
-        mode: (SYSTEM, [], ["CREATE", "UPDATE"], "Fail")
+        mode: (SYSTEM, ENROLLED, [], ["CREATE", "UPDATE"], "Fail")
         for mode in (KEPT, REPLACED)
     },
-    "pod-quota.priogate.io": {mode: (SYSTEM, [], ["CREATE"], "Fail") for mode in (KEPT, REPLACED)},
+    # Only a namespace's first claims: nowhere enrolled, and only PodGroups that reserve.
+    "podgroup-enrolment.priogate.io": {
+        mode: (SYSTEM, NOT_ENROLLED, ["reserves-something"], ["CREATE", "UPDATE"], "Fail")
+        for mode in (KEPT, REPLACED)
+    },
+    # Pod creates in a namespace that never held a reservation cost no round trip.
+    "pod-quota.priogate.io": {mode: (SYSTEM, ENROLLED, [], ["CREATE"], "Fail") for mode in (KEPT, REPLACED)},
 }
 
 
@@ -80,7 +95,7 @@ def test_each_hook_is_called_only_where_it_can_change_the_answer(priority_plugin
     registered = hooks(priority_plugin)
     expected = {name: modes[priority_plugin] for name, modes in HOOKS.items() if priority_plugin in modes}
     assert set(registered) == set(expected)
-    for name, (exempt, conditions, operations, failure) in expected.items():
+    for name, (exempt, labels, conditions, operations, failure) in expected.items():
         hook = registered[name]
         # The main resource's rule; subresource rules are checked by the test below.
         (rule,) = [r for r in hook["rules"] if not any("/" in res for res in r["resources"])]
@@ -91,7 +106,23 @@ def test_each_hook_is_called_only_where_it_can_change_the_answer(priority_plugin
             rule["operations"],
             hook["failurePolicy"],
         )
-        assert actual == (_selector(exempt), None, conditions, operations, failure), name
+        assert actual == (_selector(exempt, labels), None, conditions, operations, failure), name
+
+
+@pytest.mark.parametrize("priority_plugin", [KEPT, REPLACED], ids=["plugin-kept", "plugin-replaced"])
+def test_the_enrolment_proof_rests_on_identical_and_complementary_selectors(priority_plugin):
+    # The probe proves the pod quota hook's routing by the reservation hook's (priogate.scope):
+    # that holds only while their selectors are the same, and a namespace's first claim reaches
+    # exactly one of the two PodGroup hooks only while the enrolment hook's is the complement.
+    registered = hooks(priority_plugin)
+    pods, reservations, enrolment = (
+        registered[n]["namespaceSelector"]["matchExpressions"]
+        for n in ("pod-quota.priogate.io", "podgroup-quota.priogate.io", "podgroup-enrolment.priogate.io")
+    )
+    assert pods == reservations
+    (differs,) = [i for i, (a, b) in enumerate(zip(reservations, enrolment, strict=True)) if a != b]
+    assert {reservations[differs]["operator"], enrolment[differs]["operator"]} == {"In", "NotIn"}
+    assert reservations[differs]["values"] == enrolment[differs]["values"]
 
 
 # The one subresource a hook needs: a resize changes a pod's requests, which the pod quota

@@ -13,7 +13,13 @@ from webhook.registry import SERVERS, default_threads, load_rule_sets
         (("priority",), {"/mutate/pods", "/mutate/native-podgroups", "/validate/priorityclasses"}),
         (
             ("quota",),
-            {"/mutate/podgroups", "/validate/podgroups", "/validate/podgroup-annotations", "/validate/pods"},
+            {
+                "/mutate/podgroups",
+                "/validate/podgroups",
+                "/validate/podgroups-enrolment",
+                "/validate/podgroup-annotations",
+                "/validate/pods",
+            },
         ),
         (
             None,
@@ -23,6 +29,7 @@ from webhook.registry import SERVERS, default_threads, load_rule_sets
                 "/validate/priorityclasses",
                 "/mutate/podgroups",
                 "/validate/podgroups",
+                "/validate/podgroups-enrolment",
                 "/validate/podgroup-annotations",
                 "/validate/pods",
             },

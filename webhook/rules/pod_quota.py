@@ -13,6 +13,11 @@ reservation record (priogate.kube.ledger_store), reads the quotas with a quorum 
 turn (a quota the cache has not seen yet still limits), counts the charges of pods admitted a
 moment ago, and records its own. Namespaces where nothing is reserved are answered from the
 caches, with no API call. `pods/resize` is checked the same way for the increase.
+
+kube-apiserver calls this hook only in namespaces that carry priogate's enrolment label
+(priogate.scope), which is set, and its routing proven, before a namespace's first reservation
+is admitted (webhook.rules.podgroup_enrolment): everywhere else nothing is reserved, and a pod
+create costs no webhook round trip.
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ from priogate.ledger import (
 )
 from priogate.quota import Consumer, Reservation, check_pod, quota_names, unconsumed
 from priogate.resources import ResourceList, add, pod_requests, subtract
+from priogate.scope import ENROLLED_LABEL, ENROLLED_VALUE
 from webhook.objects import (
     MalformedObject,
     check_containers,
@@ -168,5 +174,8 @@ RULE_SET = RuleSet(
     subresource_rules=(("pods/resize", ("UPDATE",)),),
     side_effects="NoneOnDryRun",
     needs=("resourcequotas", "ledgers", "pods", "podgroups"),
+    # Only namespaces priogate enrolled before their first reservation was admitted
+    # (webhook.rules.podgroup_enrolment): pod creates elsewhere cost no round trip.
+    namespace_labels=((ENROLLED_LABEL, "In", (ENROLLED_VALUE,)),),
     server="quota",
 )

@@ -18,6 +18,10 @@ A negative minResources amount is refused: it would lower the namespace's summed
 and let a later group claim more than the quota (the CRD's pattern refuses it too, but Volcano's
 own CRD, which clusters with Volcano keep, allows a sign). An update that claims nothing more
 than before is never refused, so finalizer removal and annotation writes always go through.
+
+Called in enrolled namespaces only (priogate.scope); webhook.rules.podgroup_enrolment decides
+the first claim in any other namespace with this module's handler, after enrolling it. A dry-run
+coverage probe is refused here with priogate.scope.COVERED.
 """
 
 from __future__ import annotations
@@ -50,6 +54,7 @@ from priogate.ledger import (
 )
 from priogate.quota import check_podgroup
 from priogate.resources import parse_quantity
+from priogate.scope import COVERED, ENROLLED_LABEL, ENROLLED_VALUE, is_probe
 from webhook.objects import (
     MalformedObject,
     mapping,
@@ -118,6 +123,22 @@ def check_claim(entries: Mapping[str, Entry], claim: Entry, quotas: list[Mapping
     return check_podgroup(quotas, others, claim.reservation())
 
 
+def refused_as_invalid(request: AdmissionRequest) -> Decision | None:
+    """The refusal of a CREATE or UPDATE whose object no record is consulted for: a negative
+    amount (a malformed object raises MalformedObject)."""
+    now = dt.datetime.now(dt.UTC)
+    obj = new_object(request)
+    name = _entry(obj, "object", now).group
+    old = None
+    if request.operation == "UPDATE":
+        _entry(old_object(request), "oldObject", now)
+        old = request.old_object
+    negative = _negative(obj, old)
+    if negative:
+        return deny(f'PodGroup.scheduling.volcano.sh "{name}" is invalid: {negative}', code=422)
+    return None
+
+
 def admit(request: AdmissionRequest, view: ClusterView) -> Decision:
     if request.operation not in ("CREATE", "UPDATE"):
         # DELETE is not registered (a reservation ends when the group is gone, confirmed by a
@@ -126,10 +147,14 @@ def admit(request: AdmissionRequest, view: ClusterView) -> Decision:
     now = dt.datetime.now(dt.UTC)
     obj = new_object(request)
     entry = _entry(obj, "object", now)
+    if is_probe(entry.group, request.dry_run):
+        # kube-apiserver routed the probe here: it sees the namespace's enrolment label
+        # (webhook.rules.podgroup_enrolment). Always refused, so never stored.
+        return deny(COVERED)
     previous = _entry(old_object(request), "oldObject", now) if request.operation == "UPDATE" else None
-    negative = _negative(obj, request.old_object if previous else None)
-    if negative:
-        return deny(f'PodGroup.scheduling.volcano.sh "{entry.group}" is invalid: {negative}', code=422)
+    invalid = refused_as_invalid(request)
+    if invalid is not None:
+        return invalid
     # Claims nothing more than the stored object did: never refused (refusing would free
     # nothing, even if the quota was lowered since), and a record that cannot be written does
     # not refuse it either: the record then keeps the larger, older amount, which over-reserves
@@ -273,5 +298,8 @@ RULE_SET = RuleSet(
     side_effects="NoneOnDryRun",
     timeout_seconds=10,
     needs=("resourcequotas", "podgroups"),
+    # Enrolled namespaces only; a namespace's first claim goes through
+    # webhook.rules.podgroup_enrolment, which enrols it before deciding the claim the same way.
+    namespace_labels=((ENROLLED_LABEL, "In", (ENROLLED_VALUE,)),),
     server="quota",
 )

@@ -1,0 +1,117 @@
+"""The controller's backstop for the enrolment label (controller/enrol.py): a namespace that holds
+a reservation but lacks the label is labelled; one that reserves nothing, or is labelled, or is
+gone, is left alone."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from controller.caches import Caches
+from controller.enrol import Enroller
+from priogate.kube.cache import WatchCache
+from priogate.kube.client import ApiError
+from priogate.ledger import Entry, Record, record_object
+from priogate.scope import ENROLLED_LABEL, needs_enrolment, reserves
+from tests.builders import podgroup
+
+LONG_AGO = "2026-01-01T00:00:00Z"
+
+
+@pytest.mark.parametrize(
+    ("min_resources", "want"),
+    [
+        ({}, False),
+        ({"cpu": "0"}, False),
+        ({"cpu": "0", "memory": "1Gi"}, True),
+        ({"cpu": "-1"}, False),
+        ({"cpu": "10m"}, True),
+        ({"cpu": "bogus"}, True),
+    ],
+)
+def test_reserves(min_resources, want):
+    assert reserves(min_resources) is want
+
+
+@pytest.mark.parametrize(
+    ("labels", "claims", "want"),
+    [
+        (None, [{"cpu": "1"}], True),
+        ({ENROLLED_LABEL: "false"}, [{"cpu": "1"}], True),
+        ({ENROLLED_LABEL: "true"}, [{"cpu": "1"}], False),
+        (None, [], False),
+        (None, [{}, {"cpu": "0"}], False),
+    ],
+)
+def test_needs_enrolment(labels, claims, want):
+    assert needs_enrolment(labels, claims) is want
+
+
+class Patches:
+    def __init__(self, status: int = 200) -> None:
+        self.status = status
+        self.paths: list[str] = []
+
+    def request(self, method: str, path: str, **kw: Any) -> dict[str, Any]:
+        assert method == "PATCH" and kw["body"] == {"metadata": {"labels": {ENROLLED_LABEL: "true"}}}
+        self.paths.append(path)
+        if self.status != 200:
+            raise ApiError(self.status, "x", "scripted")
+        return {}
+
+
+def enroller(
+    labels: dict[str, str] | None,
+    groups: list[dict[str, Any]] = (),
+    entries: dict[str, Entry] | None = None,
+    *,
+    namespace_known: bool = True,
+    status: int = 200,
+) -> tuple[Enroller, Patches]:
+    ns = {"metadata": {"name": "team-a", **({"labels": labels} if labels is not None else {})}}
+    records = (
+        [record_object("priogate-system", "team-a", Record(entries), "1")] if entries is not None else []
+    )
+    caches = Caches(
+        podgroups=WatchCache.static("podgroups", list(groups)),
+        pods=WatchCache.static("pods", []),
+        quotas=WatchCache.static("quotas", []),
+        nodes=WatchCache.static("nodes", []),
+        ledgers=WatchCache.static("ledgers", records),
+        pdbs=WatchCache.static("pdbs", []),
+        classes=WatchCache.static("classes", []),
+        namespaces=WatchCache.static("namespaces", [ns] if namespace_known else []),
+    )
+    client = Patches(status)
+    return Enroller(client, caches, "priogate-system"), client  # type: ignore[arg-type]
+
+
+RESERVING = podgroup("g", namespace="team-a", min_resources={"cpu": "2"})
+EMPTY = podgroup("e", namespace="team-a")
+ENTRY = {"uid-r": Entry("r", "uid-r", {"cpu": "4"}, 1, "", LONG_AGO)}
+
+
+@pytest.mark.parametrize(
+    ("labels", "groups", "entries", "known", "enrolled"),
+    [
+        (None, [RESERVING], None, True, True),  # stored before enrolment existed
+        ({"team": "a"}, [], ENTRY, True, True),  # the record's entry alone (group not cached yet)
+        ({ENROLLED_LABEL: "true"}, [RESERVING], ENTRY, True, False),
+        (None, [EMPTY], {}, True, False),  # reserves nothing: stays off the quota hooks
+        (None, [RESERVING], None, False, False),  # not in the cache: its event comes later
+    ],
+    ids=["stored-group", "record-entry", "already", "nothing-reserved", "unknown"],
+)
+def test_a_reserving_namespace_without_the_label_is_labelled(labels, groups, entries, known, enrolled):
+    e, client = enroller(labels, groups, entries, namespace_known=known)
+    assert e.enrol("team-a") is enrolled
+    assert client.paths == (["/api/v1/namespaces/team-a"] if enrolled else [])
+
+
+def test_a_namespace_deleted_meanwhile_is_not_an_error_and_a_refusal_is():
+    gone, _ = enroller(None, [RESERVING], status=404)
+    assert gone.enrol("team-a") is False
+    forbidden, _ = enroller(None, [RESERVING], status=403)
+    with pytest.raises(ApiError):
+        forbidden.enrol("team-a")
