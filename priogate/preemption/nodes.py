@@ -159,7 +159,7 @@ def _bounds(
                 pivot.start_time,
                 ranked.priority_tail[len(ranked) - count],
             )
-        bounds.append(((0, 0, priority, tail + PRIORITY_SHIFT * count, count, -start, names[i]), i))
+        bounds.append(((0, 0, 0, priority, tail + PRIORITY_SHIFT * count, count, -start, names[i]), i))
     for j, i in enumerate(candidates):
         if i in table.leaving_set and min(column[i] for column in slack) >= 0:
             # lower-priority pods already terminating make room: the exact key, no victims
