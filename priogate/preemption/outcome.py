@@ -94,6 +94,8 @@ def describe_victims(result: NodeVictims) -> str:
     text = f"{len(victims)} victim(s), highest priority {victims[0].priority}"
     if result.pdb_violations:
         text += f", {result.pdb_violations} PDB violation(s)"
+    if result.owners:
+        text += f", {result.owners} owner/driver pod(s) (victim classes: regular pods do not suffice)"
     if result.opted_out:
         text += f", {result.opted_out} opted out of preemption (soft mode: nothing else works)"
     return text
