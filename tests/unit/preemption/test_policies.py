@@ -420,3 +420,21 @@ def test_pdb_strict_takes_more_victims_rather_than_violate() -> None:
     # the PDB-violating pod is reprieved first in both modes: strict changes nothing here
     assert result(objects, DEFAULT) == ("a", ["default/x1", "default/x2"])
     assert result(objects, PreemptionPolicy(pdb_mode="strict")) == ("a", ["default/x1", "default/x2"])
+
+
+def test_pdb_strict_for_a_gang() -> None:
+    objects = [
+        node("a", cpu="2"),
+        node("b", cpu="2"),
+        pod("g1", priority=1, cpu="2", node="a", labels={"app": "guarded"}),
+        pod("g2", priority=1, cpu="2", node="b", labels={"app": "guarded"}),
+        pdb("guard", match_labels={"app": "guarded"}, allowed=1),
+        podgroup("gang", min_member=2, phase="Inqueue"),
+        pod("m1", priority=HIGH, cpu="2", group="gang"),
+        pod("m2", priority=HIGH, cpu="2", group="gang"),
+    ]
+    assert decided(outcomes(objects)) == {"podgroup:default/gang": (None, ["default/g1", "default/g2"])}
+    strict = unresolved(outcomes(objects, policy=PreemptionPolicy(pdb_mode="strict")))
+    assert strict["podgroup:default/gang"].startswith(
+        "cannot preempt without violating a PodDisruptionBudget (--pdb-mode strict)"
+    )
