@@ -116,14 +116,18 @@ class Shaping:
             self.groups[key] = found
         return self.groups[key]
 
-    def items(self, candidate: Candidate) -> list[Item]:
-        """The node's possible victims under the policies, as items."""
+    def items(self, candidate: Candidate, held: set[str] | None = None) -> list[Item]:
+        """The node's possible victims under the policies, as items; `held` collects why
+        some stay (PDB, GANG)."""
         node = candidate.node.name
         items: list[Item] = []
         seen: set[str] = set()
+        held = set() if held is None else held
         for pod in candidate.ranked.pods[candidate.start :]:
             if not (self.policy.gang_aware_victims and pod.group in self.state.groups):
-                if not self.blocked_by_pdb(pod):
+                if self.blocked_by_pdb(pod):
+                    held.add(PDB)
+                else:
                     order = (self.take_rank(pod), -pod.priority, 1, -self.qos(pod), pod.start_time, pod.key)
                     items.append(Item((pod,), (pod,), 0, True, order))
                 continue
@@ -132,6 +136,7 @@ class Shaping:
             seen.add(pod.group)
             found = self.group(pod.group)
             if found is None:
+                held.add(GANG)
                 continue
             members, surplus = found
             blocked = {p.key for p in members if self.blocked_by_pdb(p)}
@@ -139,6 +144,10 @@ class Shaping:
             whole = not blocked and not (
                 self.preemptor.daemonset and any(p.node_name != node for p in members)
             )
+            if blocked:
+                held.add(PDB)
+            if not whole:
+                held.add(GANG)
             if not here or (not whole and surplus <= 0):
                 continue
             order = (
@@ -202,12 +211,13 @@ def evaluate(shaping: Shaping, candidate: Candidate) -> NodeVictims | Failure:
     """The reprieve loop over the node's items (see the module docstring)."""
     state, node = shaping.state, candidate.node.name
     dims = [d for d, _ in shaping.need]
-    items = shaping.items(candidate)
+    held: set[str] = set()
+    items = shaping.items(candidate, held)
     room = list(candidate.slack)
     for item in items:
         _shift(room, _vector(state, item.here, dims), +1)
     if min(room, default=0) < 0:
-        return Failure(node, PDB if shaping.policy.pdb_mode == "strict" else ROOM)
+        return Failure(node, PDB if PDB in held else GANG if GANG in held else ROOM)
     strict = shaping.policy.pdb_mode == "strict"
     violating = set() if strict else _violating(shaping, items)
     # Reprieve order: the class taken last comes back first, then PDB-violating items, then

@@ -50,11 +50,11 @@ class Choice:
     evaluated: dict[str, NodeVictims | Failure]
 
 
-def _pods(shaping: Shaping, candidate: Candidate) -> list[PodInfo]:
+def _pods(shaping: Shaping, candidate: Candidate, held: set[str] | None = None) -> list[PodInfo]:
     """The node's possible victims one by one, for single and multiple: items of one pod,
     and the members on this node of groups with surplus (their count is checked later)."""
     pods: list[PodInfo] = []
-    for item in shaping.items(candidate):
+    for item in shaping.items(candidate, held):
         if len(item.pods) == 1 and item.surplus == 0:
             pods.append(item.pods[0])
         elif item.surplus > 0:
@@ -159,8 +159,9 @@ def _fewest(shaping: Shaping, candidate: Candidate) -> tuple[PodInfo, ...] | Fai
     state = shaping.state
     dims = [d for d, _ in shaping.need]
     room = list(candidate.slack)
+    held: set[str] = set()
     pods = sorted(
-        _pods(shaping, candidate),
+        _pods(shaping, candidate, held),
         key=lambda p: (
             -_size(shaping, p),
             shaping.take_rank(p),
@@ -172,14 +173,14 @@ def _fewest(shaping: Shaping, candidate: Candidate) -> tuple[PodInfo, ...] | Fai
     )
     taken: list[PodInfo] = []
     strict = shaping.policy.pdb_mode == "strict"
-    gang_limited = False
     for pod in pods:
         if min(room) >= 0:
             break
         if strict and exceeds_pdbs(state, [*taken, pod]):
+            held.add(PDB)
             continue
         if not _within_groups(shaping, [*taken, pod]):
-            gang_limited = True
+            held.add(GANG)
             continue
         vec = state.vectors[pod.key]
         if all(vec[d] == 0 for d, r in zip(dims, room, strict=True) if r < 0):
@@ -188,7 +189,7 @@ def _fewest(shaping: Shaping, candidate: Candidate) -> tuple[PodInfo, ...] | Fai
         for k, d in enumerate(dims):
             room[k] += vec[d]
     if min(room) < 0:
-        return Failure(node, GANG if gang_limited else (PDB if strict else ROOM))
+        return Failure(node, PDB if PDB in held else GANG if GANG in held else ROOM)
     for pod in sorted(taken, key=importance_key):  # give back what is not needed
         vec = state.vectors[pod.key]
         if all(vec[d] <= r for d, r in zip(dims, room, strict=True)):
