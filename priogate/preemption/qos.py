@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from fractions import Fraction
 from typing import Any
 
-from priogate.resources import parse_resource_list
+from priogate.resources import parse_quantity
 
 BEST_EFFORT, BURSTABLE, GUARANTEED = "BestEffort", "Burstable", "Guaranteed"
 QOS_CLASSES = (BEST_EFFORT, BURSTABLE, GUARANTEED)  # least protected first
@@ -27,11 +27,21 @@ QOS_RANK = {name: rank for rank, name in enumerate(QOS_CLASSES)}
 _COMPUTE = ("cpu", "memory")
 
 
-def _positive(raw: Any, where: str) -> dict[str, Fraction]:
-    if raw is not None and not isinstance(raw, Mapping):
-        raise ValueError(f"{where} must be a map of quantities")
-    listed = parse_resource_list(raw, context=where)
-    return {name: q for name, q in listed.items() if name in _COMPUTE and q > 0}
+def _positive(raw: Any, where: str, field: str) -> dict[str, Fraction]:
+    """The positive cpu and memory quantities of a resource list (other names are not read:
+    pod_requests validates the whole list)."""
+    if not raw:
+        return {}
+    if type(raw) is not dict and not isinstance(raw, Mapping):
+        raise ValueError(f"{where} {field} must be a map of quantities")
+    found = {}
+    for name in _COMPUTE:
+        value = raw.get(name)
+        if value is not None:
+            q = parse_quantity(value)
+            if q.numerator > 0:
+                found[name] = q
+    return found
 
 
 def _add(total: dict[str, Fraction], more: Mapping[str, Fraction]) -> None:
@@ -39,44 +49,50 @@ def _add(total: dict[str, Fraction], more: Mapping[str, Fraction]) -> None:
         total[name] = total.get(name, Fraction(0)) + q
 
 
-def _section(value: Any, where: str) -> Mapping[str, Any]:
+def _section(value: Any, where: str, field: str) -> Mapping[str, Any]:
     if value is None:
         return {}
-    if not isinstance(value, Mapping):
-        raise ValueError(f"{where} must be an object")
+    if type(value) is not dict and not isinstance(value, Mapping):
+        raise ValueError(f"{where} {field} must be an object")
     return value
 
 
 def pod_qos(pod: Mapping[str, Any], where: str = "pod") -> str:
     """The pod's QoS class (ValueError on malformed resources)."""
-    status = _section(pod.get("status"), f"{where} status")
-    given = status.get("qosClass")
-    if isinstance(given, str) and given in QOS_RANK:
-        return given
-    spec = _section(pod.get("spec"), f"{where} spec")
+    status = pod.get("status")
+    if status:
+        given = _section(status, where, "status").get("qosClass")
+        if isinstance(given, str) and given in QOS_RANK:
+            return given
+    spec = _section(pod.get("spec"), where, "spec")
     requests: dict[str, Fraction] = {}
     limits: dict[str, Fraction] = {}
     guaranteed = True
-    pod_level = _section(spec.get("resources"), f"{where} spec.resources")
+    pod_level = _section(spec.get("resources"), where, "spec.resources")
     if pod_level:
-        _add(requests, _positive(pod_level.get("requests"), f"{where} spec.resources.requests"))
+        _add(requests, _positive(pod_level.get("requests"), where, "spec.resources.requests"))
         if pod_level.get("limits"):
-            found = _positive(pod_level.get("limits"), f"{where} spec.resources.limits")
+            found = _positive(pod_level.get("limits"), where, "spec.resources.limits")
             _add(limits, found)
-            if not all(name in found for name in _COMPUTE):
+            if len(found) != len(_COMPUTE):
                 guaranteed = False
     else:
-        containers = [*(spec.get("containers") or []), *(spec.get("initContainers") or [])]
-        for container in containers:
-            resources = _section(_section(container, f"{where} container").get("resources"), where)
-            found = _positive(resources.get("limits"), f"{where} limits")
-            asked = _positive(resources.get("requests"), f"{where} requests")
-            for name, q in found.items():  # the API server's defaulting
-                asked.setdefault(name, q)
-            _add(requests, asked)
-            _add(limits, found)
-            if not all(name in found for name in _COMPUTE):
-                guaranteed = False
+        for field in ("containers", "initContainers"):
+            for container in spec.get(field) or ():
+                resources = _section(_section(container, where, field).get("resources"), where, "resources")
+                if not resources:
+                    guaranteed = False  # no cpu and memory limits
+                    continue
+                found = _positive(resources.get("limits"), where, "limits")
+                asked = _positive(resources.get("requests"), where, "requests")
+                if len(found) != len(_COMPUTE):
+                    guaranteed = False
+                if not guaranteed and (found or asked):
+                    return BURSTABLE  # neither BestEffort nor Guaranteed any more
+                for name, q in found.items():  # the API server's defaulting
+                    asked.setdefault(name, q)
+                _add(requests, asked)
+                _add(limits, found)
     if not requests and not limits:
         return BEST_EFFORT
     equal = all(limits.get(name) == q for name, q in requests.items())

@@ -328,15 +328,14 @@ def _pod(obj: Mapping[str, Any], classes: Mapping[str, Any], default_class: Mapp
     if not isinstance(owners, list):
         raise ValueError(f"{where}: ownerReferences must be a list")
     protected = ""
-    owner_pods = tuple(
-        sorted(
-            {
-                f"{namespace}/{o['name']}"
-                for o in owners
-                if isinstance(o, Mapping) and o.get("kind") == "Pod" and isinstance(o.get("name"), str)
-            }
-        )
-    )
+    owner_pods: tuple[str, ...] = ()
+    if owners:
+        named = {
+            f"{namespace}/{o['name']}"
+            for o in owners
+            if isinstance(o, Mapping) and o.get("kind") == "Pod" and isinstance(o.get("name"), str)
+        }
+        owner_pods = tuple(sorted(named))
     if any(isinstance(o, Mapping) and o.get("kind") == "DaemonSet" for o in owners):
         protected = DAEMONSET_POD
     elif MIRROR_ANNOTATION in annotations:
