@@ -207,9 +207,8 @@ def _preempt_shaped(
     else:
         reason = f"no victims under the policies ({active_policies(policy)}): {summarize(failures)}"
     if nodes_explained is not None:
-        nodes_explained.update(
-            _explained(Choice(node_victims("", (), 0, 0), "", {f.node: f for f in failures}), "")
-        )
+        for failure in failures:
+            nodes_explained[failure.node] = f"under the policies: {FAILURE_TEXT[failure.kind]}"
     return unresolved(pod.key, with_note(reason, pod.priority_note), nodes_explained)
 
 
@@ -225,10 +224,10 @@ def _no_new_victims(screening: Screening) -> Choice | None:
 
 def _explained(choice: Choice, strategy: str) -> dict[str, str]:
     best = choice.victims
-    out: dict[str, str] = {}
+    out: dict[str, str] = dict(choice.notes)
     for name, result in choice.evaluated.items():
         if isinstance(result, Failure):
-            out[name] = f"cannot help {FAILURE_TEXT[result.kind]}"
+            out[name] = f"under the policies: {FAILURE_TEXT[result.kind]}"
         elif result.node == best.node:
             out[name] = "chosen"
         elif (

@@ -20,7 +20,7 @@ minMember placed (--gang-aware-victims), never a whole group.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from priogate.preemption.nodes import Candidate, Screening, choose_node
 from priogate.preemption.policy import KUBE_SCHEDULER, MULTIPLE, SINGLE, PreemptionPolicy
@@ -48,6 +48,7 @@ class Choice:
     victims: NodeVictims
     how: str
     evaluated: dict[str, NodeVictims | Failure]
+    notes: dict[str, str] = field(default_factory=dict)  # --explain text per node, if set
 
 
 def _pods(shaping: Shaping, candidate: Candidate, held: set[str] | None = None) -> list[PodInfo]:
@@ -108,14 +109,12 @@ def deviation(shaping: Shaping, victim: PodInfo) -> float:
 
 
 def single(shaping: Shaping, screening: Screening) -> Choice | list[Failure]:
-    best: tuple | None = None
-    chosen: tuple[str, PodInfo, float] | None = None
-    failures: list[Failure] = []
     limit = shaping.policy.single_victim_deviation
+    per_node: dict[str, tuple[tuple, PodInfo, float]] = {}  # node -> its closest victim
+    failures: list[Failure] = []
     for _, i in screening.bounds:
         candidate = screening.candidate(i)
         node = candidate.node.name
-        found = False
         for pod in _pods(shaping, candidate):
             vec = shaping.state.vectors[pod.key]
             if any(s + vec[d] < 0 for s, (d, _) in zip(candidate.slack, shaping.need, strict=True)):
@@ -123,10 +122,8 @@ def single(shaping: Shaping, screening: Screening) -> Choice | list[Failure]:
             off = deviation(shaping, pod)
             if off > limit or not _within_groups(shaping, (pod,)):
                 continue
-            found = True
-            violates = _violations(shaping, (pod,))
             rank = (
-                violates,
+                _violations(shaping, (pod,)),
                 off,
                 shaping.take_rank(pod),
                 pod.priority,
@@ -135,18 +132,23 @@ def single(shaping: Shaping, screening: Screening) -> Choice | list[Failure]:
                 node,
                 pod.key,
             )
-            if best is None or rank < best:
-                best, chosen = rank, (node, pod, off)
-        if not found:
+            if node not in per_node or rank < per_node[node][0]:
+                per_node[node] = (rank, pod, off)
+        if node not in per_node:
             failures.append(Failure(node, DEVIATION))
-    if chosen is None:
+    if not per_node:
         return failures
-    node, pod, off = chosen
+    _, pod, off = min(per_node.values(), key=lambda found: found[0])
     how = (
         f"the single strategy: its request deviates {off:.1f}% from the preemptor's "
         f"(at most {limit:g}%), the closest of any node"
     )
-    return Choice(_key(shaping, node, (pod,)), how, {})
+    notes = {f.node: f"under the policies: {FAILURE_TEXT[f.kind]}" for f in failures}
+    for node, (_, other, other_off) in per_node.items():
+        if other is not pod:
+            notes[node] = f"lost to {pod.node_name}: its closest victim {other.key} deviates {other_off:.1f}%"
+    notes[pod.node_name] = "chosen"
+    return Choice(_key(shaping, pod.node_name, (pod,)), how, {}, notes)
 
 
 def _size(shaping: Shaping, pod: PodInfo) -> float:

@@ -438,3 +438,32 @@ def test_pdb_strict_for_a_gang() -> None:
     assert strict["podgroup:default/gang"].startswith(
         "cannot preempt without violating a PodDisruptionBudget (--pdb-mode strict)"
     )
+
+
+@pytest.mark.parametrize(
+    ("objects", "policy", "expected"),
+    [
+        (
+            CLOSEST,
+            PreemptionPolicy(victim_selection=("single",), single_victim_deviation=60),
+            {"a": "lost to b: its closest victim default/a1 deviates 50.0%", "b": "chosen"},
+        ),
+        (
+            CLOSEST,
+            PreemptionPolicy(victim_selection=("single",), single_victim_deviation=4),
+            {
+                "a": "under the policies: no single victim within --single-victim-deviation",
+                "b": "under the policies: no single victim within --single-victim-deviation",
+            },
+        ),
+        (
+            GUARDED,
+            PreemptionPolicy(pdb_mode="strict"),
+            {"a": "under the policies: only by violating a PodDisruptionBudget (--pdb-mode strict)"},
+        ),
+    ],
+    ids=["single", "single, none within", "strict"],
+)
+def test_explain_says_which_policy_decided(objects: list, policy: PreemptionPolicy, expected: dict) -> None:
+    (outcome,) = outcomes(objects, policy=policy, explain=True)
+    assert dict(outcome.nodes or {}) == expected
