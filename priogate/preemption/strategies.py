@@ -40,6 +40,8 @@ from priogate.preemption.snapshot import PodInfo
 from priogate.preemption.state import importance_key
 from priogate.preemption.victims import NodeVictims, node_victims
 
+COUNT = 5  # the victim count's place in a node order key (victims.node_victims)
+
 
 @dataclass(frozen=True, slots=True)
 class Choice:
@@ -115,6 +117,10 @@ def single(shaping: Shaping, screening: Screening) -> Choice | list[Failure]:
     for _, i in screening.bounds:
         candidate = screening.candidate(i)
         node = candidate.node.name
+        largest = candidate.ranked.largest
+        if any(s + largest[d] < 0 for s, (d, _) in zip(candidate.slack, shaping.need, strict=True)):
+            failures.append(Failure(node, DEVIATION))  # no one victim frees enough here
+            continue
         for pod in _pods(shaping, candidate):
             vec = shaping.state.vectors[pod.key]
             if any(s + vec[d] < 0 for s, (d, _) in zip(candidate.slack, shaping.need, strict=True)):
@@ -203,12 +209,16 @@ def _fewest(shaping: Shaping, candidate: Candidate) -> tuple[PodInfo, ...] | Fai
     return tuple(sorted(taken, key=importance_key))
 
 
-def multiple(shaping: Shaping, screening: Screening) -> Choice | list[Failure]:
+def multiple(shaping: Shaping, screening: Screening, explain: bool = False) -> Choice | list[Failure]:
+    """Nodes in the order of their lower bounds (nodes.py: at least `count` victims, and a key
+    no smaller than the bound), so the search stops once no bound can beat the best found."""
     best: tuple | None = None
     chosen: NodeVictims | None = None
     failures: list[Failure] = []
     evaluated: dict[str, NodeVictims | Failure] = {}
-    for _, i in screening.bounds:
+    for bound, i in sorted(screening.bounds, key=lambda b: (b[0][COUNT], b[0])):
+        if best is not None and not explain and (bound[COUNT], bound) > best:
+            break
         candidate = screening.candidate(i)
         result = _fewest(shaping, candidate)
         if isinstance(result, Failure):
@@ -251,7 +261,7 @@ def decide(
         if name == SINGLE:
             result = single(shaping, screening)
         elif name == MULTIPLE:
-            result = multiple(shaping, screening)
+            result = multiple(shaping, screening, explain)
         else:
             assert name == KUBE_SCHEDULER
             result = kube_scheduler(shaping, screening, explain)

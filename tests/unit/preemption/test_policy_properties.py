@@ -140,3 +140,17 @@ def test_policy_invariants(objects: list[dict[str, Any]], policy: PreemptionPoli
         for victim in outcome.victims:
             placed.pop(victim.key, None)
         placed[outcome.preemptor] = preemptor
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(group_clusters(), POLICIES)
+def test_bounded_search_agrees_with_exhaustive_evaluation(
+    objects: list[dict[str, Any]], policy: PreemptionPolicy
+) -> None:
+    # --explain evaluates every candidate node; without it, lower bounds end the search early
+    snapshot = build_snapshot(objects)
+    exhaustive = simulate(snapshot, policy=policy, explain=True).outcomes
+    bounded = simulate(snapshot, policy=policy).outcomes
+    assert [(o.preemptor, o.status, o.node, o.victims) for o in exhaustive] == [
+        (o.preemptor, o.status, o.node, o.victims) for o in bounded
+    ]
