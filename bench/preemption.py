@@ -30,6 +30,7 @@ from priogate.preemption.engine import decide_group, preemptors, prepare
 from priogate.preemption.gang import preempt_group
 from priogate.preemption.live import LiveClusterState
 from priogate.preemption.outcome import Outcome
+from priogate.preemption.policy import DEFAULT_POLICY
 from priogate.preemption.single import preempt_pod
 from priogate.preemption.snapshot import KINDS, build_snapshot
 from priogate.preemption.state import ClusterState
@@ -188,8 +189,10 @@ def measure(nodes: int) -> dict[str, Any]:
     pod = next(p.pod for p in found if p.key == "prod/urgent")
     gang = next(p.gang for p in found if p.key == "podgroup:prod/training")
     assert pod is not None and gang is not None
-    pod_s, pod_out = _best_of(RUNS, lambda: preempt_pod(state, pod, opt_out_mode="hard", explain=False))
-    gang_s, gang_out = _best_of(RUNS, lambda: preempt_group(state, gang, opt_out_mode="hard", explain=False))
+    pod_s, pod_out = _best_of(RUNS, lambda: preempt_pod(state, pod, policy=DEFAULT_POLICY, explain=False))
+    gang_s, gang_out = _best_of(
+        RUNS, lambda: preempt_group(state, gang, policy=DEFAULT_POLICY, explain=False)
+    )
     gc.unfreeze()
     for outcome in (pod_out, gang_out):
         if outcome.status != "preempt":
@@ -294,7 +297,7 @@ def measure_live(nodes: int) -> dict[str, Any]:
     def bind_then_pod_decision() -> None:
         live.apply("pods", "ADDED", bind)
         state = live.current()
-        preempt_pod(state, state.pods["prod/urgent"], opt_out_mode="hard", explain=False)
+        preempt_pod(state, state.pods["prod/urgent"], policy=DEFAULT_POLICY, explain=False)
 
     urgent = live.current().pods["prod/urgent"]
 
@@ -316,7 +319,7 @@ def measure_live(nodes: int) -> dict[str, Any]:
     alone_s = _median_of(
         RUNS,
         live.current,
-        lambda: preempt_pod(live.current(), urgent, opt_out_mode="hard", explain=False),
+        lambda: preempt_pod(live.current(), urgent, policy=DEFAULT_POLICY, explain=False),
     )
     pod_s = _median_of(RUNS, unbind, bind_then_pod_decision)
     gang_s = _median_of(RUNS, unbind, pending_then_gang_decision)

@@ -82,11 +82,14 @@ class EngineState:
                 log.warning("malformed objects left out of the preemption state", skipped=dict(live.skipped))
             return decide_group(live.current(), group_key, policy=policy)
 
-    def decide_pod(self, pod_key: str, *, policy: PreemptionPolicy = DEFAULT_POLICY) -> Outcome:
+    def decide_pod(
+        self, pod_key: str, *, policy: PreemptionPolicy = DEFAULT_POLICY, now: float | None = None
+    ) -> Outcome:
         """engine.decide_pod on the current state: the single-pod decision `python -m
-        controller simulate` takes for that pod on a snapshot of the same objects."""
+        controller simulate` takes for that pod on a snapshot of the same objects. `now`
+        (epoch seconds) is the caller's clock, for --preemption-start-delay."""
         with self._lock:
-            return decide_pod(self._seeded().current(), pod_key, policy=policy)
+            return decide_pod(self._seeded().current(), pod_key, policy=policy, now=now)
 
     def order(self, pod_keys: Iterable[str]) -> list[str]:
         """`pod_keys` in the engine's preemptor order (engine.Preemptor.order: priority as the

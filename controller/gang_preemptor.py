@@ -38,7 +38,7 @@ import structlog
 from controller.caches import Caches
 from controller.engine_state import EngineState
 from controller.events import EventRecorder
-from controller.victims import MERGE_PATCH, NotLeader, Preemptor, VictimWriter
+from controller.victims import MERGE_PATCH, NotLeader, Preemptor, Taken, VictimWriter
 from priogate import preemption_record as record
 from priogate import priority as prio
 from priogate.clock import micro_time
@@ -266,7 +266,10 @@ class GangPreemptor:
         now = micro_time(dt.datetime.now(dt.UTC))
         for victim in decision.victims:
             self._check_group(group, decision)
-            self.writer.take(victim, by, now)
+            if self.writer.remove(victim, by, now, pdb_mode=self.policy.pdb_mode) is Taken.BLOCKED:
+                log.warning(
+                    "a gang victim's eviction was refused by a PodDisruptionBudget", victim=victim.key
+                )
         for name, node in sorted(decision.placements.items()):
             member = self.caches.pods.get(meta["namespace"], name)
             if member is None or (member.get("spec") or {}).get("nodeName"):

@@ -175,7 +175,7 @@ class PodPreemptor:
                 return Sweep("waiting", RECHECK_SECONDS)
             self.last = None
         for key in self.candidates():
-            outcome = self.engine.decide_pod(key, policy=self.policy)
+            outcome = self.engine.decide_pod(key, policy=self.policy, now=time.time())
             if outcome.status != "preempt" or outcome.node is None:
                 continue
             result = self.apply(key, outcome)
@@ -211,9 +211,23 @@ class PodPreemptor:
             f"Preempted by pod {uid} on node {node} (priogate, for {key})",
         )
         now = micro_time(dt.datetime.now(dt.UTC))
-        taken = [v for v in victims if self.writer.take(v, by, now) is Taken.DELETED]
+        results = {v.key: self.writer.remove(v, by, now, pdb_mode=self.policy.pdb_mode) for v in victims}
+        taken = [v for v in victims if results[v.key] is Taken.DELETED]
+        blocked = [key for key, result in results.items() if result is Taken.BLOCKED]
         self.last = Applied(namespace, name, uid, node, victims, self.clock())
         self.on_applied(len(taken))
+        if blocked:
+            # --pdb-mode strict: a PDB changed since the decision and kube-apiserver refused the
+            # eviction; the pod stays pending and is decided again on the state that shows it.
+            self.events.emit(
+                pod,
+                "Pod",
+                "v1",
+                type_="Warning",
+                reason="PreemptionBlocked",
+                action="Preempt",
+                note=f"evicting {', '.join(blocked)} would violate a PodDisruptionBudget (--pdb-mode strict)",
+            )
         names = ", ".join(v.key for v in victims) or "none (lower-priority pods already terminating there)"
         self.events.emit(
             pod,

@@ -11,6 +11,7 @@ import argparse
 import gc
 import json
 import sys
+import time
 from typing import TextIO
 
 from priogate.preemption import policy as preemption_policy
@@ -51,7 +52,8 @@ def run(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stderr: TextIO)
         # objects while decisions allocate.
         gc.freeze()
         try:
-            result = run_timed(state, policy=preemption_policy.from_arguments(args), explain=args.explain)
+            policy = preemption_policy.from_arguments(args)
+            result = run_timed(state, policy=policy, explain=args.explain, now=time.time())
         finally:
             gc.unfreeze()
     except (ValueError, RecursionError) as err:

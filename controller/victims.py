@@ -137,6 +137,11 @@ class VictimWriter:
             return Taken.GONE
         return Taken.DELETED if pod is not None else Taken.GONE
 
+    def remove(self, victim: Victim, by: Preemptor, now: str, *, pdb_mode: str) -> Taken:
+        """`take`, or under --pdb-mode strict `evict`: the engine chose no PDB-violating victim
+        from what the caches showed, and the Eviction API keeps that true if a PDB changed."""
+        return self.evict(victim, by) if pdb_mode == "strict" else self.take(victim, by, now)
+
     def evict(self, victim: Victim, by: Preemptor) -> Taken:
         """The Eviction API (policy/v1) with a uid precondition: never violates a PDB."""
         pod = self._current(victim)

@@ -176,7 +176,11 @@ def cmd_simulate(args: argparse.Namespace, source: Source, default_ns: str, out:
                 live=live,
             )
         result = simulation.decide(
-            live, extra, policy=preemption_policy.from_arguments(args), explain=args.explain
+            live,
+            extra,
+            policy=preemption_policy.from_arguments(args),
+            explain=args.explain,
+            now=time.time(),
         )
     except ValueError as e:
         raise CliError(" ".join(str(e).split())) from None

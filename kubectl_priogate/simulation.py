@@ -120,9 +120,11 @@ def decide(
     *,
     policy: PreemptionPolicy = DEFAULT_POLICY,
     explain: bool = False,
+    now: float | None = None,
 ) -> Result:
-    """The engine's decisions for the live cluster plus `extra`. Raises ValueError for an
-    object the snapshot cannot read."""
+    """The engine's decisions for the live cluster plus `extra`, as of `now` (epoch seconds;
+    read only by --preemption-start-delay). Raises ValueError for an object the snapshot
+    cannot read."""
     snapshot = Snapshot.from_objects(
         nodes=live.nodes,
         pods=[*live.pods, *(extra.pods if extra else ())],
@@ -130,7 +132,7 @@ def decide(
         pdbs=live.pdbs,
         priority_classes=live.priority_classes,
     )
-    return simulate(snapshot, policy=policy, explain=explain)
+    return simulate(snapshot, policy=policy, explain=explain, now=now)
 
 
 def report(result: Result, extra: Hypothetical | None, *, explain: bool) -> dict[str, Any]:

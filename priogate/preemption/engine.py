@@ -10,7 +10,9 @@ for all its needed members at once. A pod that fits without preemption gets no d
 
 from __future__ import annotations
 
+import dataclasses
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,7 +21,7 @@ from priogate.preemption.gang import GangRequest, preempt_group
 from priogate.preemption.outcome import Outcome, unresolved
 from priogate.preemption.policy import DEFAULT_POLICY, PreemptionPolicy
 from priogate.preemption.single import preempt_pod
-from priogate.preemption.snapshot import NEVER, PodGroupInfo, PodInfo, Snapshot
+from priogate.preemption.snapshot import NEVER, PDBInfo, PodGroupInfo, PodInfo, Snapshot
 from priogate.preemption.state import ClusterState, apply_decision, build_state, is_pending
 from priogate.preemption.table import carry_tables, screen_table
 from priogate.preemption.units import GROUP_PREFIX, group_members
@@ -116,8 +118,14 @@ def gang_request(group: PodGroupInfo, members: list[PodInfo]) -> GangRequest | N
 
 
 def run(
-    state: ClusterState, *, policy: PreemptionPolicy = DEFAULT_POLICY, explain: bool = False
+    state: ClusterState,
+    *,
+    policy: PreemptionPolicy = DEFAULT_POLICY,
+    explain: bool = False,
+    now: float | None = None,
 ) -> tuple[Outcome, ...]:
+    """Every decision, in preemptor order. `now` (epoch seconds, the caller's clock) is needed
+    only by --preemption-start-delay: the engine never reads the wall clock."""
     outcomes: list[Outcome] = []
     for preemptor in preemptors(state):
         # A pod decided earlier in this run may have been placed or preempted meanwhile.
@@ -125,7 +133,7 @@ def run(
             current = state.pods.get(preemptor.key)
             if current is None or not is_pending(current):
                 continue
-            outcome = preempt_pod(state, current, policy=policy, explain=explain)
+            outcome = preempt_pod(state, current, policy=policy, explain=explain, now=now)
         else:
             assert preemptor.gang is not None
             if preemptor.gang.group.phase == Phase.PENDING:
@@ -136,18 +144,38 @@ def run(
         if outcome.status == "preempt":
             victims = [v.key for v in outcome.victims]
             after = apply_decision(state, victims, outcome.placements, outcome.clear_below)
+            if policy.pdb_mode == "strict":
+                # The next decisions of this run must not spend the same allowance again
+                # (the disruption controller updates the PDBs' status only later).
+                after = dataclasses.replace(after, pdbs=spend_pdbs(state, outcome.victims))
             touched = {v.node_name for v in outcome.victims} | set(outcome.placements.values())
             carry_tables(state, after, touched)
             state = after
     return tuple(outcomes)
 
 
+def spend_pdbs(state: ClusterState, victims: Iterable[PodInfo]) -> tuple[PDBInfo, ...]:
+    """The state's PDBs with the victims' disruptions taken from their allowances."""
+    spent: dict[int, int] = {}
+    for victim in victims:
+        for i in state.pdb_matches.get(victim.key, ()):
+            spent[i] = spent.get(i, 0) + 1
+    pdbs = list(state.pdbs)
+    for i, count in spent.items():
+        pdbs[i] = dataclasses.replace(pdbs[i], disruptions_allowed=pdbs[i].disruptions_allowed - count)
+    return tuple(pdbs)
+
+
 def run_timed(
-    state: ClusterState, *, policy: PreemptionPolicy = DEFAULT_POLICY, explain: bool = False
+    state: ClusterState,
+    *,
+    policy: PreemptionPolicy = DEFAULT_POLICY,
+    explain: bool = False,
+    now: float | None = None,
 ) -> Result:
     """Every decision for `state`, timed (the state's aggregates are built already)."""
     started = time.perf_counter()
-    outcomes = run(state, policy=policy, explain=explain)
+    outcomes = run(state, policy=policy, explain=explain, now=now)
     seconds = time.perf_counter() - started
     return Result(outcomes, nodes=len(state.nodes), pods=len(state.pods), seconds=seconds)
 
@@ -160,10 +188,14 @@ def prepare(snapshot: Snapshot) -> ClusterState:
 
 
 def simulate(
-    snapshot: Snapshot, *, policy: PreemptionPolicy = DEFAULT_POLICY, explain: bool = False
+    snapshot: Snapshot,
+    *,
+    policy: PreemptionPolicy = DEFAULT_POLICY,
+    explain: bool = False,
+    now: float | None = None,
 ) -> Result:
     """Decide every preemption in `snapshot`; decision time excludes building the state."""
-    return run_timed(prepare(snapshot), policy=policy, explain=explain)
+    return run_timed(prepare(snapshot), policy=policy, explain=explain, now=now)
 
 
 def decide_for_group(
@@ -204,7 +236,12 @@ FINISHED_GROUP = "its PodGroup is finished"
 
 
 def decide_pod(
-    state: ClusterState, pod_key: str, *, policy: PreemptionPolicy = DEFAULT_POLICY, explain: bool = False
+    state: ClusterState,
+    pod_key: str,
+    *,
+    policy: PreemptionPolicy = DEFAULT_POLICY,
+    explain: bool = False,
+    now: float | None = None,
 ) -> Outcome:
     """The single-pod preemption decision for one pending pod ("namespace/name") of a state
     already prepared (e.g. LiveClusterState.current()): the step `run` takes for that pod, on
@@ -224,4 +261,4 @@ def decide_pod(
         request = gang_request(group, members)
         if request is not None and any(p.key == pod_key for p in request.pending):
             return unresolved(pod_key, GANG_MEMBER)
-    return preempt_pod(state, pod, policy=policy, explain=explain)
+    return preempt_pod(state, pod, policy=policy, explain=explain, now=now)

@@ -29,6 +29,7 @@ from priogate.preemption.outcome import Outcome, fits, unresolved, with_note
 from priogate.preemption.packing import MemberClass, Packer
 from priogate.preemption.policy import PreemptionPolicy
 from priogate.preemption.reprieve import Reprieve, Taken, run_reprieve
+from priogate.preemption.shaped import exceeds_pdbs
 from priogate.preemption.single import NOT_ELIGIBLE_NEVER, NOT_ELIGIBLE_TERMINATING, waiting_for_victims
 from priogate.preemption.snapshot import PodGroupInfo, PodInfo
 from priogate.preemption.state import ClusterState, importance_key
@@ -222,6 +223,16 @@ def preempt_group(
     for include_opted_out in variants:
         solution = solve(state, problem, include_opted_out=include_opted_out)
         if isinstance(solution, Solution):
+            taken = [p for t in solution.taken for p in t.pods]
+            if policy.pdb_mode == "strict" and exceeds_pdbs(state, taken):
+                # The reprieve already puts PDB-violating units back first: what it cannot
+                # avoid, strict mode refuses (--pdb-mode strict).
+                reason = (
+                    "cannot preempt without violating a PodDisruptionBudget (--pdb-mode strict): "
+                    f"placing {request.needed} member(s) takes {len(taken)} victim(s), "
+                    "some beyond a PDB's allowance"
+                )
+                return unresolved(key, with_note(reason, note))
             return _decision(problem, request, solution, opted_out=include_opted_out, explain=explain)
     why = "the placement search ran out of budget" if solution == "exhausted" else "not enough room"
     reason = (

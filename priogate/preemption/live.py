@@ -122,6 +122,7 @@ class LiveClusterState:
         self._orphans: dict[str, set[str]] = {}  # unknown node -> pods bound there, not finished
         self._nominees: dict[str, set[str]] = {}  # node -> pending pods nominated to it
         self._members: dict[str, set[str]] = {}  # PodGroup key -> its pods
+        self._owner_refs: dict[str, int] = {}  # pod key -> pods naming it as owner (ClusterState's)
         self._pdb_matches: dict[str, tuple[int, ...]] = {}  # occupying pod -> PDB slots
         self._raw_groups: dict[str, Mapping[str, Any]] = {}
         self._groups: dict[str, PodGroupInfo] = {}
@@ -221,6 +222,7 @@ class LiveClusterState:
             pdbs=self._pdbs,
             pdb_matches=self._pdb_matches,
             nominated=self._nominated,
+            owner_refs=self._owner_refs,
         )
         self._carry_memo(previous, state, touched)
         self._state, self._state_generation = state, self.generation
@@ -326,6 +328,8 @@ class LiveClusterState:
         key = pod.key
         self._pods[key] = pod
         self._vectors[key] = to_vector(pod.requests, self._dims, pod=True)
+        for owner in pod.owner_pods:
+            self._owner_refs[owner] = self._owner_refs.get(owner, 0) + 1
         if pod.group:
             self._members.setdefault(pod.group, set()).add(key)
             self._dirty_groups.add(pod.group)
@@ -353,6 +357,12 @@ class LiveClusterState:
         key = pod.key
         del self._pods[key]
         self._vectors.pop(key, None)
+        for owner in pod.owner_pods:
+            left = self._owner_refs[owner] - 1
+            if left:
+                self._owner_refs[owner] = left
+            else:
+                del self._owner_refs[owner]
         if pod.group:
             _discard(self._members, pod.group, key)
             self._dirty_groups.add(pod.group)

@@ -21,10 +21,11 @@ from __future__ import annotations
 
 import heapq
 from array import array
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from itertools import repeat
 from operator import add, sub
+from typing import Any
 
 from priogate.preemption.fit import PODS_DIM, Need, insufficient_message, static_failure
 from priogate.preemption.snapshot import PodInfo
@@ -159,7 +160,7 @@ def _bounds(
                 pivot.start_time,
                 ranked.priority_tail[len(ranked) - count],
             )
-        bounds.append(((0, 0, priority, tail + PRIORITY_SHIFT * count, count, -start, names[i]), i))
+        bounds.append(((0, 0, 0, priority, tail + PRIORITY_SHIFT * count, count, -start, names[i]), i))
     for j, i in enumerate(candidates):
         if i in table.leaving_set and min(column[i] for column in slack) >= 0:
             # lower-priority pods already terminating make room: the exact key, no victims
@@ -203,24 +204,37 @@ def evaluate(state: ClusterState, candidate: Candidate, need: Need, opted_out_fi
 
 
 def choose_node(
-    state: ClusterState, screening: Screening, need: Need, *, opted_out_first: bool, exhaustive: bool
-) -> tuple[NodeVictims, dict[str, NodeVictims]]:
+    state: ClusterState,
+    screening: Screening,
+    need: Need,
+    *,
+    opted_out_first: bool,
+    exhaustive: bool,
+    evaluator: Callable[[Candidate], NodeVictims | Any] | None = None,
+) -> tuple[NodeVictims | None, dict[str, Any]]:
     """The best candidate by kube-scheduler's node order, and the candidates evaluated.
 
     Bounds include the node name, so no two tie and the first bound above the best key ends
-    the search. `exhaustive` evaluates every candidate (for --explain)."""
+    the search. `exhaustive` evaluates every candidate (for --explain). `evaluator` replaces
+    kube-scheduler's victim selection (the policies' shaped.evaluate): it returns the node's
+    victims, or anything else for a node that cannot be used (kept in the evaluated map);
+    its victims must be possible victims of the node, so the bounds still hold."""
     queue = list(screening.bounds)
     heapq.heapify(queue)
-    evaluated: dict[str, NodeVictims] = {}
+    evaluated: dict[str, Any] = {}
     best: NodeVictims | None = None
     while queue:
         bound, i = heapq.heappop(queue)
         if best is not None and not exhaustive and bound > best.key:
             break
-        result = evaluate(state, screening.candidate(i), need, opted_out_first)
-        evaluated[result.node] = result
-        if best is None or result.key < best.key:
+        candidate = screening.candidate(i)
+        if evaluator is None:
+            result = evaluate(state, candidate, need, opted_out_first)
+        else:
+            result = evaluator(candidate)
+        evaluated[candidate.node.name] = result
+        if isinstance(result, NodeVictims) and (best is None or result.key < best.key):
             best = result
-    if best is None:
+    if best is None and evaluator is None:
         raise ValueError("choose_node needs at least one candidate")
     return best, evaluated

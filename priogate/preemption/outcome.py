@@ -59,14 +59,16 @@ def _metric(result: NodeVictims, criterion: int) -> str:
     if criterion == 0:
         return str(result.opted_out)
     if criterion == 1:
-        return str(result.pdb_violations)
+        return str(result.owners)
     if criterion == 2:
-        return str(victims[0].priority) if victims else "none"
+        return str(result.pdb_violations)
     if criterion == 3:
-        return str(sum(v.priority for v in victims))
+        return str(victims[0].priority) if victims else "none"
     if criterion == 4:
-        return str(len(victims))
+        return str(sum(v.priority for v in victims))
     if criterion == 5:
+        return str(len(victims))
+    if criterion == 6:
         if not victims:
             return "none"
         top = victims[0].priority
@@ -92,6 +94,8 @@ def describe_victims(result: NodeVictims) -> str:
     text = f"{len(victims)} victim(s), highest priority {victims[0].priority}"
     if result.pdb_violations:
         text += f", {result.pdb_violations} PDB violation(s)"
+    if result.owners:
+        text += f", {result.owners} owner/driver pod(s) (victim classes: regular pods do not suffice)"
     if result.opted_out:
         text += f", {result.opted_out} opted out of preemption (soft mode: nothing else works)"
     return text

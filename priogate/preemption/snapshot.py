@@ -21,6 +21,7 @@ import yaml
 from priogate import priority as prio
 from priogate.clock import epoch_seconds
 from priogate.podgroup import GROUP_ANNOTATION, GROUP_LABEL, PodPhase
+from priogate.preemption.qos import BURSTABLE, pod_qos
 from priogate.preemption.selectors import (
     LabelSelector,
     NodeSelectorTerm,
@@ -41,6 +42,7 @@ from priogate.preemption_record import (
 from priogate.resources import ResourceList, parse_resource_list, pod_requests
 
 NEVER = prio.PREEMPT_NEVER
+DAEMONSET_POD = "DaemonSet pod"
 KINDS = ("Node", "Pod", "PodGroup", "PodDisruptionBudget", "PriorityClass")
 
 
@@ -77,10 +79,20 @@ class PodInfo:
     affinity: tuple[NodeSelectorTerm, ...] | None  # required node affinity terms, if any
     tolerations: tuple[Toleration, ...]
     gated: bool  # has scheduling gates: the scheduler does not consider it yet
+    # Facts only the optional policies read (priogate.preemption.policy):
+    qos: str = BURSTABLE  # QoS class, as the kubelet computes it (qos.pod_qos)
+    owner_pods: tuple[str, ...] = ()  # "namespace/name" of the Pods its ownerReferences name
+    # PodScheduled=False since (lastTransitionTime, epoch seconds); +inf when not unschedulable
+    unschedulable_since: float = math.inf
 
     @property
     def bound(self) -> bool:
         return bool(self.node_name)
+
+    @property
+    def daemonset(self) -> bool:
+        """Owned by a DaemonSet (its controller pins it to one node by node affinity)."""
+        return self.protected == DAEMONSET_POD
 
 
 @dataclass(frozen=True, slots=True)
@@ -316,8 +328,16 @@ def _pod(obj: Mapping[str, Any], classes: Mapping[str, Any], default_class: Mapp
     if not isinstance(owners, list):
         raise ValueError(f"{where}: ownerReferences must be a list")
     protected = ""
+    owner_pods: tuple[str, ...] = ()
+    if owners:
+        named = {
+            f"{namespace}/{o['name']}"
+            for o in owners
+            if isinstance(o, Mapping) and o.get("kind") == "Pod" and isinstance(o.get("name"), str)
+        }
+        owner_pods = tuple(sorted(named))
     if any(isinstance(o, Mapping) and o.get("kind") == "DaemonSet" for o in owners):
-        protected = "DaemonSet pod"
+        protected = DAEMONSET_POD
     elif MIRROR_ANNOTATION in annotations:
         protected = "mirror pod"
     group_name = annotations.get(GROUP_ANNOTATION) or labels.get(GROUP_LABEL) or ""
@@ -346,7 +366,22 @@ def _pod(obj: Mapping[str, Any], classes: Mapping[str, Any], default_class: Mapp
         affinity=None if required is None else parse_node_selector_terms(required, where),
         tolerations=parse_tolerations(spec.get("tolerations"), where),
         gated=bool(spec.get("schedulingGates")),
+        qos=pod_qos(obj, where),
+        owner_pods=owner_pods,
+        unschedulable_since=_unschedulable_since(status.get("conditions"), where),
     )
+
+
+def _unschedulable_since(conditions: Any, where: str) -> float:
+    """When the pod's PodScheduled condition turned False (the scheduler could not place it),
+    +inf when it is not False; a False condition without a time counts as just now (+inf
+    too: no delay has elapsed)."""
+    if not isinstance(conditions, list):
+        return math.inf
+    for c in conditions:
+        if isinstance(c, Mapping) and c.get("type") == "PodScheduled" and c.get("status") == "False":
+            return parse_time(c.get("lastTransitionTime"), f"{where} PodScheduled lastTransitionTime")
+    return math.inf
 
 
 def _pod_priority(

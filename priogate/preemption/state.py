@@ -142,6 +142,8 @@ class ClusterState:
     pdbs: tuple[PDBInfo, ...]
     pdb_matches: Mapping[str, tuple[int, ...]]  # bound pod -> PDBs that count it
     nominated: Mapping[str, tuple[PodInfo, ...]]  # node -> pending pods nominated to it
+    # pod key -> how many pods of `pods` name it in their ownerReferences (owner/driver pods)
+    owner_refs: Mapping[str, int] = field(default_factory=dict)
     # Derived indexes computed on first use (gang victim units); a new state starts empty.
     memo: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
@@ -181,7 +183,17 @@ def build_state(snapshot: Snapshot) -> ClusterState:
         pdbs=snapshot.pdbs,
         pdb_matches=pdb_matches,
         nominated=_nominations(pods.values(), nodes),
+        owner_refs=owner_counts(pods.values()),
     )
+
+
+def owner_counts(pods: Iterable[PodInfo]) -> dict[str, int]:
+    """Pod key -> the number of `pods` naming it as an owner (YuniKorn's driver/owner pods)."""
+    counts: dict[str, int] = {}
+    for pod in pods:
+        for owner in pod.owner_pods:
+            counts[owner] = counts.get(owner, 0) + 1
+    return counts
 
 
 def pdb_indices(
@@ -251,9 +263,16 @@ def apply_decision(
     (they may not fit any more and should look elsewhere, as kube-scheduler does)."""
     pods = dict(state.pods)
     pdb_matches = dict(state.pdb_matches)
+    owner_refs: dict[str, int] | None = None  # copied on the first victim that names an owner
     touched: set[str] = set()
     for key in victims:
         victim = pods.pop(key)
+        if victim.owner_pods:
+            owner_refs = dict(state.owner_refs) if owner_refs is None else owner_refs
+            for owner in victim.owner_pods:
+                owner_refs[owner] -= 1
+                if not owner_refs[owner]:
+                    del owner_refs[owner]
         pdb_matches.pop(key, None)
         touched.add(victim.node_name)
     for key, node in placements.items():
@@ -277,5 +296,6 @@ def apply_decision(
         pods=pods,
         pdb_matches=pdb_matches,
         nominated=_nominations(pods.values(), nodes),
+        owner_refs=state.owner_refs if owner_refs is None else owner_refs,
         memo={},
     )

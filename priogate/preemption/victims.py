@@ -25,6 +25,7 @@ NO_VICTIM_PRIORITY = -(2**31) - 1  # below any int32 priority: no victim beats a
 
 CRITERIA = (
     "fewest opted-out victims",
+    "fewest owner/driver victims",
     "fewest PDB violations",
     "lowest highest-victim priority",
     "smallest sum of victim priorities",
@@ -41,16 +42,20 @@ class NodeVictims:
     pdb_violations: int
     opted_out: int  # victims that asked not to be preempted (soft mode only)
     key: tuple  # see node_victims
+    owners: int = 0  # owner/driver victims (victim classes policy only)
 
 
-def node_victims(node: str, victims: tuple[PodInfo, ...], pdb_violations: int, opted_out: int) -> NodeVictims:
+def node_victims(
+    node: str, victims: tuple[PodInfo, ...], pdb_violations: int, opted_out: int, owners: int = 0
+) -> NodeVictims:
     """kube-scheduler's node order as a key, lexicographic, smaller is better: fewest PDB
     violations, lowest highest-victim priority, smallest sum of (shifted) priorities, fewest
     victims, latest start among the top-priority victims; then the node name. Soft opt-out
-    mode puts "fewest opted-out victims" in front (always 0 otherwise)."""
+    mode puts "fewest opted-out victims" in front, and the victim classes policy "fewest
+    owner/driver victims" next (both always 0 otherwise)."""
     if not victims:
-        key = (opted_out, pdb_violations, NO_VICTIM_PRIORITY, 0, 0, float("-inf"), node)
-        return NodeVictims(node, victims, pdb_violations, opted_out, key)
+        key = (opted_out, owners, pdb_violations, NO_VICTIM_PRIORITY, 0, 0, float("-inf"), node)
+        return NodeVictims(node, victims, pdb_violations, opted_out, key, owners)
     top = victims[0].priority
     total = 0
     earliest = float("inf")
@@ -60,6 +65,7 @@ def node_victims(node: str, victims: tuple[PodInfo, ...], pdb_violations: int, o
             earliest = pod.start_time
     key = (
         opted_out,
+        owners,
         pdb_violations,
         top,
         total + PRIORITY_SHIFT * len(victims),
@@ -67,7 +73,7 @@ def node_victims(node: str, victims: tuple[PodInfo, ...], pdb_violations: int, o
         -earliest,
         node,
     )
-    return NodeVictims(node, victims, pdb_violations, opted_out, key)
+    return NodeVictims(node, victims, pdb_violations, opted_out, key, owners)
 
 
 def violating_positions(ranked: Ranked, start: int, pdbs: Sequence[PDBInfo]) -> list[int]:

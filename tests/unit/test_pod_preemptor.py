@@ -28,6 +28,7 @@ from priogate.kube.client import ApiError, resource_path
 from priogate.podgroup import GROUP_VERSION, PLURAL
 from priogate.preemption.engine import GANG_MEMBER
 from priogate.preemption.engine import simulate as engine_simulate
+from priogate.preemption.policy import DEFAULT_POLICY, PreemptionPolicy
 from priogate.preemption.single import NOT_ELIGIBLE_NEVER, NOT_ELIGIBLE_TERMINATING
 from priogate.preemption.snapshot import build_snapshot
 from priogate.preemption_record import Victim
@@ -59,9 +60,16 @@ class Cluster:
     caches: Caches
     leader: bool = True
 
-    def preemptor(self, clock: Callable[[], float] = lambda: 0.0) -> PodPreemptor:
+    def preemptor(
+        self, clock: Callable[[], float] = lambda: 0.0, policy: PreemptionPolicy = DEFAULT_POLICY
+    ) -> PodPreemptor:
         return PodPreemptor(
-            self.client, self.caches, EventRecorder(self.client, "test"), lambda: self.leader, clock=clock
+            self.client,
+            self.caches,
+            EventRecorder(self.client, "test"),
+            lambda: self.leader,
+            clock=clock,
+            policy=policy,
         )
 
     def events(self) -> list[dict[str, Any]]:
@@ -364,6 +372,30 @@ def test_eviction_posts_a_uid_preconditioned_eviction_and_reports_a_pdb_refusal(
     c.client.request = refuse  # type: ignore[method-assign]
     assert writer.evict(Victim(NS, "v", "uid-v", "n1"), by) is Taken.BLOCKED
     assert writer.evict(Victim(NS, "v", "uid-other", "n1"), by) is Taken.GONE  # not the cached pod
+
+
+def test_strict_pdb_mode_evicts_and_a_refused_eviction_leaves_the_pod_pending_with_a_warning():
+    c = cluster(running("v", 1, cpu="4"), pending("hi", 10))
+    strict = PreemptionPolicy(pdb_mode="strict")
+    original = c.client.request
+    evictions = []
+
+    def refuse(method: str, path: str, **kw: Any) -> dict[str, Any]:
+        if path.endswith("/eviction"):
+            evictions.append((method, path))
+            raise ApiError(
+                429, "TooManyRequests", "Cannot evict pod as it would violate the pod's disruption budget."
+            )
+        return original(method, path, **kw)
+
+    c.client.request = refuse  # type: ignore[method-assign]
+    assert c.preemptor(policy=strict).sweep().result == "preempted"
+    assert evictions == [("POST", pod_path("v") + "/eviction")]
+    paths = [(w.method, w.path) for w in c.client.writes if w.path != EVENTS_PATH]
+    assert ("DELETE", pod_path("v")) not in paths  # never a plain delete in strict mode
+    assert pod_path("v") in c.client.objects
+    (warning,) = [e for e in c.events() if e["reason"] == "PreemptionBlocked"]
+    assert warning["type"] == "Warning" and "default/v" in warning["note"]
 
 
 # ---- simulate parity ----------------------------------------------------------------------------

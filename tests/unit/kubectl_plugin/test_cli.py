@@ -30,6 +30,17 @@ from priogate.kube.kubeconfig import KubeconfigError, connect
             ["simulate", "-f", "-", "--explain", "--opt-out-mode", "soft"],
             {"filename": "-", "explain": True, "opt_out_mode": "soft"},
         ),
+        (
+            [
+                "simulate",
+                "--pdb-mode",
+                "strict",
+                "--victim-selection",
+                "single,multiple",
+                "--gang-aware-victims",
+            ],
+            {"pdb_mode": "strict", "victim_selection": ("single", "multiple"), "gang_aware_victims": True},
+        ),
     ],
 )
 def test_global_flags_before_or_after_the_subcommand(argv, expected):

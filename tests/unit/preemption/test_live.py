@@ -20,7 +20,7 @@ from priogate.preemption.policy import PreemptionPolicy
 from priogate.preemption.snapshot import Snapshot
 from priogate.preemption.state import ClusterState
 from priogate.preemption.units import UnitIndex, _build
-from tests.builders import node, pdb, pod, podgroup, priority_class
+from tests.builders import EPOCH, node, pdb, pod, podgroup, priority_class, ts
 
 KINDS = ("nodes", "pods", "podgroups", "pdbs", "classes")
 GROUPS = ("g0", "g1")
@@ -87,13 +87,30 @@ def assert_patched_units_are_built_units(state: ClusterState) -> None:
             assert _normalized(patched) == _normalized(_build(state, variant))
 
 
+# Every optional policy on at once: the facts they read (QoS class, owner/driver pods,
+# unschedulable since) must be as current in the live state as in a fresh build.
+SHAPED = PreemptionPolicy(
+    opt_out_mode="soft",
+    gang_aware_victims=True,
+    victim_classes=True,
+    qos_order=True,
+    start_delay=5,
+    victim_selection=("single", "multiple", "kube-scheduler"),
+    max_victims=2,
+    pdb_mode="strict",
+)
+NOW = EPOCH.timestamp() + 20
+
+
 def assert_same_decisions(live: ClusterState, fresh: ClusterState) -> None:
     assert_patched_units_are_built_units(live)
+    assert live.owner_refs == fresh.owner_refs
     for mode in ("hard", "soft"):
         policy = PreemptionPolicy(opt_out_mode=mode)
         assert run(live, policy=policy, explain=True) == run(fresh, policy=policy, explain=True)
         for group in fresh.groups:
             assert decide_group(live, group, policy=policy) == decide_group(fresh, group, policy=policy)
+    assert run(live, policy=SHAPED, explain=True, now=NOW) == run(fresh, policy=SHAPED, explain=True, now=NOW)
 
 
 # ---- the property ----------------------------------------------------------------------------
@@ -131,11 +148,13 @@ def a_pod(draw: st.DrawFn, name: str) -> tuple[dict[str, Any], bool]:
     if kind == "opted":
         labels["priogate.io/allow-preemption"] = "false"
     group = draw(st.sampled_from([None, None, *GROUPS]))
+    qos = draw(st.sampled_from(["burstable", "burstable", "guaranteed", "best-effort"]))
     obj = pod(
         name,
         priority=None if kind == "classed" else draw(PRIORITY),
         priority_class=draw(st.sampled_from(["low", "high", "gone"])) if kind == "classed" else None,
-        cpu=draw(CPU),
+        cpu=None if qos == "best-effort" else draw(CPU),
+        limits={"cpu": "2", "memory": "1Gi"} if qos == "guaranteed" else None,
         requests={GPU: "1"} if draw(st.integers(0, 9)) == 0 else None,
         node=draw(st.sampled_from(NODES)) if where == "bound" else None,
         started=draw(st.integers(0, 20)),
@@ -149,6 +168,18 @@ def a_pod(draw: st.DrawFn, name: str) -> tuple[dict[str, Any], bool]:
         nominated=draw(st.sampled_from([None, None, *NODES])) if where == "pending" else None,
         tolerations=[{"key": "dedicated", "operator": "Exists"}] if draw(st.booleans()) else None,
     )
+    if draw(st.integers(0, 3)) == 0:  # an executor naming its driver pod (maybe not there)
+        driver = draw(st.sampled_from(["p0", "p1", "p2", "p100", "p101"]))
+        obj["metadata"]["ownerReferences"] = [{"kind": "Pod", "name": driver, "apiVersion": "v1", "uid": "u"}]
+    if where == "pending" and draw(st.booleans()):
+        obj.setdefault("status", {"phase": "Pending"})["conditions"] = [
+            {
+                "type": "PodScheduled",
+                "status": "False",
+                "reason": "Unschedulable",
+                "lastTransitionTime": ts(draw(st.sampled_from([0, 10, 18]))),
+            }
+        ]
     return obj, False
 
 

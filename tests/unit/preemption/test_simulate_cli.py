@@ -89,6 +89,25 @@ def test_opt_out_mode_flag():
     assert json.loads(soft)["decisions"][0]["victims"] == ["default/o"]
 
 
+def test_policy_flags_reach_the_engine():
+    guarded = as_list(
+        node("n", cpu="4"),
+        pod("g", priority=1, cpu="4", node="n", labels={"app": "g"}),
+        pdb("guard", match_labels={"app": "g"}, allowed=0),
+        pod("p", priority=100, cpu="2"),
+    )
+    _, best_effort, _ = cli(["simulate", "-"], stdin=json.dumps(guarded))
+    _, strict, _ = cli(["simulate", "-", "--pdb-mode", "strict", "--qos-order"], stdin=json.dumps(guarded))
+    assert json.loads(best_effort)["decisions"][0]["victims"] == ["default/g"]
+    (pending,) = json.loads(strict)["unresolved"]
+    assert pending["reason"].startswith("cannot preempt without violating a PodDisruptionBudget")
+    # the start delay reads the wall clock of the caller: a pod never marked unschedulable waits
+    _, delayed, _ = cli(["simulate", "-", "--preemption-start-delay", "5"], stdin=json.dumps(SCENARIO))
+    assert "waiting for --preemption-start-delay 5s" in json.loads(delayed)["unresolved"][0]["reason"]
+    code, _, err = cli(["simulate", "-", "--max-victims", "-1"], stdin=json.dumps(SCENARIO))
+    assert code == 2 and "max victims" in err
+
+
 @pytest.mark.parametrize(
     ("stdin", "message"),
     [
