@@ -200,20 +200,49 @@ def test_a_shrinking_update_lowers_nothing_until_stored():
     assert not admit_group(view, "b", "5").allowed
 
 
+def plain_pod(view, i: int, within: float | None = None):
+    p = pod(f"p{i}", namespace=NS, cpu="1")
+    p["metadata"]["uid"] = f"pod-{i}"
+    deadline = None if within is None else time.monotonic() + within
+    return pod_quota.admit(parse_review(orjson.dumps(review(p)), deadline), view)
+
+
+def charge_used(api: FakeApi, cpu: str) -> None:
+    """What kube-apiserver's ResourceQuota plugin does once the webhooks have answered."""
+    quota = api.objects[f"{QUOTAS}/compute"]
+    quota["status"]["used"] = {"cpu": cpu}
+
+
 def test_pods_are_serialized_and_charged_where_something_is_reserved():
-    """hard 10, a group reserving 6 (no member yet): four 1-cpu pods fit, a fifth does not,
-    although the quota's status.used never moved (the ResourceQuota plugin charges later)."""
+    """hard 10, a group reserving 6 (no member yet): four 1-cpu pods fit, a fifth does not. The
+    charges count until the quota's status.used shows the pods (the ResourceQuota plugin
+    charges only after the webhooks), so a burst cannot read one stale `used`."""
     group = podgroup("gang", namespace=NS, min_member=1, min_resources={"cpu": "6"})
     api, view = setup(cached_groups=[group])
     api.put_object(GROUPS, group)
-
-    def plain(i: int):
-        p = pod(f"p{i}", namespace=NS, cpu="1")
-        p["metadata"]["uid"] = f"pod-{i}"
-        return pod_quota.admit(parse_review(orjson.dumps(review(p))), view)
-
-    assert [plain(i).allowed for i in range(6)] == [True] * 4 + [False] * 2
+    # A burst: every admission before the quota plugin charged any of them.
+    assert [plain_pod(view, i, within=3.0).allowed for i in range(6)] == [True] * 4 + [False] * 2
     assert len(record_of(api.objects[RECORD]).charges) == 4
+    charge_used(api, "4")  # now charged: the fifth is refused at once, with no wait
+    started = time.monotonic()
+    refused = plain_pod(view, 4)
+    assert not refused.allowed and "retry" not in refused.message
+    assert time.monotonic() - started < 1.0
+
+
+def test_a_pod_blocked_only_by_a_charge_never_stored_waits_for_its_bound_and_goes_through():
+    """A forged pod CREATE charged 4 cpu that no pod ever used: the next pod that fits only
+    without it waits for the charge's in-flight bound rather than being refused."""
+    group = podgroup("gang", namespace=NS, min_member=1, min_resources={"cpu": "6"})
+    api, view = setup(cached_groups=[group], in_flight=1.5)
+    api.put_object(GROUPS, group)
+    forged = pod("ghost", namespace=NS, cpu="4")
+    forged["metadata"]["uid"] = "invented"
+    assert pod_quota.admit(parse_review(orjson.dumps(review(forged))), view).allowed
+    started = time.monotonic()
+    assert plain_pod(view, 0, within=10.0).allowed
+    assert 1.0 < time.monotonic() - started < 4.0
+    assert {c.pod for c in record_of(api.objects[RECORD]).charges.values()} == {"p0"}
 
 
 def test_pods_where_nothing_is_reserved_cost_no_api_call():

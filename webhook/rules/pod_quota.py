@@ -23,12 +23,13 @@ create costs no webhook round trip.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from fractions import Fraction
 from typing import Any
 
 from priogate import podgroup
+from priogate.clock import parse_time
 from priogate.kube.client import ApiError
 from priogate.kube.ledger_store import LedgerBusy
 from priogate.ledger import (
@@ -37,8 +38,11 @@ from priogate.ledger import (
     Reads,
     Record,
     adopted,
+    awaiting,
     formatted,
+    in_flight,
     live_charges,
+    once_settled,
     resync,
     stamp,
     unconfirmed,
@@ -46,6 +50,7 @@ from priogate.ledger import (
 from priogate.quota import Consumer, Reservation, check_pod, quota_names, unconsumed
 from priogate.resources import ResourceList, add, pod_requests, subtract
 from priogate.scope import ENROLLED_LABEL, ENROLLED_VALUE
+from webhook.awaiting import Awaiting, decide_waiting
 from webhook.objects import (
     MalformedObject,
     check_containers,
@@ -103,50 +108,16 @@ def admit(request: AdmissionRequest, view: ClusterView) -> Decision:
     if not demand:
         return allow()
     consumer = Consumer(optional_str(spec, "priorityClassName", "object.spec") or "", pod)
-    now = dt.datetime.now(dt.UTC)
-    bound = view.in_flight
     charge = Charge(
         pod=request.name or (optional_str(meta, "name", "object.metadata") or ""),
         pod_uid=optional_str(meta, "uid", "object.metadata") or "",
         group=own_group,
         demand=formatted(demand),
-        charged_at=stamp(now),
+        charged_at="",  # stamped when decided
     )
-
-    def decide(entries: Mapping[str, Entry], charges: Mapping[str, Charge], quotas: list) -> str | None:
-        consumed = dict(state.consumed_by_group)
-        charged: dict[str, Fraction] = {}
-        for c in charges.values():
-            charged = add(charged, c.amounts())
-            if c.group:
-                consumed[c.group] = add(consumed.get(c.group, {}), c.amounts())
-        return check_pod(quotas, consumer, demand, _others(entries, consumed, own_group), charged)
-
-    def take_turn(record: Record, reads: Reads) -> tuple[Record | None, str | None]:
-        charges = live_charges(record.charges, now, state.member_uids, bound)
-        entries = adopted(record.entries, _stored_claims(state))
-        quotas = reads.quotas()
-        problem = decide(entries, charges, quotas)
-        resynced = None
-        if problem:
-            # As for PodGroups: entries whose groups may be gone are confirmed before refusing.
-            candidates = set(unconfirmed(entries, state.live, now, bound, state.stored))
-            without = {k: e for k, e in entries.items() if k not in candidates}
-            if candidates and decide(without, charges, quotas) is None:
-                resynced = resync(record.entries, reads.podgroups(), bound)
-                problem = decide(resynced, charges, quotas)
-        kept = record.with_entries(resynced) if resynced is not None else record
-        if problem:
-            changed = resynced is not None or charges != dict(record.charges)
-            return (kept.with_charges(charges) if changed else None), problem
-        # Stamped when decided (see podgroup_quota): a request that waited for its turn must not
-        # look older than it is.
-        decided = replace(charge, charged_at=stamp(dt.datetime.now(dt.UTC)))
-        return kept.with_charges({**charges, request.uid: decided}), None
-
     try:
-        problem = view.ledger_store.update(
-            request.namespace, take_turn, dry_run=request.dry_run, deadline=request.deadline
+        problem = decide_waiting(
+            lambda: _take_turn(request, view, consumer, demand, charge), request.deadline, "admission(s)"
         )
     except LedgerBusy as e:
         return deny(
@@ -159,6 +130,83 @@ def admit(request: AdmissionRequest, view: ClusterView) -> Decision:
             reason="ServiceUnavailable",
         )
     return deny(problem) if problem else allow()
+
+
+def _take_turn(
+    request: AdmissionRequest,
+    view: ClusterView,
+    consumer: Consumer,
+    demand: ResourceList,
+    charge: Charge,
+) -> str | Awaiting | None:
+    """One turn on the namespace's record: a refusal, Awaiting, or None (admitted, charged)."""
+    state = view.reservations(request.namespace)
+    own_group = charge.group
+    now = dt.datetime.now(dt.UTC)
+    bound = view.in_flight
+
+    def decide(entries: Mapping[str, Entry], charges: Mapping[str, Charge], quotas: list) -> str | None:
+        consumed = dict(state.consumed_by_group)
+        charged: dict[str, Fraction] = {}
+        for c in charges.values():
+            charged = add(charged, c.amounts())
+            if c.group:
+                consumed[c.group] = add(consumed.get(c.group, {}), c.amounts())
+        return check_pod(quotas, consumer, demand, _others(entries, consumed, own_group), charged)
+
+    def take_turn(record: Record, reads: Reads) -> tuple[Record | None, str | Awaiting | None]:
+        charges = live_charges(record.charges, now, state.member_uids, bound)
+        entries = adopted(record.entries, _stored_claims(state))
+        quotas = reads.quotas()
+        problem: str | Awaiting | None = decide(entries, charges, quotas)
+        resynced = None
+        if problem:
+            # As for PodGroups: entries whose groups may be gone are confirmed before refusing.
+            candidates = set(unconfirmed(entries, state.live, now, bound, state.stored))
+            without = {k: e for k, e in entries.items() if k not in candidates}
+            if candidates and decide(without, charges, quotas) is None:
+                resynced = resync(record.entries, reads.podgroups(), bound)
+                problem = decide(resynced, charges, quotas)
+        if isinstance(problem, str):
+            problem = (
+                _awaiting(problem, resynced or entries, charges, reads, bound, decide, quotas) or problem
+            )
+        kept = record.with_entries(resynced) if resynced is not None else record
+        if problem:
+            changed = resynced is not None or charges != dict(record.charges)
+            return (kept.with_charges(charges) if changed else None), problem
+        # Stamped when decided (see podgroup_quota): a request that waited for its turn must not
+        # look older than it is.
+        decided = replace(charge, charged_at=stamp(dt.datetime.now(dt.UTC)))
+        return kept.with_charges({**charges, request.uid: decided}), None
+
+    return view.ledger_store.update(
+        request.namespace, take_turn, dry_run=request.dry_run, deadline=request.deadline
+    )
+
+
+def _awaiting(
+    problem: str,
+    entries: Mapping[str, Entry],
+    charges: Mapping[str, Charge],
+    reads: Reads,
+    bound: dt.timedelta,
+    decide: Callable[[Mapping[str, Entry], Mapping[str, Charge], list], str | None],
+    quotas: list,
+) -> Awaiting | None:
+    """Awaiting when the pod fits only if admissions still in flight are never stored: the
+    charges of pods not yet seen stored (each counts until its bound), and PodGroup claims a
+    quorum LIST does not confirm yet (webhook.awaiting)."""
+    ends = {key: parse_time(c.charged_at) + bound for key, c in charges.items()}
+    settled_entries: Mapping[str, Entry] = entries
+    if any(in_flight(e, dt.datetime.now(dt.UTC), bound) for e in entries.values()):
+        listing = reads.podgroups()
+        pending = awaiting(entries, listing, bound)
+        ends.update(pending)
+        settled_entries = once_settled(entries, listing) if pending else entries
+    if not ends or decide(settled_entries, {}, quotas) is not None:
+        return None
+    return Awaiting(problem, len(ends), max(ends.values()))
 
 
 RULE_SET = RuleSet(

@@ -28,9 +28,8 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import time
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 import structlog
@@ -55,6 +54,7 @@ from priogate.ledger import (
 from priogate.quota import check_podgroup
 from priogate.resources import parse_quantity
 from priogate.scope import COVERED, ENROLLED_LABEL, ENROLLED_VALUE, is_probe
+from webhook.awaiting import Awaiting, decide_waiting
 from webhook.objects import (
     MalformedObject,
     mapping,
@@ -68,11 +68,6 @@ from webhook.registry import ClusterView, RuleSet
 from webhook.review import AdmissionRequest, Decision, allow, deny
 
 log = structlog.get_logger("priogate.podgroup_quota")
-
-POLL_SECONDS = 0.2
-# Kept back from the request's deadline for a last turn and the answer's way back.
-WAIT_MARGIN_SECONDS = 2.5
-DEFAULT_WAIT = 8.0  # a request without a deadline (tests, offline mode)
 
 
 def _entry(obj: Mapping[str, Any], where: str, now: dt.datetime) -> Entry:
@@ -164,50 +159,31 @@ def admit(request: AdmissionRequest, view: ClusterView) -> Decision:
         # A terminating group's updates (finalizer removal) claim nothing new: its entry keeps
         # reserving until the group is gone, and no record write may hold up its way out.
         return allow()
-    deadline = request.deadline if request.deadline is not None else time.monotonic() + DEFAULT_WAIT
-    while True:
-        try:
-            result = _take_turn(request, view, entry, previous, shrinking)
-        except Exception as e:
-            if shrinking:
-                log.warning(
-                    "record not updated; an update claiming no more is allowed anyway",
-                    podgroup=request.name,
-                    error=repr(e),
-                )
-                return allow()
-            if isinstance(e, LedgerBusy):
-                return deny(f"PodGroup quota ledger is busy, retry: {e}", code=429, reason="TooManyRequests")
-            if isinstance(e, ValueError | ApiError | OSError):
-                log.warning("reservation record unavailable", namespace=request.namespace, error=str(e))
-                return deny(
-                    f"PodGroup quota: the reservation record could not be read or written ({e}); retry",
-                    code=503,
-                    reason="ServiceUnavailable",
-                )
-            raise
-        if not isinstance(result, Awaiting):
-            return deny(result) if result else allow()
-        # Fits only if admissions still in flight are never stored: wait for their fate, within
-        # this request's own deadline, looking again every POLL_SECONDS (a real admission is
-        # stored within milliseconds, and the next turn then refuses this one).
-        pause = min(POLL_SECONDS, max(0.0, (result.until - dt.datetime.now(dt.UTC)).total_seconds()))
-        if time.monotonic() + pause > deadline - WAIT_MARGIN_SECONDS:
-            return deny(
-                f"{result.problem}; {result.count} other PodGroup admission(s) in this namespace may "
-                "still be on their way to storage, retry"
+    try:
+        problem = decide_waiting(
+            lambda: _take_turn(request, view, entry, previous, shrinking),
+            request.deadline,
+            "PodGroup admission(s)",
+        )
+    except Exception as e:
+        if shrinking:
+            log.warning(
+                "record not updated; an update claiming no more is allowed anyway",
+                podgroup=request.name,
+                error=repr(e),
             )
-        time.sleep(pause)
-
-
-@dataclass(frozen=True)
-class Awaiting:
-    """The claim fits only if in-flight admissions (`count`) turn out never stored; their
-    in-flight bound passes at `until`."""
-
-    problem: str
-    count: int
-    until: dt.datetime
+            return allow()
+        if isinstance(e, LedgerBusy):
+            return deny(f"PodGroup quota ledger is busy, retry: {e}", code=429, reason="TooManyRequests")
+        if isinstance(e, ValueError | ApiError | OSError):
+            log.warning("reservation record unavailable", namespace=request.namespace, error=str(e))
+            return deny(
+                f"PodGroup quota: the reservation record could not be read or written ({e}); retry",
+                code=503,
+                reason="ServiceUnavailable",
+            )
+        raise
+    return deny(problem) if problem else allow()
 
 
 def _take_turn(
