@@ -62,6 +62,10 @@ NODE_PODS_DAEMONSET = "e2e-kube-proxy-fluentd-elasticsearch-node-problem-detecto
 E2E_TIMEOUT_S = 45 * 60
 
 
+class StartFailed(Exception):
+    """The local control plane did not start: a failure of the run, never a skip."""
+
+
 def progress(msg: str) -> None:
     print(f">> {msg}", file=sys.stderr, flush=True)
 
@@ -112,6 +116,10 @@ def outcomes(report_file: Path) -> tuple[list[Outcome], list[Outcome]]:
             state = spec.get("State", "")
             failure = spec.get("Failure") or {}
             message = str(failure.get("Message", "")).strip()
+            where = failure.get("Location") or {}
+            if where.get("FileName"):
+                # where it failed in upstream's test source, the first thing to read
+                message += f"\nat {where['FileName']}:{where.get('LineNumber', '?')}"
             seconds = (spec.get("RunTime") or 0) / 1e9
             if spec.get("LeafNodeType") != "It":
                 # BeforeSuite, ReportAfterSuite, ...: a failure there fails the run
@@ -178,9 +186,8 @@ class Cluster:
         # up's progress (and the launcher's log) goes to our stderr as it comes
         done = run(argv, stdout=sys.stderr)
         if done.returncode != 0:
-            raise SystemExit(
-                f"error: the local control plane did not start (exit {done.returncode}); "
-                f"component logs are in {self.state_dir / 'logs'}"
+            raise StartFailed(
+                f"`localcluster up` exited {done.returncode}; component logs are in {self.state_dir / 'logs'}"
             )
         progress(f"control plane up in {time.monotonic() - t0:.0f} s")
         return self.state_dir / "kubeconfig"
@@ -233,7 +240,7 @@ def install_node_pods(kubeconfig: Path, nodes: int) -> None:
         if len(running) >= nodes:
             return
         time.sleep(1)
-    raise SystemExit(f"error: the DaemonSet {NODE_PODS_DAEMONSET} did not run on all {nodes} nodes in 120 s")
+    raise StartFailed(f"the DaemonSet {NODE_PODS_DAEMONSET} did not run on all {nodes} nodes in 120 s")
 
 
 # e2e.test's output (all of it goes to e2e.log) shows each spec as its full name on a line of its
@@ -302,7 +309,8 @@ def run_e2e(binary: Path, kubeconfig: Path, report_dir: Path, skips: list[Skip])
     return code
 
 
-def summarize(report_file: Path, skips: list[Skip], e2e_exit: int) -> int:
+def summarize(report_file: Path, skips: list[Skip], e2e_exit: int, mode: str) -> int:
+    print(f"upstream e2e, mode {mode}: {' '.join(MODES[mode]) or 'kube-scheduler preempts single pods'}")
     if not report_file.is_file():
         print(f"error: e2e.test wrote no report ({report_file}); it exited {e2e_exit}", file=sys.stderr)
         print("upstream e2e: 0 passed, 1 failed")
@@ -345,8 +353,13 @@ def summarize(report_file: Path, skips: list[Skip], e2e_exit: int) -> int:
     print(f"upstream e2e: {passed} passed, {len(failed)} failed")
     for f in failed:
         print(f"FAILED: {f.name}")
-        for line in f.message.splitlines()[:6]:
+        lines = f.message.splitlines()
+        # the message's head (ginkgo's, e.g. "Timed out after 120.000s. Expected Pod to be in
+        # Running", before any object dump) and the location; the rest is in e2e.log
+        for line in [*lines[:3], *(lines[-1:] if len(lines) > 3 else [])]:
             print(f"    {line}")
+    if failed:
+        print(f"(e2e.test's full output: {report_file.parent / 'e2e.log'})")
     return 1 if failed else 0
 
 
@@ -370,7 +383,7 @@ def main(argv: list[str] | None = None) -> int:
     report_dir: Path = (args.report_dir or REPO / ".local" / "upstream" / args.mode).resolve()
     skips = load_skips(SKIPS_FILE)
     if args.summarize:
-        return summarize(report_dir / "report.json", skips, 0)
+        return summarize(report_dir / "report.json", skips, 0, args.mode)
     for s in skips:
         progress(f"skipping {s.pattern!r}: {s.reason}")
     cluster = Cluster(report_dir / "cluster", args.mode, args.nodes)
@@ -382,11 +395,18 @@ def main(argv: list[str] | None = None) -> int:
         kubeconfig = cluster.up()
         install_node_pods(kubeconfig, args.nodes)
         code = run_e2e(binary, kubeconfig, report_dir, skips)
+    except StartFailed as e:
+        # the same verdict lines as a run, so that CI's log says what failed
+        print(f"error: the local control plane did not start: {e}", file=sys.stderr)
+        print(f"upstream e2e, mode {args.mode}: {' '.join(MODES[args.mode]) or 'kube-scheduler preempts'}")
+        print("upstream e2e: 0 passed, 1 failed")
+        print("FAILED: the local control plane did not start")
+        return 1
     finally:
         cluster.down()
     progress(f"mode {args.mode}: {time.monotonic() - t0:.0f} s including the control plane's start and stop")
     progress(f"component logs (webhook, controller, kube-scheduler, ...): {cluster.state_dir / 'logs'}")
-    return summarize(report_dir / "report.json", skips, code)
+    return summarize(report_dir / "report.json", skips, code, args.mode)
 
 
 if __name__ == "__main__":
