@@ -181,7 +181,7 @@ class Cluster:
             f"--nodes={self.nodes}",
             *MODES[self.mode],
         ]
-        progress(f"starting the local control plane: {' '.join(argv[1:])}")
+        progress(f"starting the local control plane: python {' '.join(argv[1:])}")
         t0 = time.monotonic()
         # up's progress (and the launcher's log) goes to our stderr as it comes
         done = run(argv, stdout=sys.stderr)
