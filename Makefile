@@ -5,13 +5,15 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: help venv lock lint format test test-unit test-integration test-e2e controlplane run up down status \
+.PHONY: help venv lock lint format test test-unit test-integration test-e2e test-upstream upstream-e2e controlplane \
+        run up down status \
         manifests chart image-lock helm kube-score certs wrk bench-webhook bench-quota bench-preemption bench-pod-cache bench-pod-create clean
 
 help:
 	@echo "make run        start etcd, kube-apiserver, controller-manager, scheduler, kwok and priogate (Ctrl-C stops)"
 	@echo "make up / down  the same in the background / stop it"
-	@echo "make test       lint, unit, integration and e2e tests (what CI runs)"
+	@echo "make test       lint, unit, integration, e2e and upstream e2e tests (what CI runs)"
+	@echo "make test-upstream  upstream's own preemption and priority-quota e2e tests against the local control plane"
 	@echo "make bench-webhook | bench-quota | bench-preemption | bench-pod-cache | bench-pod-create"
 
 $(STAMP): requirements-dev.txt requirements.txt
@@ -62,7 +64,22 @@ kube-score:
 test-e2e: $(STAMP) controlplane helm
 	$(PY) -m pytest tests/e2e -q -p no:cacheprovider
 
-test: lint test-unit test-integration test-e2e
+# Upstream's e2e.test (k8s.io/kubernetes/test/e2e at the control plane's version), built from the Go
+# module proxy into the same cache as the control plane.
+upstream-e2e:
+	bash hack/upstream/build.sh
+
+# Who preempts single pods in the upstream run, one run per mode: default (kube-scheduler's
+# DefaultPreemption) and/or priogate (`localcluster --preemptor=priogate`). Every mode runs even
+# when an earlier one failed.
+UPSTREAM_MODES := default
+
+# Upstream's SchedulerPreemption and ResourceQuota [Feature:PodPriority] e2e tests against the local
+# control plane (hack/upstream/run.py; skipped tests and their reasons: hack/upstream/skips.yaml).
+test-upstream: $(STAMP) controlplane upstream-e2e
+	@rc=0; for mode in $(UPSTREAM_MODES); do $(PY) hack/upstream/run.py --mode $$mode || rc=1; done; exit $$rc
+
+test: lint test-unit test-integration test-e2e test-upstream
 
 # ARGS passes options through, e.g. make run ARGS=--keep-priority-plugin
 run: $(STAMP) controlplane

@@ -28,10 +28,10 @@ KWOK_STAGE_FILES = (
     "pod-fast-pod-complete.yaml",
 )
 # ... and the repo's own, in place of kwok's fast pod-delete: pods annotated
-# GRACEFUL_DELETE_ANNOTATION stay Terminating for their terminationGracePeriodSeconds, the
-# others go at once as before.
+# GRACEFUL_DELETE_ANNOTATION, or with a preStop hook, stay Terminating for their
+# terminationGracePeriodSeconds, the others go at once as before.
 REPO_KWOK_STAGES = Path(__file__).parent / "kwok-stages"
-REPO_KWOK_STAGE_FILES = ("pod-delete.yaml", "pod-delete-graceful.yaml")
+REPO_KWOK_STAGE_FILES = ("pod-delete.yaml", "pod-delete-graceful.yaml", "pod-delete-prestop.yaml")
 GRACEFUL_DELETE_ANNOTATION = "priogate.io/kwok-graceful-delete"
 # The preemptor mode's scheduler profile, as shipped for admins (README, "The preemptor mode").
 SCHEDULER_CONFIG = (

@@ -1,0 +1,413 @@
+"""`make test-upstream`: upstream's own e2e tests for preemption and priority quota, run against
+the local control plane (issue 14).
+
+    python hack/upstream/run.py [--mode default|priogate] [--e2e-test PATH] [--report-dir DIR]
+
+1. starts the local control plane (`python -m localcluster up`, its default mode: priogate is the
+   only priority resolver, kube-apiserver's Priority plugin disabled); `--mode priogate` adds
+   `--preemptor=priogate` (kube-scheduler's DefaultPreemption disabled, priogate preempting);
+2. runs upstream's e2e.test (hack/upstream/build.sh) with FOCUS, minus the tests listed in
+   hack/upstream/skips.yaml, each with the reason it cannot run on kwok nodes;
+3. prints every test's outcome from ginkgo's JSON report, then `upstream e2e: N passed, M failed`
+   and each failure's name; exits non-zero when a test failed, when a test in the focus was
+   skipped without being listed, or when the control plane did not start.
+
+Never imported by product code (pyproject.toml's import-linter contracts); it drives the
+launcher's command line, so it needs nothing of localcluster's internals.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TextIO
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))  # as hack/chart.py: run as a script, it imports the repo's packages
+
+from priogate.kube.client import ApiError, load_client  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+SKIPS_FILE = HERE / "skips.yaml"
+# What issue 14 asks for: every SchedulerPreemption test and the ResourceQuota tests that scope
+# quota by PriorityClass. Ginkgo matches these against the spec's full text (containers and leaf).
+FOCUS = (
+    r"\[sig-scheduling\] SchedulerPreemption",
+    r"\[sig-api-machinery\] ResourceQuota \[Feature:PodPriority\]",
+)
+MODES = {
+    # kube-scheduler's DefaultPreemption preempts single pods; priogate's controller only gangs.
+    "default": (),
+    # kube-scheduler's DefaultPreemption disabled, priogate's controller preempting every pod.
+    "priogate": ("--preemptor=priogate",),
+}
+NODES = 2  # PodTopologySpread Preemption needs two; more only adds pods to every test
+# kube-system stand-ins for the per-node pods upstream's e2enode.WaitForTotalHealthy requires
+# (test/e2e/framework/node/wait.go, requiredPerNodePods: .*kube-proxy.*, .*fluentd-elasticsearch.*,
+# .*node-problem-detector.*). SchedulerPreemption's BeforeEach calls it and ignores its error, so
+# without them every test first waits out its full minute. One DaemonSet whose pod names match
+# all three regular expressions; pause pods that request nothing, system-node-critical so that
+# no test's preemption can pick them.
+NODE_PODS_DAEMONSET = "e2e-kube-proxy-fluentd-elasticsearch-node-problem-detector"
+E2E_TIMEOUT_S = 45 * 60
+
+
+class StartFailed(Exception):
+    """The local control plane did not start: a failure of the run, never a skip."""
+
+
+def progress(msg: str) -> None:
+    print(f">> {msg}", file=sys.stderr, flush=True)
+
+
+@dataclass(frozen=True)
+class Skip:
+    pattern: str
+    reason: str
+
+    def matches(self, name: str) -> bool:
+        return re.search(self.pattern, name) is not None
+
+
+def load_skips(path: Path) -> list[Skip]:
+    doc = yaml.safe_load(path.read_text()) or {}
+    skips = []
+    for i, entry in enumerate(doc.get("skips") or []):
+        pattern, reason = entry.get("test"), entry.get("reason")
+        if not pattern or not reason or not str(reason).strip():
+            raise SystemExit(f"error: {path}: entry {i} needs both `test` (a pattern) and `reason`")
+        re.compile(pattern)
+        skips.append(Skip(pattern, " ".join(str(reason).split())))
+    return skips
+
+
+@dataclass(frozen=True)
+class Outcome:
+    name: str
+    state: str  # passed | failed | skipped (ginkgo's states folded, see outcomes())
+    message: str
+    seconds: float
+
+
+def spec_name(spec: dict[str, Any]) -> str:
+    parts = [*(spec.get("ContainerHierarchyTexts") or []), spec.get("LeafNodeText", "")]
+    return " ".join(p for p in parts if p)
+
+
+def outcomes(report_file: Path) -> tuple[list[Outcome], list[Outcome]]:
+    """(specs in the focus, failed suite-level nodes) from ginkgo's --json-report. The report also
+    holds every spec of the binary the focus filtered out (as skipped); those are dropped here."""
+    suites = json.loads(report_file.read_text())
+    focus = re.compile("|".join(FOCUS))
+    specs: list[Outcome] = []
+    suite_failures: list[Outcome] = []
+    for suite in suites:
+        for spec in suite.get("SpecReports") or []:
+            state = spec.get("State", "")
+            failure = spec.get("Failure") or {}
+            message = str(failure.get("Message", "")).strip()
+            where = failure.get("Location") or {}
+            if where.get("FileName"):
+                # where it failed in upstream's test source, the first thing to read
+                message += f"\nat {where['FileName']}:{where.get('LineNumber', '?')}"
+            seconds = (spec.get("RunTime") or 0) / 1e9
+            if spec.get("LeafNodeType") != "It":
+                # BeforeSuite, ReportAfterSuite, ...: a failure there fails the run
+                if state not in ("passed", "skipped", "pending"):
+                    name = f"[{spec.get('LeafNodeType')}] {spec.get('LeafNodeText', '')}".strip()
+                    suite_failures.append(Outcome(name, "failed", message, seconds))
+                continue
+            name = spec_name(spec)
+            if not focus.search(name):
+                continue
+            # ginkgo's failed, panicked, interrupted, aborted, timedout all count as failed
+            folded = state if state in ("passed", "skipped") else "failed"
+            specs.append(Outcome(name, folded, message, seconds))
+    return specs, suite_failures
+
+
+def run(argv: list[str], **kw: Any) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(argv, cwd=REPO, text=True, **kw)
+
+
+def e2e_binary(explicit: Path | None) -> Path:
+    if explicit is not None:
+        return explicit
+    # A no-op printing the path when the binary is cached; else the build, its progress on stderr.
+    out = run(["bash", str(HERE / "build.sh")], stdout=subprocess.PIPE)
+    if out.returncode != 0:
+        raise SystemExit("error: hack/upstream/build.sh failed (see above)")
+    return Path(out.stdout.strip().splitlines()[-1])
+
+
+class Cluster:
+    """The launcher's `up`/`down` in a state directory of its own (not the developer's .local)."""
+
+    def __init__(self, state_dir: Path, mode: str, nodes: int) -> None:
+        self.state_dir = state_dir
+        self.mode = mode
+        self.nodes = nodes
+
+    def check_mode_supported(self) -> None:
+        """A mode whose launcher flag does not exist is an error, never a silent skip."""
+        flags = MODES[self.mode]
+        if not flags:
+            return
+        help_text = run([sys.executable, "-m", "localcluster", "--help"], capture_output=True).stdout
+        missing = [f.split("=")[0] for f in flags if f.split("=")[0] not in help_text]
+        if missing:
+            raise SystemExit(
+                f"error: --mode {self.mode} needs `python -m localcluster {' '.join(missing)}`, "
+                "which this tree's launcher does not have (`python -m localcluster --help`)"
+            )
+
+    def up(self) -> Path:
+        argv = [
+            sys.executable,
+            "-m",
+            "localcluster",
+            "up",
+            f"--state-dir={self.state_dir}",
+            f"--nodes={self.nodes}",
+            *MODES[self.mode],
+        ]
+        progress(f"starting the local control plane: python {' '.join(argv[1:])}")
+        t0 = time.monotonic()
+        # up's progress (and the launcher's log) goes to our stderr as it comes
+        done = run(argv, stdout=sys.stderr)
+        if done.returncode != 0:
+            raise StartFailed(
+                f"`localcluster up` exited {done.returncode}; component logs are in {self.state_dir / 'logs'}"
+            )
+        progress(f"control plane up in {time.monotonic() - t0:.0f} s")
+        return self.state_dir / "kubeconfig"
+
+    def down(self) -> None:
+        done = run(
+            [sys.executable, "-m", "localcluster", "down", f"--state-dir={self.state_dir}"], stdout=sys.stderr
+        )
+        if done.returncode != 0:
+            progress(f"warning: `localcluster down` exited {done.returncode}")
+
+
+def install_node_pods(kubeconfig: Path, nodes: int) -> None:
+    """NODE_PODS_DAEMONSET, and wait until it runs on every node (kwok marks its pods Running)."""
+    api = load_client(str(kubeconfig))
+    container = {
+        "name": "pause",
+        "image": "registry.k8s.io/pause:3.10",
+        "resources": {"requests": {}, "limits": {}},
+    }
+    labels = {"app": NODE_PODS_DAEMONSET}
+    body = {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "metadata": {"name": NODE_PODS_DAEMONSET, "namespace": "kube-system"},
+        "spec": {
+            "selector": {"matchLabels": labels},
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {
+                    "priorityClassName": "system-node-critical",
+                    "containers": [container],
+                    "tolerations": [{"operator": "Exists"}],
+                },
+            },
+        },
+    }
+    path = "/apis/apps/v1/namespaces/kube-system/daemonsets"
+    try:
+        api.create(path, body)
+    except ApiError as e:
+        if e.status != 409:
+            raise
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        pods = api.get(
+            "/api/v1/namespaces/kube-system/pods", query=[("labelSelector", f"app={NODE_PODS_DAEMONSET}")]
+        )["items"]
+        running = {p["spec"].get("nodeName") for p in pods if p.get("status", {}).get("phase") == "Running"}
+        if len(running) >= nodes:
+            return
+        time.sleep(1)
+    raise StartFailed(f"the DaemonSet {NODE_PODS_DAEMONSET} did not run on all {nodes} nodes in 120 s")
+
+
+# e2e.test's output (all of it goes to e2e.log) shows each spec as its full name on a line of its
+# own (then its labels in brackets), its steps indented, and a verdict line: "• [2.1 seconds]",
+# "• [FAILED] [...]", "S [SKIPPED] [...]". One progress line per verdict, with the spec's name.
+SPEC_HEADER = re.compile(r"^(\[sig-[^\]]*\] .*?)(?: \[[^\]]*, [^\]]*\])?$")
+VERDICT = re.compile(r"^[•S] (?:\[(FAILED|PANICKED|TIMEDOUT|INTERRUPTED|SKIPPED)\] )?\[([0-9.]+) seconds\]")
+WILL_RUN = re.compile(r"^Will run (\d+) of (\d+) specs")
+
+
+def _tee(stream: TextIO, log: TextIO) -> None:
+    name, done, total = "", 0, "?"
+    for line in stream:
+        log.write(line)
+        log.flush()
+        text = line.rstrip("\n")
+        if m := WILL_RUN.match(text):
+            total = m.group(1)
+            progress(f"e2e.test: running {m.group(1)} of its {m.group(2)} specs")
+        elif m := SPEC_HEADER.match(text):
+            name = m.group(1)
+        elif m := VERDICT.match(text):
+            done += 1
+            verdict = (m.group(1) or "passed").lower()
+            progress(f"[{done}/{total}] {verdict} in {float(m.group(2)):.0f} s: {name}")
+
+
+def run_e2e(binary: Path, kubeconfig: Path, report_dir: Path, skips: list[Skip]) -> int:
+    report_dir.mkdir(parents=True, exist_ok=True)
+    argv = [
+        str(binary),
+        f"--kubeconfig={kubeconfig}",
+        # skeleton: no cloud and no SSH; the tests here need neither (upstream
+        # test/e2e/framework/provider.go registers "local" and "skeleton" as always available;
+        # "local" counts as a provider with SSH, framework/util.go ProvidersWithSSH)
+        "--provider=skeleton",
+        f"--report-dir={report_dir}",
+        f"--ginkgo.json-report={report_dir / 'report.json'}",
+        "--ginkgo.focus=" + "|".join(FOCUS),
+        "--ginkgo.v",
+        "--ginkgo.no-color",
+        f"--ginkgo.timeout={E2E_TIMEOUT_S}s",
+    ]
+    if skips:
+        argv.append("--ginkgo.skip=" + "|".join(f"(?:{s.pattern})" for s in skips))
+    log_path = report_dir / "e2e.log"
+    progress(f"running {binary.name} (full output in {log_path})")
+    t0 = time.monotonic()
+    env = {**os.environ, "KUBECONFIG": str(kubeconfig)}
+    with log_path.open("w") as log:
+        log.write("$ " + " ".join(argv) + "\n")
+        proc = subprocess.Popen(
+            argv, cwd=report_dir, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
+        assert proc.stdout is not None
+        tee = threading.Thread(target=_tee, args=(proc.stdout, log), daemon=True)
+        tee.start()
+        try:
+            code = proc.wait(timeout=E2E_TIMEOUT_S + 300)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            code = proc.wait()
+            progress(f"e2e.test did not finish in {E2E_TIMEOUT_S + 300} s; killed it")
+        tee.join(timeout=10)
+    progress(f"e2e.test exited {code} after {time.monotonic() - t0:.0f} s")
+    return code
+
+
+def summarize(report_file: Path, skips: list[Skip], e2e_exit: int, mode: str) -> int:
+    print(f"upstream e2e, mode {mode}: {' '.join(MODES[mode]) or 'kube-scheduler preempts single pods'}")
+    if not report_file.is_file():
+        print(f"error: e2e.test wrote no report ({report_file}); it exited {e2e_exit}", file=sys.stderr)
+        print("upstream e2e: 0 passed, 1 failed")
+        print("FAILED: the e2e.test run itself (no report)")
+        return 1
+    specs, suite_failures = outcomes(report_file)
+    failed: list[Outcome] = list(suite_failures)
+    passed = 0
+    listed: list[tuple[Outcome, Skip]] = []
+    for o in specs:
+        skip = next((s for s in skips if s.matches(o.name)), None)
+        if o.state == "passed":
+            passed += 1
+            print(f"passed   {o.name} ({o.seconds:.0f} s)")
+        elif o.state == "skipped" and skip is not None:
+            listed.append((o, skip))
+            print(f"skipped  {o.name}\n         reason: {skip.reason}")
+        elif o.state == "skipped":
+            # skipped at run time by the test itself: everything in the focus must run
+            why = o.message.splitlines()[0] if o.message else "no message"
+            message = f"skipped at run time, not listed in skips.yaml: {why}"
+            failed.append(Outcome(o.name, "failed", message, 0))
+            print(f"FAILED   {o.name} (skipped at run time: {why})")
+        else:
+            failed.append(o)
+            print(f"FAILED   {o.name} ({o.seconds:.0f} s)")
+    for f in suite_failures:
+        print(f"FAILED   {f.name}")
+    unused = [s for s in skips if not any(s.matches(o.name) for o in specs)]
+    for s in unused:
+        # a stale entry hides nothing today but would hide a test added later under that name
+        failed.append(Outcome(f"skips.yaml entry {s.pattern!r}", "failed", "matches no test in the focus", 0))
+        print(f"FAILED   skips.yaml entry {s.pattern!r} matches no test in the focus")
+    if not specs:
+        failed.append(Outcome("the focus", "failed", "matched no test", 0))
+        print("FAILED   the focus matched no test")
+    if e2e_exit != 0 and not failed:
+        failed.append(Outcome("e2e.test", "failed", f"exited {e2e_exit} with every test passed", 0))
+    print(f"skipped {len(listed)} (listed in hack/upstream/skips.yaml with their reasons)")
+    print(f"upstream e2e: {passed} passed, {len(failed)} failed")
+    for f in failed:
+        print(f"FAILED: {f.name}")
+        lines = f.message.splitlines()
+        # the message's head (ginkgo's, e.g. "Timed out after 120.000s. Expected Pod to be in
+        # Running", before any object dump) and the location; the rest is in e2e.log
+        for line in [*lines[:3], *(lines[-1:] if len(lines) > 3 else [])]:
+            print(f"    {line}")
+    if failed:
+        print(f"(e2e.test's full output: {report_file.parent / 'e2e.log'})")
+    return 1 if failed else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python hack/upstream/run.py", description=__doc__.split("\n\n")[0])
+    p.add_argument(
+        "--mode",
+        choices=sorted(MODES),
+        default="default",
+        help="who preempts single pods: kube-scheduler (default) or priogate (--preemptor=priogate)",
+    )
+    p.add_argument("--e2e-test", type=Path, help="the e2e.test binary (default: hack/upstream/build.sh's)")
+    p.add_argument("--report-dir", type=Path, help="default: .local/upstream/<mode>")
+    p.add_argument("--nodes", type=int, default=NODES, help="kwok nodes")
+    p.add_argument(
+        "--summarize",
+        action="store_true",
+        help="only print the outcome of the report already in --report-dir (no cluster, no run)",
+    )
+    args = p.parse_args(argv)
+    report_dir: Path = (args.report_dir or REPO / ".local" / "upstream" / args.mode).resolve()
+    skips = load_skips(SKIPS_FILE)
+    if args.summarize:
+        return summarize(report_dir / "report.json", skips, 0, args.mode)
+    for s in skips:
+        progress(f"skipping {s.pattern!r}: {s.reason}")
+    cluster = Cluster(report_dir / "cluster", args.mode, args.nodes)
+    cluster.check_mode_supported()
+    binary = e2e_binary(args.e2e_test)
+    t0 = time.monotonic()
+    (report_dir / "report.json").unlink(missing_ok=True)
+    try:
+        kubeconfig = cluster.up()
+        install_node_pods(kubeconfig, args.nodes)
+        code = run_e2e(binary, kubeconfig, report_dir, skips)
+    except StartFailed as e:
+        # the same verdict lines as a run, so that CI's log says what failed
+        print(f"error: the local control plane did not start: {e}", file=sys.stderr)
+        print(f"upstream e2e, mode {args.mode}: {' '.join(MODES[args.mode]) or 'kube-scheduler preempts'}")
+        print("upstream e2e: 0 passed, 1 failed")
+        print("FAILED: the local control plane did not start")
+        return 1
+    finally:
+        cluster.down()
+    progress(f"mode {args.mode}: {time.monotonic() - t0:.0f} s including the control plane's start and stop")
+    progress(f"component logs (webhook, controller, kube-scheduler, ...): {cluster.state_dir / 'logs'}")
+    return summarize(report_dir / "report.json", skips, code, args.mode)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
