@@ -46,6 +46,15 @@ def api_error(e: ApiException) -> tuple[int, str]:
         return e.status, str(e.body)
 
 
+def refusal(create: Callable[[], Any]) -> tuple[int, str] | None:
+    """(status, message) of a refused request, None if it went through."""
+    try:
+        create()
+    except ApiException as e:
+        return api_error(e)
+    return None
+
+
 @dataclass
 class Kubectl:
     kubeconfig: Path

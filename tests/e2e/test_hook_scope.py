@@ -20,12 +20,9 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
-from typing import Any
 
 import pytest
 import requests
-from kubernetes.client.rest import ApiException
 
 from localcluster import LocalCluster
 from localcluster.api import metric_sum
@@ -33,7 +30,7 @@ from localcluster.webhooks import WEBHOOK_METRIC
 from priogate.kube.client import ApiClient, load_client
 from priogate.scope import COVERED, ENROLLED_LABEL, PROBE_NAME, enrolled
 from tests.builders import pod
-from tests.e2e.helpers import api_error, wait_for
+from tests.e2e.helpers import refusal, wait_for
 from tests.e2e.tenant import Tenant
 from tests.e2e.test_hostile_tenant_quota import podgroup, quota
 
@@ -69,14 +66,6 @@ def called(admin: ApiClient, hook: str) -> float:
 
 def labels(admin: ApiClient, namespace: str) -> dict[str, str]:
     return admin.get(f"/api/v1/namespaces/{namespace}")["metadata"].get("labels") or {}
-
-
-def refusal(create: Callable[[], Any]) -> tuple[int, str] | None:
-    try:
-        create()
-    except ApiException as e:
-        return api_error(e)
-    return None
 
 
 def burst(tenant: Tenant, n: int) -> list[tuple[int, str] | None]:

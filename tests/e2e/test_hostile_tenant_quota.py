@@ -17,19 +17,17 @@ import datetime as dt
 import threading
 import time
 import uuid
-from collections.abc import Callable
 from typing import Any
 
 import pytest
 import requests
-from kubernetes.client.rest import ApiException
 
 from localcluster import LocalCluster
 from priogate.clock import rfc3339
 from priogate.kube.client import ApiClient, ApiError, load_client, resource_path
 from priogate.ledger import DEFAULT_IN_FLIGHT, DEFAULT_LEDGER_NAMESPACE, entries_of, record_name, record_path
 from tests.builders import pod
-from tests.e2e.helpers import api_error, wait_for
+from tests.e2e.helpers import refusal, wait_for
 from tests.e2e.tenant import GROUP, VERSION, Tenant
 
 HOLD = "example.com/hold"
@@ -43,15 +41,6 @@ def podgroup(name: str, cpu: str) -> dict[str, Any]:
         "metadata": {"name": name},
         "spec": {"minMember": 1, "minResources": {"cpu": cpu}},
     }
-
-
-def refusal(create: Callable[[], Any]) -> tuple[int, str] | None:
-    """(status, message) of a refused request, None if it went through."""
-    try:
-        create()
-    except ApiException as e:
-        return api_error(e)
-    return None
 
 
 @pytest.fixture(scope="module")

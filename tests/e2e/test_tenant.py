@@ -18,7 +18,7 @@ from localcluster import LocalCluster
 from localcluster.binaries import REPO
 from priogate.ledger import DEFAULT_LEDGER_NAMESPACE, LEDGER_DATA_KEY, record_name
 from tests.builders import priority_class
-from tests.e2e.helpers import api_error, unique, wait_for
+from tests.e2e.helpers import refusal, unique, wait_for
 from tests.e2e.tenant import GROUP, VERSION, Tenant, make_tenant, tenant_fixture
 
 CRD = REPO / "manifests" / "crds" / "podgroups.scheduling.volcano.sh.yaml"
@@ -36,15 +36,6 @@ def podgroup(name: str, min_resources: dict[str, Any] | None = None, **spec: Any
     if min_resources is not None:
         body["spec"]["minResources"] = min_resources
     return body
-
-
-def refusal(create: Callable[[], Any]) -> tuple[int, str] | None:
-    """(status, message) of a refused request, None if it went through."""
-    try:
-        create()
-    except ApiException as e:
-        return api_error(e)
-    return None
 
 
 def settled(check: Callable[[], bool], what: str, streak: int = 6, timeout: float = 60) -> None:
