@@ -229,6 +229,21 @@ class Side:
                 found[name] = c.get("reason", "")
         return found
 
+    def disrupted_until_running(
+        self, namespace: str, names: list[str], preemptor: str, timeout: float
+    ) -> dict[str, str]:
+        """Every DisruptionTarget reason seen on `names` until `preemptor` runs: victims go
+        GRACE seconds after they are marked, so they are collected while it waits."""
+        seen: dict[str, str] = {}
+
+        def check() -> bool:
+            seen.update(self.disruption(namespace, names))
+            return self.running(namespace, preemptor)
+
+        wait_for(check, timeout, f"{namespace}/{preemptor} runs after preempting", 0.2)
+        seen.update(self.disruption(namespace, names))
+        return seen
+
     def events(self, namespace: str) -> list[dict[str, Any]]:
         return self.client.get(resource_path("events.k8s.io/v1", "events", namespace))["items"]
 
