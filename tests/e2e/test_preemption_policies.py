@@ -251,7 +251,7 @@ def test_strict_pdb_mode_leaves_the_pod_pending_with_a_reason_then_evicts_once_t
     # The controller decides (after the start delay) and says why it does not preempt: the
     # Event is the positive control that the absence below is a decision, not idleness.
     wait_for(lambda: blocked(), DELAY + RESYNC + 20, "priogate says the PDB blocks the preemption")
-    (event,) = blocked()[:1]
+    event = blocked()[0]
     assert event["type"] == "Warning"
     assert event["note"].startswith("cannot preempt without violating a PodDisruptionBudget"), event["note"]
     assert not side.disruption(ns, fillers), "a PDB-protected pod was preempted"
@@ -274,3 +274,5 @@ def test_strict_pdb_mode_leaves_the_pod_pending_with_a_reason_then_evicts_once_t
         and e["reportingController"] == "priogate.io/controller"
         for e in side.events(ns)
     )
+    # Told once: every sweep in between decided the same, and said nothing more.
+    assert len(blocked()) == 1, [e["note"] for e in blocked()]
