@@ -27,6 +27,11 @@ A write that finds its pod gone or replaced (404, 409, uid refused) skips it. Th
 ends: the next one starts once the watch shows the writes (the nomination, the victims
 terminating or gone), so no decision is taken on a state that does not show the last one.
 
+A pod that --pdb-mode strict alone keeps pending gets a Warning Event PreemptionBlocked with
+the engine's reason, once per pod and reason: with DefaultPreemption disabled, kube-scheduler's
+own FailedScheduling message no longer says anything about preemption (its "preemption: ..."
+part comes from the PostFilter), so this is where an operator learns why the pod waits.
+
 Nothing is recorded: as in kube-scheduler, a crash mid-way leaves a nominated pod and some
 victims terminating, and the next decision sees both (the pod waits for its victims, or
 decides again).
@@ -50,7 +55,7 @@ from priogate import preemption_record as record
 from priogate.clock import micro_time
 from priogate.kube.client import ApiClient
 from priogate.podgroup import TERMINAL_POD_PHASES
-from priogate.preemption.outcome import Outcome
+from priogate.preemption.outcome import PDB_STRICT_REASON, Outcome
 from priogate.preemption.policy import DEFAULT_POLICY, PreemptionPolicy
 from priogate.preemption_record import Victim
 
@@ -158,6 +163,8 @@ class PodPreemptor:
         self.clock = clock
         self.writer = VictimWriter(client, caches.pods.get, events, self._guard)
         self.last: Applied | None = None
+        # pod uid -> the PDB reason last told in an Event (only pods still candidates are kept)
+        self.told: dict[str, str] = {}
 
     def _guard(self) -> None:
         if not self.is_leader():
@@ -174,14 +181,40 @@ class PodPreemptor:
             ):
                 return Sweep("waiting", RECHECK_SECONDS)
             self.last = None
-        for key in self.candidates():
+        keys = self.candidates()
+        self._forget_told(keys)
+        for key in keys:
             outcome = self.engine.decide_pod(key, policy=self.policy, now=time.time())
+            if outcome.status == "unresolved" and outcome.reason.startswith(PDB_STRICT_REASON):
+                self._tell_blocked(key, outcome.reason)
             if outcome.status != "preempt" or outcome.node is None:
                 continue
             result = self.apply(key, outcome)
             # Once the watch shows these writes, the next pod is decided.
             return Sweep(result, RECHECK_SECONDS)
         return Sweep("idle")
+
+    def _uid(self, key: str) -> str:
+        namespace, _, name = key.partition("/")
+        return ((self.caches.pods.get(namespace, name) or {}).get("metadata") or {}).get("uid", "")
+
+    def _forget_told(self, keys: Iterable[str]) -> None:
+        current = {self._uid(k) for k in keys}
+        self.told = {uid: reason for uid, reason in self.told.items() if uid in current}
+
+    def _tell_blocked(self, key: str, reason: str) -> None:
+        """A Warning Event on a pod only PDB-violating victims would make room for, once per
+        reason (a sweep runs on every pod event and resync: the same Event each time is noise)."""
+        namespace, _, name = key.partition("/")
+        pod = self.caches.pods.get(namespace, name)
+        uid = self._uid(key)
+        if pod is None or self.told.get(uid) == reason:
+            return
+        self._guard()
+        self.told[uid] = reason
+        self.events.emit(
+            pod, "Pod", "v1", type_="Warning", reason="PreemptionBlocked", action="Preempt", note=reason
+        )
 
     def apply(self, key: str, outcome: Outcome) -> str:
         namespace, _, name = key.partition("/")

@@ -25,7 +25,7 @@ from operator import itemgetter
 from priogate.preemption.critical import PINNED, Order, critical_start
 from priogate.preemption.fit import need_of, static_failure, static_signature
 from priogate.preemption.nodes import nominated_load
-from priogate.preemption.outcome import Outcome, fits, unresolved, with_note
+from priogate.preemption.outcome import PDB_STRICT_REASON, Outcome, fits, unresolved, with_note
 from priogate.preemption.packing import MemberClass, Packer
 from priogate.preemption.policy import PreemptionPolicy
 from priogate.preemption.reprieve import Reprieve, Taken, run_reprieve
@@ -228,8 +228,7 @@ def preempt_group(
                 # The reprieve already puts PDB-violating units back first: what it cannot
                 # avoid, strict mode refuses (--pdb-mode strict).
                 reason = (
-                    "cannot preempt without violating a PodDisruptionBudget (--pdb-mode strict): "
-                    f"placing {request.needed} member(s) takes {len(taken)} victim(s), "
+                    f"{PDB_STRICT_REASON}: placing {request.needed} member(s) takes {len(taken)} victim(s), "
                     "some beyond a PDB's allowance"
                 )
                 return unresolved(key, with_note(reason, note))

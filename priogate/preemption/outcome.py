@@ -13,6 +13,9 @@ from priogate.preemption.snapshot import PodInfo
 from priogate.preemption.victims import CRITERIA, NodeVictims
 
 Status = Literal["preempt", "unresolved", "fits"]
+# How an unresolved reason begins when --pdb-mode strict alone keeps the preemptor pending:
+# the live preemptor tells the pod so in an Event (controller/pod_preemptor.py).
+PDB_STRICT_REASON = "cannot preempt without violating a PodDisruptionBudget (--pdb-mode strict)"
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ import math
 from priogate.preemption.fit import Need, need_of, static_failure
 from priogate.preemption.nodes import Screening, choose_node, screen_nodes
 from priogate.preemption.outcome import (
+    PDB_STRICT_REASON,
     Outcome,
     describe_victims,
     fits,
@@ -200,10 +201,7 @@ def _preempt_shaped(
     if not failures:
         reason = f"preemption is not helpful: {summarize_failures(screening.failures, len(state.nodes))}"
     elif all(f.kind == PDB for f in failures):
-        reason = (
-            "cannot preempt without violating a PodDisruptionBudget (--pdb-mode strict): "
-            f"{summarize(failures)}"
-        )
+        reason = f"{PDB_STRICT_REASON}: {summarize(failures)}"
     else:
         reason = f"no victims under the policies ({active_policies(policy)}): {summarize(failures)}"
     if nodes_explained is not None:

@@ -19,6 +19,7 @@ from kubernetes.client.rest import ApiException
 from localcluster import LocalCluster, Options
 from localcluster.webhooks import PROBE_NAMESPACE
 from tests.e2e.helpers import Admission, Kubectl, delete_namespace, ensure_namespace, unique
+from tests.e2e.preemptor_side import Side
 from tests.e2e.tenant import Tenant, tenant_fixture
 
 _figures: dict[str, str] = {}
@@ -142,3 +143,19 @@ def classes(scheduling: k8s.SchedulingV1Api) -> Iterator[ClassTracker]:
     tracker = ClassTracker(scheduling)
     yield tracker
     tracker.cleanup()
+
+
+@pytest.fixture(scope="module")
+def default_cluster_side(cluster: LocalCluster) -> Iterator[Side]:
+    """The session's cluster (the default mode: kube-scheduler preempts) as a preemption
+    scenario's `Side` (tests/e2e/preemptor_side.py)."""
+    side = Side(cluster)
+    yield side
+    side.close()
+
+
+@pytest.fixture
+def default_side(default_cluster_side: Side) -> Iterator[Side]:
+    """The default mode, for one scenario."""
+    yield default_cluster_side
+    default_cluster_side.end_scenario()

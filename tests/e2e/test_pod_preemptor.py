@@ -11,180 +11,21 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from fractions import Fraction
-from typing import Any
 
 import pytest
-from kubernetes import client as k8s
-from kubernetes import config as k8s_config
 
-from localcluster import LocalCluster, Options
 from localcluster.cluster import NODE_PREFIX
-from localcluster.components import GRACEFUL_DELETE_ANNOTATION
-from priogate.kube.client import ApiClient, ApiError, load_client, resource_path
 from priogate.preemption_record import CONDITION_REASON, OPT_OUT_LABEL, SCHEDULER_REASON
-from priogate.resources import format_quantity, parse_quantity, pod_requests
-from tests.builders import pod, priority_class
-from tests.e2e.helpers import unique, wait_for
-from tests.e2e.tenant import Tenant, make_tenant
-
-CLASSES = "/apis/scheduling.k8s.io/v1/priorityclasses"
-GRACE = 4  # seconds a victim stays Terminating (kwok honours it for annotated pods)
-QUIET = 15.0  # seconds a negative waits: more than the controller's 10 s resync
+from tests.e2e.helpers import wait_for
+from tests.e2e.preemptor_side import QUIET, Side, preemptor_cluster
 
 
 @pytest.fixture(scope="module")
-def preemptor_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    options = Options(
-        state_dir=tmp_path_factory.mktemp("preemptor"), nodes=2, webhook_workers=1, preemptor="priogate"
-    )
-    cluster = LocalCluster(options)
-    cluster.start()
-    try:
-        yield cluster
-    finally:
-        cluster.stop()
-
-
-class Side:
-    """One control plane, as the admin (`client`) and as a tenant."""
-
-    def __init__(self, cluster: LocalCluster) -> None:
-        self.cluster = cluster
-        self.client: ApiClient = load_client(str(cluster.kubeconfig))
-        self.api = k8s_config.new_client_from_config(config_file=str(cluster.kubeconfig))
-        self.core = k8s.CoreV1Api(self.api)
-        self.classes: list[str] = []
-        self.tenants: list[Tenant] = []
-
-    def tenant(self) -> Tenant:
-        tenant = make_tenant(self.cluster, self.core, k8s.RbacAuthorizationV1Api(self.api))
-        self.tenants.append(tenant)
-        return tenant
-
-    def priority_class(self, prefix: str, value: int, policy: str = "PreemptLowerPriority") -> str:
-        name = unique(prefix)
-        self.client.create(CLASSES, priority_class(name, value=value, preemption_policy=policy))
-        self.classes.append(name)
-        return name
-
-    def end_scenario(self) -> None:
-        """Delete the scenario's tenants (their namespaces and pods): the next one fills the
-        nodes afresh."""
-        for tenant in self.tenants:
-            tenant.api_client.close()
-            self.core.delete_namespace(tenant.namespace, propagation_policy="Background")
-        self.tenants = []
-
-    def close(self) -> None:
-        self.end_scenario()
-        for name in self.classes:
-            try:
-                self.client.delete(f"{CLASSES}/{name}")
-            except ApiError as e:
-                if e.status != 404:
-                    raise
-        self.api.close()
-
-    # ---- the cluster's pods --------------------------------------------------------------------
-
-    def pod(self, namespace: str, name: str) -> dict[str, Any] | None:
-        try:
-            return self.client.get(resource_path("v1", "pods", namespace, name))
-        except ApiError as e:
-            if e.status == 404:
-                return None
-            raise
-
-    def free_cpu(self) -> dict[str, Fraction]:
-        nodes = self.client.get("/api/v1/nodes", query=[("labelSelector", "type=kwok")])["items"]
-        free = {n["metadata"]["name"]: parse_quantity(n["status"]["allocatable"]["cpu"]) for n in nodes}
-        for p in self.client.get("/api/v1/pods")["items"]:
-            node = p["spec"].get("nodeName")
-            if node in free and p["status"].get("phase") not in ("Succeeded", "Failed"):
-                free[node] -= pod_requests(p).get("cpu", Fraction(0))
-        return free
-
-    def fill(self, tenant: Tenant, low: str, labels: dict[str, str] | None = None) -> list[str]:
-        """One pod per kwok node taking all its free cpu, created by the tenant, Terminating for
-        GRACE seconds once deleted. The tenant also forges priogate annotations on them: neither
-        makes a pod immune (only the opt-out label does, and only where priogate preempts)."""
-
-        def settled() -> bool:
-            # Earlier scenarios' pods leave the nodes a little after their namespace is deleted:
-            # sizing the fillers before that would leave room once they go.
-            leaving = {
-                n["metadata"]["name"]
-                for n in self.client.get("/api/v1/namespaces")["items"]
-                if (n.get("status") or {}).get("phase") == "Terminating"
-            }
-            return not [
-                p
-                for p in self.client.get("/api/v1/pods")["items"]
-                if str(p["spec"].get("nodeName") or "").startswith(NODE_PREFIX)
-                and (p["metadata"].get("deletionTimestamp") or p["metadata"]["namespace"] in leaving)
-            ]
-
-        wait_for(settled, 90, "no pod of an earlier scenario is left on the nodes")
-        names = []
-        for node, cpu in sorted(self.free_cpu().items()):
-            quantity = format_quantity(Fraction(int(cpu * 1000), 1000))
-            name = f"low-{node.removeprefix(NODE_PREFIX)}"
-            manifest = pod(
-                name,
-                namespace=None,
-                cpu=quantity,
-                priority_class=low,
-                node_selector={"kubernetes.io/hostname": node},
-                labels=labels,
-                annotations={
-                    GRACEFUL_DELETE_ANNOTATION: "true",
-                    "priogate.io/allow-preemption": "false",  # an annotation: not the opt-out label
-                    "priogate.io/preemption": '{"forged": true}',
-                },
-            )
-            manifest["spec"]["terminationGracePeriodSeconds"] = GRACE
-            tenant.core.create_namespaced_pod(tenant.namespace, manifest)
-            names.append(name)
-        wait_for(
-            lambda: all(self.running(tenant.namespace, n) for n in names), 90, "the low-priority pods run"
-        )
-        return names
-
-    def running(self, namespace: str, name: str) -> bool:
-        obj = self.pod(namespace, name)
-        return obj is not None and (obj.get("status") or {}).get("phase") == "Running"
-
-    def create(self, namespace: str, name: str, klass: str, cpu: str = "1") -> None:
-        self.client.create(
-            resource_path("v1", "pods", namespace), pod(name, namespace=None, cpu=cpu, priority_class=klass)
-        )
-
-    def disruption(self, namespace: str, names: list[str]) -> dict[str, str]:
-        """Victim name -> the reason of its DisruptionTarget condition, for those that have one."""
-        found = {}
-        for name in names:
-            for c in ((self.pod(namespace, name) or {}).get("status") or {}).get("conditions") or []:
-                if c.get("type") == "DisruptionTarget" and c.get("status") == "True":
-                    found[name] = c.get("reason", "")
-        return found
-
-    def events(self, namespace: str) -> list[dict[str, Any]]:
-        return self.client.get(resource_path("events.k8s.io/v1", "events", namespace))["items"]
-
-
-@pytest.fixture(scope="module")
-def priogate_cluster_side(preemptor_cluster: LocalCluster) -> Iterator[Side]:
-    side = Side(preemptor_cluster)
-    yield side
-    side.close()
-
-
-@pytest.fixture(scope="module")
-def default_cluster_side(cluster: LocalCluster) -> Iterator[Side]:
-    side = Side(cluster)
-    yield side
-    side.close()
+def priogate_cluster_side(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Side]:
+    with preemptor_cluster(tmp_path_factory, "preemptor") as cluster:
+        side = Side(cluster)
+        yield side
+        side.close()
 
 
 @pytest.fixture
@@ -192,13 +33,6 @@ def priogate_side(priogate_cluster_side: Side) -> Iterator[Side]:
     """The preemptor mode, for one scenario."""
     yield priogate_cluster_side
     priogate_cluster_side.end_scenario()
-
-
-@pytest.fixture
-def default_side(default_cluster_side: Side) -> Iterator[Side]:
-    """The default mode (the session's cluster), for one scenario."""
-    yield default_cluster_side
-    default_cluster_side.end_scenario()
 
 
 def test_a_high_priority_pod_preempts_a_lower_one_with_priogates_condition_and_events(priogate_side: Side):
