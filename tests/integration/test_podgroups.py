@@ -101,14 +101,16 @@ def test_an_entry_ends_when_its_group_is_confirmed_gone():
     client, store = client_with(
         [resource_quota("compute", hard={"cpu": "10"}, namespace="team-a")], podgroups=stored_groups
     )
-    client.application.wsgi_app.view.in_flight = dt.timedelta(seconds=1.5)
+    view = client.application.wsgi_app.view
+    view.in_flight = dt.timedelta(seconds=60)
     for i in range(10):
         body = group_review(podgroup(f"g{i}", namespace="team-a", min_resources={"cpu": "1"}))
         assert answer(client, "/validate/podgroups", body)["allowed"]
     g10 = group_review(podgroup("g10", namespace="team-a", min_resources={"cpu": "1"}))
-    # kube-apiserver's ?timeout: too short to wait for g3's bound (1.5 s) to pass.
+    # kube-apiserver's ?timeout: too short to wait for g3's bound to pass.
     hurried = answer(client, "/validate/podgroups?timeout=3s", g10)
     assert hurried["allowed"] is False and "retry" in hurried["status"]["message"]
+    view.in_flight = dt.timedelta(seconds=1)  # a bound the next request can wait out
     assert answer(client, "/validate/podgroups?timeout=10s", g10)["allowed"] is True
     assert sorted(e.group for e in store.ledgers["team-a"].values()) == sorted(
         f"g{i}" for i in range(11) if i != 3
