@@ -25,7 +25,8 @@ executor do (pkg/scheduler/framework/preemption/preemption.go, executor.go):
 4. a Normal Event on the preemptor.
 A write that finds its pod gone or replaced (404, 409, uid refused) skips it. Then the sweep
 ends: the next one starts once the watch shows the writes (the nomination, the victims
-terminating or gone), so no decision is taken on a state that does not show the last one.
+terminating or gone), so no decision is taken on a state that does not show the last one; an
+event about that preemptor or its victims runs the waiting sweep at once (`awaits`).
 
 Nothing is recorded: as in kube-scheduler, a crash mid-way leaves a nominated pod and some
 victims terminating, and the next decision sees both (the pod waits for its victims, or
@@ -162,6 +163,19 @@ class PodPreemptor:
     def _guard(self) -> None:
         if not self.is_leader():
             raise NotLeader("leadership lost during a pod preemption")
+
+    def awaits(self, pod: Mapping[str, Any]) -> bool:
+        """`pod` is the last preemption's preemptor or one of its victims: an event about it
+        may be the one that shows the writes, so the sweep waiting for them runs again now
+        rather than at its next recheck."""
+        last = self.last
+        if last is None:
+            return False
+        meta = pod.get("metadata") or {}
+        namespace, name = meta.get("namespace") or "default", meta.get("name", "")
+        return (namespace, name) == (last.namespace, last.name) or any(
+            (namespace, name) == (v.namespace, v.name) for v in last.victims
+        )
 
     def candidates(self) -> list[str]:
         """The keys of the pods to decide for, in the engine's preemptor order."""

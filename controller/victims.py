@@ -5,7 +5,7 @@ PreemptPod and prepareCandidateAsync):
 - each victim gets a DisruptionTarget condition (pods/status), then is deleted with its own
   grace period (an empty DeleteOptions, as util.DeletePod), here with a uid precondition so a
   pod created since under the same name is never the one deleted;
-- an Event "Preempted" on the victim names the preemptor;
+- then an Event "Preempted" on the victim names the preemptor;
 - lower-priority pods nominated to the preemptor's node lose their nomination
   (getLowerPriorityNominatedPods / clearNominatedNodeName);
 - the preemptor is nominated to its node (status.nominatedNodeName).
@@ -126,7 +126,6 @@ class VictimWriter:
                     log.info("victim gone or replaced", pod=victim.key, status=e.status)
                     return Taken.GONE
                 raise
-            self._preempted_event(pod, by)
         self.guard()
         try:
             self.client.delete(path, preconditions={"uid": victim.uid})
@@ -135,7 +134,12 @@ class VictimWriter:
             if e.status not in (404, 409):
                 raise
             return Taken.GONE
-        return Taken.DELETED if pod is not None else Taken.GONE
+        if pod is None:
+            return Taken.GONE
+        # After the DELETE, as kube-scheduler records it (executor.go PreemptPod): the Event
+        # never delays the victim's deletion.
+        self._preempted_event(pod, by)
+        return Taken.DELETED
 
     def evict(self, victim: Victim, by: Preemptor) -> Taken:
         """The Eviction API (policy/v1) with a uid precondition: never violates a PDB."""

@@ -233,11 +233,11 @@ def test_the_writes_in_order():
         ("PATCH", pod_path("hi") + "/status"),  # the nomination
         ("PATCH", pod_path("lower") + "/status"),  # its nomination cleared
         ("PATCH", pod_path("v2") + "/status"),
-        ("EVENT", "Preempted", "v2"),
         ("DELETE", pod_path("v2")),
+        ("EVENT", "Preempted", "v2"),
         ("PATCH", pod_path("v1") + "/status"),
-        ("EVENT", "Preempted", "v1"),
         ("DELETE", pod_path("v1")),
+        ("EVENT", "Preempted", "v1"),
         ("EVENT", "Preempting", "hi"),
     ]
 
