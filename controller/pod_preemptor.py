@@ -38,6 +38,7 @@ from __future__ import annotations
 import datetime as dt
 import time
 from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -62,6 +63,8 @@ SWEEP_KEY = "pods:preempt"
 # again anyway (a write the watch never shows, e.g. a pod replaced meanwhile, must not stop it).
 CATCH_UP_SECONDS = 10.0
 RECHECK_SECONDS = 0.2
+# Concurrent writes of one preemption (the nomination, the victims): each waits on the network.
+WRITERS = 4
 
 
 def candidate(pod: Mapping[str, Any]) -> bool:
@@ -158,6 +161,8 @@ class PodPreemptor:
         self.on_applied = on_applied
         self.clock = clock
         self.writer = VictimWriter(client, caches.pods.get, events, self._guard)
+        # A preemption's writes that need not wait for each other go out at once (apply).
+        self.pool = ThreadPoolExecutor(WRITERS, thread_name_prefix="preemption-writes")
         self.last: Applied | None = None
 
     def _guard(self) -> None:
@@ -212,11 +217,6 @@ class PodPreemptor:
             victims=[v.key for v in victims],
             reason=outcome.reason,
         )
-        if not self.writer.nominate(namespace, name, node, uid):
-            return "gone"  # gone, replaced or bound meanwhile: nothing else was touched
-        if outcome.clear_below is not None:
-            for other in lower_nominations(self.caches.pods.items(), node, outcome.clear_below, key):
-                self.writer.clear_nomination(other)
         by = Preemptor(
             "Pod",
             "v1",
@@ -225,7 +225,26 @@ class PodPreemptor:
             f"Preempted by pod {uid} on node {node} (priogate, for {key})",
         )
         now = micro_time(dt.datetime.now(dt.UTC))
-        taken = [v for v in victims if self.writer.take(v, by, now) is Taken.DELETED]
+        # The nomination and the victims' DisruptionTarget conditions at once, as kube-scheduler
+        # writes the preemptor's status while its preemption goroutine marks and deletes the
+        # victims (executor.go prepareCandidateAsync); a victim is deleted only once the
+        # nomination is stored, so the scheduler keeps the room it leaves for the preemptor.
+        nomination = self.pool.submit(self.writer.nominate, namespace, name, node, uid)
+        marks = [self.pool.submit(self.writer.mark, v, by, now) for v in victims]
+        marked = [m.result() for m in marks]
+        if not nomination.result():
+            # Gone, replaced or bound meanwhile: no victim is deleted. A condition written
+            # meanwhile stays until kube-controller-manager's disruption controller resets a
+            # DisruptionTarget left on a pod not deleted (to False, after 2 minutes:
+            # pkg/controller/disruption/disruption.go, stalePodDisruptionTimeout), as after a
+            # failed DELETE of kube-scheduler's.
+            return "gone"
+        if outcome.clear_below is not None:
+            for other in lower_nominations(self.caches.pods.items(), node, outcome.clear_below, key):
+                self.writer.clear_nomination(other)
+        # The victims in parallel, as kube-scheduler's Parallelizer deletes them.
+        removed = [self.pool.submit(self.writer.remove, m, by) for m in marked]
+        taken = [m.victim for m, r in zip(marked, removed, strict=True) if r.result() is Taken.DELETED]
         self.last = Applied(namespace, name, uid, node, victims, self.clock())
         self.on_applied(len(taken))
         names = ", ".join(v.key for v in victims) or "none (lower-priority pods already terminating there)"

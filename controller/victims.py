@@ -77,6 +77,17 @@ class Preemptor:
         return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
 
 
+@dataclass(frozen=True)
+class Marked:
+    """A victim after VictimWriter.mark: `pod` is what its condition was written on (None: the
+    cache showed it gone or terminating, so no condition); `gone`: the write found it gone or
+    replaced, so there is nothing to delete."""
+
+    victim: Victim
+    pod: Mapping[str, Any] | None
+    gone: bool = False
+
+
 class VictimWriter:
     def __init__(
         self,
@@ -102,43 +113,56 @@ class VictimWriter:
         return pod
 
     def take(self, victim: Victim, by: Preemptor, now: str) -> Taken:
-        """DisruptionTarget condition, Preempted Event, uid-preconditioned DELETE."""
+        """DisruptionTarget condition, uid-preconditioned DELETE, Preempted Event."""
+        return self.remove(self.mark(victim, by, now), by)
+
+    def mark(self, victim: Victim, by: Preemptor, now: str) -> Marked:
+        """The DisruptionTarget condition, the first half of take()."""
         pod = self._current(victim)
-        path = resource_path("v1", "pods", victim.namespace, victim.name)
-        if pod is not None:
-            self.guard()
-            try:
-                # Strategic merge: conditions merge by type, so others' conditions stay.
-                # metadata.uid in the body is a precondition: uid is immutable, so kube-apiserver
-                # refuses to patch a pod of that name with another uid (422 "metadata.uid ...
-                # field is immutable"; tests/e2e/test_controller_trust.py shows it).
-                self.client.request(
-                    "PATCH",
-                    path + "/status",
-                    body={
-                        "metadata": {"uid": victim.uid},
-                        "status": {"conditions": [record.disruption_condition(now, by.key, by.kind)]},
-                    },
-                    content_type=STRATEGIC_PATCH,
-                )
-            except ApiError as e:
-                if gone(e):
-                    log.info("victim gone or replaced", pod=victim.key, status=e.status)
-                    return Taken.GONE
-                raise
+        if pod is None:
+            return Marked(victim, None)  # gone or terminating as cached: the DELETE makes sure
         self.guard()
         try:
-            self.client.delete(path, preconditions={"uid": victim.uid})
+            # Strategic merge: conditions merge by type, so others' conditions stay.
+            # metadata.uid in the body is a precondition: uid is immutable, so kube-apiserver
+            # refuses to patch a pod of that name with another uid (422 "metadata.uid ...
+            # field is immutable"; tests/e2e/test_controller_trust.py shows it).
+            self.client.request(
+                "PATCH",
+                resource_path("v1", "pods", victim.namespace, victim.name) + "/status",
+                body={
+                    "metadata": {"uid": victim.uid},
+                    "status": {"conditions": [record.disruption_condition(now, by.key, by.kind)]},
+                },
+                content_type=STRATEGIC_PATCH,
+            )
+        except ApiError as e:
+            if gone(e):
+                log.info("victim gone or replaced", pod=victim.key, status=e.status)
+                return Marked(victim, None, gone=True)
+            raise
+        return Marked(victim, pod)
+
+    def remove(self, marked: Marked, by: Preemptor) -> Taken:
+        """The uid-preconditioned DELETE and the Preempted Event, the second half of take()."""
+        if marked.gone:
+            return Taken.GONE
+        victim = marked.victim
+        self.guard()
+        try:
+            self.client.delete(
+                resource_path("v1", "pods", victim.namespace, victim.name), preconditions={"uid": victim.uid}
+            )
         except ApiError as e:
             # 404: gone already; 409: the uid precondition failed, a new pod took the name.
             if e.status not in (404, 409):
                 raise
             return Taken.GONE
-        if pod is None:
+        if marked.pod is None:
             return Taken.GONE
         # After the DELETE, as kube-scheduler records it (executor.go PreemptPod): the Event
         # never delays the victim's deletion.
-        self._preempted_event(pod, by)
+        self._preempted_event(marked.pod, by)
         return Taken.DELETED
 
     def evict(self, victim: Victim, by: Preemptor) -> Taken:
