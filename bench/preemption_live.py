@@ -11,8 +11,9 @@ the preemptors go to them in turn (A B B A ...), half an interval apart, so drif
 machine (another job, a compaction, a GC) falls on both modes alike rather than on whichever ran
 second.
 
-Every node is filled with low-priority pods (2 x 500m CPU, bound by spec.nodeName, Running on
-kwok), so each high-priority pod (500m) fits nowhere without preempting one of them. The
+Every node is filled with low-priority pods (by default 2 x 500m CPU, bound by spec.nodeName,
+Running on kwok), so each high-priority pod (by default 500m; --victims N: N low pods' worth)
+fits nowhere without preempting one (N) of them. The
 preemptors are created one per --interval seconds in each cluster, so each measures one
 preemption rather than a queue of them. Victims have terminationGracePeriodSeconds 0, and the
 local kwok removes a deleted pod at once unless it asks for a graceful deletion
@@ -33,6 +34,7 @@ stderr: progress; stdout: the figures, the last line
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import sys
@@ -140,10 +142,11 @@ class Seen:
 class Arm:
     """One cluster in one mode, filled and watched."""
 
-    def __init__(self, mode: str, state_dir: Path, nodes: int, per_node: int) -> None:
+    def __init__(self, mode: str, state_dir: Path, nodes: int, per_node: int, victims: int) -> None:
         self.mode = mode
         self.nodes = nodes
         self.per_node = per_node
+        self.victims = victims
         self.cluster = LocalCluster(
             Options(
                 state_dir=state_dir,
@@ -203,7 +206,8 @@ class Arm:
 
     def create_preemptor(self, name: str) -> None:
         assert self.client
-        self.client.create(self.pods_path, pod_body(name, "high", f"{1000 // self.per_node}m"))
+        cpu = f"{self.victims * (1000 // self.per_node)}m"  # the room of `victims` low pods
+        self.client.create(self.pods_path, pod_body(name, "high", cpu))
 
     def bound(self, names: list[str]) -> int:
         with self.seen.lock:
@@ -215,8 +219,11 @@ class Arm:
         self.cluster.stop()
 
 
-def report(mode: str, arm: Arm, names: list[str]) -> tuple[float, float]:
+def report(mode: str, arm: Arm, names: list[str], dump: dict[str, Any]) -> tuple[float, float]:
     per_pod = [arm.seen.stages(n) for n in names]
+    dump[mode] = {
+        n: {k: round(v * 1e3, 1) for k, v in s.items()} for n, s in zip(names, per_pod, strict=True)
+    }
     latencies = [s["bound"] * 1e3 for s in per_pod if "bound" in s]
     missing = len(names) - len(latencies)
     if not latencies:
@@ -232,6 +239,11 @@ def report(mode: str, arm: Arm, names: list[str]) -> tuple[float, float]:
         if values:
             medians.append(f"{stage} {statistics.median(values):.0f}")
     print(f"{mode}: median ms from creation to: " + ", ".join(medians))
+    slowest = max((s for s in per_pod if "bound" in s), key=lambda s: s["bound"])
+    print(
+        f"{mode}: the slowest, ms from creation to: "
+        + ", ".join(f"{k} {v * 1e3:.0f}" for k, v in slowest.items())
+    )
     return p50, p99
 
 
@@ -239,6 +251,8 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--nodes", type=int, default=100, help="kwok nodes per cluster (1 CPU each)")
     p.add_argument("--per-node", type=int, default=2, help="low-priority pods filling each node")
+    p.add_argument("--victims", type=int, default=1, help="low-priority pods each preemptor needs gone")
+    p.add_argument("--dump", type=Path, default=None, help="write every preemptor's stages (ms) as JSON here")
     p.add_argument("--preemptions", type=int, default=60, help="measured preemptors per mode")
     p.add_argument("--warmup", type=int, default=3, help="unmeasured preemptors per mode first")
     p.add_argument("--interval", type=float, default=4.0, help="seconds between preemptors in a cluster")
@@ -249,13 +263,13 @@ def main() -> int:
     if not modes or set(modes) - set(MODES):
         p.error(f"--modes takes {' or '.join(MODES)}, comma-separated")
     total = args.warmup + args.preemptions
-    if total > args.nodes * (args.per_node - 1):
-        p.error("more preemptors than the nodes' low-priority pods can make room for")
+    if not 0 < args.victims < args.per_node or total > args.nodes * (args.per_node // args.victims - 1):
+        p.error("more preemptors (or victims each) than the nodes' low-priority pods can make room for")
     progress(f"load average at start: {os.getloadavg()[0]:.1f}")
     with tempfile.TemporaryDirectory(prefix="priogate-bench-preemption-live-") as tmp, ExitStack() as stack:
         arms: dict[str, Arm] = {}
         for mode in modes:
-            arm = Arm(mode, Path(tmp) / mode, args.nodes, args.per_node)
+            arm = Arm(mode, Path(tmp) / mode, args.nodes, args.per_node, args.victims)
             stack.callback(arm.stop)
             t0 = time.monotonic()
             arm.start()
@@ -267,7 +281,8 @@ def main() -> int:
             )
         names = [f"high-{i}" for i in range(total)]
         progress(
-            f"creating {total} preemptors per mode, one per {args.interval:g} s in each cluster, "
+            f"creating {total} preemptors per mode ({args.victims} victim(s) each), one per "
+            f"{args.interval:g} s in each cluster, "
             f"interleaved; load average {os.getloadavg()[0]:.1f}"
         )
         t_run = time.monotonic()
@@ -291,7 +306,10 @@ def main() -> int:
             progress(f"not all preemptors were bound: {e}")
         progress(f"run took {time.monotonic() - t_run:.0f} s; load average {os.getloadavg()[0]:.1f}")
         measured = names[args.warmup :]
-        figures = {m: report(m, arms[m], measured) for m in modes}
+        dump: dict[str, Any] = {}
+        figures = {m: report(m, arms[m], measured, dump) for m in modes}
+    if args.dump is not None:
+        args.dump.write_text(json.dumps(dump, indent=1))
     print(f"load average at the end: {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
     if set(figures) == set(MODES):
         (g50, g99), (k50, k99) = figures["priogate"], figures["kube-scheduler"]
