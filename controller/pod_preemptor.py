@@ -13,17 +13,20 @@ the members of a gang still short of minMember to the gang preemptor.
 
 The first pod with a decision to preempt is acted on, as kube-scheduler's PostFilter and
 executor do (pkg/scheduler/framework/preemption/preemption.go, executor.go):
-1. status.nominatedNodeName on the preemptor (uid precondition). kube-scheduler keeps a
+1. at once: status.nominatedNodeName on the preemptor (uid precondition), and each victim's
+   DisruptionTarget condition (reason PreemptionByPriogate). kube-scheduler keeps a
    nomination another component wrote: its queue records nominations from pod updates
    (UpdateNominatedPod) and tries the nominated node first (evaluateNominatedNode), and with no
    PostFilter result the nomination is left as it is (NominatingInfo nil, ModeNoop);
-2. lower-priority pods nominated to that node lose their nomination (getLowerPriorityNominated
-   Pods: they may no longer fit and should look elsewhere);
-3. per victim: DisruptionTarget condition (reason PreemptionByPriogate), a Preempted Event
-   naming the preemptor, DELETE with the victim's grace period and a uid precondition
-   (controller/victims.py, shared with the gang preemptor);
+2. once the nomination is stored (if it is refused, no victim is deleted): lower-priority pods
+   nominated to that node lose their nomination (getLowerPriorityNominatedPods: they may no
+   longer fit and should look elsewhere);
+3. the victims in parallel, each: DELETE with its grace period and a uid precondition, then a
+   Preempted Event naming the preemptor (controller/victims.py, shared with the gang
+   preemptor);
 4. a Normal Event on the preemptor.
-A write that finds its pod gone or replaced (404, 409, uid refused) skips it. Then the sweep
+Events go out from the recorder's own thread in the controller (controller/events.py). A
+write that finds its pod gone or replaced (404, 409, uid refused) skips it. Then the sweep
 ends: the next one starts once the watch shows the writes (the nomination, the victims
 terminating or gone), so no decision is taken on a state that does not show the last one; an
 event about that preemptor or its victims runs the waiting sweep at once (`awaits`).
