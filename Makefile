@@ -7,14 +7,14 @@ STAMP := $(VENV)/.installed
 
 .PHONY: help venv lock lint format test test-unit test-integration test-e2e test-upstream upstream-e2e controlplane \
         run up down status \
-        manifests chart image-lock helm kube-score certs wrk bench-webhook bench-quota bench-preemption bench-pod-cache bench-pod-create clean
+        manifests chart image-lock helm kube-score certs wrk bench-webhook bench-quota bench-preemption bench-pod-cache bench-pod-create bench-preemption-live clean
 
 help:
 	@echo "make run        start etcd, kube-apiserver, controller-manager, scheduler, kwok and priogate (Ctrl-C stops)"
 	@echo "make up / down  the same in the background / stop it"
 	@echo "make test       lint, unit, integration, e2e and upstream e2e tests (what CI runs)"
 	@echo "make test-upstream  upstream's own preemption and priority-quota e2e tests against the local control plane"
-	@echo "make bench-webhook | bench-quota | bench-preemption | bench-pod-cache | bench-pod-create"
+	@echo "make bench-webhook | bench-quota | bench-preemption | bench-pod-cache | bench-pod-create | bench-preemption-live"
 
 $(STAMP): requirements-dev.txt requirements.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -141,6 +141,11 @@ bench-pod-cache: $(STAMP)
 # options through, e.g. ARGS=--modes=kept).
 bench-pod-create: $(STAMP) controlplane
 	$(PY) -m bench.pod_create $(ARGS)
+
+# A high-priority pod's creation to its binding on a full cluster of 100 kwok nodes: priogate's
+# preemptor mode against kube-scheduler's own preemption, two clusters side by side, one run.
+bench-preemption-live: $(STAMP) controlplane
+	$(PY) -m bench.preemption_live $(ARGS)
 
 clean:
 	rm -rf .local .pytest_cache .ruff_cache .hypothesis

@@ -1,12 +1,18 @@
 """Events (events.k8s.io/v1) about what the controller did, on the objects it did it to.
 
 Events are best effort, as in client-go's recorder: a failed write is logged and never fails
-the action the event describes.
+the action the event describes. The controller sends them from a thread of their own
+(`asynchronous=True`), as client-go's recorder hands each event to its broadcaster's goroutine
+and returns (k8s.io/client-go tools/record/event.go, recorder.generateEvent: ActionOrDrop on a
+queue of maxQueuedEvents = 1000, dropping an event when it is full): an Event never delays the
+write it describes, such as a victim's DELETE.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import queue
+import threading
 import uuid
 from collections.abc import Mapping
 from typing import Any
@@ -14,18 +20,42 @@ from typing import Any
 import structlog
 
 from priogate.clock import micro_time
-from priogate.kube.client import ApiClient, ApiError, resource_path
+from priogate.kube.client import ApiClient, resource_path
 
 log = structlog.get_logger("priogate.controller.events")
 
 REPORTING_CONTROLLER = "priogate.io/controller"
 NOTE_LIMIT = 1024  # events.k8s.io/v1 refuses longer notes
+MAX_QUEUED = 1000  # client-go's maxQueuedEvents
 
 
 class EventRecorder:
-    def __init__(self, client: ApiClient, instance: str) -> None:
+    def __init__(self, client: ApiClient, instance: str, *, asynchronous: bool = False) -> None:
+        """`asynchronous`: emit() queues the event for a sender thread and returns at once;
+        otherwise emit() writes it before returning (tests read the writes in order)."""
         self.client = client
         self.instance = instance
+        self._queue: queue.Queue[dict[str, Any] | None] | None = None
+        self._sender: threading.Thread | None = None
+        if asynchronous:
+            self._queue = queue.Queue(MAX_QUEUED)
+            self._sender = threading.Thread(target=self._send_queued, name="events", daemon=True)
+            self._sender.start()
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Send what is queued (for at most `timeout` seconds), then stop the sender."""
+        if self._queue is None or self._sender is None:
+            return
+        try:
+            self._queue.put(None, timeout=timeout)
+        except queue.Full:
+            return
+        self._sender.join(timeout)
+
+    def _send_queued(self) -> None:
+        assert self._queue is not None
+        while (body := self._queue.get()) is not None:
+            self._send(body)
 
     def emit(
         self,
@@ -78,9 +108,25 @@ class EventRecorder:
                 "name": related_meta.get("name", ""),
                 "uid": related_meta.get("uid", ""),
             }
+        if self._queue is None:
+            self._send(body)
+            return
+        try:
+            self._queue.put_nowait(body)
+        except queue.Full:
+            log.warning(
+                "event queue full, event dropped", reason=reason, object=f"{namespace}/{meta.get('name')}"
+            )
+
+    def _send(self, body: dict[str, Any]) -> None:
+        namespace = body["metadata"]["namespace"]
         try:
             self.client.create(resource_path("events.k8s.io/v1", "events", namespace), body)
-        except ApiError as e:
+        except Exception as e:  # best effort: an API error or a broken connection alike
+            regarding = body["regarding"]
             log.warning(
-                "cannot record event", reason=reason, object=f"{namespace}/{meta.get('name')}", error=str(e)
+                "cannot record event",
+                reason=body["reason"],
+                object=f"{namespace}/{regarding['name']}",
+                error=str(e),
             )

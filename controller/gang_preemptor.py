@@ -266,7 +266,7 @@ class GangPreemptor:
         now = micro_time(dt.datetime.now(dt.UTC))
         for victim in decision.victims:
             self._check_group(group, decision)
-            if self.writer.remove(victim, by, now, pdb_mode=self.policy.pdb_mode) is Taken.BLOCKED:
+            if self.writer.take_or_evict(victim, by, now, pdb_mode=self.policy.pdb_mode) is Taken.BLOCKED:
                 log.warning(
                     "a gang victim's eviction was refused by a PodDisruptionBudget", victim=victim.key
                 )

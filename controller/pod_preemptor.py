@@ -13,19 +13,23 @@ the members of a gang still short of minMember to the gang preemptor.
 
 The first pod with a decision to preempt is acted on, as kube-scheduler's PostFilter and
 executor do (pkg/scheduler/framework/preemption/preemption.go, executor.go):
-1. status.nominatedNodeName on the preemptor (uid precondition). kube-scheduler keeps a
+1. at once: status.nominatedNodeName on the preemptor (uid precondition), and each victim's
+   DisruptionTarget condition (reason PreemptionByPriogate). kube-scheduler keeps a
    nomination another component wrote: its queue records nominations from pod updates
    (UpdateNominatedPod) and tries the nominated node first (evaluateNominatedNode), and with no
    PostFilter result the nomination is left as it is (NominatingInfo nil, ModeNoop);
-2. lower-priority pods nominated to that node lose their nomination (getLowerPriorityNominated
-   Pods: they may no longer fit and should look elsewhere);
-3. per victim: DisruptionTarget condition (reason PreemptionByPriogate), a Preempted Event
-   naming the preemptor, DELETE with the victim's grace period and a uid precondition
-   (controller/victims.py, shared with the gang preemptor);
+2. once the nomination is stored (if it is refused, no victim is deleted): lower-priority pods
+   nominated to that node lose their nomination (getLowerPriorityNominatedPods: they may no
+   longer fit and should look elsewhere);
+3. the victims in parallel, each: DELETE with its grace period and a uid precondition, then a
+   Preempted Event naming the preemptor (controller/victims.py, shared with the gang
+   preemptor);
 4. a Normal Event on the preemptor.
-A write that finds its pod gone or replaced (404, 409, uid refused) skips it. Then the sweep
+Events go out from the recorder's own thread in the controller (controller/events.py). A
+write that finds its pod gone or replaced (404, 409, uid refused) skips it. Then the sweep
 ends: the next one starts once the watch shows the writes (the nomination, the victims
-terminating or gone), so no decision is taken on a state that does not show the last one.
+terminating or gone), so no decision is taken on a state that does not show the last one; an
+event about that preemptor or its victims runs the waiting sweep at once (`awaits`).
 
 A pod that --pdb-mode strict alone keeps pending gets a Warning Event PreemptionBlocked with
 the engine's reason, once per pod and reason: with DefaultPreemption disabled, kube-scheduler's
@@ -42,6 +46,7 @@ from __future__ import annotations
 import datetime as dt
 import time
 from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -66,6 +71,8 @@ SWEEP_KEY = "pods:preempt"
 # again anyway (a write the watch never shows, e.g. a pod replaced meanwhile, must not stop it).
 CATCH_UP_SECONDS = 10.0
 RECHECK_SECONDS = 0.2
+# Concurrent writes of one preemption (the nomination, the victims): each waits on the network.
+WRITERS = 4
 
 
 def candidate(pod: Mapping[str, Any]) -> bool:
@@ -162,6 +169,8 @@ class PodPreemptor:
         self.on_applied = on_applied
         self.clock = clock
         self.writer = VictimWriter(client, caches.pods.get, events, self._guard)
+        # A preemption's writes that need not wait for each other go out at once (apply).
+        self.pool = ThreadPoolExecutor(WRITERS, thread_name_prefix="preemption-writes")
         self.last: Applied | None = None
         # pod uid -> the PDB reason last told in an Event (only pods still candidates are kept)
         self.told: dict[str, str] = {}
@@ -169,6 +178,19 @@ class PodPreemptor:
     def _guard(self) -> None:
         if not self.is_leader():
             raise NotLeader("leadership lost during a pod preemption")
+
+    def awaits(self, pod: Mapping[str, Any]) -> bool:
+        """`pod` is the last preemption's preemptor or one of its victims: an event about it
+        may be the one that shows the writes, so the sweep waiting for them runs again now
+        rather than at its next recheck."""
+        last = self.last
+        if last is None:
+            return False
+        meta = pod.get("metadata") or {}
+        namespace, name = meta.get("namespace") or "default", meta.get("name", "")
+        return (namespace, name) == (last.namespace, last.name) or any(
+            (namespace, name) == (v.namespace, v.name) for v in last.victims
+        )
 
     def candidates(self) -> list[str]:
         """The keys of the pods to decide for, in the engine's preemptor order."""
@@ -231,11 +253,6 @@ class PodPreemptor:
             victims=[v.key for v in victims],
             reason=outcome.reason,
         )
-        if not self.writer.nominate(namespace, name, node, uid):
-            return "gone"  # gone, replaced or bound meanwhile: nothing else was touched
-        if outcome.clear_below is not None:
-            for other in lower_nominations(self.caches.pods.items(), node, outcome.clear_below, key):
-                self.writer.clear_nomination(other)
         by = Preemptor(
             "Pod",
             "v1",
@@ -244,8 +261,32 @@ class PodPreemptor:
             f"Preempted by pod {uid} on node {node} (priogate, for {key})",
         )
         now = micro_time(dt.datetime.now(dt.UTC))
-        results = {v.key: self.writer.remove(v, by, now, pdb_mode=self.policy.pdb_mode) for v in victims}
-        taken = [v for v in victims if results[v.key] is Taken.DELETED]
+        # The nomination and the victims' DisruptionTarget conditions at once, as kube-scheduler
+        # writes the preemptor's status while its preemption goroutine marks and deletes the
+        # victims (executor.go prepareCandidateAsync); a victim is deleted only once the
+        # nomination is stored, so the scheduler keeps the room it leaves for the preemptor.
+        # Under --pdb-mode strict the Eviction API writes the condition itself.
+        strict = self.policy.pdb_mode == "strict"
+        nomination = self.pool.submit(self.writer.nominate, namespace, name, node, uid)
+        marks = [] if strict else [self.pool.submit(self.writer.mark, v, by, now) for v in victims]
+        marked = [m.result() for m in marks]
+        if not nomination.result():
+            # Gone, replaced or bound meanwhile: no victim is deleted. A condition written
+            # meanwhile stays until kube-controller-manager's disruption controller resets a
+            # DisruptionTarget left on a pod not deleted (to False, after 2 minutes:
+            # pkg/controller/disruption/disruption.go, stalePodDisruptionTimeout), as after a
+            # failed DELETE of kube-scheduler's.
+            return "gone"
+        if outcome.clear_below is not None:
+            for other in lower_nominations(self.caches.pods.items(), node, outcome.clear_below, key):
+                self.writer.clear_nomination(other)
+        # The victims in parallel, as kube-scheduler's Parallelizer deletes them.
+        if strict:
+            removed = {v.key: self.pool.submit(self.writer.evict, v, by) for v in victims}
+        else:
+            removed = {m.victim.key: self.pool.submit(self.writer.remove, m, by) for m in marked}
+        results = {key: future.result() for key, future in removed.items()}
+        taken = [v for v in victims if results.get(v.key) is Taken.DELETED]
         blocked = [key for key, result in results.items() if result is Taken.BLOCKED]
         self.last = Applied(namespace, name, uid, node, victims, self.clock())
         self.on_applied(len(taken))

@@ -171,7 +171,8 @@ class Controller:
                 on_started=self.started_leading,
                 on_stopped=self.stopped_leading,
             )
-        events = EventRecorder(client, self.identity)
+        # Sent from a thread of their own: an Event never delays a preemption's writes.
+        self.events = events = EventRecorder(client, self.identity, asynchronous=True)
         policy = preemption_policy.from_arguments(args)
         # One engine state for both preemptors: one set of watch callbacks, one lock.
         engine = EngineState.attach(self.caches) if args.gang_preemption or args.pod_preemption else None
@@ -241,7 +242,7 @@ class Controller:
             group = group_of(obj)
             if group:
                 self.queue.add(f"{GROUP_KEY}{namespace}/{group}")
-            if self.pod_preemptor is not None and candidate(obj):
+            if self.pod_preemptor is not None and (candidate(obj) or self.pod_preemptor.awaits(obj)):
                 self.queue.add(SWEEP_KEY)
         elif cache == "quotas":
             for group in self.caches.podgroups.namespace(namespace).values():
@@ -379,6 +380,7 @@ class Controller:
         for t in threads:
             t.join(5)
         self.caches.stop()
+        self.events.close()
         server.shutdown()
         log.info("controller stopped", identity=self.identity)
         return 0

@@ -5,7 +5,7 @@ PreemptPod and prepareCandidateAsync):
 - each victim gets a DisruptionTarget condition (pods/status), then is deleted with its own
   grace period (an empty DeleteOptions, as util.DeletePod), here with a uid precondition so a
   pod created since under the same name is never the one deleted;
-- an Event "Preempted" on the victim names the preemptor;
+- then an Event "Preempted" on the victim names the preemptor;
 - lower-priority pods nominated to the preemptor's node lose their nomination
   (getLowerPriorityNominatedPods / clearNominatedNodeName);
 - the preemptor is nominated to its node (status.nominatedNodeName).
@@ -77,6 +77,17 @@ class Preemptor:
         return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
 
 
+@dataclass(frozen=True)
+class Marked:
+    """A victim after VictimWriter.mark: `pod` is what its condition was written on (None: the
+    cache showed it gone or terminating, so no condition); `gone`: the write found it gone or
+    replaced, so there is nothing to delete."""
+
+    victim: Victim
+    pod: Mapping[str, Any] | None
+    gone: bool = False
+
+
 class VictimWriter:
     def __init__(
         self,
@@ -102,42 +113,59 @@ class VictimWriter:
         return pod
 
     def take(self, victim: Victim, by: Preemptor, now: str) -> Taken:
-        """DisruptionTarget condition, Preempted Event, uid-preconditioned DELETE."""
+        """DisruptionTarget condition, uid-preconditioned DELETE, Preempted Event."""
+        return self.remove(self.mark(victim, by, now), by)
+
+    def mark(self, victim: Victim, by: Preemptor, now: str) -> Marked:
+        """The DisruptionTarget condition, the first half of take()."""
         pod = self._current(victim)
-        path = resource_path("v1", "pods", victim.namespace, victim.name)
-        if pod is not None:
-            self.guard()
-            try:
-                # Strategic merge: conditions merge by type, so others' conditions stay.
-                # metadata.uid in the body is a precondition: uid is immutable, so kube-apiserver
-                # refuses to patch a pod of that name with another uid (422 "metadata.uid ...
-                # field is immutable"; tests/e2e/test_controller_trust.py shows it).
-                self.client.request(
-                    "PATCH",
-                    path + "/status",
-                    body={
-                        "metadata": {"uid": victim.uid},
-                        "status": {"conditions": [record.disruption_condition(now, by.key, by.kind)]},
-                    },
-                    content_type=STRATEGIC_PATCH,
-                )
-            except ApiError as e:
-                if gone(e):
-                    log.info("victim gone or replaced", pod=victim.key, status=e.status)
-                    return Taken.GONE
-                raise
-            self._preempted_event(pod, by)
+        if pod is None:
+            return Marked(victim, None)  # gone or terminating as cached: the DELETE makes sure
         self.guard()
         try:
-            self.client.delete(path, preconditions={"uid": victim.uid})
+            # Strategic merge: conditions merge by type, so others' conditions stay.
+            # metadata.uid in the body is a precondition: uid is immutable, so kube-apiserver
+            # refuses to patch a pod of that name with another uid (422 "metadata.uid ...
+            # field is immutable"; tests/e2e/test_controller_trust.py shows it).
+            self.client.request(
+                "PATCH",
+                resource_path("v1", "pods", victim.namespace, victim.name) + "/status",
+                body={
+                    "metadata": {"uid": victim.uid},
+                    "status": {"conditions": [record.disruption_condition(now, by.key, by.kind)]},
+                },
+                content_type=STRATEGIC_PATCH,
+            )
+        except ApiError as e:
+            if gone(e):
+                log.info("victim gone or replaced", pod=victim.key, status=e.status)
+                return Marked(victim, None, gone=True)
+            raise
+        return Marked(victim, pod)
+
+    def remove(self, marked: Marked, by: Preemptor) -> Taken:
+        """The uid-preconditioned DELETE and the Preempted Event, the second half of take()."""
+        if marked.gone:
+            return Taken.GONE
+        victim = marked.victim
+        self.guard()
+        try:
+            self.client.delete(
+                resource_path("v1", "pods", victim.namespace, victim.name), preconditions={"uid": victim.uid}
+            )
         except ApiError as e:
             # 404: gone already; 409: the uid precondition failed, a new pod took the name.
             if e.status not in (404, 409):
                 raise
             return Taken.GONE
-        return Taken.DELETED if pod is not None else Taken.GONE
+        if marked.pod is None:
+            return Taken.GONE
+        # After the DELETE, as kube-scheduler records it (executor.go PreemptPod): the Event
+        # never delays the victim's deletion.
+        self._preempted_event(marked.pod, by)
+        return Taken.DELETED
 
-    def remove(self, victim: Victim, by: Preemptor, now: str, *, pdb_mode: str) -> Taken:
+    def take_or_evict(self, victim: Victim, by: Preemptor, now: str, *, pdb_mode: str) -> Taken:
         """`take`, or under --pdb-mode strict `evict`: the engine chose no PDB-violating victim
         from what the caches showed, and the Eviction API keeps that true if a PDB changed."""
         return self.evict(victim, by) if pdb_mode == "strict" else self.take(victim, by, now)

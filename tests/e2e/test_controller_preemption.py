@@ -143,10 +143,13 @@ def test_gang_preempts_lower_priority_pods(
     # node at least, never both fillers of every node.
     assert 3 <= len(victims) < len(fillers)
 
-    events = client.get(resource_path("events.k8s.io/v1", "events", namespace))["items"]
-    reasons = {(e["regarding"]["kind"], e["regarding"]["name"], e["reason"]) for e in events}
-    assert ("PodGroup", "gang", "Preempted") in reasons
-    assert all(("Pod", v, "Preempted") in reasons for v in victims)
+    # Events are sent from the controller's event thread, after the writes they describe.
+    def reasons() -> set[tuple[str, str, str]]:
+        events = client.get(resource_path("events.k8s.io/v1", "events", namespace))["items"]
+        return {(e["regarding"]["kind"], e["regarding"]["name"], e["reason"]) for e in events}
+
+    wait_for(lambda: ("PodGroup", "gang", "Preempted") in reasons(), 30, "the gang's Preempted event")
+    assert all(("Pod", v, "Preempted") in reasons() for v in victims)
 
 
 def test_a_recorded_decision_is_resumed_not_recomputed(

@@ -162,13 +162,19 @@ def test_a_record_present_all_the_same_is_refused_by_the_controller(
     assert "not lower than the PodGroup's 1000" in stopped["stopped"], stopped
     assert untouched(client, system_pod)
 
-    events = client.get(resource_path("events.k8s.io/v1", "events", namespace))["items"]
-    warnings = [
-        e
-        for e in events
-        if e["regarding"]["name"] == "gang" and e["type"] == "Warning" and e["reason"] == "PreemptionRefused"
-    ]
-    assert warnings, [(e["reason"], e.get("note")) for e in events]
+    # Events are sent from the controller's event thread, after the writes they describe.
+    def refused() -> list[dict]:
+        events = client.get(resource_path("events.k8s.io/v1", "events", namespace))["items"]
+        return [
+            e
+            for e in events
+            if e["regarding"]["name"] == "gang"
+            and e["type"] == "Warning"
+            and e["reason"] == "PreemptionRefused"
+        ]
+
+    wait_for(lambda: bool(refused()), 30, "a PreemptionRefused warning on the gang")
+    warnings = refused()
     note = warnings[0]["note"]
     assert system_pod["metadata"]["name"] in note and "not lower than" in note, note
 

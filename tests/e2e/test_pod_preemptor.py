@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -51,9 +52,18 @@ def test_a_high_priority_pod_preempts_a_lower_one_with_priogates_condition_and_e
     assert side.pod(ns, victim) is None
     assert all(side.running(ns, f) for f in fillers if f != victim), "one victim only"
 
+    # Events are sent from the controller's event thread, after the writes they describe.
+    def preempted() -> list[dict[str, Any]]:
+        return [e for e in side.events(ns) if e["reason"] == "Preempted" and e["regarding"]["name"] == victim]
+
+    wait_for(lambda: bool(preempted()), 30, "the victim's Preempted event is recorded")
+    wait_for(
+        lambda: any(e["reason"] == "Preempting" for e in side.events(ns)),
+        30,
+        "the preemptor's Preempting event is recorded",
+    )
     events = side.events(ns)
-    preempted = [e for e in events if e["reason"] == "Preempted" and e["regarding"]["name"] == victim]
-    (event,) = preempted
+    (event,) = preempted()
     assert event["reportingController"] == "priogate.io/controller"
     assert event["related"]["name"] == "hi"
     assert event["note"].startswith("Preempted by pod ")

@@ -228,11 +228,11 @@ def test_the_writes_in_order():
     assert summary(c.client.writes) == [
         ("PATCH", GROUP_PATH),  # the record: the commit point
         ("PATCH", pod_path("low1") + "/status"),
-        ("EVENT", "Preempted low1"),
         ("DELETE", pod_path("low1")),
+        ("EVENT", "Preempted low1"),
         ("PATCH", pod_path("low2") + "/status"),
-        ("EVENT", "Preempted low2"),
         ("DELETE", pod_path("low2")),
+        ("EVENT", "Preempted low2"),
         ("PATCH", pod_path("g0") + "/status"),
         ("PATCH", GROUP_PATH),  # marked applied
         ("EVENT", "Preempted gang"),
@@ -321,8 +321,8 @@ def test_leadership_lost_mid_way_stops_the_writes_and_the_next_leader_finishes()
     assert summary(c.client.writes) == [
         ("PATCH", GROUP_PATH),
         ("PATCH", pod_path("low1") + "/status"),
-        ("EVENT", "Preempted low1"),
         ("DELETE", pod_path("low1")),
+        ("EVENT", "Preempted low1"),
     ]
     decision = c.recorded()
     assert decision is not None and not decision.applied
@@ -336,8 +336,8 @@ def test_leadership_lost_mid_way_stops_the_writes_and_the_next_leader_finishes()
     assert summary(c.client.writes) == [
         ("DELETE", pod_path("low1")),  # gone already (404): harmless to repeat
         ("PATCH", pod_path("low2") + "/status"),
-        ("EVENT", "Preempted low2"),
         ("DELETE", pod_path("low2")),
+        ("EVENT", "Preempted low2"),
         ("PATCH", pod_path("g0") + "/status"),
         ("PATCH", GROUP_PATH),
         ("EVENT", "Preempted gang"),
