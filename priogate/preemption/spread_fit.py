@@ -23,6 +23,7 @@ the constraint still holds, exactly as upstream re-runs the filter per reprieve.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 
 from priogate.preemption.fit import Need
 from priogate.preemption.selectors import BLOCKING_EFFECTS, node_affinity_matches, tolerated
@@ -71,27 +72,34 @@ class SpreadPlan:
         counts: list[dict[str, int]] = [{} for _ in range(width)]
         # per node: None when a topology key is missing, else per constraint (domain, included)
         self.domains: list[tuple[tuple[str, bool], ...] | None] = []
+        # per node: pod key -> per constraint 1 if removing the pod lowers the domain's count
+        # (RemovePod: same namespace, selector matches, node included); only pods with a 1
+        self.moves: list[dict[str, tuple[int, ...]]] = []
         for node in nodes:
             labels = node.info.labels
             if any(k not in labels for k in keys):  # nodeLabelsMatchSpreadConstraints
                 self.domains.append(None)
+                self.moves.append({})
                 continue
-            row = []
-            same_ns = None
-            for c, constraint in enumerate(self.constraints):
-                value = labels[constraint.topology_key]
-                included = _included(pod, node.info, constraint)
-                row.append((value, included))
-                if not included:
+            row = tuple((labels[c.topology_key], _included(pod, node.info, c)) for c in self.constraints)
+            self.domains.append(row)
+            moves: dict[str, tuple[int, ...]] = {}
+            for p in node.pods:
+                if p.namespace != ns or p.terminating:  # terminating pods never count (#87621)
                     continue
-                number = 0
-                if constraint.counts:  # countPodsMatchSelector: terminating pods do not count
-                    if same_ns is None:
-                        same_ns = [p for p in node.pods if p.namespace == ns and not p.terminating]
-                    number = sum(1 for p in same_ns if constraint.matches(p.labels))
-                counts[c][value] = counts[c].get(value, 0) + number
-            self.domains.append(tuple(row))
+                flags = tuple(
+                    1 if included and c.matches(p.labels) else 0
+                    for c, (_, included) in zip(self.constraints, row, strict=True)
+                )
+                if any(flags):
+                    moves[p.key] = flags
+            self.moves.append(moves)
+            for c, (constraint, (value, included)) in enumerate(zip(self.constraints, row, strict=True)):
+                if included:  # countPodsMatchSelector counts nothing for an empty selector
+                    number = sum(f[c] for f in moves.values()) if constraint.counts else 0
+                    counts[c][value] = counts[c].get(value, 0) + number
         self.counts = counts
+        self._zeros = (0,) * width
         # the two smallest domains per constraint: the global minimum without a given domain
         self.smallest = [sorted(d.items(), key=lambda kv: kv[1])[:2] for d in counts]
         self.self_match = [1 if c.matches(pod.labels) else 0 for c in self.constraints]
@@ -135,19 +143,17 @@ class SpreadPlan:
 
     def flags(self, i: int, pods: tuple[PodInfo, ...]) -> list[tuple[int, ...]]:
         """Per pod, per constraint: 1 if removing it lowers the node's domain count (RemovePod)."""
-        row = self.domains[i]
-        assert row is not None
-        ns = self.pod.namespace
-        active = [(c, constraint) for c, constraint in enumerate(self.constraints) if row[c][1]]
-        out = []
+        moves, zeros = self.moves[i], self._zeros
+        return [moves.get(p.key, zeros) for p in pods]
+
+    def _removed(self, i: int, pods: Iterable[PodInfo]) -> list[int]:
+        removed = [0] * len(self.constraints)
+        moves = self.moves[i]
         for p in pods:
-            vec = [0] * len(self.constraints)
-            if p.namespace == ns:
-                for c, constraint in active:
-                    if constraint.matches(p.labels):
-                        vec[c] = 1
-            out.append(tuple(vec))
-        return out
+            flags = moves.get(p.key)
+            if flags is not None:
+                removed = [r + f for r, f in zip(removed, flags, strict=True)]
+        return removed
 
     def fits_now(self, i: int, node: NodeState) -> bool:
         required = self.required(i, node)
@@ -160,9 +166,10 @@ class SpreadPlan:
             return False
         if max(required) <= 0:
             return True
-        start = ranked.below(self.priority)
-        removable = [sum(col) for col in zip(*self.flags(i, ranked.pods[start:]), strict=True)]
-        return all(r <= have for r, have in zip(required, removable or [0] * len(required), strict=True))
+        removable = self._removed(i, ranked.pods[ranked.below(self.priority) :]) if self.moves[i] else None
+        if removable is None:
+            return False
+        return all(r <= have for r, have in zip(required, removable, strict=True))
 
     def holds(self, name: str, victims: tuple[PodInfo, ...]) -> bool:
         """Does removing `victims` from node `name` satisfy every constraint there?"""
@@ -170,7 +177,7 @@ class SpreadPlan:
         required = self.required(i, self.nodes[i])
         if required is None:
             return False
-        removed = [sum(col) for col in zip(*self.flags(i, victims), strict=True)] or [0] * len(required)
+        removed = self._removed(i, victims)
         return all(r <= have for r, have in zip(required, removed, strict=True))
 
     def why_not(self, i: int) -> str:
