@@ -72,7 +72,7 @@ upstream-e2e:
 # Who preempts single pods in the upstream run, one run per mode: default (kube-scheduler's
 # DefaultPreemption) and/or priogate (`localcluster --preemptor=priogate`). Every mode runs even
 # when an earlier one failed.
-UPSTREAM_MODES := default
+UPSTREAM_MODES := default priogate
 
 # Upstream's SchedulerPreemption and ResourceQuota [Feature:PodPriority] e2e tests against the local
 # control plane (hack/upstream/run.py; skipped tests and their reasons: hack/upstream/skips.yaml).

@@ -29,6 +29,7 @@ from typing import Any
 
 from priogate.preemption.fit import PODS_DIM, Need, insufficient_message, static_failure
 from priogate.preemption.snapshot import PodInfo
+from priogate.preemption.spread_fit import SpreadPlan, spread_plan
 from priogate.preemption.state import ClusterState, NodeState, Ranked
 from priogate.preemption.table import PIVOTS, ScreenTable, screen_table
 from priogate.preemption.victims import PRIORITY_SHIFT, NodeVictims, node_victims, select_victims
@@ -46,6 +47,7 @@ class Candidate:
     ranked: Ranked
     start: int  # ranked[start:] are the possible victims (priority below the preemptor's)
     slack: list[int]  # per need dimension: free minus request, nothing removed
+    extra: Need = ()  # virtual dimensions after the state's (topology spread, spread_fit.py)
 
 
 @dataclass
@@ -56,10 +58,17 @@ class Screening:
     fits_on: str = ""  # a node where the pod fits right now, if any
     bounds: list[tuple[tuple, int]] = field(default_factory=list)  # (lower bound, node index)
     failures: dict[str, str] = field(default_factory=dict)  # node -> why it cannot help
+    spread: SpreadPlan | None = None  # the preemptor's hard topology spread constraints
+    augment: bool = True  # candidates carry the spread dimensions (kube-scheduler's victims)
 
     def candidate(self, i: int) -> Candidate:
         ranked = self.table.ranked[i]
-        return Candidate(self.table.nodes[i], ranked, ranked.below(self.priority), [c[i] for c in self.slack])
+        node = self.table.nodes[i]
+        slack = [c[i] for c in self.slack]
+        if self.spread is None or not self.augment:
+            return Candidate(node, ranked, ranked.below(self.priority), slack)
+        extended, extra, more = self.spread.augment(i, node, ranked, self.table.width)
+        return Candidate(node, extended, ranked.below(self.priority), slack + more, extra)
 
 
 def nominated_load(
@@ -98,7 +107,8 @@ def screen_nodes(
     Why a node cannot help is worked out only when asked (`want_failures`) or when no node
     can: it is text for humans, not needed to decide."""
     table = screen_table(state, include_opted_out=include_opted_out)
-    result = Screening(table, priority)
+    spread = spread_plan(state, pod, table.nodes, priority)  # None unless the pod has hard ones
+    result = Screening(table, priority, spread=spread)
     count = len(table.names)
     slack = [array("q", map(sub, table.free[d], repeat(amount, count))) for d, amount in need]
     for name in state.nominated:
@@ -114,7 +124,7 @@ def screen_nodes(
         return not ((constrained or i in restricted) and static_failure(pod, table.nodes[i].info))
 
     for i in _nonnegative(slack):
-        if allowed(i):
+        if allowed(i) and (spread is None or spread.fits_now(i, table.nodes[i])):
             result.fits_on = table.names[i]
             return result
     for i in table.leaving:  # lower-priority terminating pods are leaving anyway
@@ -129,14 +139,17 @@ def screen_nodes(
         candidates = [i for i in candidates if allowed(i)]
     elif restricted:
         candidates = [i for i in candidates if i not in restricted or allowed(i)]
-    result.bounds = _bounds(table, candidates, slack, need)
+    if spread is not None:
+        candidates = [i for i in candidates if spread.can_help(i, table.nodes[i], table.ranked[i])]
+    result.bounds = _bounds(table, candidates, slack, need, spread)
     if want_failures or not result.bounds:
-        result.failures = _failures(state, pod, need, table, totals, removable, {i for _, i in result.bounds})
+        bounded = {i for _, i in result.bounds}
+        result.failures = _failures(state, pod, need, table, totals, removable, bounded, spread)
     return result
 
 
 def _bounds(
-    table: ScreenTable, candidates: list[int], slack: list[array], need: Need
+    table: ScreenTable, candidates: list[int], slack: list[array], need: Need, spread: SpreadPlan | None
 ) -> list[tuple[tuple, int]]:
     """(lower bound of the key, node index) per candidate (see the module docstring).
     Column by column where possible: this runs for nearly every node of a full cluster."""
@@ -162,7 +175,11 @@ def _bounds(
             )
         bounds.append(((0, 0, 0, priority, tail + PRIORITY_SHIFT * count, count, -start, names[i]), i))
     for j, i in enumerate(candidates):
-        if i in table.leaving_set and min(column[i] for column in slack) >= 0:
+        if (
+            i in table.leaving_set
+            and min(column[i] for column in slack) >= 0
+            and (spread is None or spread.fits_now(i, table.nodes[i]))
+        ):
             # lower-priority pods already terminating make room: the exact key, no victims
             bounds[j] = (node_victims(names[i], (), 0, 0).key, i)
     return bounds
@@ -176,14 +193,19 @@ def _failures(
     totals: list[array],
     removable: tuple[array, ...],
     candidates: set[int],
+    spread: SpreadPlan | None,
 ) -> dict[str, str]:
     failures = {}
     for i, name in enumerate(table.names):
         if i in candidates:
             continue
         why = static_failure(pod, table.nodes[i].info)
+        short = [d for column, (d, _) in zip(totals, need, strict=True) if column[i] < 0]
+        if not why and spread is not None and (not short or spread.domains[i] is None):
+            why = spread.why_not(i)
+            if spread.domains[i] is not None:
+                why = f"{why}, {NO_VICTIMS}" if removable[PODS_DIM][i] == 0 else f"{why} {NOT_HELPFUL}"
         if not why:
-            short = [d for column, (d, _) in zip(totals, need, strict=True) if column[i] < 0]
             lack = insufficient_message(short, state.dims)
             why = f"{lack}, {NO_VICTIMS}" if removable[PODS_DIM][i] == 0 else f"{lack} {NOT_HELPFUL}"
         failures[name] = why
@@ -196,7 +218,7 @@ def evaluate(state: ClusterState, candidate: Candidate, need: Need, opted_out_fi
         candidate.node.name,
         candidate.ranked,
         candidate.start,
-        need,
+        need + candidate.extra,
         candidate.slack,
         violating,
         opted_out_first,

@@ -172,6 +172,7 @@ def _preempt_shaped(
         )
         if not current.bounds:
             continue
+        current.augment = False  # the policies choose on resources; the spread is checked below
         shaping = Shaping(state, pod, need, policy, include_opted_out, {})
         choice = _no_new_victims(current)
         name = "none needed"
@@ -182,6 +183,12 @@ def _preempt_shaped(
                 continue
             choice = result
         best = choice.victims
+        if current.spread is not None and not current.spread.holds(best.node, best.victims):
+            reason = (
+                f"the policies' victims on {best.node} ({describe_victims(best)}) leave the pod's "
+                "topology spread constraints unsatisfied (policies do not choose by spread)"
+            )
+            return unresolved(pod.key, with_note(reason, pod.priority_note), nodes_explained)
         if nodes_explained is not None:
             nodes_explained.update(_explained(choice, name))
         reason = f"preempt on {best.node}: {describe_victims(best)}; by {choice.how}"

@@ -32,6 +32,7 @@ from priogate.preemption.selectors import (
     parse_taints,
     parse_tolerations,
 )
+from priogate.preemption.spread import SpreadConstraint, parse_spread
 from priogate.preemption_record import (
     CONDITION_REASON,
     DISRUPTION_TARGET,
@@ -84,6 +85,7 @@ class PodInfo:
     owner_pods: tuple[str, ...] = ()  # "namespace/name" of the Pods its ownerReferences name
     # PodScheduled=False since (lastTransitionTime, epoch seconds); +inf when not unschedulable
     unschedulable_since: float = math.inf
+    spread: tuple[SpreadConstraint, ...] = ()  # hard topology spread constraints (spread.py)
 
     @property
     def bound(self) -> bool:
@@ -369,6 +371,7 @@ def _pod(obj: Mapping[str, Any], classes: Mapping[str, Any], default_class: Mapp
         qos=pod_qos(obj, where),
         owner_pods=owner_pods,
         unschedulable_since=_unschedulable_since(status.get("conditions"), where),
+        spread=parse_spread(spec.get("topologySpreadConstraints"), labels, where),
     )
 
 

@@ -168,6 +168,16 @@ def a_pod(draw: st.DrawFn, name: str) -> tuple[dict[str, Any], bool]:
         nominated=draw(st.sampled_from([None, None, *NODES])) if where == "pending" else None,
         tolerations=[{"key": "dedicated", "operator": "Exists"}] if draw(st.booleans()) else None,
     )
+    if draw(st.integers(0, 3)) == 0:  # hard topology spread over the nodes' zones
+        obj["spec"]["topologySpreadConstraints"] = [
+            {
+                "maxSkew": draw(st.sampled_from([1, 2])),
+                "topologyKey": draw(st.sampled_from(["zone", "zone", "rack"])),
+                "whenUnsatisfiable": "DoNotSchedule",
+                "labelSelector": {"matchLabels": {"app": draw(st.sampled_from(["a", "b"]))}},
+                "minDomains": draw(st.sampled_from([1, 1, 3])),
+            }
+        ]
     if draw(st.integers(0, 3)) == 0:  # an executor naming its driver pod (maybe not there)
         driver = draw(st.sampled_from(["p0", "p1", "p2", "p100", "p101"]))
         obj["metadata"]["ownerReferences"] = [{"kind": "Pod", "name": driver, "apiVersion": "v1", "uid": "u"}]
