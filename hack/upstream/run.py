@@ -37,6 +37,8 @@ sys.path.insert(0, str(REPO))  # as hack/chart.py: run as a script, it imports t
 
 from priogate.kube.client import ApiError, load_client  # noqa: E402
 
+from janitor import NamespaceJanitor  # noqa: E402  (this directory, on sys.path as the script's)
+
 HERE = Path(__file__).resolve().parent
 SKIPS_FILE = HERE / "skips.yaml"
 # What issue 14 asks for: every SchedulerPreemption test and the ResourceQuota tests that scope
@@ -298,13 +300,15 @@ def run_e2e(binary: Path, kubeconfig: Path, report_dir: Path, skips: list[Skip])
         assert proc.stdout is not None
         tee = threading.Thread(target=_tee, args=(proc.stdout, log), daemon=True)
         tee.start()
-        try:
-            code = proc.wait(timeout=E2E_TIMEOUT_S + 300)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            code = proc.wait()
-            progress(f"e2e.test did not finish in {E2E_TIMEOUT_S + 300} s; killed it")
+        with NamespaceJanitor(load_client(str(kubeconfig))) as janitor:
+            try:
+                code = proc.wait(timeout=E2E_TIMEOUT_S + 300)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                code = proc.wait()
+                progress(f"e2e.test did not finish in {E2E_TIMEOUT_S + 300} s; killed it")
         tee.join(timeout=10)
+        progress(f"namespace janitor: {janitor.deleted} pod(s) of deleted test namespaces removed at once")
     progress(f"e2e.test exited {code} after {time.monotonic() - t0:.0f} s")
     return code
 
