@@ -37,8 +37,6 @@ sys.path.insert(0, str(REPO))  # as hack/chart.py: run as a script, it imports t
 
 from priogate.kube.client import ApiError, load_client  # noqa: E402
 
-from janitor import NamespaceJanitor  # noqa: E402  (this directory, on sys.path as the script's)
-
 HERE = Path(__file__).resolve().parent
 SKIPS_FILE = HERE / "skips.yaml"
 # What issue 14 asks for: every SchedulerPreemption test and the ResourceQuota tests that scope
@@ -62,6 +60,13 @@ NODES = 2  # PodTopologySpread Preemption needs two; more only adds pods to ever
 # no test's preemption can pick them.
 NODE_PODS_DAEMONSET = "e2e-kube-proxy-fluentd-elasticsearch-node-problem-detector"
 E2E_TIMEOUT_S = 45 * 60
+# e2e.test randomizes the order of all specs; one order in about three makes "validates basic
+# preemption works" fail in both modes alike (kube-scheduler's own preemption included): it
+# adds the node's extended resource a moment after the previous spec removed it, and
+# kube-scheduler, still holding the old node, finds its medium pod Unschedulable and preempts
+# the low one the test then waits to see Running (README, "make test-upstream"). CI runs one
+# pinned order that both modes pass; `--seed` tries others.
+SEED = 1795455486
 
 
 class StartFailed(Exception):
@@ -270,7 +275,7 @@ def _tee(stream: TextIO, log: TextIO) -> None:
             progress(f"[{done}/{total}] {verdict} in {float(m.group(2)):.0f} s: {name}")
 
 
-def run_e2e(binary: Path, kubeconfig: Path, report_dir: Path, skips: list[Skip]) -> int:
+def run_e2e(binary: Path, kubeconfig: Path, report_dir: Path, skips: list[Skip], seed: int = SEED) -> int:
     report_dir.mkdir(parents=True, exist_ok=True)
     argv = [
         str(binary),
@@ -282,6 +287,7 @@ def run_e2e(binary: Path, kubeconfig: Path, report_dir: Path, skips: list[Skip])
         f"--report-dir={report_dir}",
         f"--ginkgo.json-report={report_dir / 'report.json'}",
         "--ginkgo.focus=" + "|".join(FOCUS),
+        f"--ginkgo.seed={seed}",
         "--ginkgo.v",
         "--ginkgo.no-color",
         f"--ginkgo.timeout={E2E_TIMEOUT_S}s",
@@ -300,15 +306,13 @@ def run_e2e(binary: Path, kubeconfig: Path, report_dir: Path, skips: list[Skip])
         assert proc.stdout is not None
         tee = threading.Thread(target=_tee, args=(proc.stdout, log), daemon=True)
         tee.start()
-        with NamespaceJanitor(load_client(str(kubeconfig))) as janitor:
-            try:
-                code = proc.wait(timeout=E2E_TIMEOUT_S + 300)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                code = proc.wait()
-                progress(f"e2e.test did not finish in {E2E_TIMEOUT_S + 300} s; killed it")
+        try:
+            code = proc.wait(timeout=E2E_TIMEOUT_S + 300)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            code = proc.wait()
+            progress(f"e2e.test did not finish in {E2E_TIMEOUT_S + 300} s; killed it")
         tee.join(timeout=10)
-        progress(f"namespace janitor: {janitor.deleted} pod(s) of deleted test namespaces removed at once")
     progress(f"e2e.test exited {code} after {time.monotonic() - t0:.0f} s")
     return code
 
@@ -378,6 +382,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--e2e-test", type=Path, help="the e2e.test binary (default: hack/upstream/build.sh's)")
     p.add_argument("--report-dir", type=Path, help="default: .local/upstream/<mode>")
     p.add_argument("--nodes", type=int, default=NODES, help="kwok nodes")
+    p.add_argument("--seed", type=int, default=SEED, help=f"ginkgo's spec order (default {SEED}, see SEED)")
     p.add_argument(
         "--summarize",
         action="store_true",
@@ -398,7 +403,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         kubeconfig = cluster.up()
         install_node_pods(kubeconfig, args.nodes)
-        code = run_e2e(binary, kubeconfig, report_dir, skips)
+        code = run_e2e(binary, kubeconfig, report_dir, skips, args.seed)
     except StartFailed as e:
         # the same verdict lines as a run, so that CI's log says what failed
         print(f"error: the local control plane did not start: {e}", file=sys.stderr)
