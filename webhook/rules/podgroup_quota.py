@@ -118,20 +118,25 @@ def check_claim(entries: Mapping[str, Entry], claim: Entry, quotas: list[Mapping
     return check_podgroup(quotas, others, claim.reservation())
 
 
+def _parsed(request: AdmissionRequest, now: dt.datetime) -> tuple[Entry, Entry | None]:
+    """The claims of the object and, for an UPDATE, of the old object (MalformedObject when one
+    does not parse)."""
+    entry = _entry(new_object(request), "object", now)
+    previous = _entry(old_object(request), "oldObject", now) if request.operation == "UPDATE" else None
+    return entry, previous
+
+
+def _invalid(request: AdmissionRequest, entry: Entry, previous: Entry | None) -> Decision | None:
+    negative = _negative(new_object(request), request.old_object if previous else None)
+    if negative:
+        return deny(f'PodGroup.scheduling.volcano.sh "{entry.group}" is invalid: {negative}', code=422)
+    return None
+
+
 def refused_as_invalid(request: AdmissionRequest) -> Decision | None:
     """The refusal of a CREATE or UPDATE whose object no record is consulted for: a negative
     amount (a malformed object raises MalformedObject)."""
-    now = dt.datetime.now(dt.UTC)
-    obj = new_object(request)
-    name = _entry(obj, "object", now).group
-    old = None
-    if request.operation == "UPDATE":
-        _entry(old_object(request), "oldObject", now)
-        old = request.old_object
-    negative = _negative(obj, old)
-    if negative:
-        return deny(f'PodGroup.scheduling.volcano.sh "{name}" is invalid: {negative}', code=422)
-    return None
+    return _invalid(request, *_parsed(request, dt.datetime.now(dt.UTC)))
 
 
 def admit(request: AdmissionRequest, view: ClusterView) -> Decision:
@@ -139,15 +144,13 @@ def admit(request: AdmissionRequest, view: ClusterView) -> Decision:
         # DELETE is not registered (a reservation ends when the group is gone, confirmed by a
         # quorum LIST); a DELETE posted here anyway changes nothing.
         return allow()
-    now = dt.datetime.now(dt.UTC)
     obj = new_object(request)
-    entry = _entry(obj, "object", now)
+    entry, previous = _parsed(request, dt.datetime.now(dt.UTC))
     if is_probe(entry.group, request.dry_run):
         # kube-apiserver routed the probe here: it sees the namespace's enrolment label
         # (webhook.rules.podgroup_enrolment). Always refused, so never stored.
         return deny(COVERED)
-    previous = _entry(old_object(request), "oldObject", now) if request.operation == "UPDATE" else None
-    invalid = refused_as_invalid(request)
+    invalid = _invalid(request, entry, previous)
     if invalid is not None:
         return invalid
     # Claims nothing more than the stored object did: never refused (refusing would free
