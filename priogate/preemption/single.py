@@ -135,10 +135,13 @@ def preempt_pod(
     if nodes_explained is not None:
         for name, result in evaluated.items():
             nodes_explained[name] = "chosen" if result is best else lost_because(result, best)
-    reason = (
-        f"preempt on {best.node}: {describe_victims(best)}; "
-        f"best of {len(screening.bounds)} candidate node(s) by kube-scheduler's node order"
-    )
+    how = f"best of {len(screening.bounds)} candidate node(s) by kube-scheduler's node order"
+    return _preempting(pod, best, how, nodes_explained)
+
+
+def _preempting(pod: PodInfo, best: NodeVictims, how: str, nodes: dict[str, str] | None) -> Outcome:
+    """The decision to preempt `best.victims` for `pod` on `best.node`; `how` says why there."""
+    reason = f"preempt on {best.node}: {describe_victims(best)}; {how}"
     return Outcome(
         preemptor=pod.key,
         status="preempt",
@@ -146,7 +149,7 @@ def preempt_pod(
         node=best.node,
         placements={pod.key: best.node},
         victims=best.victims,
-        nodes=nodes_explained,
+        nodes=nodes,
         clear_below=pod.priority,
     )
 
@@ -191,20 +194,11 @@ def _preempt_shaped(
             return unresolved(pod.key, with_note(reason, pod.priority_note), nodes_explained)
         if nodes_explained is not None:
             nodes_explained.update(_explained(choice, name))
-        reason = f"preempt on {best.node}: {describe_victims(best)}; by {choice.how}"
+        how = f"by {choice.how}"
         policies = active_policies(policy, opted_out=include_opted_out)
         if policies:
-            reason += f"; policies: {policies}"
-        return Outcome(
-            preemptor=pod.key,
-            status="preempt",
-            reason=with_note(reason, pod.priority_note),
-            node=best.node,
-            placements={pod.key: best.node},
-            victims=best.victims,
-            nodes=nodes_explained,
-            clear_below=pod.priority,
-        )
+            how += f"; policies: {policies}"
+        return _preempting(pod, best, how, nodes_explained)
     if not failures:
         reason = f"preemption is not helpful: {summarize_failures(screening.failures, len(state.nodes))}"
     elif all(f.kind == PDB for f in failures):
