@@ -12,7 +12,6 @@ Small kwok nodes (4 cpu, 3 pods each) fill with few pods. Victims are the tenant
 
 from __future__ import annotations
 
-import datetime as dt
 import time
 from collections.abc import Iterator
 from fractions import Fraction
@@ -22,6 +21,7 @@ import pytest
 from kubernetes import client as k8s
 
 from localcluster.cluster import NODE_PREFIX
+from priogate.clock import epoch_seconds
 from priogate.preemption_record import SCHEDULER_REASON
 from tests.e2e.controller_helpers import wait_phase
 from tests.e2e.helpers import wait_for
@@ -56,10 +56,6 @@ def policies_cluster_side(tmp_path_factory: pytest.TempPathFactory) -> Iterator[
 def side(policies_cluster_side: Side) -> Iterator[Side]:
     yield policies_cluster_side
     policies_cluster_side.end_scenario()
-
-
-def timestamp(value: str) -> dt.datetime:
-    return dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
 
 
 def wait_disrupted(side: Side, namespace: str, names: list[str], what: str) -> dict[str, str]:
@@ -153,7 +149,7 @@ def test_a_pod_preempts_only_once_it_has_been_unschedulable_for_the_start_delay(
 
     side.create(ns, "hi", high)
     wait_for(lambda: side.unschedulable(ns, "hi"), 30, "kube-scheduler marks the pod unschedulable")
-    since = timestamp((side.unschedulable(ns, "hi") or {})["lastTransitionTime"])
+    since = epoch_seconds((side.unschedulable(ns, "hi") or {})["lastTransitionTime"])
     marks: list[dict[str, Any]] = []
 
     def marked_victims() -> bool:
@@ -164,8 +160,8 @@ def test_a_pod_preempts_only_once_it_has_been_unschedulable_for_the_start_delay(
 
     wait_for(marked_victims, PREEMPTS_WITHIN, "the pod preempts once the delay has passed", 0.2)
     assert len(marks) == 1, marks
-    marked = timestamp(marks[0]["lastTransitionTime"])
-    waited = (marked - since).total_seconds()
+    marked = epoch_seconds(marks[0]["lastTransitionTime"])
+    waited = marked - since
     # Both times are the API's: the victim was marked no sooner than the delay after the pod
     # became unschedulable, and no later than the next sweep after it (a resync).
     assert DELAY <= waited <= DELAY + RESYNC + 3, f"marked {waited:.1f} s after unschedulable"
