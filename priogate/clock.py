@@ -9,6 +9,7 @@ microseconds, as written to a Lease's acquireTime/renewTime and an Event's event
 from __future__ import annotations
 
 import datetime as dt
+from functools import lru_cache
 
 RFC3339 = "%Y-%m-%dT%H:%M:%SZ"
 MICRO_TIME = "%Y-%m-%dT%H:%M:%S.%fZ"
@@ -33,13 +34,30 @@ def parse_rfc3339(text: str) -> dt.datetime:
     return dt.datetime.strptime(text, RFC3339).replace(tzinfo=dt.UTC)
 
 
+@lru_cache(maxsize=16384)
 def parse_time(text: str) -> dt.datetime:
     """Either form this module writes (MicroTime or Time), as an aware UTC datetime; ValueError
-    otherwise. For records whose older copies hold whole seconds."""
+    otherwise. For records whose older copies hold whole seconds. Cached: every admission reads
+    the same stamps of a namespace's record again."""
+    if len(text) in (20, 27) and _fixed_form(text):
+        # fromisoformat parses these exact layouts several times faster than strptime.
+        return dt.datetime.fromisoformat(text[:-1]).replace(tzinfo=dt.UTC)
     try:
         return dt.datetime.strptime(text, MICRO_TIME).replace(tzinfo=dt.UTC)
     except ValueError:
         return parse_rfc3339(text)
+
+
+def _fixed_form(text: str) -> bool:
+    """ "YYYY-MM-DDTHH:MM:SSZ" or "YYYY-MM-DDTHH:MM:SS.ffffffZ" by its separators (fromisoformat
+    checks the other digits; the fraction's are checked here, or "-05" would pass as an offset)."""
+    return (
+        text[4] == text[7] == "-"
+        and text[10] == "T"
+        and text[13] == text[16] == ":"
+        and text[-1] == "Z"
+        and (len(text) == 20 or (text[19] == "." and text[20:26].isdigit()))
+    )
 
 
 def epoch_seconds(text: str) -> float:

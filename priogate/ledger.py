@@ -27,6 +27,7 @@ import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, MutableMapping
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
+from functools import cached_property
 from typing import Any, Protocol
 
 from priogate import podgroup
@@ -105,6 +106,19 @@ class Entry:
     def from_json(cls, key: str, raw: Mapping[str, Any]) -> Entry:
         if not isinstance(raw, Mapping):
             raise TypeError(f"entry {key} is not an object")
+        memo_key = _memo_key(key, raw)
+        known = _ENTRIES.get(memo_key) if memo_key is not None else None
+        if known is not None:
+            return known
+        entry = cls._parse(key, raw)
+        if memo_key is not None:
+            if len(_ENTRIES) >= _ENTRIES_KEPT:
+                _ENTRIES.clear()
+            _ENTRIES[memo_key] = entry
+        return entry
+
+    @classmethod
+    def _parse(cls, key: str, raw: Mapping[str, Any]) -> Entry:
         entry = cls(
             group=_text(raw.get("group")),
             uid="" if key.startswith("name:") else key.removesuffix(SHADOW_SUFFIX),
@@ -118,6 +132,11 @@ class Entry:
         return entry
 
     def reservation(self) -> Reservation:
+        return self._reservation
+
+    @cached_property
+    def _reservation(self) -> Reservation:
+        # Parsed once per entry: a decision sums every entry of the namespace's record.
         requests = parse_resource_list(self.min_resources, context=f"reservation of {self.group}")
         return Reservation(self.group, self.priority_class, quota_names(requests, self.min_member))
 
@@ -137,6 +156,34 @@ class Entry:
         return all(
             mine.get(name, 0) >= amount for name, amount in parse_resource_list(other.min_resources).items()
         )
+
+
+# Parsed entries by their raw JSON: every admission reads the whole record again, and between
+# two reads only the entries just admitted or ended change. Bounded; cleared when full.
+_ENTRIES: dict[tuple[Any, ...], Entry] = {}
+_ENTRIES_KEPT = 50_000
+
+
+def _memo_key(key: str, raw: Mapping[str, Any]) -> tuple[Any, ...] | None:
+    """A hashable copy of a raw entry, with each value's type (True must not pass for 1), or
+    None for one that has none (its parse then raises, as it must)."""
+    try:
+        amounts = raw.get("minResources") or {}
+        fields = tuple(
+            (type(value), value)
+            for value in (
+                raw.get("group"),
+                raw.get("minMember"),
+                raw.get("priorityClassName"),
+                raw.get("admittedAt"),
+                raw.get("generation"),
+            )
+        )
+        memo = (key, fields, tuple(sorted((n, type(q), q) for n, q in amounts.items())))
+        hash(memo)
+    except (TypeError, AttributeError):
+        return None
+    return memo
 
 
 @dataclass(frozen=True)
@@ -211,7 +258,24 @@ def normalize(min_resources: Mapping[str, Any]) -> dict[str, str]:
     """Parse and re-format quantities so equal amounts compare equal ("1000m" == "1")."""
     if not isinstance(min_resources, Mapping):
         raise ValueError("not a map of quantities")
-    return {name: format_quantity(q) for name, q in sorted(parse_resource_list(min_resources).items())}
+    try:
+        memo_key: tuple[Any, ...] | None = tuple(sorted((n, type(q), q) for n, q in min_resources.items()))
+        hash(memo_key)
+    except TypeError:
+        memo_key = None
+    known = _NORMALIZED.get(memo_key) if memo_key is not None else None
+    if known is None:
+        known = {name: format_quantity(q) for name, q in sorted(parse_resource_list(min_resources).items())}
+        if memo_key is not None:
+            if len(_NORMALIZED) >= _ENTRIES_KEPT:
+                _NORMALIZED.clear()
+            _NORMALIZED[memo_key] = known
+    return dict(known)
+
+
+# Most groups of a namespace ask for the same few amounts; parsing each again is most of the
+# cost of reading a LIST of them.
+_NORMALIZED: dict[tuple[Any, ...], dict[str, str]] = {}
 
 
 def formatted(amounts: Mapping[str, Fraction]) -> dict[str, str]:

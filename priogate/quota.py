@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
-from priogate.resources import ResourceList, add, format_quantity, parse_resource_list
+from priogate.resources import ResourceList, add, format_quantity, parse_resource_list, positive_total
 
 # Standard resources a quota tracks both bare and as requests.<name>.
 _BARE_AND_REQUESTS = ("cpu", "memory", "ephemeral-storage")
@@ -189,12 +189,12 @@ def first_exceeded(
     for quota in sorted(quotas, key=lambda q: str(_name(q))):
         if not quota_applies(quota, consumer):
             continue
-        reserved: ResourceList = {}
-        for reservation in reservations:
-            if quota_applies(quota, Consumer(reservation.priority_class)):
-                # Only positive amounts add up (see quota_names): a Reservation built by hand
-                # with a negative amount must not lower what the others reserve either.
-                reserved = add(reserved, {n: a for n, a in reservation.demand.items() if a > 0})
+        applies: dict[str, bool] = {}  # by priority class: a namespace has hundreds of groups, few classes
+        for cls in {r.priority_class for r in reservations}:
+            applies[cls] = quota_applies(quota, Consumer(cls))
+        # Only positive amounts add up (see quota_names): a Reservation built by hand with a
+        # negative amount must not lower what the others reserve either.
+        reserved = positive_total(r.demand for r in reservations if applies[r.priority_class])
         if reserved_names_only and not reserved:
             continue
         hard = hard_limits(quota)

@@ -172,6 +172,31 @@ def add(a: Mapping[str, Fraction], b: Mapping[str, Fraction]) -> ResourceList:
     return total
 
 
+_NANO = 10**9
+
+
+def positive_total(lists: Iterable[Mapping[str, Fraction]]) -> ResourceList:
+    """Per-resource sum of the positive amounts of many lists (a negative amount counts as 0).
+    Exact, as add(); amounts that are whole nano-units (every quantity Kubernetes writes) are
+    summed as integers, several times faster than Fraction additions, which matters when a
+    decision sums every reservation of a namespace."""
+    nanos: dict[str, int] = {}
+    rest: dict[str, Fraction] = {}
+    for amounts in lists:
+        for name, amount in amounts.items():
+            if amount <= 0:
+                continue
+            denominator = amount.denominator
+            if _NANO % denominator == 0:
+                nanos[name] = nanos.get(name, 0) + amount.numerator * (_NANO // denominator)
+            else:
+                rest[name] = rest.get(name, Fraction(0)) + amount
+    total = {name: Fraction(n, _NANO) for name, n in nanos.items()}
+    for name, amount in rest.items():
+        total[name] = total[name] + amount if name in total else amount
+    return total
+
+
 def subtract(a: Mapping[str, Fraction], b: Mapping[str, Fraction]) -> ResourceList:
     """Per-resource difference a - b (may go negative: an overcommitted node is a fact)."""
     diff = dict(a)

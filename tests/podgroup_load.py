@@ -6,16 +6,18 @@ are in flight, the admitted PodGroups' summed minResources never exceed the quot
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from fractions import Fraction
 
 from priogate import podgroup
 from priogate.kube.client import ApiClient, ApiError, resource_path
-from priogate.ledger import DEFAULT_LEDGER_NAMESPACE, entries_of, record_path
+from priogate.ledger import DEFAULT_LEDGER_NAMESPACE, entries_of, record_name, record_path
 from priogate.resources import parse_quantity
 
 
@@ -43,34 +45,94 @@ def _group(name: str, cpu: str) -> dict:
     }
 
 
-class _Monitor(threading.Thread):
-    """Samples the stored PodGroups and the ledger while the load runs."""
+Query = tuple[tuple[str, str], ...]
+Fold = Callable[[str, dict], None]
+
+
+class _Monitor:
+    """Follows the stored PodGroups and the ledger with watches while the load runs: every state
+    either goes through is seen (a poll would only sample them, and its LISTs of every group
+    would load the API server it measures)."""
 
     def __init__(self, client: ApiClient, namespace: str, result: LoadResult) -> None:
-        super().__init__(name="reservation-monitor", daemon=True)
         self.client, self.namespace, self.result = client, namespace, result
         self.done = threading.Event()
-
-    def run(self) -> None:
-        groups = resource_path(podgroup.GROUP_VERSION, podgroup.PLURAL, self.namespace)
-        ledger = record_path(DEFAULT_LEDGER_NAMESPACE, self.namespace)
-        while not self.done.is_set():
-            stored = self.client.get(groups).get("items") or []
-            cpu = sum(
-                (parse_quantity((g["spec"].get("minResources") or {}).get("cpu", 0)) for g in stored),
-                Fraction(0),
+        self.lock = threading.Lock()
+        self.threads = [
+            threading.Thread(target=self._follow, args=(path, query, fold), name=name, daemon=True)
+            for name, path, query, fold in (
+                (
+                    "podgroup-monitor",
+                    resource_path(podgroup.GROUP_VERSION, podgroup.PLURAL, namespace),
+                    (),
+                    self._groups,
+                ),
+                (
+                    "ledger-monitor",
+                    record_path(DEFAULT_LEDGER_NAMESPACE),
+                    (("fieldSelector", f"metadata.name={record_name(namespace)}"),),
+                    self._ledger,
+                ),
             )
-            self.result.max_stored_cpu = max(self.result.max_stored_cpu, cpu)
-            try:
-                entries = entries_of(self.client.get(ledger)).values()
-            except ApiError as e:
-                if e.status != 404:
-                    raise
-                entries = []
-            cpu = sum((parse_quantity(e.min_resources.get("cpu", 0)) for e in entries), Fraction(0))
+        ]
+        self.stored: dict[str, Fraction] = {}
+
+    def start(self) -> None:
+        for thread in self.threads:
+            thread.start()
+
+    def join(self, timeout: float) -> None:
+        for thread in self.threads:
+            thread.join(timeout)
+
+    def _groups(self, kind: str, obj: dict) -> None:
+        uid = obj["metadata"]["uid"]
+        if kind == "DELETED":
+            self.stored.pop(uid, None)
+        else:
+            self.stored[uid] = parse_quantity((obj["spec"].get("minResources") or {}).get("cpu", 0))
+        with self.lock:
+            self.result.max_stored_cpu = max(
+                self.result.max_stored_cpu, sum(self.stored.values(), Fraction(0))
+            )
+            self.result.samples += 1
+
+    def _ledger(self, kind: str, obj: dict) -> None:
+        entries = entries_of(obj).values() if kind != "DELETED" else []
+        cpu = sum((parse_quantity(e.min_resources.get("cpu", 0)) for e in entries), Fraction(0))
+        with self.lock:
             self.result.max_ledger_cpu = max(self.result.max_ledger_cpu, cpu)
             self.result.samples += 1
-            self.done.wait(0.05)
+
+    def _follow(self, path: str, query: Query, fold: Fold) -> None:
+        try:
+            self._watch(path, query, fold)
+        except Exception as e:  # a monitor that stopped must not pass for one that saw nothing
+            with self.lock:
+                self.result.errors.append(f"monitor of {path}: {e!r}")
+
+    def _watch(self, path: str, query: Query, fold: Fold) -> None:
+        version = ""
+        while True:
+            if not version:  # first, or after the API server compacted past our version
+                listed = self.client.get(path, query=list(query))
+                for item in listed.get("items") or []:
+                    fold("ADDED", item)
+                version = listed["metadata"]["resourceVersion"]
+            # Short watches, resumed from the last version seen, until the load is done; one
+            # more after that catches the last events.
+            last = self.done.is_set()
+            watch = [*query, ("watch", "true"), ("resourceVersion", version), ("timeoutSeconds", "1")]
+            for line in self.client.stream_lines(path, query=watch, timeout=(5, 10)):
+                event = json.loads(line)
+                if event["type"] == "ERROR":
+                    version = ""
+                    break
+                if event["type"] != "BOOKMARK":
+                    fold(event["type"], event["object"])
+                version = event["object"]["metadata"]["resourceVersion"]
+            if last and version:
+                return
 
 
 def create_concurrently(
@@ -101,5 +163,5 @@ def create_concurrently(
         list(pool.map(create, range(count)))
     result.seconds = time.monotonic() - started
     monitor.done.set()
-    monitor.join(10)
+    monitor.join(15)
     return result

@@ -13,13 +13,14 @@ import datetime as dt
 import json
 import threading
 import time
+from dataclasses import replace
 
 import orjson
 
 from priogate import clock
 from priogate.kube.client import resource_path
 from priogate.kube.ledger_store import LedgerStore
-from priogate.ledger import Entry, Record, entries_of, record_object, record_of, record_path, stamp
+from priogate.ledger import Record, entries_of, record_object, record_of, record_path, stamp
 from tests.builders import fed_cache, group_review, pod, podgroup, resource_quota, review
 from tests.fake_api import FakeApi
 from webhook.review import parse_review
@@ -66,7 +67,7 @@ def aged(api: FakeApi, seconds: float) -> None:
     older = {}
     for key, e in record.entries.items():
         t = clock.parse_time(e.admitted_at) - dt.timedelta(seconds=seconds)
-        older[key] = Entry(**{**e.__dict__, "admitted_at": stamp(t)})
+        older[key] = replace(e, admitted_at=stamp(t))
     new = record_object(
         "priogate-system", NS, Record(older, record.charges), obj["metadata"]["resourceVersion"]
     )

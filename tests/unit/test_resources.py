@@ -260,3 +260,17 @@ def test_pod_requests_is_max_of_sum_and_largest_init(app_millis, init_millis):
     )
     want = F(max([sum(app_millis), *init_millis]), 1000)
     assert r.pod_requests(pod).get("cpu", F(0)) == want
+
+
+AMOUNTS = st.one_of(
+    st.integers(min_value=-(10**15), max_value=10**15).map(lambda n: Fraction(n, 10**9)),
+    st.fractions(max_denominator=10**12),  # off the nano grid: the slow path
+)
+
+
+@given(st.lists(st.dictionaries(st.sampled_from(["cpu", "memory", "nvidia.com/gpu"]), AMOUNTS), max_size=30))
+def test_positive_total_is_the_exact_sum_of_positive_amounts(lists):
+    want: dict[str, Fraction] = {}
+    for amounts in lists:
+        want = r.add(want, {n: a for n, a in amounts.items() if a > 0})
+    assert r.positive_total(lists) == want
