@@ -109,6 +109,8 @@ class Reconciler:
         self.caches = caches
         self.preemptor = preemptor
         self._view: _EnqueueInputs | None = None
+        # namespace -> (the caches' generations it was computed at, over_quota's answer)
+        self._over_quota: dict[str, tuple[tuple[int, int], str | None]] = {}
 
     # ---- inputs of the phase and enqueue functions ---------------------------------------------
 
@@ -290,7 +292,21 @@ class Reconciler:
         return phase.next_status(group.get("status"), min_member, counts, verdict, now, over)
 
     def over_quota(self, namespace: str) -> str | None:
-        """Whether a quota was lowered below the namespace's stored groups' reservations."""
+        """Whether a quota was lowered below the namespace's stored groups' reservations.
+        Reused until the namespace's groups or quotas change: every reconcile in the namespace
+        asks, and the answer sums all of its groups."""
+        key = (
+            self.caches.podgroups.namespace_generation(namespace),
+            self.caches.quotas.namespace_generation(namespace),
+        )
+        known = self._over_quota.get(namespace)
+        if known is not None and known[0] == key:
+            return known[1]
+        answer = self._over_quota_now(namespace)
+        self._over_quota[namespace] = (key, answer)
+        return answer
+
+    def _over_quota_now(self, namespace: str) -> str | None:
         reservations = []
         for stored in self.caches.podgroups.namespace(namespace).values():
             try:

@@ -38,6 +38,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
+from functools import cached_property
 from typing import Any
 
 from priogate.clock import epoch_seconds
@@ -77,12 +78,13 @@ class GroupDemand:
     # group its own quota never lets in.
     quota_blocked: bool = False
 
-    @property
+    # Cached: every verdict reads these of every other unfinished group.
+    @cached_property
     def unconsumed(self) -> ResourceList:
         """What it still needs from nodes."""
         return _positive(subtract(self.min_resources, self.consumed))
 
-    @property
+    @cached_property
     def quota_demand(self) -> ResourceList:
         """What it still adds to a quota's status.used, in a quota's resource names."""
         to_come = max(self.min_member - self.created_members, 0)

@@ -171,6 +171,15 @@ class Exceeded:
     reserved: ResourceList  # by the reservations the quota applies to
 
 
+def _reserved_under(quota: Mapping[str, Any], reservations: Sequence[Reservation]) -> ResourceList:
+    """The summed reservations `quota` applies to. Only positive amounts add up (see
+    quota_names): a Reservation built by hand with a negative amount must not lower what the
+    others reserve either."""
+    # Scopes are judged per priority class: a namespace has hundreds of groups, few classes.
+    applies = {cls: quota_applies(quota, Consumer(cls)) for cls in {r.priority_class for r in reservations}}
+    return positive_total(r.demand for r in reservations if applies[r.priority_class])
+
+
 def first_exceeded(
     quotas: Iterable[Mapping[str, Any]],
     consumer: Consumer,
@@ -189,12 +198,7 @@ def first_exceeded(
     for quota in sorted(quotas, key=lambda q: str(_name(q))):
         if not quota_applies(quota, consumer):
             continue
-        applies: dict[str, bool] = {}  # by priority class: a namespace has hundreds of groups, few classes
-        for cls in {r.priority_class for r in reservations}:
-            applies[cls] = quota_applies(quota, Consumer(cls))
-        # Only positive amounts add up (see quota_names): a Reservation built by hand with a
-        # negative amount must not lower what the others reserve either.
-        reserved = positive_total(r.demand for r in reservations if applies[r.priority_class])
+        reserved = _reserved_under(quota, reservations)
         if reserved_names_only and not reserved:
             continue
         hard = hard_limits(quota)
@@ -284,10 +288,7 @@ def over_reserved(quotas: Iterable[Mapping[str, Any]], reservations: Iterable[Re
     free nothing); growth and new groups are refused until the sum fits again."""
     reservations = list(reservations)
     for quota in sorted(quotas, key=lambda q: str(_name(q))):
-        reserved: ResourceList = {}
-        for reservation in reservations:
-            if quota_applies(quota, Consumer(reservation.priority_class)):
-                reserved = add(reserved, {n: a for n, a in reservation.demand.items() if a > 0})
+        reserved = _reserved_under(quota, reservations)
         hard = hard_limits(quota)
         over = sorted(name for name, limit in hard.items() if reserved.get(name, ZERO) > limit)
         if over:
