@@ -133,7 +133,17 @@ def start_replicas(
             f"--workers={workers}",
             *([f"--client-ca-file={client_ca}"] if client_ca else []),
         ]
-        proc = supervisor.start(f"webhook-replica-{i}", cmd, log_dir / f"webhook-replica-{i}.log", cwd=repo)
+        # A temporary directory of its own, as each pod has (an emptyDir): worker processes of one
+        # replica share ledger turns through it (priogate.kube.host_turn), replicas do not.
+        tmp = log_dir / f"webhook-replica-{i}.tmp"
+        tmp.mkdir(exist_ok=True)
+        proc = supervisor.start(
+            f"webhook-replica-{i}",
+            cmd,
+            log_dir / f"webhook-replica-{i}.log",
+            cwd=repo,
+            env={"TMPDIR": str(tmp)},
+        )
         started.append((proc, port))
     session = requests.Session()
     session.trust_env = False

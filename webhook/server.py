@@ -113,6 +113,7 @@ def build_view(
     """Caches for what the served rule sets need, started in this worker."""
     from priogate.kube.cache import CacheState, WatchCache
     from priogate.kube.client import load_client
+    from priogate.kube.host_turn import HostTurns
     from priogate.kube.ledger_store import LedgerStore
     from webhook.metrics import CACHE_LAST_EVENT, CACHE_STALE, LEDGER_CONFLICTS
     from webhook.registry import load_rule_sets
@@ -140,7 +141,11 @@ def build_view(
         export(cache.state())
         caches[name] = cache.start()
     store = LedgerStore(
-        client, ledger_namespace=ledger_namespace, in_flight=in_flight, on_conflict=LEDGER_CONFLICTS.inc
+        client,
+        ledger_namespace=ledger_namespace,
+        in_flight=in_flight,
+        on_conflict=LEDGER_CONFLICTS.inc,
+        host_turns=HostTurns(f"{client.host}/{ledger_namespace}"),
     )
     return CacheView(caches, store, client, ledger_namespace=ledger_namespace, in_flight=in_flight)
 

@@ -87,6 +87,7 @@ class CacheView:
         self.in_flight = in_flight
         self._default_memo: tuple[int, Mapping | None] | None = None
         self._reservations_memo: dict[str, tuple[tuple[int, int, int], NamespaceReservations]] = {}
+        self._stored_memo: dict[str, tuple[int, dict[str, Entry]]] = {}
 
     def unsynced(self, names: Sequence[str]) -> list[str]:
         """The caches of `names` that are not current: not listed yet, or stale."""
@@ -117,8 +118,15 @@ class CacheView:
         return {g["metadata"].get("uid", ""): bool(g["metadata"].get("deletionTimestamp")) for g in groups}
 
     def stored_podgroups(self, namespace: str) -> dict[str, Entry]:
-        """uid -> the claim of each cached (stored) PodGroup, with its generation."""
-        return dict(self.cached_listing(namespace, dt.datetime.min.replace(tzinfo=dt.UTC)).groups)
+        """uid -> the claim of each cached (stored) PodGroup, with its generation. Reused until
+        the namespace's groups change: every admission in the namespace reads all of them."""
+        generation = self.caches["podgroups"].namespace_generation(namespace)
+        known = self._stored_memo.get(namespace)
+        if known is None or known[0] != generation:
+            listing = self.cached_listing(namespace, dt.datetime.min.replace(tzinfo=dt.UTC))
+            known = (generation, dict(listing.groups))
+            self._stored_memo[namespace] = known
+        return dict(known[1])
 
     def cached_listing(self, namespace: str, now: dt.datetime) -> Listing:
         """The cached PodGroups as a listing (offline mode and tests stand it in for a LIST)."""

@@ -48,6 +48,11 @@ class ApiClient:
     def __init__(self, api_client: k8s.ApiClient) -> None:
         self._api = api_client
 
+    @property
+    def host(self) -> str:
+        """The API server's URL."""
+        return str(self._api.configuration.host)
+
     def set_default_header(self, name: str, value: str) -> None:
         """A header sent with every request (impersonation)."""
         self._api.set_default_header(name, value)

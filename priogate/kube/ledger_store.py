@@ -19,6 +19,7 @@ record that is missing or damaged is rebuilt from the PodGroup LIST before anyth
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import random
 import threading
@@ -31,6 +32,7 @@ import structlog
 
 from priogate import podgroup
 from priogate.kube.client import ApiClient, ApiError, resource_path
+from priogate.kube.host_turn import HostTurns
 from priogate.ledger import (
     DEFAULT_IN_FLIGHT,
     DEFAULT_LEDGER_NAMESPACE,
@@ -126,6 +128,7 @@ class LedgerStore:
         deadline_seconds: float = 7.0,
         on_conflict: Callable[[], None] = lambda: None,
         clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC),
+        host_turns: HostTurns | None = None,
     ) -> None:
         self.client = client
         self.ledger_namespace = ledger_namespace
@@ -133,6 +136,7 @@ class LedgerStore:
         self.deadline_seconds = deadline_seconds
         self.on_conflict = on_conflict
         self.clock = clock
+        self.host_turns = host_turns
         self._namespaces: dict[str, _Namespace] = {}
         self._lock = threading.Lock()
 
@@ -167,14 +171,22 @@ class LedgerStore:
             try:
                 if request.done.is_set():  # decided in the batch of the previous turn holder
                     break
-                with state.waiting_lock:
-                    batch, state.waiting = state.waiting, []
-                self._decide_batch(state, namespace, batch, request)
+                self._take_turn(state, namespace, request)
             finally:
                 state.turn.release()
         if request.error is not None:
             raise request.error
         return request.result
+
+    def _take_turn(self, state: _Namespace, namespace: str, holder: _Request) -> None:
+        """The process's turn, held: wait for the host's (HostTurns), then decide everything
+        waiting by then, so the batch grows while another process holds the host's turn."""
+        with contextlib.ExitStack() as stack:
+            if self.host_turns is not None:
+                stack.enter_context(self.host_turns.turn(namespace, holder.deadline))
+            with state.waiting_lock:
+                batch, state.waiting = state.waiting, []
+            self._decide_batch(state, namespace, batch, holder)
 
     def _decide_batch(
         self, state: _Namespace, namespace: str, batch: list[_Request], holder: _Request
