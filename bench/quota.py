@@ -1,11 +1,16 @@
 """`make bench-quota`: PodGroup admissions per second under contention, through the real control plane.
 
 Starts the local control plane (binaries built by `make controlplane`), then two webhook servers
-of two workers each behind a round-robin proxy, and creates PodGroups of cpu=1 with 32 requests
-in flight against a quota that fits half of them. Every admission reads the namespace's ledger
-and writes it with a resourceVersion precondition, so this measures the ledger under contention.
-The last line:
-    podgroups: N admissions/s under contention, over-admitted: 0
+of two workers each behind a round-robin proxy (each server with a temporary directory of its
+own, as each pod has), and creates PodGroups of cpu=1 with 32 requests in flight against a quota
+that fits half of them. Every admission reads the namespace's ledger and writes it with a
+resourceVersion precondition, so this measures the ledger under contention.
+
+First, in the same cluster, the same creates with priogate's quota hooks taken out of the
+webhook configuration: the baseline, what this machine's control plane does without the
+ledger (everything else, the controller included, as in the measured run). The CPU seconds
+each component used in each run are printed too. The last line:
+    podgroups: N admissions/s under contention (baseline without the quota hooks B/s), over-admitted: 0
 """
 
 from __future__ import annotations
@@ -14,15 +19,86 @@ import argparse
 import shutil
 import sys
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 from localcluster import LocalCluster, Options
 from localcluster.binaries import REPO
-from localcluster.procs import progress
-from priogate.kube.client import load_client, resource_path
-from priogate.scope import ENROLLED_LABEL, ENROLLED_VALUE
-from tests.podgroup_load import create_concurrently
+from localcluster.procs import progress, tree_cpu_seconds, wait_until
+from priogate.kube.client import ApiClient, ApiError, load_client, resource_path
+from priogate.podgroup import GROUP_VERSION, PLURAL
+from priogate.scope import COVERED, ENROLLED_LABEL, ENROLLED_VALUE, probe_body
+from tests.podgroup_load import LoadResult, create_concurrently
 from tests.replicas import point_webhook, proxied, start_replicas
+
+QUOTA_HOOKS = ("podgroup-quota.priogate.io", "podgroup-enrolment.priogate.io")
+HOOKS_PATH = "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations/priogate"
+
+
+def _prepare(client: ApiClient, namespace: str, quota_cpu: int) -> None:
+    # Enrolled (priogate.scope) as after its first claim: every admission measured goes to the
+    # reservation hook, behind the proxy, not to the once-per-namespace enrolment.
+    enrolled = {ENROLLED_LABEL: ENROLLED_VALUE}
+    client.create("/api/v1/namespaces", {"metadata": {"name": namespace, "labels": enrolled}})
+    client.create(
+        resource_path("v1", "resourcequotas", namespace),
+        {"metadata": {"name": "compute"}, "spec": {"hard": {"cpu": str(quota_cpu)}}},
+    )
+
+
+def _covered(client: ApiClient, namespace: str) -> bool:
+    """Whether kube-apiserver calls the reservation hook in `namespace` (the coverage probe)."""
+    try:
+        client.create(resource_path(GROUP_VERSION, PLURAL, namespace), probe_body(), dry_run=True)
+    except ApiError as e:
+        if COVERED in e.message:
+            return True
+        raise
+    return False
+
+
+def _set_quota_hooks(client: ApiClient, hooks: list[dict] | None, namespace: str) -> list[dict]:
+    """Take priogate's quota hooks out of the configuration (hooks None) or put `hooks` back;
+    returns the hooks taken out. Waits until kube-apiserver acts on the change."""
+    for _ in range(10):
+        config = client.get(HOOKS_PATH)
+        taken = [h for h in config["webhooks"] if h["name"] in QUOTA_HOOKS]
+        kept = [h for h in config["webhooks"] if h["name"] not in QUOTA_HOOKS]
+        config["webhooks"] = kept if hooks is None else kept + hooks
+        try:
+            client.replace(HOOKS_PATH, config)
+            break
+        except ApiError as e:
+            if e.status != 409:
+                raise
+    wait_until(
+        lambda: _covered(client, namespace) == (hooks is not None),
+        timeout=30,
+        what="kube-apiserver to act on the changed webhook configuration",
+    )
+    return taken
+
+
+@dataclass
+class Run:
+    result: LoadResult
+    cpu: dict[str, float]  # component -> CPU seconds during the run
+
+    def summary(self, what: str) -> str:
+        r = self.result
+        busy = sorted((name, seconds) for name, seconds in self.cpu.items() if seconds >= 0.05)
+        spent = ", ".join(f"{name} {seconds:.1f}" for name, seconds in busy)
+        return (
+            f"{what}: {r.rate:.0f}/s; admitted {len(r.admitted)}, refused {sum(r.denials.values())}, "
+            f"errors {len(r.errors)}, in {r.seconds:.1f} s; CPU seconds: {spent}"
+        )
+
+
+def _load(client: ApiClient, namespace: str, args: argparse.Namespace, pids: dict[str, int]) -> Run:
+    before = {name: tree_cpu_seconds(pid) for name, pid in pids.items()}
+    result = create_concurrently(client, namespace, args.podgroups, in_flight=args.in_flight)
+    cpu = {name: tree_cpu_seconds(pid) - before[name] for name, pid in pids.items()}
+    return Run(result, cpu)
 
 
 def main() -> int:
@@ -37,15 +113,9 @@ def main() -> int:
         cluster.start()
         try:
             client = load_client(str(cluster.kubeconfig), pool_size=args.in_flight + 8)
-            namespace = "bench-quota"
-            # Enrolled (priogate.scope) as after its first claim: every admission measured goes
-            # to the reservation hook, behind the proxy, not to the once-per-namespace enrolment.
-            enrolled = {ENROLLED_LABEL: ENROLLED_VALUE}
-            client.create("/api/v1/namespaces", {"metadata": {"name": namespace, "labels": enrolled}})
-            client.create(
-                resource_path("v1", "resourcequotas", namespace),
-                {"metadata": {"name": "compute"}, "spec": {"hard": {"cpu": str(args.quota_cpu)}}},
-            )
+            namespace, baseline_namespace = "bench-quota", "bench-baseline"
+            _prepare(client, namespace, args.quota_cpu)
+            _prepare(client, baseline_namespace, args.quota_cpu)
             replicas = start_replicas(
                 cluster.supervisor,
                 cluster.pki.webhook_crt,
@@ -59,28 +129,37 @@ def main() -> int:
                 client_ca=cluster.webhook_client_ca,
                 client_cert=cluster.webhook_client_cert,
             )
+            pids = {proc.name: proc.pid for proc in cluster.supervisor.procs}
             with proxied([port for _, port in replicas]) as proxy:
                 point_webhook(client, "podgroup-quota.priogate.io", proxy.url, "/validate/podgroups")
+                progress(f"baseline: {args.podgroups} PodGroups without priogate's quota hooks")
+                hooks = _set_quota_hooks(client, None, namespace)
+                baseline = _load(client, baseline_namespace, args, pids)
+                _set_quota_hooks(client, hooks, namespace)
                 progress(
                     f"creating {args.podgroups} PodGroups, {args.in_flight} in flight, "
                     f"quota cpu={args.quota_cpu}"
                 )
-                result = create_concurrently(client, namespace, args.podgroups, in_flight=args.in_flight)
+                measured = _load(client, namespace, args, pids)
         finally:
             cluster.stop()
             if args.keep_logs:
                 shutil.copytree(cluster.logs, args.keep_logs, dirs_exist_ok=True)
                 progress(f"logs kept in {args.keep_logs}")
+    result = measured.result
     over = max(0, len(result.admitted) - args.quota_cpu)
+    print(measured.summary("with the quota hooks"))
     print(
-        f"admitted {len(result.admitted)}, refused {sum(result.denials.values())}, "
-        f"errors {len(result.errors)}, "
-        f"in {result.seconds:.1f} s; most reserved seen: {result.max_ledger_cpu} cpu in the ledger, "
-        f"{result.max_stored_cpu} cpu stored ({result.samples} samples)"
+        f"most reserved seen: {result.max_ledger_cpu} cpu in the ledger, "
+        f"{result.max_stored_cpu} cpu stored ({result.samples} states watched)"
     )
+    print(baseline.summary("baseline"))
     for error in result.errors[:5]:
         print(f"error: {error}", file=sys.stderr)
-    print(f"podgroups: {result.rate:.0f} admissions/s under contention, over-admitted: {over}")
+    print(
+        f"podgroups: {result.rate:.0f} admissions/s under contention "
+        f"(baseline without the quota hooks {baseline.result.rate:.0f}/s), over-admitted: {over}"
+    )
     return 0 if over == 0 and not result.errors else 1
 
 

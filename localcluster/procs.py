@@ -79,6 +79,18 @@ def rss_kib(pid: int) -> int | None:
     return None
 
 
+def tree_cpu_seconds(pid: int) -> float:
+    """utime + stime of a process and its children still running (a gunicorn master and its
+    workers), from /proc; 0 for a process gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    except OSError:
+        return 0.0
+    own = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return own + sum(tree_cpu_seconds(int(child)) for child in children)
+
+
 def log_tail(path: Path, lines: int = 25) -> str:
     try:
         text = path.read_text(errors="replace").splitlines()

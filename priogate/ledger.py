@@ -106,16 +106,7 @@ class Entry:
     def from_json(cls, key: str, raw: Mapping[str, Any]) -> Entry:
         if not isinstance(raw, Mapping):
             raise TypeError(f"entry {key} is not an object")
-        memo_key = _memo_key(key, raw)
-        known = _ENTRIES.get(memo_key) if memo_key is not None else None
-        if known is not None:
-            return known
-        entry = cls._parse(key, raw)
-        if memo_key is not None:
-            if len(_ENTRIES) >= _ENTRIES_KEPT:
-                _ENTRIES.clear()
-            _ENTRIES[memo_key] = entry
-        return entry
+        return _memoized(_memo_key(key, raw), lambda: cls._parse(key, raw))
 
     @classmethod
     def _parse(cls, key: str, raw: Mapping[str, Any]) -> Entry:
@@ -162,6 +153,18 @@ class Entry:
 # two reads only the entries just admitted or ended change. Bounded; cleared when full.
 _ENTRIES: dict[tuple[Any, ...], Entry] = {}
 _ENTRIES_KEPT = 50_000
+
+
+def _memoized(memo_key: tuple[Any, ...] | None, parse: Callable[[], Entry]) -> Entry:
+    known = _ENTRIES.get(memo_key) if memo_key is not None else None
+    if known is not None:
+        return known
+    entry = parse()  # raises for a bad entry: nothing is kept then
+    if memo_key is not None:
+        if len(_ENTRIES) >= _ENTRIES_KEPT:
+            _ENTRIES.clear()
+        _ENTRIES[memo_key] = entry
+    return entry
 
 
 def _memo_key(key: str, raw: Mapping[str, Any]) -> tuple[Any, ...] | None:
@@ -372,9 +375,23 @@ def record_object(
 
 
 def entry_of_group(group: Mapping[str, Any], admitted_at: str) -> Entry:
-    """The claim a stored (or admitted) PodGroup makes; ValueError when its spec is unreadable."""
+    """The claim a stored (or admitted) PodGroup makes; ValueError when its spec is unreadable.
+    Parsed once per content (the caches hand the same objects to every admission and reconcile)."""
     meta = group.get("metadata") or {}
     spec = group.get("spec") or {}
+    raw = {
+        "group": meta.get("name"),
+        "minMember": spec.get("minMember"),
+        "priorityClassName": spec.get("priorityClassName"),
+        "admittedAt": admitted_at,
+        "generation": meta.get("generation"),
+        "minResources": spec.get("minResources"),
+    }
+    memo_key = _memo_key(f"stored:{meta.get('uid')!r}", raw)
+    return _memoized(memo_key, lambda: _parse_group(meta, spec, admitted_at))
+
+
+def _parse_group(meta: Mapping[str, Any], spec: Mapping[str, Any], admitted_at: str) -> Entry:
     min_member = spec.get("minMember")
     if min_member is None:
         min_member = podgroup.DEFAULT_MIN_MEMBER

@@ -13,6 +13,7 @@ from priogate import clock, ledger
 from priogate.ledger import Charge, Entry, Listing, Record
 
 NOW = dt.datetime(2026, 11, 22, 12, 0, 0, tzinfo=dt.UTC)
+NOW_STAMP = ledger.stamp(NOW)
 BOUND = dt.timedelta(seconds=15)
 
 
@@ -259,3 +260,34 @@ def test_a_lowered_quota_is_reported_on_the_groups_and_clears_when_it_fits():
     cleared = phase.next_status(over, 1, members, verdict, "t3", None)
     got = {c["type"]: c["status"] for c in cleared["conditions"]}
     assert got[phase.QUOTA_BELOW_RESERVATIONS] == "False"
+
+
+def test_parsed_entries_are_reused_only_for_the_same_content():
+    raw = {
+        "group": "a",
+        "minResources": {"cpu": "1"},
+        "minMember": 1,
+        "priorityClassName": "",
+        "admittedAt": NOW_STAMP,
+    }
+    first = ledger.Entry.from_json("uid-a", raw)
+    assert ledger.Entry.from_json("uid-a", dict(raw)) is first
+    assert ledger.Entry.from_json("uid-b", raw) is not first
+    assert ledger.Entry.from_json("uid-a", {**raw, "minResources": {"cpu": "2"}}).min_resources == {
+        "cpu": "2"
+    }
+    for damaged in ({**raw, "minMember": True}, {**raw, "minMember": -1}, {**raw, "admittedAt": "yesterday"}):
+        for _ in range(2):  # a refusal is never remembered as an entry
+            with pytest.raises((TypeError, ValueError)):
+                ledger.Entry.from_json("uid-a", damaged)
+    group = {
+        "metadata": {"name": "a", "uid": "uid-a", "generation": 2},
+        "spec": {"minResources": {"cpu": "1"}},
+    }
+    stored = ledger.entry_of_group(group, NOW_STAMP)
+    assert ledger.entry_of_group(group, NOW_STAMP) is stored
+    assert ledger.entry_of_group(
+        {**group, "spec": {"minResources": {"cpu": "3"}}}, NOW_STAMP
+    ).min_resources == {"cpu": "3"}
+    with pytest.raises(ValueError):
+        ledger.entry_of_group({**group, "spec": {"minMember": True}}, NOW_STAMP)
