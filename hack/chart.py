@@ -254,6 +254,10 @@ SPECIAL: dict[tuple[str, str], tuple[Callable[[dict, Markers], None] | None, str
 }
 
 
+# Every container of manifests/ pulls so (render_object checks that none is left behind).
+PULL_POLICY = "IfNotPresent"
+
+
 def render_object(obj: dict, image_ref: str) -> tuple[str, str | None]:
     obj = copy.deepcopy(obj)
     mk = Markers()
@@ -262,8 +266,12 @@ def render_object(obj: dict, image_ref: str) -> tuple[str, str | None]:
         fn(obj, mk)
     text = mk.apply(dump(obj))
     text = text.replace(f"image: {image_ref}", 'image: {{ include "priogate.image" . }}')
+    text = text.replace(f"imagePullPolicy: {PULL_POLICY}", "imagePullPolicy: {{ .Values.image.pullPolicy }}")
     assert image_ref not in text, (
         f"{obj['kind']}: the image is referenced in a way the generator does not know"
+    )
+    assert "imagePullPolicy: " not in text.replace("imagePullPolicy: {{", ""), (
+        f"{obj['kind']}: a pull policy other than {PULL_POLICY}; give the chart a value for it"
     )
     return text.replace(NAMESPACE, "{{ .Release.Namespace }}"), cond
 
@@ -341,6 +349,8 @@ image:
   tag: {flow(tag)}
   # sha256:... pins the image by digest; it then wins over the tag.
   digest: ""
+  # IfNotPresent: the image is pinned, and a webhook must restart while the registry is down.
+  pullPolicy: {PULL_POLICY}
 
 # Keep (true) or replace (false) kube-apiserver's built-in Priority admission plugin
 # (docs/modes.md). true: the priority hooks exempt kube-system and the release namespace and fail
