@@ -29,10 +29,9 @@ from priogate.kube.client import ApiClient, ApiError, load_client, resource_path
 from priogate.podgroup import GROUP_VERSION, PLURAL
 from priogate.scope import COVERED, ENROLLED_LABEL, ENROLLED_VALUE, probe_body
 from tests.podgroup_load import LoadResult, create_concurrently
-from tests.replicas import point_webhook, proxied, start_replicas
+from tests.replicas import edit_hooks, point_webhook, proxied, start_replicas
 
 QUOTA_HOOKS = ("podgroup-quota.priogate.io", "podgroup-enrolment.priogate.io")
-HOOKS_PATH = "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations/priogate"
 
 
 def _prepare(client: ApiClient, namespace: str, quota_cpu: int) -> None:
@@ -60,17 +59,14 @@ def _covered(client: ApiClient, namespace: str) -> bool:
 def _set_quota_hooks(client: ApiClient, hooks: list[dict] | None, namespace: str) -> list[dict]:
     """Take priogate's quota hooks out of the configuration (hooks None) or put `hooks` back;
     returns the hooks taken out. Waits until kube-apiserver acts on the change."""
-    for _ in range(10):
-        config = client.get(HOOKS_PATH)
-        taken = [h for h in config["webhooks"] if h["name"] in QUOTA_HOOKS]
-        kept = [h for h in config["webhooks"] if h["name"] not in QUOTA_HOOKS]
-        config["webhooks"] = kept if hooks is None else kept + hooks
-        try:
-            client.replace(HOOKS_PATH, config)
-            break
-        except ApiError as e:
-            if e.status != 409:
-                raise
+    taken: list[dict] = []
+
+    def change(current: list[dict]) -> list[dict]:
+        taken[:] = [h for h in current if h["name"] in QUOTA_HOOKS]
+        kept = [h for h in current if h["name"] not in QUOTA_HOOKS]
+        return kept if hooks is None else kept + hooks
+
+    edit_hooks(client, change)
     wait_until(
         lambda: _covered(client, namespace) == (hooks is not None),
         timeout=30,

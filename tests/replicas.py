@@ -13,7 +13,7 @@ import itertools
 import sys
 import threading
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from localcluster.procs import Proc, Supervisor, free_ports, wait_until
@@ -178,19 +178,31 @@ def proxied(backends: Sequence[int]) -> Iterator[RoundRobinProxy]:
         proxy.stop()
 
 
-def point_webhook(client: ApiClient, hook_name: str, url: str, path: str) -> None:
-    """Send the validating webhook `hook_name` to `url` + `path` (as if its Service moved).
-    Retried on 409: a PUT must carry the resourceVersion it read."""
-    config_path = "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations/priogate"
+HOOKS_PATH = "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations/priogate"
+
+
+def edit_hooks(client: ApiClient, change: Callable[[list[dict]], list[dict]]) -> None:
+    """Replace priogate's validating hooks with `change(hooks)`. Retried on 409: a PUT must carry
+    the resourceVersion it read."""
     for _ in range(10):
-        config = client.get(config_path)
-        for hook in config["webhooks"]:
-            if hook["name"] == hook_name:
-                hook["clientConfig"]["url"] = url + path
+        config = client.get(HOOKS_PATH)
+        config["webhooks"] = change(config["webhooks"])
         try:
-            client.replace(config_path, config)
+            client.replace(HOOKS_PATH, config)
             return
         except ApiError as e:
             if e.status != 409:
                 raise
-    raise RuntimeError(f"could not update webhook {hook_name}: its configuration kept changing")
+    raise RuntimeError("could not update the webhook configuration: it kept changing")
+
+
+def point_webhook(client: ApiClient, hook_name: str, url: str, path: str) -> None:
+    """Send the validating webhook `hook_name` to `url` + `path` (as if its Service moved)."""
+
+    def moved(hooks: list[dict]) -> list[dict]:
+        for hook in hooks:
+            if hook["name"] == hook_name:
+                hook["clientConfig"]["url"] = url + path
+        return hooks
+
+    edit_hooks(client, moved)

@@ -1,0 +1,90 @@
+"""A namespace user (the built-in `edit` role in one namespace) creating native PodGroups
+(scheduling.k8s.io/v1alpha2) with kube-apiserver's Priority plugin replaced (the session's mode):
+priogate resolves their priority exactly as for the admin, and refuses what the plugin refuses,
+whatever the tenant writes (README, Native PodGroups).
+
+Whether `edit` itself grants the alpha API is kube-apiserver's bootstrap policy; where it does not,
+the test grants it as a cluster admin would (a Role in the tenant's namespace) and says so."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from kubernetes import client as k8s
+
+from tests.builders import priority_class
+from tests.e2e.conftest import ClassTracker
+from tests.e2e.helpers import refusal, wait_for
+from tests.e2e.tenant import Tenant
+
+GROUP, VERSION, PLURAL = "scheduling.k8s.io", "v1alpha2", "podgroups"
+RBAC = "rbac.authorization.k8s.io"
+VERBS = ["create", "get", "list", "delete"]
+
+
+def native(name: str, **spec: object) -> dict:
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "PodGroup",
+        "metadata": {"name": name},
+        "spec": {"schedulingPolicy": {"gang": {"minCount": 2}}, **spec},
+    }
+
+
+@pytest.fixture
+def native_tenant(tenant: Tenant, rbac: k8s.RbacAuthorizationV1Api) -> Iterator[Tenant]:
+    if not tenant.can("create", PLURAL, GROUP):
+        # Not in `edit`: grant the alpha API in the tenant's namespace only, as an admin would.
+        rbac.create_namespaced_role(
+            tenant.namespace,
+            {
+                "metadata": {"name": "native-podgroups"},
+                "rules": [{"apiGroups": [GROUP], "resources": [PLURAL], "verbs": VERBS}],
+            },
+        )
+        rbac.create_namespaced_role_binding(
+            tenant.namespace,
+            {
+                "metadata": {"name": "native-podgroups"},
+                "roleRef": {"apiGroup": RBAC, "kind": "Role", "name": "native-podgroups"},
+                "subjects": [{"apiGroup": RBAC, "kind": "User", "name": tenant.user}],
+            },
+        )
+        wait_for(lambda: tenant.can("create", PLURAL, GROUP), 30, "RBAC to grant native PodGroups")
+    yield tenant
+
+
+def test_a_tenants_native_podgroup_gets_its_priority_from_priogate(
+    native_tenant: Tenant, classes: ClassTracker, scheduling: k8s.SchedulingV1Api
+) -> None:
+    tenant = native_tenant
+    name = classes.name("tenant-native")
+    scheduling.create_priority_class(priority_class(name, value=4242))
+
+    # Through kubectl --as the tenant, like the pods' tenant tests.
+    tenant.kubectl.apply([native("named", priorityClassName=name)], namespace=tenant.namespace)
+    stored = tenant.kubectl.json("get", f"{PLURAL}.{GROUP}", "named", f"--namespace={tenant.namespace}")
+    assert stored["spec"]["priority"] == 4242
+    assert stored["spec"]["priorityClassName"] == name
+
+    create = tenant.custom.create_namespaced_custom_object
+
+    # A class that does not exist: upstream's wording, from priogate (the plugin is off).
+    ghost = native("ghost", priorityClassName="no-such")
+    got = refusal(lambda: create(GROUP, VERSION, tenant.namespace, PLURAL, ghost))
+    assert got is not None and got[0] == 403, got
+    assert "no PriorityClass with name no-such was found" in got[1]
+
+    # A preset value that is not the class's: the tenant cannot pick their own priority.
+    forged = native("forged", priorityClassName=name, priority=2_000_000)
+    got = refusal(lambda: create(GROUP, VERSION, tenant.namespace, PLURAL, forged))
+    assert got is not None and got[0] == 403, got
+    assert "priority set in the pod group (2000000) must match the priority computed (4242)" in got[1], got[1]
+
+    # A system class resolves (no namespace rule for PodGroups upstream), and the API server's own
+    # validation then refuses a value above 1000000000: no tenant group runs at system priority.
+    system = native("system", priorityClassName="system-cluster-critical")
+    got = refusal(lambda: create(GROUP, VERSION, tenant.namespace, PLURAL, system))
+    assert got is not None and got[0] == 422, got
+    assert "must be less than or equal to 1000000000" in got[1], got[1]
