@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import copy
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,11 +21,12 @@ from controller.victims import MERGE_PATCH, STRATEGIC_PATCH
 from priogate import phase
 from priogate import preemption_record as record
 from priogate.kube.cache import WatchCache
-from priogate.kube.client import ApiClient, ApiError, resource_path
+from priogate.kube.client import ApiError, resource_path
 from priogate.podgroup import GROUP_VERSION, PLURAL
 from priogate.preemption.policy import PreemptionPolicy
 from priogate.preemption_record import RecordedDecision, Victim
 from tests.builders import node, pod, podgroup, priority_class
+from tests.fake_api import Call, FakeApi
 
 SOFT = PreemptionPolicy(opt_out_mode="soft")
 
@@ -36,90 +37,6 @@ EVENTS_PATH = resource_path("events.k8s.io/v1", "events", NS)
 
 def pod_path(name: str) -> str:
     return resource_path("v1", "pods", NS, name)
-
-
-@dataclass(frozen=True)
-class Call:
-    method: str
-    path: str
-    body: Any
-    content_type: str
-
-
-class FakeApiClient(ApiClient):
-    """The API server's answers to the preemptor's requests, on objects kept by path; every
-    request is recorded. A PATCH honours metadata.resourceVersion as a precondition (409) and
-    metadata.uid as kube-apiserver does (422: uid is immutable); a PATCH of an object merges
-    annotations; a status PATCH merges conditions by type, as a
-    strategic merge does; DELETE honours a uid precondition (409) and answers 404 for what is
-    gone."""
-
-    def __init__(self, objects: Mapping[str, Mapping[str, Any]]) -> None:
-        self.objects: dict[str, dict[str, Any]] = {
-            path: copy.deepcopy(dict(o)) for path, o in objects.items()
-        }
-        self.calls: list[Call] = []
-        self._version = 100
-
-    @property
-    def writes(self) -> list[Call]:
-        return [c for c in self.calls if c.method != "GET"]
-
-    def request(
-        self,
-        method: str,
-        path: str,
-        *,
-        query: Sequence[tuple[str, str]] = (),
-        body: Any = None,
-        content_type: str = "application/json",
-        timeout: Any = 30,
-    ) -> dict[str, Any]:
-        call = Call(method, path, copy.deepcopy(body), content_type)
-        self.calls.append(call)
-        if method == "POST":
-            return copy.deepcopy(body)
-        target = path.removesuffix("/status")
-        current = self.objects.get(target)
-        if current is None:
-            raise ApiError(404, "NotFound", f"{target} not found")
-        if method == "GET":
-            return copy.deepcopy(current)
-        if method == "DELETE":
-            uid = ((body or {}).get("preconditions") or {}).get("uid")
-            if uid is not None and uid != current["metadata"].get("uid"):
-                raise ApiError(409, "Conflict", "Precondition failed: UID in precondition")
-            del self.objects[target]
-            return {"kind": "Status", "status": "Success"}
-        uid = ((body or {}).get("metadata") or {}).get("uid") if method == "PATCH" else None
-        if uid is not None and uid != current["metadata"].get("uid"):
-            # kube-apiserver's answer (tests/e2e/test_controller_trust.py): uid is immutable
-            raise ApiError(422, "Invalid", f'metadata.uid: Invalid value: "{uid}": field is immutable')
-        if method == "PATCH" and path.endswith("/status"):
-            status = current.setdefault("status", {})
-            for key, value in body["status"].items():
-                if key == "conditions":
-                    kept = [
-                        c for c in status.get("conditions", []) if c["type"] not in {v["type"] for v in value}
-                    ]
-                    status["conditions"] = kept + value
-                else:
-                    status[key] = value
-            return copy.deepcopy(current)
-        if method == "PATCH":
-            meta = body.get("metadata") or {}
-            if (
-                "resourceVersion" in meta
-                and meta["resourceVersion"] != current["metadata"]["resourceVersion"]
-            ):
-                raise ApiError(409, "Conflict", "the object has been modified")
-            current["metadata"].setdefault("annotations", {}).update(meta.get("annotations") or {})
-        elif method == "PUT":
-            current.clear()
-            current.update(copy.deepcopy(body))
-        self._version += 1
-        current["metadata"]["resourceVersion"] = str(self._version)
-        return copy.deepcopy(current)
 
 
 # ---- the cluster: one full node, two low-priority victims, a gang of one that needs the node ----
@@ -150,7 +67,7 @@ def gang_group(decision: RecordedDecision | None = None) -> dict:
 
 @dataclass
 class Cluster:
-    client: FakeApiClient
+    client: FakeApi
     caches: Caches
 
     def preemptor(self, is_leader: Callable[[], bool] = lambda: True) -> GangPreemptor:
@@ -177,7 +94,7 @@ class Cluster:
 def cluster(group: dict | None = None) -> Cluster:
     group = group or gang_group()
     pods = [running("low1", 0), running("low2", 10), member("g0")]
-    client = FakeApiClient({GROUP_PATH: group, **{pod_path(p["metadata"]["name"]): p for p in pods}})
+    client = FakeApi({GROUP_PATH: group, **{pod_path(p["metadata"]["name"]): p for p in pods}})
     caches = Caches(
         podgroups=WatchCache.static("podgroups", [copy.deepcopy(group)]),  # type: ignore[arg-type]
         pods=WatchCache.static("pods", copy.deepcopy(pods)),  # type: ignore[arg-type]

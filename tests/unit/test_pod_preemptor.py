@@ -33,7 +33,8 @@ from priogate.preemption.single import NOT_ELIGIBLE_NEVER, NOT_ELIGIBLE_TERMINAT
 from priogate.preemption.snapshot import build_snapshot
 from priogate.preemption_record import Victim
 from tests.builders import node, pod, podgroup, priority_class
-from tests.unit.test_gang_preemptor import EVENTS_PATH, NS, FakeApiClient, pod_path
+from tests.fake_api import FakeApi
+from tests.unit.test_gang_preemptor import EVENTS_PATH, NS, pod_path
 
 UNSCHEDULABLE = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}
 
@@ -56,7 +57,7 @@ def pending(
 
 @dataclass
 class Cluster:
-    client: FakeApiClient
+    client: FakeApi
     caches: Caches
     leader: bool = True
 
@@ -89,7 +90,7 @@ def cluster(*pods: dict, nodes: tuple[dict, ...] = (), groups: tuple[dict, ...] 
     nodes = nodes or (node("n1", cpu="4"),)
     objects = {pod_path(p["metadata"]["name"]): p for p in pods}
     objects.update({resource_path(GROUP_VERSION, PLURAL, NS, g["metadata"]["name"]): g for g in groups})
-    client = FakeApiClient(objects)
+    client = FakeApi(objects)
     caches = Caches(
         podgroups=WatchCache.static("podgroups", copy.deepcopy(list(groups))),
         pods=WatchCache.static("pods", copy.deepcopy(list(pods))),

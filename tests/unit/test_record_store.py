@@ -78,7 +78,7 @@ def test_the_record_lives_in_priogates_namespace_and_quotas_are_quorum_read():
     api, view = setup()
     assert admit_group(view, "a", "6").allowed
     assert set(entries_of(api.objects[RECORD])) == {"uid-a"}
-    assert not any("/namespaces/team-a/configmaps" in path for _, path, _ in api.calls)
+    assert not any("/namespaces/team-a/configmaps" in call.path for call in api.calls)
     # The quota was not in the cache (old code: no limit); it was looked up, without a
     # resourceVersion (a quorum read).
     assert api.reads_of(QUOTAS) == [()]
