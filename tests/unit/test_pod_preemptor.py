@@ -1,107 +1,25 @@
-"""controller/pod_preemptor.py against the in-memory API server of test_gang_preemptor: which
+"""controller/pod_preemptor.py against the in-memory API server (tests/fake_api.py): which
 pods it decides for and in which order, kube-scheduler's eligibility, the writes it makes
 (nomination, cleared lower nominations, DisruptionTarget condition, uid-preconditioned DELETE,
-Events), their 404/409 handling, leadership, waiting for the watch, and that its decision is
-the one `python -m controller simulate` prints for the same objects."""
+Events), their 404/409 handling, leadership and waiting for the watch. The Eviction API path and the
+parity with `python -m controller simulate` are in test_pod_preemptor_eviction.py."""
 
 from __future__ import annotations
 
-import argparse
-import copy
-import io
-import json
-from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import pytest
 
-from controller import simulate
-from controller.caches import Caches
-from controller.engine_state import EngineState
-from controller.events import EventRecorder
-from controller.pod_preemptor import Applied, PodPreemptor, candidate, caught_up, lower_nominations
-from controller.victims import MERGE_PATCH, STRATEGIC_PATCH, NotLeader, Preemptor, Taken, VictimWriter
+from controller.pod_preemptor import Applied, candidate, caught_up, lower_nominations
+from controller.victims import MERGE_PATCH, STRATEGIC_PATCH, NotLeader
 from priogate import preemption_record as record
-from priogate.kube.cache import WatchCache
-from priogate.kube.client import ApiError, resource_path
-from priogate.podgroup import GROUP_VERSION, PLURAL
+from priogate.kube.client import ApiError
 from priogate.preemption.engine import GANG_MEMBER
-from priogate.preemption.engine import simulate as engine_simulate
-from priogate.preemption.policy import DEFAULT_POLICY, PreemptionPolicy
 from priogate.preemption.single import NOT_ELIGIBLE_NEVER, NOT_ELIGIBLE_TERMINATING
-from priogate.preemption.snapshot import build_snapshot
 from priogate.preemption_record import Victim
-from tests.builders import node, pod, podgroup, priority_class
-from tests.fake_api import FakeApi
-from tests.unit.test_gang_preemptor import EVENTS_PATH, NS, pod_path
-
-UNSCHEDULABLE = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}
-
-
-def running(name: str, priority: int, cpu: str = "2", node_name: str = "n1", start: float = 0) -> dict:
-    obj = pod(name, priority=priority, cpu=cpu, node=node_name, started=start)
-    obj["metadata"]["uid"] = f"uid-{name}"
-    return obj
-
-
-def pending(
-    name: str, priority: int, cpu: str = "4", created: float = 0, tried: bool = True, **kw: Any
-) -> dict:
-    obj = pod(name, priority=priority, cpu=cpu, phase="Pending", created=created, **kw)
-    obj["metadata"]["uid"] = f"uid-{name}"
-    if tried:
-        obj["status"].setdefault("conditions", []).append(dict(UNSCHEDULABLE))
-    return obj
-
-
-@dataclass
-class Cluster:
-    client: FakeApi
-    caches: Caches
-    leader: bool = True
-
-    def preemptor(
-        self, clock: Callable[[], float] = lambda: 0.0, policy: PreemptionPolicy = DEFAULT_POLICY
-    ) -> PodPreemptor:
-        return PodPreemptor(
-            self.client,
-            self.caches,
-            EventRecorder(self.client, "test"),
-            lambda: self.leader,
-            clock=clock,
-            policy=policy,
-        )
-
-    def events(self) -> list[dict[str, Any]]:
-        return [c.body for c in self.client.writes if c.path == EVENTS_PATH]
-
-    def sync_pods(self) -> None:
-        """What the pods watch would deliver: the server's pods, replacing the cache's."""
-        for obj in self.caches.pods.items():
-            if pod_path(obj["metadata"]["name"]) not in self.client.objects:
-                self.caches.pods.apply_event("DELETED", obj)
-        for path, obj in self.client.objects.items():
-            if path.startswith(resource_path("v1", "pods", NS)):
-                self.caches.pods.apply_event("MODIFIED", copy.deepcopy(obj))
-
-
-def cluster(*pods: dict, nodes: tuple[dict, ...] = (), groups: tuple[dict, ...] = ()) -> Cluster:
-    nodes = nodes or (node("n1", cpu="4"),)
-    objects = {pod_path(p["metadata"]["name"]): p for p in pods}
-    objects.update({resource_path(GROUP_VERSION, PLURAL, NS, g["metadata"]["name"]): g for g in groups})
-    client = FakeApi(objects)
-    caches = Caches(
-        podgroups=WatchCache.static("podgroups", copy.deepcopy(list(groups))),
-        pods=WatchCache.static("pods", copy.deepcopy(list(pods))),
-        quotas=WatchCache.static("quotas", []),
-        nodes=WatchCache.static("nodes", list(nodes)),
-        ledgers=WatchCache.static("ledgers", []),
-        pdbs=WatchCache.static("pdbs", []),
-        classes=WatchCache.static("classes", [priority_class("high", value=100)]),
-    )
-    return Cluster(client, caches)
-
+from tests.builders import node, podgroup
+from tests.unit.gang_cluster import EVENTS_PATH, NS, pod_path
+from tests.unit.pod_cluster import UNSCHEDULABLE, cluster, pending, running
 
 # ---- pure functions -----------------------------------------------------------------------------
 
@@ -348,101 +266,3 @@ def test_only_the_leader_writes():
     with pytest.raises(NotLeader):
         c.preemptor().sweep()
     assert c.client.writes == []
-
-
-# ---- the Eviction API path ----------------------------------------------------------------------
-
-
-def test_eviction_posts_a_uid_preconditioned_eviction_and_reports_a_pdb_refusal():
-    c = cluster(running("v", 1, cpu="4"), pending("hi", 10))
-    writer = VictimWriter(c.client, c.caches.pods.get, EventRecorder(c.client, "t"), lambda: None)
-    by = Preemptor("Pod", "v1", c.client.objects[pod_path("hi")], "Preempted by pod uid-hi on node n1")
-    assert writer.evict(Victim(NS, "v", "uid-v", "n1"), by) is Taken.DELETED
-    (post,) = [w for w in c.client.writes if w.path == pod_path("v") + "/eviction"]
-    assert post.method == "POST"
-    assert post.body == {
-        "apiVersion": "policy/v1",
-        "kind": "Eviction",
-        "metadata": {"name": "v", "namespace": NS},
-        "deleteOptions": {"preconditions": {"uid": "uid-v"}},
-    }
-    original = c.client.request
-
-    def refuse(method: str, path: str, **kw: Any) -> dict[str, Any]:
-        if path.endswith("/eviction"):
-            raise ApiError(
-                429, "TooManyRequests", "Cannot evict pod as it would violate the pod's disruption budget."
-            )
-        return original(method, path, **kw)
-
-    c.client.request = refuse  # type: ignore[method-assign]
-    assert writer.evict(Victim(NS, "v", "uid-v", "n1"), by) is Taken.BLOCKED
-    assert writer.evict(Victim(NS, "v", "uid-other", "n1"), by) is Taken.GONE  # not the cached pod
-
-
-def test_strict_pdb_mode_evicts_and_a_refused_eviction_leaves_the_pod_pending_with_a_warning():
-    c = cluster(running("v", 1, cpu="4"), pending("hi", 10))
-    strict = PreemptionPolicy(pdb_mode="strict")
-    original = c.client.request
-    evictions = []
-
-    def refuse(method: str, path: str, **kw: Any) -> dict[str, Any]:
-        if path.endswith("/eviction"):
-            evictions.append((method, path))
-            raise ApiError(
-                429, "TooManyRequests", "Cannot evict pod as it would violate the pod's disruption budget."
-            )
-        return original(method, path, **kw)
-
-    c.client.request = refuse  # type: ignore[method-assign]
-    assert c.preemptor(policy=strict).sweep().result == "preempted"
-    assert evictions == [("POST", pod_path("v") + "/eviction")]
-    paths = [(w.method, w.path) for w in c.client.writes if w.path != EVENTS_PATH]
-    assert ("DELETE", pod_path("v")) not in paths  # never a plain delete in strict mode
-    assert pod_path("v") in c.client.objects
-    (warning,) = [e for e in c.events() if e["reason"] == "PreemptionBlocked"]
-    assert warning["type"] == "Warning" and "default/v" in warning["note"]
-
-
-# ---- simulate parity ----------------------------------------------------------------------------
-
-
-def _parity_objects() -> list[dict]:
-    objs: list[dict] = [node("n1", cpu="4"), node("n2", cpu="4"), priority_class("high", value=100)]
-    objs += [running("a1", 1, start=0), running("a2", 3, start=1)]
-    objs += [running("b1", 2, node_name="n2", start=2), running("b2", 2, node_name="n2", start=3)]
-    opted = running("b3", 0, cpu="0", node_name="n2")
-    opted["metadata"]["labels"] = {record.OPT_OUT_LABEL: "false"}
-    objs += [opted, pending("hi", 10)]
-    return objs
-
-
-def test_the_live_decision_is_what_simulate_prints_for_the_same_objects(tmp_path):
-    objs = _parity_objects()
-    kinds: dict[str, list[dict]] = {"Node": [], "Pod": [], "PriorityClass": []}
-    for o in objs:
-        kinds[o["kind"]].append(o)
-    caches = Caches(
-        podgroups=WatchCache.static("podgroups", []),
-        pods=WatchCache.static("pods", kinds["Pod"]),
-        quotas=WatchCache.static("quotas", []),
-        nodes=WatchCache.static("nodes", kinds["Node"]),
-        ledgers=WatchCache.static("ledgers", []),
-        pdbs=WatchCache.static("pdbs", []),
-        classes=WatchCache.static("classes", kinds["PriorityClass"]),
-    )
-    live = EngineState(caches).decide_pod(f"{NS}/hi")
-    (offline,) = [o for o in engine_simulate(build_snapshot(objs)).outcomes if o.preemptor == f"{NS}/hi"]
-    assert live == offline
-    assert live.status == "preempt"
-
-    snapshot = tmp_path / "snapshot.json"
-    snapshot.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": objs}))
-    out = io.StringIO()
-    parser = argparse.ArgumentParser()
-    simulate.add_arguments(parser)
-    assert simulate.run(parser.parse_args([str(snapshot)]), io.StringIO(), out, io.StringIO()) == 0
-    (printed,) = json.loads(out.getvalue())["decisions"]
-    assert printed["preemptor"] == f"{NS}/hi"
-    assert printed["nominatedNode"] == live.node
-    assert printed["victims"] == [v.key for v in live.victims]

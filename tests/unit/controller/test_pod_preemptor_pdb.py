@@ -15,8 +15,8 @@ from priogate.kube.cache import WatchCache
 from priogate.preemption.outcome import PDB_STRICT_REASON
 from priogate.preemption.policy import PreemptionPolicy
 from tests.builders import pdb
-from tests.unit.test_gang_preemptor import NS
-from tests.unit.test_pod_preemptor import Cluster, cluster, pending, running
+from tests.unit.gang_cluster import NS
+from tests.unit.pod_cluster import Cluster, cluster, pending, running
 
 STRICT = PreemptionPolicy(pdb_mode="strict")
 

@@ -11,8 +11,8 @@ from controller.events import EventRecorder
 from controller.pod_preemptor import Applied
 from priogate.kube.client import ApiError
 from priogate.preemption_record import Victim
-from tests.unit.test_gang_preemptor import EVENTS_PATH, NS, pod_path
-from tests.unit.test_pod_preemptor import cluster, pending, running
+from tests.unit.gang_cluster import EVENTS_PATH, NS, pod_path
+from tests.unit.pod_cluster import cluster, pending, running
 
 
 class GatedClient:
