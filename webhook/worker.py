@@ -19,6 +19,11 @@ gunicorn.util.close_graceful (RFC 9112 section 9.6: send FIN, then read what the
 so that a reset does not cut the response short), which waits up to two seconds for the peer to
 close: a client that does not close stops the loop, every connection included, for that long.
 Here the same linger runs on the poller.
+
+A request the application can answer without blocking (webhook/inline.py) is not handed to a
+thread at all: the loop also waits for its body, under a deadline of its own as on a thread,
+answers it and writes the response without blocking, lingering on the poller for a client slow
+to take it, under the deadline again.
 """
 
 from __future__ import annotations
@@ -39,6 +44,8 @@ from gunicorn import sock as gsock
 from gunicorn.http.errors import NoMoreData
 from gunicorn.http.unreader import SocketUnreader
 from gunicorn.workers.gthread import STOP_KEEPALIVE_LINGER, TConn, ThreadWorker
+
+from webhook.inline import BufferUnreader, body_length, parse_head, respond
 
 log = structlog.get_logger("priogate.server")
 
@@ -106,6 +113,7 @@ class _Conn(TConn):
     def __init__(self, worker: GatedThreadWorker, *args: Any) -> None:
         super().__init__(*args)
         self.worker = worker
+        self.served_inline = 0
 
     def close(self, graceful: bool = False) -> None:
         if graceful:
@@ -130,6 +138,22 @@ class _Arrival:
     shaken: bool
     head: bytearray = field(default_factory=bytearray)
     events: int = 0  # what it waits for in the poller; 0: not registered
+    # Once its head is parsed for an inline answer: the request, its bytes, what is still to come.
+    req: Any = None
+    unreader: BufferUnreader | None = None
+    missing: int = 0
+
+
+@dataclass(eq=False)
+class _Departure:
+    """An inline response the client has not taken in whole yet."""
+
+    conn: _Conn
+    data: memoryview
+    keepalive: bool
+    rest: bytes  # what the client sent after the request (pipelined)
+    deadline: float
+    events: int = 0
 
 
 class GatedThreadWorker(ThreadWorker):
@@ -147,8 +171,16 @@ class GatedThreadWorker(ThreadWorker):
         # Oldest first: every arrival gets the same deadline from its admission, so the first
         # one is always the next to expire.
         self.arrivals: dict[TConn, _Arrival] = {}
+        self.departures: dict[TConn, _Departure] = {}  # inline responses being sent, oldest first
         self.lingering: dict[Any, _Lingering] = {}  # closed connections, oldest first
         self._stop_by: float | None = None
+        # The application's `serves_inline(path)`, if it has one (webhook/app.py): whether it
+        # answers a request for `path` without blocking, so the loop may answer it itself.
+        self._serves_inline: Any = None
+
+    def run(self) -> None:
+        self._serves_inline = getattr(self.wsgi, "serves_inline", None)  # loaded by init_process
+        super().run()
 
     # ---- the gate: runs on the poller loop (the main thread) ---------------------------------
 
@@ -181,55 +213,93 @@ class GatedThreadWorker(ThreadWorker):
         self.keepalived_conns.remove(conn)
         self._admit(conn, shaken=True)
 
-    def _admit(self, conn: TConn, *, shaken: bool) -> None:
+    def _deadline(self) -> float:
         deadline = time.monotonic() + self.deadline_seconds
-        if self._stop_by is not None:
-            deadline = min(deadline, self._stop_by)
-        arrival = _Arrival(conn, deadline, shaken)
+        return deadline if self._stop_by is None else min(deadline, self._stop_by)
+
+    def _admit(self, conn: TConn, *, shaken: bool) -> None:
+        arrival = _Arrival(conn, self._deadline(), shaken)
         self.arrivals[conn] = arrival
         self._advance(arrival)
 
     def _advance(self, arrival: _Arrival, _fileobj: Any = None) -> None:
-        """Take the handshake and the head as far as the bytes at hand allow."""
+        """Take the handshake, the head and (for an inline answer) the body as far as the bytes
+        at hand allow."""
         sock = arrival.conn.sock
         try:
             if not arrival.shaken:
                 sock.do_handshake()
                 arrival.shaken = True
-            while len(arrival.head) < HEAD_BUFFER_BYTES and END_OF_HEAD not in arrival.head:
-                data = sock.recv(HEAD_BUFFER_BYTES)
-                if not data:
-                    self._close(arrival)  # gone before sending a whole request
+            if arrival.unreader is None:
+                while len(arrival.head) < HEAD_BUFFER_BYTES and END_OF_HEAD not in arrival.head:
+                    data = sock.recv(HEAD_BUFFER_BYTES)
+                    if not data:
+                        self._close(arrival)  # gone before sending a whole request
+                        return
+                    arrival.head += data
+                if not self._await_body(arrival):
+                    self._hand_over(arrival)
                     return
-                arrival.head += data
+            while arrival.missing > 0:
+                # Never less than a TLS record: what is read stays nowhere but here, so the
+                # poller sees the socket readable again only for bytes not yet taken.
+                data = sock.recv(max(arrival.missing, HEAD_BUFFER_BYTES))
+                if not data:
+                    self._close(arrival)
+                    return
+                arrival.unreader.feed(data)
+                arrival.missing -= len(data)
         except ssl.SSLWantWriteError:
-            self._wait(arrival, selectors.EVENT_WRITE)
+            self._wait(arrival, selectors.EVENT_WRITE, self._advance)
             return
         except (ssl.SSLWantReadError, BlockingIOError):
-            self._wait(arrival, selectors.EVENT_READ)
+            self._wait(arrival, selectors.EVENT_READ, self._advance)
             return
         except OSError as e:  # a refused handshake (no or a wrong client certificate), a reset
             log.debug("connection closed before its request", peer=_peer(arrival.conn.client), error=str(e))
             self._close(arrival)
             return
-        self._hand_over(arrival)
+        self._serve_inline(arrival)
 
-    def _wait(self, arrival: _Arrival, events: int) -> None:
-        if arrival.events == events:
+    def _await_body(self, arrival: _Arrival) -> bool:
+        """Whether the request is answered on the loop: the application serves its path without
+        blocking, its head parses, and its body has a length the loop may wait for."""
+        if self._serves_inline is None:
+            return False
+        conn = arrival.conn
+        parsed = parse_head(self.cfg, bytes(arrival.head), conn.client, conn.served_inline + 1)
+        if parsed is None:
+            return False
+        req, unreader = parsed
+        length = body_length(req)
+        if length is None or not self._serves_inline(req.path):
+            return False
+        arrival.req, arrival.unreader = req, unreader
+        arrival.missing = length - unreader.buffered()
+        if arrival.missing > 0:
+            # The body gets a deadline of its own, as on a thread (handle()); last in the queue.
+            del self.arrivals[conn]
+            arrival.deadline = self._deadline()
+            self.arrivals[conn] = arrival
+        return True
+
+    def _wait(self, state: _Arrival | _Departure, events: int, step: Any) -> None:
+        if state.events == events:
             return
-        callback = partial(self._advance, arrival)
-        if arrival.events:
-            self.poller.modify(arrival.conn.sock, events, callback)
+        callback = partial(step, state)
+        if state.events:
+            self.poller.modify(state.conn.sock, events, callback)
         else:
-            self.poller.register(arrival.conn.sock, events, callback)
-        arrival.events = events
+            self.poller.register(state.conn.sock, events, callback)
+        state.events = events
 
-    def _forget(self, arrival: _Arrival) -> None:
-        self.arrivals.pop(arrival.conn, None)
-        if arrival.events:
+    def _forget(self, state: _Arrival | _Departure) -> None:
+        table: dict[TConn, Any] = self.arrivals if isinstance(state, _Arrival) else self.departures
+        table.pop(state.conn, None)
+        if state.events:
             with contextlib.suppress(KeyError, ValueError, OSError):
-                self.poller.unregister(arrival.conn.sock)
-            arrival.events = 0
+                self.poller.unregister(state.conn.sock)
+            state.events = 0
 
     def _hand_over(self, arrival: _Arrival) -> None:
         self._forget(arrival)
@@ -242,6 +312,52 @@ class GatedThreadWorker(ThreadWorker):
         conn.initialized = True
         conn.data_ready = True
         self.enqueue_req(conn)
+
+    def _serve_inline(self, arrival: _Arrival) -> None:
+        self._forget(arrival)
+        conn, req = arrival.conn, arrival.req
+        conn.served_inline += 1
+        data, keepalive = respond(self, req, conn)
+        # What the application left of the body (gunicorn's Parser.finish_body), so that what
+        # remains is whatever the client sent after this request.
+        while req.body.read(HEAD_BUFFER_BYTES):
+            continue
+        rest = arrival.unreader.rest()
+        departure = _Departure(conn, memoryview(data), keepalive, rest, self._deadline())
+        self.departures[conn] = departure
+        self._send(departure)
+
+    def _send(self, departure: _Departure, _fileobj: Any = None) -> None:
+        sock = departure.conn.sock
+        try:
+            while departure.data:
+                departure.data = departure.data[sock.send(departure.data) :]
+        except (ssl.SSLWantWriteError, BlockingIOError):
+            self._wait(departure, selectors.EVENT_WRITE, self._send)
+            return
+        except ssl.SSLWantReadError:  # TLS 1.3 post-handshake messages to read first
+            self._wait(departure, selectors.EVENT_READ, self._send)
+            return
+        except OSError as e:
+            log.debug("closed before its response", peer=_peer(departure.conn.client), error=str(e))
+            self._forget(departure)
+            self._drop(departure.conn)
+            return
+        self._forget(departure)
+        conn = departure.conn
+        if not departure.keepalive:
+            self.nr_conns -= 1
+            conn.close(graceful=True)
+        elif departure.rest:
+            # A pipelined request: a thread takes it, with what has arrived of it.
+            self._hand_over(_Arrival(conn, self._deadline(), True, bytearray(departure.rest)))
+        else:  # back to the kept-alive connections, as ThreadWorker.finish_request does
+            conn.set_timeout()
+            if not self.alive:
+                conn.timeout = min(conn.timeout, time.monotonic() + STOP_KEEPALIVE_LINGER)
+            self.keepalived_conns.append(conn)
+            readable = partial(self.on_client_socket_readable, conn)
+            self.poller.register(conn.sock, selectors.EVENT_READ, readable)
 
     def _close(self, arrival: _Arrival) -> None:
         self._forget(arrival)
@@ -289,17 +405,24 @@ class GatedThreadWorker(ThreadWorker):
         super().murder_pending()
         now = time.monotonic()
         if not self.alive and self._stop_by is None:
-            # Stopping: like kept-alive connections (ThreadWorker._cap_keepalive), arrivals get a
-            # short while to finish their request, not their whole deadline.
+            # Stopping: like kept-alive connections (ThreadWorker._cap_keepalive), arrivals and
+            # departures get a short while to finish, not their whole deadline.
             self._stop_by = now + STOP_KEEPALIVE_LINGER
-            for arrival in self.arrivals.values():
-                arrival.deadline = min(arrival.deadline, self._stop_by)
+            for state in (*self.arrivals.values(), *self.departures.values()):
+                state.deadline = min(state.deadline, self._stop_by)
         while self.arrivals:
             arrival = next(iter(self.arrivals.values()))
             if arrival.deadline > now:
                 break
             log.debug("request head deadline passed", peer=_peer(arrival.conn.client))
             self._close(arrival)
+        while self.departures:
+            departure = next(iter(self.departures.values()))
+            if departure.deadline > now:
+                break
+            log.debug("response deadline passed", peer=_peer(departure.conn.client))
+            self._forget(departure)
+            self._drop(departure.conn)
         while self.lingering:
             lingering = next(iter(self.lingering.values()))
             if lingering.deadline > now:
