@@ -25,6 +25,22 @@ from gunicorn.http.unreader import Unreader
 INLINE_BODY_BYTES = 1024 * 1024
 
 
+class FixedConfig:
+    """A worker's gunicorn Config with every setting read once. Config.__getattr__
+    (gunicorn/config.py) looks a setting up on each read, some twenty times per request; a
+    worker's settings never change (a reload starts new workers). Config's own properties and
+    methods (is_ssl, sendfile, forwarded_allow_networks()) are still its own."""
+
+    def __init__(self, cfg: Any) -> None:
+        self._cfg = cfg
+        own = type(cfg)
+        self.__dict__.update({k: s.get() for k, s in cfg.settings.items() if not hasattr(own, k)})
+        self.is_ssl = cfg.is_ssl
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._cfg, name)
+
+
 class Incomplete(Exception):
     """The parser asked for more bytes than have arrived."""
 
@@ -100,7 +116,7 @@ class BufferedResponse(wsgi.Response):
         return b"".join(self.sock.parts)
 
 
-def respond(worker: Any, req: Request, conn: Any) -> tuple[bytes, bool]:
+def respond(worker: Any, cfg: FixedConfig, req: Request, conn: Any) -> tuple[bytes, bool]:
     """The response's bytes and whether the connection stays open: gunicorn's
     ThreadWorker.handle_request (gunicorn/workers/gthread.py) with a BufferedResponse. An
     exception from the application becomes gunicorn's own error page (Worker.handle_error), and
@@ -109,10 +125,10 @@ def respond(worker: Any, req: Request, conn: Any) -> tuple[bytes, bool]:
     environ: dict[str, Any] = {}
     resp = None
     try:
-        worker.cfg.pre_request(worker, req)
+        cfg.pre_request(worker, req)
         started = datetime.now()
         resp, environ = wsgi.create(
-            req, conn.sock, conn.client, conn.server, worker.cfg, response_class=BufferedResponse
+            req, conn.sock, conn.client, conn.server, cfg, response_class=BufferedResponse
         )
         environ["wsgi.multithread"] = True
         worker.nr += 1
@@ -121,11 +137,7 @@ def respond(worker: Any, req: Request, conn: Any) -> tuple[bytes, bool]:
                 worker.log.info("Autorestarting worker after current request.")
                 worker.alive = False
             resp.force_close()
-        if (
-            not worker.alive
-            or not worker.cfg.keepalive
-            or len(worker.keepalived_conns) >= worker.max_keepalived
-        ):
+        if not worker.alive or not cfg.keepalive or len(worker.keepalived_conns) >= worker.max_keepalived:
             resp.force_close()
         respiter = worker.wsgi(environ, resp.start_response)
         try:
@@ -143,6 +155,6 @@ def respond(worker: Any, req: Request, conn: Any) -> tuple[bytes, bool]:
         return b"".join(page.parts), False
     finally:
         try:
-            worker.cfg.post_request(worker, req, environ, resp)
+            cfg.post_request(worker, req, environ, resp)
         except Exception:
             worker.log.exception("Exception in post_request hook")

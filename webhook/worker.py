@@ -45,7 +45,7 @@ from gunicorn.http.errors import NoMoreData
 from gunicorn.http.unreader import SocketUnreader
 from gunicorn.workers.gthread import STOP_KEEPALIVE_LINGER, TConn, ThreadWorker
 
-from webhook.inline import BufferUnreader, body_length, parse_head, respond
+from webhook.inline import BufferUnreader, FixedConfig, body_length, parse_head, respond
 
 log = structlog.get_logger("priogate.server")
 
@@ -177,6 +177,7 @@ class GatedThreadWorker(ThreadWorker):
         # The application's `serves_inline(path)`, if it has one (webhook/app.py): whether it
         # answers a request for `path` without blocking, so the loop may answer it itself.
         self._serves_inline: Any = None
+        self._fixed_cfg = FixedConfig(self.cfg)
 
     def run(self) -> None:
         self._serves_inline = getattr(self.wsgi, "serves_inline", None)  # loaded by init_process
@@ -209,9 +210,14 @@ class GatedThreadWorker(ThreadWorker):
 
     def on_client_socket_readable(self, conn: TConn, client: Any) -> None:
         # A kept-alive connection's next request: through the gate again, not straight to a thread.
-        self.poller.unregister(client)
+        # It stays registered, for the same event: only the callback changes, which costs the
+        # poller no system call (selectors' modify), nor does changing it back after an inline
+        # answer.
         self.keepalived_conns.remove(conn)
-        self._admit(conn, shaken=True)
+        arrival = _Arrival(conn, self._deadline(), shaken=True, events=selectors.EVENT_READ)
+        self.poller.modify(client, selectors.EVENT_READ, partial(self._advance, arrival))
+        self.arrivals[conn] = arrival
+        self._advance(arrival)
 
     def _deadline(self) -> float:
         deadline = time.monotonic() + self.deadline_seconds
@@ -267,7 +273,7 @@ class GatedThreadWorker(ThreadWorker):
         if self._serves_inline is None:
             return False
         conn = arrival.conn
-        parsed = parse_head(self.cfg, bytes(arrival.head), conn.client, conn.served_inline + 1)
+        parsed = parse_head(self._fixed_cfg, bytes(arrival.head), conn.client, conn.served_inline + 1)
         if parsed is None:
             return False
         req, unreader = parsed
@@ -314,16 +320,16 @@ class GatedThreadWorker(ThreadWorker):
         self.enqueue_req(conn)
 
     def _serve_inline(self, arrival: _Arrival) -> None:
-        self._forget(arrival)
+        del self.arrivals[arrival.conn]  # its registration, if any, passes to the departure
         conn, req = arrival.conn, arrival.req
         conn.served_inline += 1
-        data, keepalive = respond(self, req, conn)
+        data, keepalive = respond(self, self._fixed_cfg, req, conn)
         # What the application left of the body (gunicorn's Parser.finish_body), so that what
         # remains is whatever the client sent after this request.
         while req.body.read(HEAD_BUFFER_BYTES):
             continue
         rest = arrival.unreader.rest()
-        departure = _Departure(conn, memoryview(data), keepalive, rest, self._deadline())
+        departure = _Departure(conn, memoryview(data), keepalive, rest, self._deadline(), arrival.events)
         self.departures[conn] = departure
         self._send(departure)
 
@@ -343,20 +349,25 @@ class GatedThreadWorker(ThreadWorker):
             self._forget(departure)
             self._drop(departure.conn)
             return
-        self._forget(departure)
         conn = departure.conn
-        if not departure.keepalive:
-            self.nr_conns -= 1
-            conn.close(graceful=True)
-        elif departure.rest:
-            # A pipelined request: a thread takes it, with what has arrived of it.
-            self._hand_over(_Arrival(conn, self._deadline(), True, bytearray(departure.rest)))
-        else:  # back to the kept-alive connections, as ThreadWorker.finish_request does
-            conn.set_timeout()
-            if not self.alive:
-                conn.timeout = min(conn.timeout, time.monotonic() + STOP_KEEPALIVE_LINGER)
-            self.keepalived_conns.append(conn)
-            readable = partial(self.on_client_socket_readable, conn)
+        if not departure.keepalive or departure.rest:
+            self._forget(departure)
+            if departure.keepalive:  # a pipelined request: a thread takes it, with what has come
+                self._hand_over(_Arrival(conn, self._deadline(), True, bytearray(departure.rest)))
+            else:
+                self.nr_conns -= 1
+                conn.close(graceful=True)
+            return
+        # Back to the kept-alive connections, as ThreadWorker.finish_request does.
+        del self.departures[conn]
+        conn.set_timeout()
+        if not self.alive:
+            conn.timeout = min(conn.timeout, time.monotonic() + STOP_KEEPALIVE_LINGER)
+        self.keepalived_conns.append(conn)
+        readable = partial(self.on_client_socket_readable, conn)
+        if departure.events:
+            self.poller.modify(conn.sock, selectors.EVENT_READ, readable)
+        else:
             self.poller.register(conn.sock, selectors.EVENT_READ, readable)
 
     def _close(self, arrival: _Arrival) -> None:
