@@ -104,6 +104,10 @@ class _Sink:
     def sendall(self, data: bytes) -> None:
         self.parts.append(data)
 
+    def gettimeout(self) -> float:
+        # Non-blocking already, to util.write_nonblock (Worker.handle_error's error page).
+        return 0.0
+
 
 class BufferedResponse(wsgi.Response):
     """gunicorn's HTTP/1 response, written into memory, so the loop sends it in one piece (one
