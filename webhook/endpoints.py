@@ -185,12 +185,18 @@ class AdmissionEndpoints:
         self._nonblocking = {
             r.path: r.needs for r in rule_sets if r.server == "priority" and r.answers_from_stale
         }
+        self._listed: set[str] = set()
 
     def serves_inline(self, path: str) -> bool:
         """Whether a request for `path` is answered without blocking (no I/O, no waits), so the
         server may answer it on its event loop (webhook/worker.py)."""
+        if path in self._listed:
+            return True
         needs = self._nonblocking.get(path)
-        return needs is not None and not self.view.unlisted(needs)
+        if needs is None or self.view.unlisted(needs):
+            return False
+        self._listed.add(path)  # a cache once listed stays so (priogate.kube.cache)
+        return True
 
     def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
         bound = self.by_path.get(environ.get("PATH_INFO", ""))

@@ -14,31 +14,18 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from gunicorn import util
 from gunicorn.http import wsgi
 from gunicorn.http.body import LengthReader
-from gunicorn.http.errors import ParseException
+from gunicorn.http.errors import ConfigurationProblem, ParseException
 from gunicorn.http.message import Request
 from gunicorn.http.unreader import Unreader
+
+from webhook.gunicorn_parts import FixedConfig
 
 # A body larger than this is read by a thread as before (gunicorn's blocking reads, bounded by
 # the deadline): the loop holds what it has read in memory until the request is complete.
 INLINE_BODY_BYTES = 1024 * 1024
-
-
-class FixedConfig:
-    """A worker's gunicorn Config with every setting read once. Config.__getattr__
-    (gunicorn/config.py) looks a setting up on each read, some twenty times per request; a
-    worker's settings never change (a reload starts new workers). Config's own properties and
-    methods (is_ssl, sendfile, forwarded_allow_networks()) are still its own."""
-
-    def __init__(self, cfg: Any) -> None:
-        self._cfg = cfg
-        own = type(cfg)
-        self.__dict__.update({k: s.get() for k, s in cfg.settings.items() if not hasattr(own, k)})
-        self.is_ssl = cfg.is_ssl
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._cfg, name)
 
 
 class Incomplete(Exception):
@@ -120,6 +107,46 @@ class BufferedResponse(wsgi.Response):
         return b"".join(self.sock.parts)
 
 
+def environ_for(req: Request, conn: Any, cfg: FixedConfig) -> dict[str, Any]:
+    """The environ gunicorn's wsgi.create (gunicorn/http/wsgi.py) builds for a TCP peer, less
+    its wsgi.early_hints callback, which nothing here sends, and with the constant keys copied:
+    the same keys and values otherwise, the headers mapped by the same rule."""
+    environ = cfg.environ_base.copy()
+    environ["wsgi.input"] = req.body
+    environ["gunicorn.socket"] = conn.sock
+    environ["REQUEST_METHOD"] = req.method
+    environ["QUERY_STRING"] = req.query
+    environ["RAW_URI"] = req.uri
+    environ["SERVER_PROTOCOL"] = "HTTP/{}.{}".format(*req.version)
+    repeated: dict[str, list[str]] = {}
+    for name, value in req.headers:
+        if name == "CONTENT-TYPE":
+            environ["CONTENT_TYPE"] = value
+        elif name == "CONTENT-LENGTH":
+            environ["CONTENT_LENGTH"] = value
+        else:
+            key = "HTTP_" + name.replace("-", "_")
+            if key in environ:
+                repeated.setdefault(key, [environ[key]]).append(value)
+            else:
+                environ[key] = value
+    for key, values in repeated.items():
+        environ[key] = ",".join(values)
+    environ["wsgi.url_scheme"] = req.scheme
+    environ["REMOTE_ADDR"], environ["REMOTE_PORT"] = conn.client[0], str(conn.client[1])
+    environ["SERVER_NAME"], environ["SERVER_PORT"] = conn.server[0], str(conn.server[1])
+    path, script_name = req.path, cfg.script_name
+    if script_name:
+        if not path.startswith(script_name):
+            raise ConfigurationProblem(
+                f"Request path {path!r} does not start with SCRIPT_NAME {script_name!r}"
+            )
+        path = path[len(script_name) :]
+    environ["PATH_INFO"] = util.unquote_to_wsgi_str(path)
+    environ["SCRIPT_NAME"] = script_name
+    return environ
+
+
 def respond(worker: Any, cfg: FixedConfig, req: Request, conn: Any) -> tuple[bytes, bool]:
     """The response's bytes and whether the connection stays open: gunicorn's
     ThreadWorker.handle_request (gunicorn/workers/gthread.py) with a BufferedResponse. An
@@ -131,10 +158,12 @@ def respond(worker: Any, cfg: FixedConfig, req: Request, conn: Any) -> tuple[byt
     try:
         cfg.pre_request(worker, req)
         started = datetime.now()
-        resp, environ = wsgi.create(
-            req, conn.sock, conn.client, conn.server, cfg, response_class=BufferedResponse
-        )
-        environ["wsgi.multithread"] = True
+        resp = BufferedResponse(req, conn.sock, cfg)
+        if isinstance(conn.server, tuple) and req.proxy_protocol_info is None:
+            environ = environ_for(req, conn, cfg)
+        else:  # a unix socket or the PROXY protocol: gunicorn's own rules for the addresses
+            resp, environ = wsgi.create(req, conn.sock, conn.client, conn.server, cfg, BufferedResponse)
+            environ["wsgi.multithread"] = True
         worker.nr += 1
         if worker.nr >= worker.max_requests:
             if worker.alive:

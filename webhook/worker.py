@@ -41,11 +41,10 @@ from typing import Any
 import structlog
 from gunicorn import http, util
 from gunicorn import sock as gsock
-from gunicorn.http.errors import NoMoreData
-from gunicorn.http.unreader import SocketUnreader
 from gunicorn.workers.gthread import STOP_KEEPALIVE_LINGER, TConn, ThreadWorker
 
-from webhook.inline import BufferUnreader, FixedConfig, body_length, parse_head, respond
+from webhook.gunicorn_parts import DeadlineUnreader, FixedConfig
+from webhook.inline import BufferUnreader, body_length, parse_head, respond
 
 log = structlog.get_logger("priogate.server")
 
@@ -58,52 +57,6 @@ END_OF_HEAD = b"\r\n\r\n"
 # and how much it reads meanwhile.
 LINGER_SECONDS = 2.0
 LINGER_BYTES = 64 * 1024
-
-
-_date_cache: tuple[int, str] = (-1, "")
-
-
-def _cached_http_date(timestamp: float | None = None) -> str:
-    """gunicorn.util.http_date, formatted once per second: the Date header has one-second
-    resolution (RFC 9110 section 5.6.7), and gunicorn formats it afresh for every response
-    through email.utils.formatdate, a visible share of a small admission's CPU. The cache is
-    one tuple, replaced whole, so threads never see a second with another second's text."""
-    global _date_cache
-    if timestamp is not None:
-        return _format_http_date(timestamp)
-    second = int(time.time())
-    cached = _date_cache
-    if cached[0] != second:
-        cached = _date_cache = (second, _format_http_date(second))
-    return cached[1]
-
-
-_format_http_date = util.http_date
-# gunicorn.http.wsgi.Response.default_headers calls util.http_date() through the module.
-util.http_date = _cached_http_date
-
-
-class DeadlineUnreader(SocketUnreader):
-    """gunicorn's socket reader, with every read ending at `deadline` (time.monotonic()) at the
-    latest. A passed deadline reads as the client having gone (NoMoreData): gunicorn then closes
-    the connection quietly, as for any client that disconnects mid-request."""
-
-    def __init__(self, sock: Any, deadline: float) -> None:
-        super().__init__(sock)
-        self.deadline = deadline
-
-    def chunk(self, size_hint: int | None = None) -> bytes:
-        remaining = self.deadline - time.monotonic()
-        if remaining <= 0:
-            raise NoMoreData(b"(read deadline passed)")
-        before = self.sock.gettimeout()
-        self.sock.settimeout(remaining)
-        try:
-            return super().chunk(size_hint)
-        except TimeoutError:
-            raise NoMoreData(b"(read deadline passed)") from None
-        finally:
-            self.sock.settimeout(before)
 
 
 class _Conn(TConn):
@@ -360,7 +313,7 @@ class GatedThreadWorker(ThreadWorker):
             return
         # Back to the kept-alive connections, as ThreadWorker.finish_request does.
         del self.departures[conn]
-        conn.set_timeout()
+        conn.timeout = time.monotonic() + self._fixed_cfg.keepalive  # TConn.set_timeout
         if not self.alive:
             conn.timeout = min(conn.timeout, time.monotonic() + STOP_KEEPALIVE_LINGER)
         self.keepalived_conns.append(conn)

@@ -13,10 +13,19 @@ from types import SimpleNamespace
 import pytest
 from gunicorn.config import Config
 from gunicorn.glogging import Logger
+from gunicorn.http import wsgi
 
 from tests.builders import SYSTEM_CLASSES, make_app, make_view, pod, priority_class, review
 from webhook.app import create_app
-from webhook.inline import INLINE_BODY_BYTES, FixedConfig, body_length, parse_head, respond
+from webhook.gunicorn_parts import FixedConfig
+from webhook.inline import (
+    INLINE_BODY_BYTES,
+    BufferedResponse,
+    body_length,
+    environ_for,
+    parse_head,
+    respond,
+)
 from webhook.worker import GatedThreadWorker, _Conn, _Departure
 
 CLASSES = [*SYSTEM_CLASSES, priority_class("high", value=1000)]
@@ -59,6 +68,23 @@ def test_the_loop_waits_only_for_a_body_of_known_length():
     assert length(b"POST /mutate/pods HTTP/1.1\r\nHost: x\r\n") is None  # the head is not all here
     assert length(b"POST /mutate/pods HTTP/1.1\r\nBad Header: x\r\n\r\n") is None  # a thread answers 400
     assert length(request("Content-Length: 3\r\n")) is None  # two lengths: 400, from a thread
+
+
+def test_the_environ_is_gunicorns_but_for_early_hints():
+    cfg = config()
+    fixed = FixedConfig(cfg)
+    data = request("X-Seen: a\r\nX-Seen: b\r\n").replace(b"/mutate/pods", b"/mutate/p%6Fds?dryRun=1")
+    req, _ = parse_head(fixed, data, ("10.0.0.7", 41000), 1)
+    conn = SimpleNamespace(sock=None, client=("10.0.0.7", 41000), server=("0.0.0.0", 8443))
+    _, theirs = wsgi.create(req, None, conn.client, conn.server, cfg, BufferedResponse)
+    theirs["wsgi.multithread"] = True
+    ours = environ_for(req, conn, fixed)
+    assert set(theirs) - set(ours) == {"wsgi.early_hints"}
+    assert set(ours) == set(theirs) - {"wsgi.early_hints"}
+    for key, value in ours.items():
+        if key != "wsgi.errors":  # one wrapper per worker, not one per request
+            assert value == theirs[key], key
+    assert ours["PATH_INFO"] == "/mutate/pods" and ours["HTTP_X_SEEN"] == "a,b"
 
 
 def test_only_the_priority_servers_rule_sets_are_answered_inline():
