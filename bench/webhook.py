@@ -166,6 +166,7 @@ def main() -> int:
             "python3 -m pip install --target /tmp/py-spy py-spy && PATH=/tmp/py-spy/bin:$PATH"
         )
     body = review(realistic_pod())
+    load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="priogate-bench-") as tmp:
         body_file, lua = Path(tmp) / "body.json", Path(tmp) / "post.lua"
         body_file.write_text(json.dumps(body))
@@ -224,14 +225,16 @@ def main() -> int:
             server.stop()
     rate, p50, p99 = sorted(runs)[len(runs) // 2]
     print(f"machine: {cpus} cores, {platform_summary()}")
+    print(f"load average (1 min): {load_before:.2f} at the start, {os.getloadavg()[0]:.2f} at the end")
     print(
         f"in process, per admission: {priogate_us:.0f} us "
         f"(a bare Flask route reading the body: {floor_us:.0f} us)"
     )
     cpu_us = sorted(cpu_per_admission)[len(cpu_per_admission) // 2]
     print(
-        f"server CPU per admission (worker process, all threads): {cpu_us:.0f} us, "
-        f"so {1e6 / cpu_us:,.0f} admissions/s per fully used core"
+        f"server CPU per admission (worker process, all threads): {cpu_us:.0f} us (runs: "
+        f"{', '.join(f'{c:.0f}' for c in cpu_per_admission)}), so {1e6 / cpu_us:,.0f} admissions/s "
+        "per fully used core"
     )
     print(f"runs (admissions/s): {', '.join(f'{r[0]:,.0f}' for r in runs)}; the median run follows")
     if args.profile:

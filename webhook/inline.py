@@ -24,8 +24,10 @@ from gunicorn.http.unreader import Unreader
 from webhook.gunicorn_parts import FixedConfig
 
 # A body larger than this is read by a thread as before (gunicorn's blocking reads, bounded by
-# the deadline): the loop holds what it has read in memory until the request is complete.
-INLINE_BODY_BYTES = 1024 * 1024
+# the deadline). The loop holds every waiting body in memory at once, for up to worker_connections
+# clients, so this bounds that as the head buffer (webhook/worker.py) bounds a head; a pod's
+# review, oldObject and managedFields included, is rarely near it.
+INLINE_BODY_BYTES = 64 * 1024
 
 
 class Incomplete(Exception):

@@ -15,6 +15,7 @@ import pytest
 from tests.builders import SYSTEM_CLASSES, pod, priority_class, review
 from tests.integration.test_server_edge import still_open
 from tests.serving import RunningServer, start_server
+from webhook.inline import INLINE_BODY_BYTES
 
 CLASSES = [*SYSTEM_CLASSES, priority_class("high", value=1000)]
 DEADLINE = 3.0
@@ -148,3 +149,12 @@ def test_a_connection_alternates_between_the_loop_and_a_thread(server):
             assert read_response(tls, buffered).startswith(b"HTTP/1.1 200")
         tls.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
         assert read_response(tls, buffered).endswith(b"\r\n\r\nok\n")
+
+
+def test_a_body_too_large_to_wait_for_on_the_loop_is_read_by_a_thread(server):
+    big = review(pod(namespace="team-a", priority_class="high"))
+    big["request"]["object"]["metadata"]["annotations"] = {"example.com/blob": "x" * INLINE_BODY_BYTES}
+    body = json.dumps(big).encode()
+    response = exchange(server, head("/mutate/pods", body) + body)
+    assert response.startswith(b"HTTP/1.1 200")
+    assert json.loads(response.split(b"\r\n\r\n", 1)[1])["response"]["allowed"] is True

@@ -61,6 +61,7 @@ def test_the_loop_waits_only_for_a_body_of_known_length():
         return None if parsed is None else body_length(parsed[0])
 
     assert length(request() + BODY[:10]) == len(BODY)
+    assert length(request(length=INLINE_BODY_BYTES)) == INLINE_BODY_BYTES
     assert length(request(length=INLINE_BODY_BYTES + 1)) is None  # a thread reads it
     assert length(request("Expect: 100-continue\r\n")) is None  # the client waits for gunicorn's 100
     chunked = b"POST /mutate/pods HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
