@@ -158,3 +158,22 @@ def test_a_body_too_large_to_wait_for_on_the_loop_is_read_by_a_thread(server):
     response = exchange(server, head("/mutate/pods", body) + body)
     assert response.startswith(b"HTTP/1.1 200")
     assert json.loads(response.split(b"\r\n\r\n", 1)[1])["response"]["allowed"] is True
+
+
+@pytest.mark.parametrize(
+    "request_head",
+    [
+        b"POST /mutate/pods HTTP/1.0\r\nContent-Type: application/json\r\n",
+        b"POST /mutate/pods HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: application/json\r\n",
+        b"GET /mutate/pods HTTP/1.1\r\nHost: x\r\nConnection: close\r\n",  # 405, a body all the same
+    ],
+)
+def test_a_request_that_ends_its_connection_is_answered_then_closed(server, request_head):
+    with connect(server) as tls:
+        tls.sendall(request_head + f"Content-Length: {len(BODY)}\r\n\r\n".encode() + BODY)
+        response = read_response(tls, bytearray())
+        assert tls.recv(4096) == b""  # closed after the answer
+    assert b"\r\nConnection: close\r\n" in response
+    assert response.startswith(b"HTTP/1.0 200" if b"HTTP/1.0" in request_head else b"HTTP/1.1 ")
+    if request_head.startswith(b"GET"):
+        assert response.startswith(b"HTTP/1.1 405") and b"\r\nAllow: POST\r\n" in response
