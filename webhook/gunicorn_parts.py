@@ -3,8 +3,13 @@ gunicorn's own does, with a deadline or for less per request."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import selectors
+import socket
 import time
+from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from gunicorn import util
@@ -76,3 +81,69 @@ class FixedConfig:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._cfg, name)
+
+
+# gunicorn.util.close_graceful's defaults: how long a closed connection waits for the peer's FIN,
+# and how much it reads meanwhile.
+LINGER_SECONDS = 2.0
+LINGER_BYTES = 64 * 1024
+
+
+@dataclass(eq=False)
+class _Lingering:
+    sock: Any
+    deadline: float
+    drained: int = 0
+
+
+class PollerLinger:
+    """gthread closes a finished connection on its event loop with gunicorn.util.close_graceful
+    (RFC 9112 section 9.6: send FIN, then read what the peer still sends so that a reset does
+    not cut the response short), which waits up to two seconds for the peer to close: a client
+    that does not close stops the loop, every connection included, for that long. This mixin
+    for a worker with a `poller` runs the same linger on the poller."""
+
+    poller: selectors.BaseSelector
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.lingering: dict[Any, _Lingering] = {}  # closed connections, oldest first
+
+    def linger(self, sock: Any) -> None:
+        """gunicorn.util.close_graceful, on the poller."""
+        try:
+            sock.shutdown(socket.SHUT_WR)  # an SSLSocket drops its TLS layer here
+            sock.setblocking(False)
+            lingering = _Lingering(sock, time.monotonic() + LINGER_SECONDS)
+            self.poller.register(sock, selectors.EVENT_READ, partial(self._drain, lingering))
+        except (OSError, ValueError, KeyError):  # already gone (or closed)
+            util.close(sock)
+            return
+        self.lingering[sock] = lingering
+
+    def _drain(self, lingering: _Lingering, _fileobj: Any = None) -> None:
+        try:
+            while lingering.drained < LINGER_BYTES:
+                data = lingering.sock.recv(4096)
+                if not data:
+                    break
+                lingering.drained += len(data)
+        except BlockingIOError:
+            return  # nothing more yet; the peer has not closed
+        except OSError:  # reset: nothing more will come either
+            self._end_linger(lingering)
+            return
+        self._end_linger(lingering)
+
+    def _end_linger(self, lingering: _Lingering) -> None:
+        self.lingering.pop(lingering.sock, None)
+        with contextlib.suppress(KeyError, ValueError, OSError):
+            self.poller.unregister(lingering.sock)
+        util.close(lingering.sock)
+
+    def expire_lingering(self, now: float) -> None:
+        while self.lingering:
+            lingering = next(iter(self.lingering.values()))
+            if lingering.deadline > now:
+                break
+            self._end_linger(lingering)

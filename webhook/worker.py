@@ -14,11 +14,8 @@ once the whole head is in (or the buffer is full); its reads of the request then
 as many seconds from when it took the connection, so a client stalling its body holds a thread
 that long at most, and each write is bounded too.
 
-The loop itself must not block either. gthread closes a finished connection on it with
-gunicorn.util.close_graceful (RFC 9112 section 9.6: send FIN, then read what the peer still sends
-so that a reset does not cut the response short), which waits up to two seconds for the peer to
-close: a client that does not close stops the loop, every connection included, for that long.
-Here the same linger runs on the poller.
+The loop itself must not block either: a finished connection lingers on the poller
+(webhook/gunicorn_parts.py PollerLinger), not in gunicorn's blocking close_graceful.
 
 A request the application can answer without blocking (webhook/inline.py) is not handed to a
 thread at all: the loop also waits for its body, under a deadline of its own as on a thread,
@@ -31,7 +28,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import selectors
-import socket
 import ssl
 import time
 from dataclasses import dataclass, field
@@ -39,11 +35,11 @@ from functools import partial
 from typing import Any
 
 import structlog
-from gunicorn import http, util
+from gunicorn import http
 from gunicorn import sock as gsock
 from gunicorn.workers.gthread import STOP_KEEPALIVE_LINGER, TConn, ThreadWorker
 
-from webhook.gunicorn_parts import DeadlineUnreader, FixedConfig
+from webhook.gunicorn_parts import DeadlineUnreader, FixedConfig, PollerLinger
 from webhook.inline import BufferUnreader, body_length, parse_head, respond
 
 log = structlog.get_logger("priogate.server")
@@ -53,10 +49,6 @@ DEFAULT_CLIENT_DEADLINE_SECONDS = 10.0
 # limit_request_fields, limit_request_field_size) then refuse it or read the rest, bounded.
 HEAD_BUFFER_BYTES = 64 * 1024
 END_OF_HEAD = b"\r\n\r\n"
-# gunicorn.util.close_graceful's defaults: how long a closed connection waits for the peer's FIN,
-# and how much it reads meanwhile.
-LINGER_SECONDS = 2.0
-LINGER_BYTES = 64 * 1024
 
 
 class _Conn(TConn):
@@ -67,19 +59,14 @@ class _Conn(TConn):
         super().__init__(*args)
         self.worker = worker
         self.served_inline = 0
+        # The callback of every wait for the socket to be readable (on_client_socket_readable).
+        self.readable = partial(worker.on_client_socket_readable, self)
 
     def close(self, graceful: bool = False) -> None:
         if graceful:
             self.worker.linger(self.sock)
         else:
             super().close()
-
-
-@dataclass(eq=False)
-class _Lingering:
-    sock: Any
-    deadline: float
-    drained: int = 0
 
 
 @dataclass(eq=False)
@@ -109,7 +96,7 @@ class _Departure:
     events: int = 0
 
 
-class GatedThreadWorker(ThreadWorker):
+class GatedThreadWorker(PollerLinger, ThreadWorker):
     """`worker_class` for webhook/server.py. The deadline comes from the application object
     (WebhookServer.client_deadline_seconds)."""
 
@@ -125,16 +112,34 @@ class GatedThreadWorker(ThreadWorker):
         # one is always the next to expire.
         self.arrivals: dict[TConn, _Arrival] = {}
         self.departures: dict[TConn, _Departure] = {}  # inline responses being sent, oldest first
-        self.lingering: dict[Any, _Lingering] = {}  # closed connections, oldest first
         self._stop_by: float | None = None
         # The application's `serves_inline(path)`, if it has one (webhook/app.py): whether it
         # answers a request for `path` without blocking, so the loop may answer it itself.
         self._serves_inline: Any = None
         self._fixed_cfg = FixedConfig(self.cfg)
+        self._next_heartbeat = self._next_parent_check = 0.0
 
     def run(self) -> None:
         self._serves_inline = getattr(self.wsgi, "serves_inline", None)  # loaded by init_process
         super().run()
+
+    # ThreadWorker.run calls these two on every turn of its loop, a system call each (utime on
+    # the heartbeat file, getppid), which under load is every request or two. The arbiter wants
+    # a heartbeat within `timeout` (30 s) and an idle loop turns once a second, so once a second
+    # is as often as an idle gthread worker does either.
+
+    def notify(self) -> None:
+        now = time.monotonic()
+        if now >= self._next_heartbeat:
+            self._next_heartbeat = now + 1.0
+            super().notify()
+
+    def is_parent_alive(self) -> bool:
+        now = time.monotonic()
+        if now < self._next_parent_check:
+            return True
+        self._next_parent_check = now + 1.0
+        return super().is_parent_alive()
 
     # ---- the gate: runs on the poller loop (the main thread) ---------------------------------
 
@@ -162,15 +167,20 @@ class GatedThreadWorker(ThreadWorker):
         self._admit(conn, shaken=not self.cfg.is_ssl)
 
     def on_client_socket_readable(self, conn: TConn, client: Any) -> None:
-        # A kept-alive connection's next request: through the gate again, not straight to a thread.
-        # It stays registered, for the same event: only the callback changes, which costs the
-        # poller no system call (selectors' modify), nor does changing it back after an inline
-        # answer.
-        self.keepalived_conns.remove(conn)
-        arrival = _Arrival(conn, self._deadline(), shaken=True, events=selectors.EVENT_READ)
-        self.poller.modify(client, selectors.EVENT_READ, partial(self._advance, arrival))
-        self.arrivals[conn] = arrival
-        self._advance(arrival)
+        # Every wait for a connection to be readable ends here: more of a request or response
+        # under way, or a kept-alive connection's next request, which goes through the gate
+        # again, not straight to a thread. So the socket stays registered as it is from one
+        # inline answer to the next, and those cost the poller nothing.
+        state = self.arrivals.get(conn) or self.departures.get(conn)
+        if isinstance(state, _Arrival):
+            self._advance(state)
+        elif state is not None:
+            self._send(state)
+        else:
+            self.keepalived_conns.remove(conn)
+            arrival = _Arrival(conn, self._deadline(), shaken=True, events=selectors.EVENT_READ)
+            self.arrivals[conn] = arrival
+            self._advance(arrival)
 
     def _deadline(self) -> float:
         deadline = time.monotonic() + self.deadline_seconds
@@ -245,7 +255,7 @@ class GatedThreadWorker(ThreadWorker):
     def _wait(self, state: _Arrival | _Departure, events: int, step: Any) -> None:
         if state.events == events:
             return
-        callback = partial(step, state)
+        callback = state.conn.readable if events == selectors.EVENT_READ else partial(step, state)
         if state.events:
             self.poller.modify(state.conn.sock, events, callback)
         else:
@@ -317,11 +327,10 @@ class GatedThreadWorker(ThreadWorker):
         if not self.alive:
             conn.timeout = min(conn.timeout, time.monotonic() + STOP_KEEPALIVE_LINGER)
         self.keepalived_conns.append(conn)
-        readable = partial(self.on_client_socket_readable, conn)
-        if departure.events:
-            self.poller.modify(conn.sock, selectors.EVENT_READ, readable)
-        else:
-            self.poller.register(conn.sock, selectors.EVENT_READ, readable)
+        if departure.events == selectors.EVENT_WRITE:
+            self.poller.modify(conn.sock, selectors.EVENT_READ, conn.readable)
+        elif not departure.events:
+            self.poller.register(conn.sock, selectors.EVENT_READ, conn.readable)
 
     def _close(self, arrival: _Arrival) -> None:
         self._forget(arrival)
@@ -330,37 +339,6 @@ class GatedThreadWorker(ThreadWorker):
     def _drop(self, conn: TConn) -> None:
         self.nr_conns -= 1
         conn.close()
-
-    def linger(self, sock: Any) -> None:
-        """gunicorn.util.close_graceful, on the poller."""
-        try:
-            sock.shutdown(socket.SHUT_WR)  # an SSLSocket drops its TLS layer here
-            sock.setblocking(False)
-            lingering = _Lingering(sock, time.monotonic() + LINGER_SECONDS)
-            self.poller.register(sock, selectors.EVENT_READ, partial(self._drain, lingering))
-        except (OSError, ValueError, KeyError):  # already gone (or closed)
-            util.close(sock)
-            return
-        self.lingering[sock] = lingering
-
-    def _drain(self, lingering: _Lingering, _fileobj: Any = None) -> None:
-        try:
-            while lingering.drained < LINGER_BYTES:
-                data = lingering.sock.recv(4096)
-                if not data:
-                    break
-                lingering.drained += len(data)
-        except BlockingIOError:
-            return  # nothing more yet; the peer has not closed
-        except OSError:
-            pass
-        self._end_linger(lingering)
-
-    def _end_linger(self, lingering: _Lingering) -> None:
-        self.lingering.pop(lingering.sock, None)
-        with contextlib.suppress(KeyError, ValueError, OSError):
-            self.poller.unregister(lingering.sock)
-        util.close(lingering.sock)
 
     def murder_pending(self) -> None:
         # Called by ThreadWorker.run on every turn of the loop (at least once a second), also
@@ -387,11 +365,7 @@ class GatedThreadWorker(ThreadWorker):
             log.debug("response deadline passed", peer=_peer(departure.conn.client))
             self._forget(departure)
             self._drop(departure.conn)
-        while self.lingering:
-            lingering = next(iter(self.lingering.values()))
-            if lingering.deadline > now:
-                break
-            self._end_linger(lingering)
+        self.expire_lingering(now)
 
     # ---- the thread ---------------------------------------------------------------------------
 
