@@ -63,13 +63,15 @@ class BufferUnreader(Unreader):
         return self.take_buffered() + b"".join(self._pending)
 
 
-def parse_head(cfg: Any, data: bytes, peer: Any, number: int) -> tuple[Request, BufferUnreader] | None:
+def parse_head(cfg: Any, data: bytes, peer: Any) -> tuple[Request, BufferUnreader] | None:
     """gunicorn's Request for a complete head in `data`, or None when it cannot be served from
     memory: a bad head (a thread parses it again and answers gunicorn's 4xx, as for any request)
     or one whose end is not in `data` yet."""
     unreader = BufferUnreader(data)
     try:
-        return Request(cfg, unreader, peer, number), unreader
+        # The request's number on its connection matters only to the PROXY protocol, which
+        # inline answers do not serve (webhook/worker.py).
+        return Request(cfg, unreader, peer, 1), unreader
     except (Incomplete, ParseException, StopIteration):
         return None
 
@@ -161,9 +163,9 @@ def respond(worker: Any, cfg: FixedConfig, req: Request, conn: Any) -> tuple[byt
         cfg.pre_request(worker, req)
         started = datetime.now()
         resp = BufferedResponse(req, conn.sock, cfg)
-        if isinstance(conn.server, tuple) and req.proxy_protocol_info is None:
+        if isinstance(conn.server, tuple):
             environ = environ_for(req, conn, cfg)
-        else:  # a unix socket or the PROXY protocol: gunicorn's own rules for the addresses
+        else:  # a unix socket: gunicorn's own rules for the server's name and port
             resp, environ = wsgi.create(req, conn.sock, conn.client, conn.server, cfg, BufferedResponse)
             environ["wsgi.multithread"] = True
         worker.nr += 1

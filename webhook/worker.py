@@ -58,7 +58,6 @@ class _Conn(TConn):
     def __init__(self, worker: GatedThreadWorker, *args: Any) -> None:
         super().__init__(*args)
         self.worker = worker
-        self.served_inline = 0
         # The callback of every wait for the socket to be readable (on_client_socket_readable).
         self.readable = partial(worker.on_client_socket_readable, self)
 
@@ -120,7 +119,11 @@ class GatedThreadWorker(PollerLinger, ThreadWorker):
         self._next_heartbeat = self._next_parent_check = 0.0
 
     def run(self) -> None:
-        self._serves_inline = getattr(self.wsgi, "serves_inline", None)  # loaded by init_process
+        # With the PROXY protocol, only a connection's first request carries its header, and a
+        # thread's parser counts the requests it has seen (gunicorn's Request req_number):
+        # answers on the loop would make it look for the header again, so there are none.
+        if self.cfg.proxy_protocol == "off":
+            self._serves_inline = getattr(self.wsgi, "serves_inline", None)  # loaded by now
         super().run()
 
     # ThreadWorker.run calls these two on every turn of its loop, a system call each (utime on
@@ -236,7 +239,7 @@ class GatedThreadWorker(PollerLinger, ThreadWorker):
         if self._serves_inline is None:
             return False
         conn = arrival.conn
-        parsed = parse_head(self._fixed_cfg, bytes(arrival.head), conn.client, conn.served_inline + 1)
+        parsed = parse_head(self._fixed_cfg, bytes(arrival.head), conn.client)
         if parsed is None:
             return False
         req, unreader = parsed
@@ -285,7 +288,6 @@ class GatedThreadWorker(PollerLinger, ThreadWorker):
     def _serve_inline(self, arrival: _Arrival) -> None:
         del self.arrivals[arrival.conn]  # its registration, if any, passes to the departure
         conn, req = arrival.conn, arrival.req
-        conn.served_inline += 1
         data, keepalive = respond(self, self._fixed_cfg, req, conn)
         # What the application left of the body (gunicorn's Parser.finish_body), so that what
         # remains is whatever the client sent after this request.

@@ -57,7 +57,7 @@ def test_the_loop_waits_only_for_a_body_of_known_length():
     cfg = config()
 
     def length(data: bytes) -> int | None:
-        parsed = parse_head(cfg, data, ("127.0.0.1", 1), 1)
+        parsed = parse_head(cfg, data, ("127.0.0.1", 1))
         return None if parsed is None else body_length(parsed[0])
 
     assert length(request() + BODY[:10]) == len(BODY)
@@ -75,7 +75,7 @@ def test_the_environ_is_gunicorns_but_for_early_hints():
     cfg = config()
     fixed = FixedConfig(cfg)
     data = request("X-Seen: a\r\nX-Seen: b\r\n").replace(b"/mutate/pods", b"/mutate/p%6Fds?dryRun=1")
-    req, _ = parse_head(fixed, data, ("10.0.0.7", 41000), 1)
+    req, _ = parse_head(fixed, data, ("10.0.0.7", 41000))
     conn = SimpleNamespace(sock=None, client=("10.0.0.7", 41000), server=("0.0.0.0", 8443))
     _, theirs = wsgi.create(req, None, conn.client, conn.server, cfg, BufferedResponse)
     theirs["wsgi.multithread"] = True
@@ -111,7 +111,7 @@ def worker(app: object = None) -> GatedThreadWorker:
 
 def test_respond_answers_as_the_app_does_with_gunicorns_response():
     w = worker(make_app(CLASSES))
-    req, unreader = parse_head(w._fixed_cfg, request() + BODY, ("127.0.0.1", 1), 1)
+    req, unreader = parse_head(w._fixed_cfg, request() + BODY, ("127.0.0.1", 1))
     conn = SimpleNamespace(sock=None, client=("127.0.0.1", 1), server=("127.0.0.1", 8443))
     data, keepalive = respond(w, w._fixed_cfg, req, conn)
     head, _, body = data.partition(b"\r\n\r\n")
@@ -128,7 +128,7 @@ def test_an_app_that_raises_gets_gunicorns_error_page_and_a_close():
         raise RuntimeError("boom")
 
     w = worker(broken)
-    req, _ = parse_head(w._fixed_cfg, request() + BODY, ("127.0.0.1", 1), 1)
+    req, _ = parse_head(w._fixed_cfg, request() + BODY, ("127.0.0.1", 1))
     conn = SimpleNamespace(sock=None, client=("127.0.0.1", 1), server=("127.0.0.1", 8443))
     data, keepalive = respond(w, w._fixed_cfg, req, conn)
     assert data.startswith(b"HTTP/1.1 500 Internal Server Error\r\n")
