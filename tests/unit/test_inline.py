@@ -178,3 +178,18 @@ def test_a_response_the_client_never_takes_is_dropped_at_its_deadline(pair):
     w.murder_pending()
     assert not w.departures and w.nr_conns == 0
     assert server.fileno() == -1  # closed
+
+
+def test_the_heartbeat_and_the_parent_check_run_at_most_once_a_second(monkeypatch):
+    w = worker()
+    beats, checks = [], []
+    monkeypatch.setattr(w.tmp, "notify", lambda: beats.append(1))
+    monkeypatch.setattr(os, "getppid", lambda: checks.append(1) or w.ppid)
+    for _ in range(100):
+        w.notify()
+        assert w.is_parent_alive()
+    assert (len(beats), len(checks)) == (1, 1)
+    w._next_heartbeat = w._next_parent_check = time.monotonic() - 0.001  # a second later
+    w.notify()
+    assert w.is_parent_alive()
+    assert (len(beats), len(checks)) == (2, 2)
