@@ -166,6 +166,7 @@ def main() -> int:
             "python3 -m pip install --target /tmp/py-spy py-spy && PATH=/tmp/py-spy/bin:$PATH"
         )
     body = review(realistic_pod())
+    load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="priogate-bench-") as tmp:
         body_file, lua = Path(tmp) / "body.json", Path(tmp) / "post.lua"
         body_file.write_text(json.dumps(body))
@@ -211,7 +212,7 @@ def main() -> int:
                     f"connections, 1 worker with {args.threads} threads ...",
                     file=sys.stderr,
                 )
-                cpu_before = _cpu_seconds(worker)
+                cpu_before, waited_before = _cpu_seconds(worker), _cpu_wait_seconds(worker)
                 spy = _start_profile(worker, args.profile, args.duration) if args.profile and i == 0 else None
                 out = subprocess.run(cmd, env=env, check=True, capture_output=True, text=True).stdout
                 if spy is not None:
@@ -219,19 +220,26 @@ def main() -> int:
                 cpu_per_admission.append((_cpu_seconds(worker) - cpu_before) / _requests(out) * 1e6)
                 runs.append(parse_wrk(out))
                 cpu = cpu_per_admission[-1]
-                print(f"  {figures(*runs[-1])}; worker CPU {cpu:.0f} us/admission", file=sys.stderr)
+                waited = (_cpu_wait_seconds(worker) - waited_before) / args.duration
+                print(
+                    f"  {figures(*runs[-1])}; worker CPU {cpu:.0f} us/admission; the worker waited for "
+                    f"its CPU {waited:.0%} of the run (other processes on it)",
+                    file=sys.stderr,
+                )
         finally:
             server.stop()
     rate, p50, p99 = sorted(runs)[len(runs) // 2]
     print(f"machine: {cpus} cores, {platform_summary()}")
+    print(f"load average (1 min): {load_before:.2f} at the start, {os.getloadavg()[0]:.2f} at the end")
     print(
         f"in process, per admission: {priogate_us:.0f} us "
         f"(a bare Flask route reading the body: {floor_us:.0f} us)"
     )
     cpu_us = sorted(cpu_per_admission)[len(cpu_per_admission) // 2]
     print(
-        f"server CPU per admission (worker process, all threads): {cpu_us:.0f} us, "
-        f"so {1e6 / cpu_us:,.0f} admissions/s per fully used core"
+        f"server CPU per admission (worker process, all threads): {cpu_us:.0f} us (runs: "
+        f"{', '.join(f'{c:.0f}' for c in cpu_per_admission)}), so {1e6 / cpu_us:,.0f} admissions/s "
+        "per fully used core"
     )
     print(f"runs (admissions/s): {', '.join(f'{r[0]:,.0f}' for r in runs)}; the median run follows")
     if args.profile:
@@ -277,6 +285,14 @@ def _cpu_seconds(pid: int) -> float:
     unlike wall-clock throughput, which other processes on a shared machine also move."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _cpu_wait_seconds(pid: int) -> float:
+    """Time the process's threads spent runnable but waiting for a CPU (/proc schedstat): on a
+    shared machine, how much of the run another process had the worker's core; latency then
+    grows with it whatever the server does."""
+    tasks = Path(f"/proc/{pid}/task").iterdir()
+    return sum(int((t / "schedstat").read_text().split()[1]) for t in tasks) / 1e9
 
 
 def _requests(wrk_output: str) -> int:

@@ -180,6 +180,23 @@ class AdmissionEndpoints:
             r.path: (r, metrics.IN_FLIGHT.labels(r.name), metrics.LATENCY.labels(r.name)) for r in rule_sets
         }
         self._request_counters: dict[tuple[str, str, str], Any] = {}
+        # The priority server's rule sets are pure CPU over watch caches (registry.RuleSet.server)
+        # and answer from a stale cache, so cache_refusal never waits for one once it is listed.
+        self._nonblocking = {
+            r.path: r.needs for r in rule_sets if r.server == "priority" and r.answers_from_stale
+        }
+        self._listed: set[str] = set()
+
+    def serves_inline(self, path: str) -> bool:
+        """Whether a request for `path` is answered without blocking (no I/O, no waits), so the
+        server may answer it on its event loop (webhook/worker.py)."""
+        if path in self._listed:
+            return True
+        needs = self._nonblocking.get(path)
+        if needs is None or self.view.unlisted(needs):
+            return False
+        self._listed.add(path)  # a cache once listed stays so (priogate.kube.cache)
+        return True
 
     def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
         bound = self.by_path.get(environ.get("PATH_INFO", ""))

@@ -14,11 +14,13 @@ once the whole head is in (or the buffer is full); its reads of the request then
 as many seconds from when it took the connection, so a client stalling its body holds a thread
 that long at most, and each write is bounded too.
 
-The loop itself must not block either. gthread closes a finished connection on it with
-gunicorn.util.close_graceful (RFC 9112 section 9.6: send FIN, then read what the peer still sends
-so that a reset does not cut the response short), which waits up to two seconds for the peer to
-close: a client that does not close stops the loop, every connection included, for that long.
-Here the same linger runs on the poller.
+The loop itself must not block either: a finished connection lingers on the poller
+(webhook/gunicorn_parts.py PollerLinger), not in gunicorn's blocking close_graceful.
+
+A request the application can answer without blocking (webhook/inline.py) is not handed to a
+thread at all: the loop also waits for its body, under a deadline of its own as on a thread,
+answers it and writes the response without blocking, lingering on the poller for a client slow
+to take it, under the deadline again.
 """
 
 from __future__ import annotations
@@ -26,7 +28,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import selectors
-import socket
 import ssl
 import time
 from dataclasses import dataclass, field
@@ -34,11 +35,12 @@ from functools import partial
 from typing import Any
 
 import structlog
-from gunicorn import http, util
+from gunicorn import http
 from gunicorn import sock as gsock
-from gunicorn.http.errors import NoMoreData
-from gunicorn.http.unreader import SocketUnreader
 from gunicorn.workers.gthread import STOP_KEEPALIVE_LINGER, TConn, ThreadWorker
+
+from webhook.gunicorn_parts import DeadlineUnreader, FixedConfig, PollerLinger
+from webhook.inline import BufferUnreader, body_length, parse_head, respond
 
 log = structlog.get_logger("priogate.server")
 
@@ -47,56 +49,6 @@ DEFAULT_CLIENT_DEADLINE_SECONDS = 10.0
 # limit_request_fields, limit_request_field_size) then refuse it or read the rest, bounded.
 HEAD_BUFFER_BYTES = 64 * 1024
 END_OF_HEAD = b"\r\n\r\n"
-# gunicorn.util.close_graceful's defaults: how long a closed connection waits for the peer's FIN,
-# and how much it reads meanwhile.
-LINGER_SECONDS = 2.0
-LINGER_BYTES = 64 * 1024
-
-
-_date_cache: tuple[int, str] = (-1, "")
-
-
-def _cached_http_date(timestamp: float | None = None) -> str:
-    """gunicorn.util.http_date, formatted once per second: the Date header has one-second
-    resolution (RFC 9110 section 5.6.7), and gunicorn formats it afresh for every response
-    through email.utils.formatdate, a visible share of a small admission's CPU. The cache is
-    one tuple, replaced whole, so threads never see a second with another second's text."""
-    global _date_cache
-    if timestamp is not None:
-        return _format_http_date(timestamp)
-    second = int(time.time())
-    cached = _date_cache
-    if cached[0] != second:
-        cached = _date_cache = (second, _format_http_date(second))
-    return cached[1]
-
-
-_format_http_date = util.http_date
-# gunicorn.http.wsgi.Response.default_headers calls util.http_date() through the module.
-util.http_date = _cached_http_date
-
-
-class DeadlineUnreader(SocketUnreader):
-    """gunicorn's socket reader, with every read ending at `deadline` (time.monotonic()) at the
-    latest. A passed deadline reads as the client having gone (NoMoreData): gunicorn then closes
-    the connection quietly, as for any client that disconnects mid-request."""
-
-    def __init__(self, sock: Any, deadline: float) -> None:
-        super().__init__(sock)
-        self.deadline = deadline
-
-    def chunk(self, size_hint: int | None = None) -> bytes:
-        remaining = self.deadline - time.monotonic()
-        if remaining <= 0:
-            raise NoMoreData(b"(read deadline passed)")
-        before = self.sock.gettimeout()
-        self.sock.settimeout(remaining)
-        try:
-            return super().chunk(size_hint)
-        except TimeoutError:
-            raise NoMoreData(b"(read deadline passed)") from None
-        finally:
-            self.sock.settimeout(before)
 
 
 class _Conn(TConn):
@@ -106,19 +58,14 @@ class _Conn(TConn):
     def __init__(self, worker: GatedThreadWorker, *args: Any) -> None:
         super().__init__(*args)
         self.worker = worker
+        # The callback of every wait for the socket to be readable (on_client_socket_readable).
+        self.readable = partial(worker.on_client_socket_readable, self)
 
     def close(self, graceful: bool = False) -> None:
         if graceful:
             self.worker.linger(self.sock)
         else:
             super().close()
-
-
-@dataclass(eq=False)
-class _Lingering:
-    sock: Any
-    deadline: float
-    drained: int = 0
 
 
 @dataclass(eq=False)
@@ -130,9 +77,25 @@ class _Arrival:
     shaken: bool
     head: bytearray = field(default_factory=bytearray)
     events: int = 0  # what it waits for in the poller; 0: not registered
+    # Once its head is parsed for an inline answer: the request, its bytes, what is still to come.
+    req: Any = None
+    unreader: BufferUnreader | None = None
+    missing: int = 0
 
 
-class GatedThreadWorker(ThreadWorker):
+@dataclass(eq=False)
+class _Departure:
+    """An inline response the client has not taken in whole yet."""
+
+    conn: _Conn
+    data: memoryview
+    keepalive: bool
+    rest: bytes  # what the client sent after the request (pipelined)
+    deadline: float
+    events: int = 0
+
+
+class GatedThreadWorker(PollerLinger, ThreadWorker):
     """`worker_class` for webhook/server.py. The deadline comes from the application object
     (WebhookServer.client_deadline_seconds)."""
 
@@ -147,8 +110,39 @@ class GatedThreadWorker(ThreadWorker):
         # Oldest first: every arrival gets the same deadline from its admission, so the first
         # one is always the next to expire.
         self.arrivals: dict[TConn, _Arrival] = {}
-        self.lingering: dict[Any, _Lingering] = {}  # closed connections, oldest first
+        self.departures: dict[TConn, _Departure] = {}  # inline responses being sent, oldest first
         self._stop_by: float | None = None
+        # The application's `serves_inline(path)`, if it has one (webhook/app.py): whether it
+        # answers a request for `path` without blocking, so the loop may answer it itself.
+        self._serves_inline: Any = None
+        self._fixed_cfg = FixedConfig(self.cfg)
+        self._next_heartbeat = self._next_parent_check = 0.0
+
+    def run(self) -> None:
+        # With the PROXY protocol, only a connection's first request carries its header, and a
+        # thread's parser counts the requests it has seen (gunicorn's Request req_number):
+        # answers on the loop would make it look for the header again, so there are none.
+        if self.cfg.proxy_protocol == "off":
+            self._serves_inline = getattr(self.wsgi, "serves_inline", None)  # loaded by now
+        super().run()
+
+    # ThreadWorker.run calls these two on every turn of its loop, a system call each (utime on
+    # the heartbeat file, getppid), which under load is every request or two. The arbiter wants
+    # a heartbeat within `timeout` (30 s) and an idle loop turns once a second, so once a second
+    # is as often as an idle gthread worker does either.
+
+    def notify(self) -> None:
+        now = time.monotonic()
+        if now >= self._next_heartbeat:
+            self._next_heartbeat = now + 1.0
+            super().notify()
+
+    def is_parent_alive(self) -> bool:
+        now = time.monotonic()
+        if now < self._next_parent_check:
+            return True
+        self._next_parent_check = now + 1.0
+        return super().is_parent_alive()
 
     # ---- the gate: runs on the poller loop (the main thread) ---------------------------------
 
@@ -176,60 +170,108 @@ class GatedThreadWorker(ThreadWorker):
         self._admit(conn, shaken=not self.cfg.is_ssl)
 
     def on_client_socket_readable(self, conn: TConn, client: Any) -> None:
-        # A kept-alive connection's next request: through the gate again, not straight to a thread.
-        self.poller.unregister(client)
-        self.keepalived_conns.remove(conn)
-        self._admit(conn, shaken=True)
+        # Every wait for a connection to be readable ends here: more of a request or response
+        # under way, or a kept-alive connection's next request, which goes through the gate
+        # again, not straight to a thread. So the socket stays registered as it is from one
+        # inline answer to the next, and those cost the poller nothing.
+        state = self.arrivals.get(conn) or self.departures.get(conn)
+        if isinstance(state, _Arrival):
+            self._advance(state)
+        elif state is not None:
+            self._send(state)
+        else:
+            self.keepalived_conns.remove(conn)
+            arrival = _Arrival(conn, self._deadline(), shaken=True, events=selectors.EVENT_READ)
+            self.arrivals[conn] = arrival
+            self._advance(arrival)
+
+    def _deadline(self) -> float:
+        deadline = time.monotonic() + self.deadline_seconds
+        return deadline if self._stop_by is None else min(deadline, self._stop_by)
 
     def _admit(self, conn: TConn, *, shaken: bool) -> None:
-        deadline = time.monotonic() + self.deadline_seconds
-        if self._stop_by is not None:
-            deadline = min(deadline, self._stop_by)
-        arrival = _Arrival(conn, deadline, shaken)
+        arrival = _Arrival(conn, self._deadline(), shaken)
         self.arrivals[conn] = arrival
         self._advance(arrival)
 
     def _advance(self, arrival: _Arrival, _fileobj: Any = None) -> None:
-        """Take the handshake and the head as far as the bytes at hand allow."""
+        """Take the handshake, the head and (for an inline answer) the body as far as the bytes
+        at hand allow."""
         sock = arrival.conn.sock
         try:
             if not arrival.shaken:
                 sock.do_handshake()
                 arrival.shaken = True
-            while len(arrival.head) < HEAD_BUFFER_BYTES and END_OF_HEAD not in arrival.head:
-                data = sock.recv(HEAD_BUFFER_BYTES)
-                if not data:
-                    self._close(arrival)  # gone before sending a whole request
+            if arrival.unreader is None:
+                while len(arrival.head) < HEAD_BUFFER_BYTES and END_OF_HEAD not in arrival.head:
+                    data = sock.recv(HEAD_BUFFER_BYTES)
+                    if not data:
+                        self._close(arrival)  # gone before sending a whole request
+                        return
+                    arrival.head += data
+                if not self._await_body(arrival):
+                    self._hand_over(arrival)
                     return
-                arrival.head += data
+            while arrival.missing > 0:
+                # Never less than a TLS record: what is read stays nowhere but here, so the
+                # poller sees the socket readable again only for bytes not yet taken.
+                data = sock.recv(max(arrival.missing, HEAD_BUFFER_BYTES))
+                if not data:
+                    self._close(arrival)
+                    return
+                arrival.unreader.feed(data)
+                arrival.missing -= len(data)
         except ssl.SSLWantWriteError:
-            self._wait(arrival, selectors.EVENT_WRITE)
+            self._wait(arrival, selectors.EVENT_WRITE, self._advance)
             return
         except (ssl.SSLWantReadError, BlockingIOError):
-            self._wait(arrival, selectors.EVENT_READ)
+            self._wait(arrival, selectors.EVENT_READ, self._advance)
             return
         except OSError as e:  # a refused handshake (no or a wrong client certificate), a reset
             log.debug("connection closed before its request", peer=_peer(arrival.conn.client), error=str(e))
             self._close(arrival)
             return
-        self._hand_over(arrival)
+        self._serve_inline(arrival)
 
-    def _wait(self, arrival: _Arrival, events: int) -> None:
-        if arrival.events == events:
+    def _await_body(self, arrival: _Arrival) -> bool:
+        """Whether the request is answered on the loop: the application serves its path without
+        blocking, its head parses, and its body has a length the loop may wait for."""
+        if self._serves_inline is None:
+            return False
+        conn = arrival.conn
+        parsed = parse_head(self._fixed_cfg, bytes(arrival.head), conn.client)
+        if parsed is None:
+            return False
+        req, unreader = parsed
+        length = body_length(req)
+        if length is None or not self._serves_inline(req.path):
+            return False
+        arrival.req, arrival.unreader = req, unreader
+        arrival.missing = length - unreader.buffered()
+        if arrival.missing > 0:
+            # The body gets a deadline of its own, as on a thread (handle()); last in the queue.
+            del self.arrivals[conn]
+            arrival.deadline = self._deadline()
+            self.arrivals[conn] = arrival
+        return True
+
+    def _wait(self, state: _Arrival | _Departure, events: int, step: Any) -> None:
+        if state.events == events:
             return
-        callback = partial(self._advance, arrival)
-        if arrival.events:
-            self.poller.modify(arrival.conn.sock, events, callback)
+        callback = state.conn.readable if events == selectors.EVENT_READ else partial(step, state)
+        if state.events:
+            self.poller.modify(state.conn.sock, events, callback)
         else:
-            self.poller.register(arrival.conn.sock, events, callback)
-        arrival.events = events
+            self.poller.register(state.conn.sock, events, callback)
+        state.events = events
 
-    def _forget(self, arrival: _Arrival) -> None:
-        self.arrivals.pop(arrival.conn, None)
-        if arrival.events:
+    def _forget(self, state: _Arrival | _Departure) -> None:
+        table: dict[TConn, Any] = self.arrivals if isinstance(state, _Arrival) else self.departures
+        table.pop(state.conn, None)
+        if state.events:
             with contextlib.suppress(KeyError, ValueError, OSError):
-                self.poller.unregister(arrival.conn.sock)
-            arrival.events = 0
+                self.poller.unregister(state.conn.sock)
+            state.events = 0
 
     def _hand_over(self, arrival: _Arrival) -> None:
         self._forget(arrival)
@@ -243,6 +285,55 @@ class GatedThreadWorker(ThreadWorker):
         conn.data_ready = True
         self.enqueue_req(conn)
 
+    def _serve_inline(self, arrival: _Arrival) -> None:
+        del self.arrivals[arrival.conn]  # its registration, if any, passes to the departure
+        conn, req = arrival.conn, arrival.req
+        data, keepalive = respond(self, self._fixed_cfg, req, conn)
+        # What the application left of the body (gunicorn's Parser.finish_body), so that what
+        # remains is whatever the client sent after this request.
+        while req.body.read(HEAD_BUFFER_BYTES):
+            continue
+        rest = arrival.unreader.rest()
+        departure = _Departure(conn, memoryview(data), keepalive, rest, self._deadline(), arrival.events)
+        self.departures[conn] = departure
+        self._send(departure)
+
+    def _send(self, departure: _Departure, _fileobj: Any = None) -> None:
+        sock = departure.conn.sock
+        try:
+            while departure.data:
+                departure.data = departure.data[sock.send(departure.data) :]
+        except (ssl.SSLWantWriteError, BlockingIOError):
+            self._wait(departure, selectors.EVENT_WRITE, self._send)
+            return
+        except ssl.SSLWantReadError:  # TLS 1.3 post-handshake messages to read first
+            self._wait(departure, selectors.EVENT_READ, self._send)
+            return
+        except OSError as e:
+            log.debug("closed before its response", peer=_peer(departure.conn.client), error=str(e))
+            self._forget(departure)
+            self._drop(departure.conn)
+            return
+        conn = departure.conn
+        if not departure.keepalive or departure.rest:
+            self._forget(departure)
+            if departure.keepalive:  # a pipelined request: a thread takes it, with what has come
+                self._hand_over(_Arrival(conn, self._deadline(), True, bytearray(departure.rest)))
+            else:
+                self.nr_conns -= 1
+                conn.close(graceful=True)
+            return
+        # Back to the kept-alive connections, as ThreadWorker.finish_request does.
+        del self.departures[conn]
+        conn.timeout = time.monotonic() + self._fixed_cfg.keepalive  # TConn.set_timeout
+        if not self.alive:
+            conn.timeout = min(conn.timeout, time.monotonic() + STOP_KEEPALIVE_LINGER)
+        self.keepalived_conns.append(conn)
+        if departure.events == selectors.EVENT_WRITE:
+            self.poller.modify(conn.sock, selectors.EVENT_READ, conn.readable)
+        elif not departure.events:
+            self.poller.register(conn.sock, selectors.EVENT_READ, conn.readable)
+
     def _close(self, arrival: _Arrival) -> None:
         self._forget(arrival)
         self._drop(arrival.conn)
@@ -251,37 +342,6 @@ class GatedThreadWorker(ThreadWorker):
         self.nr_conns -= 1
         conn.close()
 
-    def linger(self, sock: Any) -> None:
-        """gunicorn.util.close_graceful, on the poller."""
-        try:
-            sock.shutdown(socket.SHUT_WR)  # an SSLSocket drops its TLS layer here
-            sock.setblocking(False)
-            lingering = _Lingering(sock, time.monotonic() + LINGER_SECONDS)
-            self.poller.register(sock, selectors.EVENT_READ, partial(self._drain, lingering))
-        except (OSError, ValueError, KeyError):  # already gone (or closed)
-            util.close(sock)
-            return
-        self.lingering[sock] = lingering
-
-    def _drain(self, lingering: _Lingering, _fileobj: Any = None) -> None:
-        try:
-            while lingering.drained < LINGER_BYTES:
-                data = lingering.sock.recv(4096)
-                if not data:
-                    break
-                lingering.drained += len(data)
-        except BlockingIOError:
-            return  # nothing more yet; the peer has not closed
-        except OSError:
-            pass
-        self._end_linger(lingering)
-
-    def _end_linger(self, lingering: _Lingering) -> None:
-        self.lingering.pop(lingering.sock, None)
-        with contextlib.suppress(KeyError, ValueError, OSError):
-            self.poller.unregister(lingering.sock)
-        util.close(lingering.sock)
-
     def murder_pending(self) -> None:
         # Called by ThreadWorker.run on every turn of the loop (at least once a second), also
         # while stopping: expire arrivals and lingering closes as gunicorn expires its own
@@ -289,22 +349,25 @@ class GatedThreadWorker(ThreadWorker):
         super().murder_pending()
         now = time.monotonic()
         if not self.alive and self._stop_by is None:
-            # Stopping: like kept-alive connections (ThreadWorker._cap_keepalive), arrivals get a
-            # short while to finish their request, not their whole deadline.
+            # Stopping: like kept-alive connections (ThreadWorker._cap_keepalive), arrivals and
+            # departures get a short while to finish, not their whole deadline.
             self._stop_by = now + STOP_KEEPALIVE_LINGER
-            for arrival in self.arrivals.values():
-                arrival.deadline = min(arrival.deadline, self._stop_by)
+            for state in (*self.arrivals.values(), *self.departures.values()):
+                state.deadline = min(state.deadline, self._stop_by)
         while self.arrivals:
             arrival = next(iter(self.arrivals.values()))
             if arrival.deadline > now:
                 break
             log.debug("request head deadline passed", peer=_peer(arrival.conn.client))
             self._close(arrival)
-        while self.lingering:
-            lingering = next(iter(self.lingering.values()))
-            if lingering.deadline > now:
+        while self.departures:
+            departure = next(iter(self.departures.values()))
+            if departure.deadline > now:
                 break
-            self._end_linger(lingering)
+            log.debug("response deadline passed", peer=_peer(departure.conn.client))
+            self._forget(departure)
+            self._drop(departure.conn)
+        self.expire_lingering(now)
 
     # ---- the thread ---------------------------------------------------------------------------
 

@@ -7,7 +7,7 @@ import time
 
 from gunicorn import util
 
-from webhook import worker
+from webhook import gunicorn_parts as worker
 
 
 def test_gunicorn_formats_its_date_header_through_the_cache():
