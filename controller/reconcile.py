@@ -60,6 +60,13 @@ def _bound_active(pod: Mapping[str, Any]) -> bool:
     )
 
 
+def _version(obj: Mapping[str, Any]) -> tuple[str, str]:
+    """(uid, resourceVersion): an object's content is the same while both are."""
+    meta = obj.get("metadata") or {}
+    uid = str(meta.get("uid") or f"{meta.get('namespace')}/{meta.get('name')}")
+    return uid, str(meta.get("resourceVersion") or "")
+
+
 def _active(pod: Mapping[str, Any]) -> bool:
     return (pod.get("status") or {}).get("phase") not in TERMINAL_POD_PHASES
 
@@ -109,6 +116,10 @@ class Reconciler:
         self.caches = caches
         self.preemptor = preemptor
         self._view: _EnqueueInputs | None = None
+        # uid -> (resourceVersion, its BoundPod or None), and uid -> (what a group's demand was
+        # computed from, the demand): _cluster's parts, kept across rebuilds
+        self._bound_memo: dict[str, tuple[str, enqueue.BoundPod | None]] = {}
+        self._demand_memo: dict[str, tuple[tuple[Any, ...], enqueue.GroupDemand]] = {}
         # namespace -> (the caches' generations it was computed at, over_quota's answer)
         self._over_quota: dict[str, tuple[tuple[int, int], str | None]] = {}
 
@@ -171,27 +182,62 @@ class Reconciler:
             return self._view
         members: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
         bound = []
+        # Rebuilt after every change (each status write is one), so each pod's and each group's
+        # part is kept by object version and only what changed is computed again.
+        bound_memo: dict[str, tuple[str, enqueue.BoundPod | None]] = {}
         for pod in self.caches.pods.items():
             name = group_of(pod)
             if name:
                 members.setdefault((pod["metadata"].get("namespace", ""), name), []).append(pod)
-            if _bound_active(pod):
-                bound.append(enqueue.BoundPod(_priority_of(pod), _requests(pod)))
+            uid, version = _version(pod)
+            known = self._bound_memo.get(uid)
+            if known is None or known[0] != version or not version:  # no version: nothing to key on
+                active = _bound_active(pod)
+                known = (version, enqueue.BoundPod(_priority_of(pod), _requests(pod)) if active else None)
+            bound_memo[uid] = known
+            if known[1] is not None:
+                bound.append(known[1])
+        self._bound_memo = bound_memo
         groups = []
+        demand_memo: dict[str, tuple[tuple[Any, ...], enqueue.GroupDemand]] = {}
         for group in self.caches.podgroups.items():
             if ((group.get("status") or {}).get("phase") or "") not in FINISHED_PHASES:
                 meta = group["metadata"]
-                demand = self.demand(group, members.get((meta["namespace"], meta["name"]), []))
-                if demand.phase in enqueue.WAITING_PHASES and demand.min_resources:
-                    quotas = list(self.caches.quotas.namespace(meta["namespace"]).values())
-                    try:
-                        blocked = enqueue.check_quota(demand, quotas, []) is not None
-                    except ValueError:
-                        blocked = True  # a malformed quota holds it back (enqueue_verdict says so)
-                    demand = dataclasses.replace(demand, quota_blocked=blocked)
+                group_members = members.get((meta["namespace"], meta["name"]), [])
+                uid, version = _version(group)
+                memo_key = (
+                    version,
+                    tuple(_version(p) for p in group_members),
+                    self.caches.classes.generation,
+                    self.caches.quotas.namespace_generation(meta["namespace"]),
+                )
+                known = self._demand_memo.get(uid)
+                versioned = bool(version) and all(v for _, v in memo_key[1])  # else nothing to key on
+                if known is None or known[0] != memo_key or not versioned:
+                    known = (memo_key, self._waiting_demand(group, group_members))
+                demand_memo[uid] = known
+                demand = known[1]
+                backing_off = enqueue.backing_off(group.get("status"), time.time(), self.enqueue_backoff)
+                if demand.backing_off != backing_off:  # the one part that changes with time alone
+                    demand = dataclasses.replace(demand, backing_off=backing_off)
                 groups.append(demand)
+        self._demand_memo = demand_memo
         self._view = _EnqueueInputs(key, _allocatable(self.caches.nodes.items()), bound, groups)
         return self._view
+
+    def _waiting_demand(
+        self, group: Mapping[str, Any], members: Sequence[Mapping[str, Any]]
+    ) -> enqueue.GroupDemand:
+        """The group's demand, and for a waiting group whether its own quota refuses it."""
+        demand = self.demand(group, members)
+        if demand.phase in enqueue.WAITING_PHASES and demand.min_resources:
+            quotas = list(self.caches.quotas.namespace(demand.namespace).values())
+            try:
+                blocked = enqueue.check_quota(demand, quotas, []) is not None
+            except ValueError:
+                blocked = True  # a malformed quota holds it back (enqueue_verdict says so)
+            demand = dataclasses.replace(demand, quota_blocked=blocked)
+        return demand
 
     def enqueue_verdict(self, demand: enqueue.GroupDemand) -> phase.EnqueueVerdict:
         if demand.phase == Phase.INQUEUE and enqueue.inqueue_timed_out(

@@ -106,3 +106,68 @@ def test_a_waiting_group_its_own_quota_refuses_holds_nothing_in_other_namespaces
     assert phase_of(r, g) == "Pending"  # without the quota, the older group is ahead
     r.caches.quotas.apply_event("ADDED", quota)
     assert phase_of(r, g) == "Inqueue"
+
+
+def test_the_enqueue_inputs_kept_across_changes_equal_a_fresh_build():
+    """_cluster keeps each pod's and group's part by resourceVersion; after changes it must read
+    exactly what a reconciler that never saw the old objects reads."""
+
+    def versioned(obj: dict, version: int) -> dict:
+        obj["metadata"]["resourceVersion"] = str(version)
+        obj["metadata"].setdefault("uid", f"uid-{obj['metadata']['name']}")
+        return obj
+
+    groups = [
+        versioned(
+            podgroup(
+                f"g{i}", namespace="ns", min_member=2, min_resources={"cpu": "1"}, priority_class="high"
+            ),
+            1,
+        )
+        for i in range(3)
+    ]
+    pods = [
+        versioned(pod(f"m{i}", namespace="ns", cpu="1", priority=100, group=f"g{i % 3}"), 1) for i in range(6)
+    ]
+    kept = reconciler(pods, groups)
+    kept._cluster()
+    # A member bound, a group Inqueue, a group's demand raised, a member gone, a new pod.
+    changes = [
+        (
+            "pods",
+            "MODIFIED",
+            versioned(pod("m0", namespace="ns", cpu="1", priority=100, group="g0", node="n1"), 2),
+        ),
+        (
+            "podgroups",
+            "MODIFIED",
+            versioned(
+                podgroup(
+                    "g1",
+                    namespace="ns",
+                    min_member=2,
+                    min_resources={"cpu": "1"},
+                    priority_class="high",
+                    phase="Inqueue",
+                ),
+                2,
+            ),
+        ),
+        (
+            "podgroups",
+            "MODIFIED",
+            versioned(
+                podgroup(
+                    "g2", namespace="ns", min_member=2, min_resources={"cpu": "3"}, priority_class="high"
+                ),
+                3,
+            ),
+        ),
+        ("pods", "DELETED", pods[4]),
+        ("pods", "ADDED", versioned(pod("other", namespace="ns", cpu="2", priority=5, node="n1"), 4)),
+    ]
+    for cache, kind, obj in changes:
+        getattr(kept.caches, cache).apply_event(kind, obj)
+        fresh = reconciler(list(kept.caches.pods.items()), list(kept.caches.podgroups.items()))
+        assert kept._cluster().groups == fresh._cluster().groups, (cache, kind)
+        assert kept._cluster().bound == fresh._cluster().bound, (cache, kind)
