@@ -33,7 +33,7 @@ from priogate.podgroup import (
     Phase,
     group_of,
 )
-from priogate.quota import over_reserved
+from priogate.quota import Reservation, over_reserved
 from priogate.resources import ResourceList, add, parse_resource_list, pod_requests
 
 log = structlog.get_logger("priogate.controller.reconcile")
@@ -120,6 +120,7 @@ class Reconciler:
         # computed from, the demand): _cluster's parts, kept across rebuilds
         self._bound_memo: dict[str, tuple[str, enqueue.BoundPod | None]] = {}
         self._demand_memo: dict[str, tuple[tuple[Any, ...], enqueue.GroupDemand]] = {}
+        self._reservations: dict[str, tuple[str, Reservation | None]] = {}  # over_quota's, by uid
         # namespace -> (the caches' generations it was computed at, over_quota's answer)
         self._over_quota: dict[str, tuple[tuple[int, int], str | None]] = {}
 
@@ -355,10 +356,19 @@ class Reconciler:
     def _over_quota_now(self, namespace: str) -> str | None:
         reservations = []
         for stored in self.caches.podgroups.namespace(namespace).values():
-            try:
-                reservations.append(entry_of_group(stored, "").reservation())
-            except (ValueError, TypeError):
-                continue
+            uid, version = _version(stored)
+            known = self._reservations.get(uid)
+            if known is None or known[0] != version or not version:
+                try:
+                    known = (version, entry_of_group(stored, "").reservation())
+                except (ValueError, TypeError):
+                    known = (version, None)
+                self._reservations[uid] = known
+            if known[1] is not None:
+                reservations.append(known[1])
+        if len(self._reservations) > 2 * len(self.caches.podgroups.items()) + 64:
+            live = {_version(g)[0] for g in self.caches.podgroups.items()}
+            self._reservations = {uid: r for uid, r in self._reservations.items() if uid in live}
         if not reservations:
             return None
         try:
