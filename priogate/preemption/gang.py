@@ -18,11 +18,11 @@ counting (see critical); otherwise every takable unit is walked.
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from operator import itemgetter
 
-from priogate.preemption.critical import PINNED, Order, critical_start
+from priogate.preemption.critical import Order, critical_start
 from priogate.preemption.fit import need_of, static_failure, static_signature
 from priogate.preemption.nodes import nominated_load
 from priogate.preemption.outcome import PDB_STRICT_REASON, Outcome, fits, unresolved, with_note
@@ -61,7 +61,7 @@ class Problem:
 class Solution:
     placement: Mapping[str, str]
     taken: tuple[Taken, ...]
-    violating: frozenset[str]
+    violating: frozenset[str]  # keys of the taken pods beyond a PDB allowance
     exhausted: bool
 
 
@@ -105,24 +105,52 @@ def _problem(state: ClusterState, request: GangRequest, members: Sequence[PodInf
     return Problem(key, priority, dims, tuple(classes), tuple(sorted(usable)), now, base, failures)
 
 
-def _violating(
-    state: ClusterState, index: UnitIndex, r0: int, skip: int | None, nodes: set[str]
-) -> tuple[frozenset[str], set[int]]:
-    """Victim pods (and their units' ranks) whose eviction exceeds a PDB allowance: walking
-    the takable units on the members' possible nodes in rank order, each PDB's allowance is
-    used up by its first pods (filterPodsWithPDBViolation over the gang's domain)."""
-    pods: set[str] = set()
-    ranks: set[int] = set()
-    for i, members in index.pdb_members.items():
-        allowed = state.pdbs[i].disruptions_allowed
-        for rank, pod in members[bisect_left(members, r0, key=itemgetter(0)) :]:
-            if rank == skip or pod.node_name not in nodes:
+class Violations:
+    """Which takable units' pods exceed a PDB allowance (filterPodsWithPDBViolation over the
+    gang's domain): walking the takable units on the members' possible nodes in rank order,
+    each PDB's allowance is used up by its first pods, and every later counted pod of it
+    violates. Per PDB only where its allowance runs out is found up front (a few steps: the
+    allowance is small); whether a given unit violates is answered on demand, since a decision
+    asks about the units of a few nodes only."""
+
+    def __init__(self, state: ClusterState, index: UnitIndex, r0: int, skip: int | None, nodes: set[str]):
+        self.index, self.skip, self.nodes = index, skip, nodes
+        self.cutoff: dict[int, int] = {}  # PDB -> position in its members of the first violator
+        for i, members in index.pdb_members.items():
+            allowed = state.pdbs[i].disruptions_allowed
+            for j in range(bisect_left(members, r0, key=itemgetter(0)), len(members)):
+                if self._counted(members[j]):
+                    allowed -= 1
+                    if allowed < 0:
+                        self.cutoff[i] = j
+                        break
+
+    def _counted(self, entry: tuple[int, PodInfo]) -> bool:
+        return entry[0] != self.skip and entry[1].node_name in self.nodes
+
+    def _pods(self, rank: int) -> list[PodInfo]:
+        """The unit's pods beyond some PDB's allowance."""
+        out = []
+        for i in self.index.pdbs_of_rank.get(rank, ()):
+            cutoff = self.cutoff.get(i)
+            if cutoff is None:
                 continue
-            allowed -= 1
-            if allowed < 0:
-                pods.add(pod.key)
-                ranks.add(rank)
-    return frozenset(pods), ranks
+            members = self.index.pdb_members[i]
+            j = max(bisect_left(members, rank, key=itemgetter(0)), cutoff)
+            while j < len(members) and members[j][0] == rank:
+                if self._counted(members[j]):
+                    out.append(members[j][1])
+                j += 1
+        return out
+
+    def rank(self, rank: int) -> bool:
+        return bool(self._pods(rank))
+
+    def pods(self, taken: Iterable[Taken]) -> frozenset[str]:
+        """The keys of the taken pods that violate."""
+        return frozenset(
+            p.key for t in taken for p in self._pods(t.unit.rank) if any(p.key == q.key for q in t.pods)
+        )
 
 
 def solve(
@@ -134,12 +162,9 @@ def solve(
     r0 = index.first_below(problem.priority)  # rank of the first unit below the gang
     own = index.rank_of.get(problem.key)
     pinned = own if own is not None and own >= r0 else None  # the gang's own placed members
-    violating, violating_ranks = _violating(state, index, r0, pinned, set(problem.nodes))
-    opted = {r for r in index.opted_ranks if r >= r0} if include_opted_out else set()
-    segments = {r: 2 * (r not in opted) + (r not in violating_ranks) for r in opted | violating_ranks}
-    if pinned is not None:
-        segments[pinned] = PINNED
-    order = Order(r0, index.stride, segments)
+    violations = Violations(state, index, r0, pinned, set(problem.nodes))
+    opted = frozenset(r for r in index.opted_ranks if r >= r0) if include_opted_out else frozenset()
+    order = Order(r0, index.stride, pinned, opted, violations.rank)
     packer = Packer(problem.classes)
     if len(problem.classes) == 1 and not walk_all:
         start = critical_start(index, order, problem.classes[0], problem.dims, problem.base)
@@ -155,7 +180,7 @@ def solve(
         return "exhausted" if packer.exhausted else "infeasible"
     reprieve = Reprieve(problem.dims, packer, free, placement, state.vectors)
     taken = run_reprieve(reprieve, units)
-    return Solution(reprieve.placement, tuple(taken), violating, packer.exhausted)
+    return Solution(reprieve.placement, tuple(taken), violations.pods(taken), packer.exhausted)
 
 
 def _walk_everything(
