@@ -19,11 +19,12 @@ from __future__ import annotations
 import heapq
 import math
 from bisect import bisect_left, bisect_right
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass, field
 from operator import itemgetter
 
 from priogate.preemption.packing import MemberClass
+from priogate.preemption.space import FreeSpace
 from priogate.preemption.units import NodeUnits, Unit, UnitIndex
 
 NORMAL = 3  # the segment of units that are not special
@@ -174,12 +175,24 @@ def _suffix_bound(
     return NORMAL * order.stride + rows.ranks[at]
 
 
+def _coarse(
+    index: UnitIndex, r0: int, nodes: Collection[str], hosting: Collection[str]
+) -> Iterator[tuple[int, str]]:
+    """(rank of the least important entry, node) of the nodes with a takable unit that a
+    member may use and cannot use as they are, descending."""
+    for last, node in reversed(index.by_last):
+        if last < r0:
+            return
+        if node in nodes and node not in hosting:
+            yield last, node
+
+
 def critical_start(
     index: UnitIndex,
     order: Order,
     member: MemberClass,
     dims: Sequence[int],
-    base: Mapping[str, Sequence[int]],
+    base: FreeSpace,
 ) -> Start | None:
     """The reprieve state at its first failure (cursor inf: everything comes back), or None
     when the members cannot be placed even with every takable unit removed.
@@ -190,17 +203,16 @@ def critical_start(
     node's least important entry (free), then, when that reaches the top, the position found
     by bisecting the node's prefix sums as if no unit were special (see _suffix_bound)."""
     vec = member.vector
-    heap: list[tuple[float, int, str, int]] = []  # (-value, 0 exact / 1 bound / 2 coarse, node, members)
     normal = NORMAL * order.stride
     per_node = index.per_node
-    for node in member.nodes:  # entries are fully ordered (names differ): no need to sort
-        if _holds(base[node], vec):
-            heap.append((-math.inf, 1, node, 0))
-            continue
-        rows = per_node.get(node)
-        if rows is None or rows.ranks[-1] < order.r0:
-            continue  # nothing to remove here and no room now
-        heap.append((-(normal + rows.ranks[-1]), 2, node, 0))
+    # Nodes that hold a member with nothing removed, then the others, one at a time, by
+    # their least important entry (the coarse bound), most important first.
+    hosting = {n for n in base.candidates(vec) if n in member.nodes and _holds(base[n], vec)}
+    heap: list[tuple[float, int, str, int]] = [(-math.inf, 1, n, 0) for n in hosting]
+    coarse = _coarse(index, order.r0, member.nodes, hosting)
+    following = next(coarse, None)
+    if following is not None:
+        heap.append((-(normal + following[0]), 2, following[1], 0))
     heapq.heapify(heap)
     layouts: dict[str, _Layout] = {}
     first: dict[str, float] = {}
@@ -210,6 +222,9 @@ def critical_start(
         if cursor is not None and -negative < cursor:
             break
         if kind == 2:  # replace the coarse bound by the suffix bound, if the node can help at all
+            following = next(coarse, None)
+            if following is not None:
+                heapq.heappush(heap, (-(normal + following[0]), 2, following[1], 0))
             bound = _suffix_bound(per_node[node], order, dims, base[node], vec)
             if bound > -math.inf:
                 heapq.heappush(heap, (-bound, 1, node, 0))

@@ -24,7 +24,6 @@ from operator import itemgetter
 
 from priogate.preemption.critical import Order, critical_start
 from priogate.preemption.fit import need_of, static_failure, static_signature
-from priogate.preemption.nodes import nominated_load
 from priogate.preemption.outcome import PDB_STRICT_REASON, Outcome, fits, unresolved, with_note
 from priogate.preemption.packing import MemberClass, Packer
 from priogate.preemption.policy import PreemptionPolicy
@@ -32,7 +31,9 @@ from priogate.preemption.reprieve import Reprieve, Taken, run_reprieve
 from priogate.preemption.shaped import exceeds_pdbs
 from priogate.preemption.single import NOT_ELIGIBLE_NEVER, NOT_ELIGIBLE_TERMINATING, waiting_for_victims
 from priogate.preemption.snapshot import PodGroupInfo, PodInfo
+from priogate.preemption.space import FreeSpace
 from priogate.preemption.state import ClusterState, importance_key
+from priogate.preemption.table import screen_table
 from priogate.preemption.units import GROUP_PREFIX, Unit, UnitIndex, group_members, unit_index
 
 
@@ -52,8 +53,8 @@ class Problem:
     dims: tuple[int, ...]  # full-vector dimensions the members ask for
     classes: tuple[MemberClass, ...]
     nodes: tuple[str, ...]  # sorted nodes some member may use (static filters)
-    now: Mapping[str, tuple[int, ...]]  # free space with nothing removed
-    base: Mapping[str, tuple[int, ...]]  # ... plus lower-priority terminating pods gone
+    now: FreeSpace  # free space with nothing removed
+    base: FreeSpace  # ... plus lower-priority terminating pods gone
     failures: Mapping[str, str]
 
 
@@ -72,37 +73,27 @@ def _problem(state: ClusterState, request: GangRequest, members: Sequence[PodInf
     for member in members:
         vector = tuple(state.vectors[member.key][d] for d in dims)
         shapes.setdefault((vector, static_signature(member)), []).append(member)
+    table = screen_table(state, include_opted_out=False)
+    names = state.node_names
     classes, usable, failures = [], set(), {}
     for (vector, _), pods in shapes.items():
-        constrained = bool(pods[0].node_selector) or pods[0].affinity is not None
-        allowed = frozenset(
-            name
-            for name, node, restricted, *_ in state.rows
-            if not ((constrained or restricted) and static_failure(pods[0], node.info))
-        )
+        if pods[0].node_selector or pods[0].affinity is not None:
+            allowed = frozenset(n for n in names if not static_failure(pods[0], state.nodes[n].info))
+        else:  # only taints and cordoning can keep the class off a node
+            names_at = table.names
+            barred = {names_at[i] for i in table.restricted if static_failure(pods[0], table.nodes[i].info)}
+            allowed = frozenset(names).difference(barred)
         classes.append(MemberClass(vector, tuple(p.key for p in pods), allowed))
         usable |= allowed
-    for name in state.node_names:
+    for name in names:
         if name not in usable:
             failures[name] = static_failure(members[0], state.nodes[name].info)
+    nodes = names if len(usable) == len(names) else tuple(n for n in names if n in usable)
     own = group_members(state).get(request.group.key, frozenset())
-    pairs = tuple((d, 0) for d in dims)
-    now, base = {}, {}
-    for name, _, _, free_all_dims, leaving, _, _ in state.rows:
-        if name not in usable:
-            continue
-        free = tuple(free_all_dims[d] for d in dims)
-        if name in state.nominated:
-            held = nominated_load(state, name, priority, own, pairs)
-            free = tuple(f - h for f, h in zip(free, held, strict=True))
-        now[name] = free
-        if leaving is None:
-            base[name] = free
-        else:  # lower-priority terminating pods are leaving anyway
-            last, row = leaving.cum[len(leaving)], leaving.cum[leaving.below(priority)]
-            base[name] = tuple(f + last[d] - row[d] for f, d in zip(free, dims, strict=True))
+    now = FreeSpace(state, dims, priority, own, nodes, leaving=False)
+    base = FreeSpace(state, dims, priority, own, nodes, leaving=True)
     key = GROUP_PREFIX + request.group.key
-    return Problem(key, priority, dims, tuple(classes), tuple(sorted(usable)), now, base, failures)
+    return Problem(key, priority, dims, tuple(classes), nodes, now, base, failures)
 
 
 class Violations:
@@ -240,7 +231,10 @@ def preempt_group(
     if any(m.nominated_node and waiting_for_victims(state, m, request.priority) for m in members):
         return unresolved(key, with_note(NOT_ELIGIBLE_TERMINATING, note))
     problem = _problem(state, request, members)
-    if Packer(problem.classes).place(problem.nodes, problem.now) is not None:
+    # Only nodes some member fits on can take part in a placement: the others are left out
+    # of the search, which then tries the same nodes in the same order.
+    hosts = sorted({n for c in problem.classes for n in problem.now.candidates(c.vector)})
+    if Packer(problem.classes).place(hosts, problem.now) is not None:
         return fits(key)
     variants = [False]
     if policy.opt_out_mode == "soft" and any(node.has_opted_out for node in state.nodes.values()):

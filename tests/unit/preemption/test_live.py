@@ -68,6 +68,7 @@ def _normalized(index: UnitIndex) -> tuple:
         index.orders,
         index.neg_priority,
         {node: ([at[r] for r in rows.ranks], rows.cum) for node, rows in index.per_node.items()},
+        [(at[r], node) for r, node in index.by_last],
         [at[r] for r in index.pdb_ranks],
         [at[r] for r in index.opted_ranks],
         {key: at[r] for key, r in index.rank_of.items()},
