@@ -44,6 +44,7 @@ from priogate import priority as prio
 from priogate.podgroup import TERMINAL_POD_PHASES
 from priogate.preemption import snapshot as snap
 from priogate.preemption.fit import FIRST_DIMS, Vector, make_dims, to_vector
+from priogate.preemption.labels import LabelIndex
 from priogate.preemption.snapshot import NodeInfo, PDBInfo, PodGroupInfo, PodInfo
 from priogate.preemption.state import (
     ClusterState,
@@ -119,6 +120,7 @@ class LiveClusterState:
         self._class_pods: dict[str, Mapping[str, Any]] = {}  # raw pods _class_dependent
         self._vectors: dict[str, Vector] = {}
         self._on_node: dict[str, dict[str, PodInfo]] = {}  # node -> pods occupying it
+        self._labels = LabelIndex()  # the occupying pods by namespace and label
         self._orphans: dict[str, set[str]] = {}  # unknown node -> pods bound there, not finished
         self._nominees: dict[str, set[str]] = {}  # node -> pending pods nominated to it
         self._members: dict[str, set[str]] = {}  # PodGroup key -> its pods
@@ -237,6 +239,7 @@ class LiveClusterState:
         old = previous.memo if previous is not None else {}
         full = self._node_set_changed or self._dims_changed
         state.memo["group_members"] = self._group_members
+        state.memo["labels"] = self._labels
         for key, value in old.items():
             if key.startswith("table:") and isinstance(value, ScreenTable) and not full:
                 state.memo[key] = value.patched(state, touched)
@@ -344,6 +347,7 @@ class LiveClusterState:
 
     def _occupy(self, pod: PodInfo) -> None:
         self._on_node[pod.node_name][pod.key] = pod
+        self._labels.add(pod)
         self._pdb_matches[pod.key] = self._match(pod)
         self._dirty_nodes.add(pod.node_name)
         self._unit_change(pod)
@@ -369,6 +373,7 @@ class LiveClusterState:
         node = pod.node_name
         if node and key in self._on_node.get(node, {}):
             del self._on_node[node][key]
+            self._labels.remove(pod)
             self._pdb_matches.pop(key, None)
             self._dirty_nodes.add(node)
             self._unit_change(pod)
@@ -425,6 +430,7 @@ class LiveClusterState:
     def _remove_node(self, name: str) -> None:
         del self._infos[name]
         for key, pod in self._on_node.pop(name, {}).items():
+            self._labels.remove(pod)
             self._pdb_matches.pop(key, None)
             self._orphans.setdefault(name, set()).add(key)
             self._unit_change(pod)

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from priogate.preemption import units
 from priogate.preemption.engine import decide_group, prepare, run
+from priogate.preemption.labels import build_label_index
 from priogate.preemption.live import LiveClusterState
 from priogate.preemption.policy import PreemptionPolicy
 from priogate.preemption.snapshot import Snapshot
@@ -105,6 +106,7 @@ NOW = EPOCH.timestamp() + 20
 
 def assert_same_decisions(live: ClusterState, fresh: ClusterState) -> None:
     assert_patched_units_are_built_units(live)
+    assert live.memo["labels"] == build_label_index(fresh.bound_pods())
     assert live.owner_refs == fresh.owner_refs
     for mode in ("hard", "soft"):
         policy = PreemptionPolicy(opt_out_mode=mode)
