@@ -27,10 +27,10 @@ from priogate.preemption.fit import need_of, static_failure, static_signature
 from priogate.preemption.outcome import PDB_STRICT_REASON, Outcome, fits, unresolved, with_note
 from priogate.preemption.packing import MemberClass, Packer
 from priogate.preemption.policy import PreemptionPolicy
+from priogate.preemption.records import PodGroupInfo, PodInfo
 from priogate.preemption.reprieve import Reprieve, Taken, run_reprieve
 from priogate.preemption.shaped import exceeds_pdbs
 from priogate.preemption.single import NOT_ELIGIBLE_NEVER, NOT_ELIGIBLE_TERMINATING, waiting_for_victims
-from priogate.preemption.snapshot import PodGroupInfo, PodInfo
 from priogate.preemption.space import FreeSpace
 from priogate.preemption.state import ClusterState, importance_key
 from priogate.preemption.table import screen_table

@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from priogate.preemption.records import PodInfo
 from priogate.preemption.selectors import LabelSelector
-from priogate.preemption.snapshot import PodInfo
 from priogate.preemption.state import ClusterState
 
 

@@ -42,10 +42,10 @@ from typing import Any
 
 from priogate import priority as prio
 from priogate.podgroup import TERMINAL_POD_PHASES
-from priogate.preemption import snapshot as snap
+from priogate.preemption import parse
 from priogate.preemption.fit import FIRST_DIMS, Vector, make_dims, to_vector
 from priogate.preemption.labels import LabelIndex
-from priogate.preemption.snapshot import NodeInfo, PDBInfo, PodGroupInfo, PodInfo
+from priogate.preemption.records import NodeInfo, PDBInfo, PodGroupInfo, PodInfo
 from priogate.preemption.state import (
     ClusterState,
     NodeState,
@@ -292,7 +292,7 @@ class LiveClusterState:
     def _parse_pod(self, obj: Mapping[str, Any]) -> PodInfo | None:
         key = object_key(obj)
         try:
-            pod = snap._pod(obj, self._classes, self._default_class)
+            pod = parse.parse_pod(obj, self._classes, self._default_class)
         except (ValueError, TypeError, AttributeError) as error:
             self._skip("Pod", key, error)
             return None
@@ -395,7 +395,7 @@ class LiveClusterState:
 
     def _parse_node(self, obj: Mapping[str, Any]) -> NodeInfo | None:
         try:
-            info = snap._node(obj)
+            info = parse.parse_node(obj)
         except (ValueError, TypeError, AttributeError) as error:
             self._skip("Node", object_name(obj), error)
             return None
@@ -446,7 +446,7 @@ class LiveClusterState:
         self._raw_groups.pop(key, None)
         if not deleted:
             try:
-                group = snap._group(obj, self._classes)
+                group = parse.parse_group(obj, self._classes)
                 self._raw_groups[key] = obj
                 self._skip("PodGroup", key, None)
             except (ValueError, TypeError, AttributeError) as error:
@@ -472,7 +472,7 @@ class LiveClusterState:
             self._skip("PodDisruptionBudget", key, None)
         else:
             try:
-                pdb = snap._pdb(obj)
+                pdb = parse.parse_pdb(obj)
                 self._skip("PodDisruptionBudget", key, None)
             except (ValueError, TypeError, AttributeError) as error:
                 self._skip("PodDisruptionBudget", key, error)
@@ -535,7 +535,7 @@ class LiveClusterState:
     def _set_class(self, obj: Mapping[str, Any]) -> None:
         name = object_name(obj)
         try:
-            self._classes[snap._name(obj, "PriorityClass")] = snap._priority_class(obj)
+            self._classes[parse.parse_name(obj, "PriorityClass")] = parse.parse_priority_class(obj)
             self._skip("PriorityClass", name, None)
         except (ValueError, TypeError, AttributeError) as error:
             self._classes.pop(name, None)
@@ -559,7 +559,7 @@ class LiveClusterState:
             changed |= self._apply_pod(raw, deleted=False)
         for key, raw in list(self._raw_groups.items()):
             try:
-                changed |= self._set_group(key, snap._group(raw, self._classes))
+                changed |= self._set_group(key, parse.parse_group(raw, self._classes))
             except ValueError as error:  # cannot happen: classes only resolve, never fail
                 self._skip("PodGroup", key, error)
                 changed |= self._set_group(key, None)

@@ -28,7 +28,7 @@ from operator import add, sub
 from typing import Any
 
 from priogate.preemption.fit import PODS_DIM, Need, insufficient_message, static_failure
-from priogate.preemption.snapshot import PodInfo
+from priogate.preemption.records import PodInfo
 from priogate.preemption.spread_fit import SpreadPlan, spread_plan
 from priogate.preemption.state import ClusterState, NodeState, Ranked
 from priogate.preemption.table import PIVOTS, ScreenTable, screen_table

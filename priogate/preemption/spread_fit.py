@@ -30,8 +30,8 @@ from operator import is_, itemgetter
 
 from priogate.preemption.fit import Need
 from priogate.preemption.labels import label_index
+from priogate.preemption.records import NodeInfo, PodInfo
 from priogate.preemption.selectors import BLOCKING_EFFECTS, node_affinity_matches, tolerated
-from priogate.preemption.snapshot import NodeInfo, PodInfo
 from priogate.preemption.spread import SpreadConstraint
 from priogate.preemption.state import ClusterState, NodeState, Ranked
 from priogate.preemption.table import ScreenTable

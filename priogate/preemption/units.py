@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from operator import itemgetter
 
 from priogate.preemption.fit import Vector
-from priogate.preemption.snapshot import PodGroupInfo, PodInfo
+from priogate.preemption.records import PodGroupInfo, PodInfo
 from priogate.preemption.state import ClusterState, importance_key, occupies
 
 GROUP_PREFIX = "podgroup:"
