@@ -144,18 +144,32 @@ class Violations:
         )
 
 
-def solve(
-    state: ClusterState, problem: Problem, *, include_opted_out: bool, walk_all: bool = False
-) -> Solution | str:
-    """Victims and placement for one opt-out variant, or "infeasible"/"exhausted".
-    `walk_all` skips the counting shortcut (tests compare both)."""
+def reprieve_order(
+    state: ClusterState, problem: Problem, *, include_opted_out: bool
+) -> tuple[UnitIndex, Order, Violations]:
+    """The victim units of one opt-out variant, their reprieve order and PDB violations."""
     index = unit_index(state, include_opted_out=include_opted_out)
     r0 = index.first_below(problem.priority)  # rank of the first unit below the gang
     own = index.rank_of.get(problem.key)
     pinned = own if own is not None and own >= r0 else None  # the gang's own placed members
     violations = Violations(state, index, r0, pinned, set(problem.nodes))
     opted = frozenset(r for r in index.opted_ranks if r >= r0) if include_opted_out else frozenset()
-    order = Order(r0, index.stride, pinned, opted, violations.rank)
+    return index, Order(r0, index.stride, pinned, opted, violations.rank), violations
+
+
+def possible_hosts(problem: Problem) -> list[str]:
+    """The nodes, in order, that some member may fit on as they are. The others cannot take
+    part in a placement: a search over these tries the same nodes in the same order."""
+    return sorted({n for c in problem.classes for n in problem.now.candidates(c.vector)})
+
+
+def solve(
+    state: ClusterState, problem: Problem, *, include_opted_out: bool, walk_all: bool = False
+) -> Solution | str:
+    """Victims and placement for one opt-out variant, or "infeasible"/"exhausted".
+    `walk_all` skips the counting shortcut (tests compare both)."""
+    index, order, violations = reprieve_order(state, problem, include_opted_out=include_opted_out)
+    pinned = order.pinned
     packer = Packer(problem.classes)
     if len(problem.classes) == 1 and not walk_all:
         start = critical_start(index, order, problem.classes[0], problem.dims, problem.base)
@@ -231,10 +245,7 @@ def preempt_group(
     if any(m.nominated_node and waiting_for_victims(state, m, request.priority) for m in members):
         return unresolved(key, with_note(NOT_ELIGIBLE_TERMINATING, note))
     problem = _problem(state, request, members)
-    # Only nodes some member fits on can take part in a placement: the others are left out
-    # of the search, which then tries the same nodes in the same order.
-    hosts = sorted({n for c in problem.classes for n in problem.now.candidates(c.vector)})
-    if Packer(problem.classes).place(hosts, problem.now) is not None:
+    if Packer(problem.classes).place(possible_hosts(problem), problem.now) is not None:
         return fits(key)
     variants = [False]
     if policy.opt_out_mode == "soft" and any(node.has_opted_out for node in state.nodes.values()):
