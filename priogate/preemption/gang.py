@@ -75,23 +75,23 @@ def _problem(state: ClusterState, request: GangRequest, members: Sequence[PodInf
         shapes.setdefault((vector, static_signature(member)), []).append(member)
     table = screen_table(state, include_opted_out=False)
     names = state.node_names
-    classes, usable, failures = [], set(), {}
+    classes, failures = [], {}
     for (vector, _), pods in shapes.items():
         if pods[0].node_selector or pods[0].affinity is not None:
             allowed = frozenset(n for n in names if not static_failure(pods[0], state.nodes[n].info))
         else:  # only taints and cordoning can keep the class off a node
             names_at = table.names
             barred = {names_at[i] for i in table.restricted if static_failure(pods[0], table.nodes[i].info)}
-            allowed = frozenset(names).difference(barred)
+            allowed = table.name_set.difference(barred) if barred else table.name_set
         classes.append(MemberClass(vector, tuple(p.key for p in pods), allowed))
-        usable |= allowed
+    usable = classes[0].nodes if len(classes) == 1 else frozenset().union(*(c.nodes for c in classes))
     for name in names:
         if name not in usable:
             failures[name] = static_failure(members[0], state.nodes[name].info)
     nodes = names if len(usable) == len(names) else tuple(n for n in names if n in usable)
     own = group_members(state).get(request.group.key, frozenset())
-    now = FreeSpace(state, dims, priority, own, nodes, leaving=False)
-    base = FreeSpace(state, dims, priority, own, nodes, leaving=True)
+    now = FreeSpace(state, dims, priority, own, nodes, usable, leaving=False)
+    base = FreeSpace(state, dims, priority, own, nodes, usable, leaving=True)
     key = GROUP_PREFIX + request.group.key
     return Problem(key, priority, dims, tuple(classes), nodes, now, base, failures)
 
@@ -104,7 +104,9 @@ class Violations:
     allowance is small); whether a given unit violates is answered on demand, since a decision
     asks about the units of a few nodes only."""
 
-    def __init__(self, state: ClusterState, index: UnitIndex, r0: int, skip: int | None, nodes: set[str]):
+    def __init__(
+        self, state: ClusterState, index: UnitIndex, r0: int, skip: int | None, nodes: frozenset[str]
+    ) -> None:
         self.index, self.skip, self.nodes = index, skip, nodes
         self.cutoff: dict[int, int] = {}  # PDB -> position in its members of the first violator
         for i, members in index.pdb_members.items():
@@ -152,7 +154,7 @@ def reprieve_order(
     r0 = index.first_below(problem.priority)  # rank of the first unit below the gang
     own = index.rank_of.get(problem.key)
     pinned = own if own is not None and own >= r0 else None  # the gang's own placed members
-    violations = Violations(state, index, r0, pinned, set(problem.nodes))
+    violations = Violations(state, index, r0, pinned, problem.now.node_set)
     opted = frozenset(r for r in index.opted_ranks if r >= r0) if include_opted_out else frozenset()
     return index, Order(r0, index.stride, pinned, opted, violations.rank), violations
 

@@ -115,11 +115,12 @@ class LiveClusterState(LiveRecords):
                 self._group_members[group] = frozenset(keys)
             else:
                 self._group_members.pop(group, None)
+        rows = previous.rows if previous is not None and not touched and not self._node_set_changed else None
         state = ClusterState(
             dims=self._dims,
             nodes=self._nodes,
             node_names=self._names,
-            rows=tuple(self._rows),
+            rows=tuple(self._rows) if rows is None else rows,  # a pod merely pending: the same rows
             pods=self._pods,
             vectors=self._vectors,
             groups=self._groups,

@@ -29,13 +29,18 @@ class FreeSpace(Mapping[str, tuple[int, ...]]):
         priority: int,
         own: Collection[str],
         nodes: Sequence[str],
+        node_set: frozenset[str],
         *,
         leaving: bool,
     ) -> None:
+        """`nodes` the nodes in order, `node_set` the same as a set (shared: large sets a
+        decision makes cost every garbage collection pass while they live)."""
         self.state, self.dims, self.priority, self.own = state, tuple(dims), priority, own
-        self.nodes, self.node_set = nodes, frozenset(nodes)
+        self.nodes, self.node_set = nodes, node_set
         self.leaving = leaving
-        self.table = screen_table(state, include_opted_out=False)  # free space is the same in both
+        self.table = table = screen_table(state, include_opted_out=False)  # the same in both
+        self.columns = [table.free[d] for d in self.dims]
+        self.pairs = tuple((d, 0) for d in self.dims)
         self.cache: dict[str, tuple[int, ...]] = {}
 
     def __getitem__(self, node: str) -> tuple[int, ...]:
@@ -46,9 +51,9 @@ class FreeSpace(Mapping[str, tuple[int, ...]]):
             raise KeyError(node)
         table, dims, state = self.table, self.dims, self.state
         i = table.index[node]
-        free = tuple(table.free[d][i] for d in dims)
+        free = tuple([column[i] for column in self.columns])
         if node in state.nominated:
-            held = nominated_load(state, node, self.priority, self.own, tuple((d, 0) for d in dims))
+            held = nominated_load(state, node, self.priority, self.own, self.pairs)
             free = tuple(f - h for f, h in zip(free, held, strict=True))
         if self.leaving and i in table.leaving_set:
             terminating = table.nodes[i].terminating
