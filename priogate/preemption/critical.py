@@ -200,8 +200,9 @@ def critical_start(
     Nodes enter a max-heap with an upper bound of their first threshold and are only laid
     out when that bound reaches the top, so nodes that cannot be among the last k to hold a
     member are never walked. The bound is tightened in two steps: first the position of the
-    node's least important entry (free), then, when that reaches the top, the position found
-    by bisecting the node's prefix sums as if no unit were special (see _suffix_bound)."""
+    node's least important entry (read off the unit index's `by_last`, so nodes join the
+    heap only as their turn comes), then, when that reaches the top, the position found by
+    bisecting the node's prefix sums as if no unit were special (see _suffix_bound)."""
     vec = member.vector
     normal = NORMAL * order.stride
     per_node = index.per_node
