@@ -30,6 +30,7 @@ from typing import Any
 from bench.synthetic_cluster import PODS_PER_NODE, churn, iso, pod, synthetic_cluster
 from priogate.preemption.engine import decide_group, preemptors, prepare
 from priogate.preemption.gang import preempt_group
+from priogate.preemption.labels import label_index
 from priogate.preemption.live import LiveClusterState
 from priogate.preemption.policy import DEFAULT_POLICY
 from priogate.preemption.single import preempt_pod
@@ -89,10 +90,13 @@ def measure(nodes: int) -> dict[str, Any]:
     state: ClusterState = prepare(build_snapshot(objects))
     unit_index(state, include_opted_out=False)  # per-snapshot indexes the gang path uses
     group_members(state)
+    found = {p.key: p for p in preemptors(state)}
+    spread = next(p.pod for k, p in found.items() if k.endswith("/spread"))
+    assert spread is not None
+    label_index(state).namespace(spread.namespace)  # ... and the spread path (labels.py)
     build = time.perf_counter() - started
     # As `simulate` does: the long-lived snapshot is kept out of the collector's full scans.
     gc.freeze()
-    found = {p.key: p for p in preemptors(state)}
     row: dict[str, Any] = {"nodes": nodes, "pods": len(state.pods), "build": build}
     for name, key in DECISIONS:
         preemptor = next(p for k, p in found.items() if k.endswith(key))

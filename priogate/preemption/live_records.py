@@ -341,7 +341,8 @@ class LiveRecords:
 
     def _rematch(self, namespace: str) -> None:
         """PDB matches of the placed pods of `namespace`, after a PDB there changed."""
-        for key, pod in list(self._labels.by_namespace.get(namespace, {}).items()):
+        placed = self._labels.namespaces.get(namespace)
+        for key, pod in list(placed.pods.items()) if placed is not None else ():
             matches = self._pdb_matches[key]
             new = self._pdb_slots.match(pod)
             if new != matches:

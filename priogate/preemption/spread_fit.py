@@ -95,11 +95,11 @@ class SpreadPlan:
         # the domain's count (RemovePod: same namespace, selector matches, node included);
         # only pods with a 1. Terminating pods never count (#87621).
         self.moves: dict[int, dict[str, tuple[int, ...]]] = {}
-        labels = label_index(state)
+        namespace = label_index(state).namespace(pod.namespace)
         matching: dict[str, PodInfo] = {}
         for constraint in constraints:
             if constraint.selector is not None:
-                for p in labels.candidates(pod.namespace, constraint.selector):
+                for p in namespace.candidates(constraint.selector):
                     if not p.terminating and constraint.matches(p.labels):
                         matching[p.key] = p
         for p in matching.values():
