@@ -26,7 +26,7 @@ import heapq
 import math
 from collections.abc import Iterable
 from itertools import compress, repeat
-from operator import is_, itemgetter
+from operator import is_, itemgetter, or_
 
 from priogate.preemption.fit import Need
 from priogate.preemption.labels import label_index
@@ -182,19 +182,20 @@ class SpreadPlan:
         are, and only domains holding matching pods can exceed it (the smallest other domain
         is >= 0 and maxSkew >= 1 >= the preemptor's own match), so those nodes are sorted
         out by domain, in bulk; the others are asked one by one."""
-        count = len(self.nodes)
-        rejected = set(self.unlabelled)
+        rejected = [False] * len(self.nodes)  # per node, built column by column
         for c, column in enumerate(self.values):
             crowded = {column[i] for i in self.moves}
             over = {v for v in crowded if v is not None and self._excess(c, v, self.counts[c].get(v, 0)) > 0}
             if over:
-                rejected.update(compress(range(count), map(over.__contains__, column)))
+                rejected = list(map(or_, rejected, map(over.__contains__, column)))
+        for i in self.unlabelled:
+            rejected[i] = True
         one_by_one = set(self.moves) | {self.index[n] for n in self.state.nominated if n in self.index}
         nodes, ranked = self.nodes, self.ranked
         return [
             i
             for i in candidates
-            if (self.can_help(i, nodes[i], ranked[i]) if i in one_by_one else i not in rejected)
+            if (self.can_help(i, nodes[i], ranked[i]) if i in one_by_one else not rejected[i])
         ]
 
     def flags(self, i: int, pods: tuple[PodInfo, ...]) -> list[tuple[int, ...]]:
