@@ -19,10 +19,12 @@ from __future__ import annotations
 import heapq
 import math
 from bisect import bisect_left, bisect_right
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Collection, Iterator, Sequence
+from dataclasses import dataclass, field
+from operator import itemgetter
 
 from priogate.preemption.packing import MemberClass
+from priogate.preemption.space import FreeSpace
 from priogate.preemption.units import NodeUnits, Unit, UnitIndex
 
 NORMAL = 3  # the segment of units that are not special
@@ -33,10 +35,25 @@ PINNED = -1
 class Order:
     r0: int  # rank of the first unit below the gang's priority
     stride: int
-    segments: Mapping[int, int]  # rank -> segment, for special and pinned units
+    pinned: int | None  # the rank of the gang's own placed members, if any
+    opted: frozenset[int]  # ranks of units with an opted-out pod (soft mode), from r0 on
+    violating: Callable[[int], bool]  # does the unit at this rank exceed a PDB allowance
+    # rank -> segment, filled on first use: a decision only asks about the units of a few nodes
+    _segments: dict[int, int] = field(default_factory=dict, compare=False, repr=False)
+
+    def segment(self, rank: int) -> int:
+        segment = self._segments.get(rank)
+        if segment is None:
+            if rank == self.pinned:
+                segment = PINNED
+            else:
+                opted, violating = rank in self.opted, rank >= self.r0 and self.violating(rank)
+                segment = 2 * (not opted) + (not violating) if opted or violating else NORMAL
+            self._segments[rank] = segment
+        return segment
 
     def position(self, rank: int) -> int:
-        return self.segments.get(rank, NORMAL) * self.stride + rank
+        return self.segment(rank) * self.stride + rank
 
 
 @dataclass(frozen=True)
@@ -69,13 +86,13 @@ class _Layout:
         self.blocks: list[tuple[int, int]] = []  # entry ranges of special and pinned units, in order
         self.special_entries: set[int] = set()
         self.specials: list[tuple[int, list[int]]] = []  # (position, summed request), by position
-        segments = order.segments
-        special_ranks = sorted({r for r in self.ranks[self.start :] if r in segments})
+        segment = order.segment
+        special_ranks = sorted({r for r in self.ranks[self.start :] if segment(r) != NORMAL})
         for rank in special_ranks:
             first, last = bisect_left(self.ranks, rank), bisect_right(self.ranks, rank)
             self.blocks.append((first, last))
             self.special_entries.update(range(first, last))
-            if order.segments[rank] != PINNED:
+            if segment(rank) != PINNED:
                 lo, hi = self.cum[first], self.cum[last]
                 self.specials.append((order.position(rank), [hi[d] - lo[d] for d in dims]))
         self.specials.sort()
@@ -141,31 +158,62 @@ def _holds(free: Sequence[int], demand: Sequence[int]) -> bool:
     return all(f >= x for f, x in zip(free, demand, strict=True))
 
 
+def _suffix_bound(
+    rows: NodeUnits, order: Order, dims: Sequence[int], base: Sequence[int], demand: Sequence[int]
+) -> float:
+    """An upper bound of a node's first threshold: the position of the least important
+    entry `at` such that removing entries[at:] holds `demand`, by bisecting each dimension's
+    prefix sums (-inf: not even removing every entry from r0 on does). The exact walk removes
+    special and pinned entries later or never, so it holds no earlier than this."""
+    cum, last = rows.cum, rows.cum[-1]
+    at = len(rows.ranks)
+    for k, d in enumerate(dims):
+        # the largest i with cum[i][d] <= last[d] + base - demand: entries[i:] free enough
+        at = min(at, bisect_right(cum, last[d] + base[k] - demand[k], key=itemgetter(d)) - 1)
+    if at < bisect_left(rows.ranks, order.r0):
+        return -math.inf
+    return NORMAL * order.stride + rows.ranks[at]
+
+
+def _coarse(
+    index: UnitIndex, r0: int, nodes: Collection[str], hosting: Collection[str]
+) -> Iterator[tuple[int, str]]:
+    """(rank of the least important entry, node) of the nodes with a takable unit that a
+    member may use and cannot use as they are, descending."""
+    for last, node in reversed(index.by_last):
+        if last < r0:
+            return
+        if node in nodes and node not in hosting:
+            yield last, node
+
+
 def critical_start(
     index: UnitIndex,
     order: Order,
     member: MemberClass,
     dims: Sequence[int],
-    base: Mapping[str, Sequence[int]],
+    base: FreeSpace,
 ) -> Start | None:
     """The reprieve state at its first failure (cursor inf: everything comes back), or None
     when the members cannot be placed even with every takable unit removed.
 
-    Nodes enter a max-heap with an upper bound of their first threshold (the position of
-    their least important entry) and are only laid out when that bound reaches the top, so
-    nodes that cannot be among the last k to hold a member are never walked."""
+    Nodes enter a max-heap with an upper bound of their first threshold and are only laid
+    out when that bound reaches the top, so nodes that cannot be among the last k to hold a
+    member are never walked. The bound is tightened in two steps: first the position of the
+    node's least important entry (read off the unit index's `by_last`, so nodes join the
+    heap only as their turn comes), then, when that reaches the top, the position found by
+    bisecting the node's prefix sums as if no unit were special (see _suffix_bound)."""
     vec = member.vector
-    heap: list[tuple[float, int, str, int]] = []  # (-value, 0 exact / 1 bound, node, members)
     normal = NORMAL * order.stride
     per_node = index.per_node
-    for node in member.nodes:  # entries are fully ordered (names differ): no need to sort
-        if _holds(base[node], vec):
-            heap.append((-math.inf, 1, node, 0))
-            continue
-        rows = per_node.get(node)
-        if rows is None or rows.ranks[-1] < order.r0:
-            continue  # nothing to remove here and no room now
-        heap.append((-(normal + rows.ranks[-1]), 1, node, 0))
+    # Nodes that hold a member with nothing removed, then the others, one at a time, by
+    # their least important entry (the coarse bound), most important first.
+    hosting = {n for n in base.candidates(vec) if n in member.nodes and _holds(base[n], vec)}
+    heap: list[tuple[float, int, str, int]] = [(-math.inf, 1, n, 0) for n in hosting]
+    coarse = _coarse(index, order.r0, member.nodes, hosting)
+    following = next(coarse, None)
+    if following is not None:
+        heap.append((-(normal + following[0]), 2, following[1], 0))
     heapq.heapify(heap)
     layouts: dict[str, _Layout] = {}
     first: dict[str, float] = {}
@@ -174,8 +222,16 @@ def critical_start(
         negative, kind, node, count = heapq.heappop(heap)
         if cursor is not None and -negative < cursor:
             break
+        if kind == 2:  # replace the coarse bound by the suffix bound, if the node can help at all
+            following = next(coarse, None)
+            if following is not None:
+                heapq.heappush(heap, (-(normal + following[0]), 2, following[1], 0))
+            bound = _suffix_bound(per_node[node], order, dims, base[node], vec)
+            if bound > -math.inf:
+                heapq.heappush(heap, (-bound, 1, node, 0))
+            continue
         if kind == 1:  # lay the node out and replace its bound by its exact first threshold
-            layout = _Layout(index.per_node.get(node), order, dims, base[node])
+            layout = _Layout(per_node.get(node), order, dims, base[node])
             layouts[node] = layout
             first[node] = layout.threshold(vec)
             if first[node] > -math.inf and cursor is None:
@@ -201,6 +257,6 @@ def critical_start(
         layout = layouts[n]
         ranks.update(layout.ranks[layout.start :])
     positions = sorted(
-        p for p in (order.position(r) for r in ranks if order.segments.get(r) != PINNED) if p >= cursor
+        p for p in (order.position(r) for r in ranks if order.segment(r) != PINNED) if p >= cursor
     )
     return Start(cursor, free, [index.unit_at[p % order.stride] for p in positions])

@@ -20,8 +20,9 @@ from priogate.podgroup import FINISHED_PHASES, Phase, PodPhase
 from priogate.preemption.gang import GangRequest, preempt_group
 from priogate.preemption.outcome import Outcome, unresolved
 from priogate.preemption.policy import DEFAULT_POLICY, PreemptionPolicy
+from priogate.preemption.records import NEVER, PDBInfo, PodGroupInfo, PodInfo
 from priogate.preemption.single import preempt_pod
-from priogate.preemption.snapshot import NEVER, PDBInfo, PodGroupInfo, PodInfo, Snapshot
+from priogate.preemption.snapshot import Snapshot
 from priogate.preemption.state import ClusterState, apply_decision, build_state, is_pending
 from priogate.preemption.table import carry_tables, screen_table
 from priogate.preemption.units import GROUP_PREFIX, group_members

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
+from priogate.preemption.records import NodeInfo, PodInfo
 from priogate.preemption.selectors import (
     BLOCKING_EFFECTS,
     UNSCHEDULABLE_TAINT_KEY,
@@ -18,7 +19,6 @@ from priogate.preemption.selectors import (
     node_affinity_matches,
     tolerated,
 )
-from priogate.preemption.snapshot import NodeInfo, PodInfo
 from priogate.resources import (
     CPU,
     EPHEMERAL_STORAGE,

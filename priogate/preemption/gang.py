@@ -18,21 +18,22 @@ counting (see critical); otherwise every takable unit is walked.
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from operator import itemgetter
 
-from priogate.preemption.critical import PINNED, Order, critical_start
+from priogate.preemption.critical import Order, critical_start
 from priogate.preemption.fit import need_of, static_failure, static_signature
-from priogate.preemption.nodes import nominated_load
 from priogate.preemption.outcome import PDB_STRICT_REASON, Outcome, fits, unresolved, with_note
 from priogate.preemption.packing import MemberClass, Packer
 from priogate.preemption.policy import PreemptionPolicy
+from priogate.preemption.records import PodGroupInfo, PodInfo
 from priogate.preemption.reprieve import Reprieve, Taken, run_reprieve
 from priogate.preemption.shaped import exceeds_pdbs
 from priogate.preemption.single import NOT_ELIGIBLE_NEVER, NOT_ELIGIBLE_TERMINATING, waiting_for_victims
-from priogate.preemption.snapshot import PodGroupInfo, PodInfo
+from priogate.preemption.space import FreeSpace
 from priogate.preemption.state import ClusterState, importance_key
+from priogate.preemption.table import screen_table
 from priogate.preemption.units import GROUP_PREFIX, Unit, UnitIndex, group_members, unit_index
 
 
@@ -52,8 +53,8 @@ class Problem:
     dims: tuple[int, ...]  # full-vector dimensions the members ask for
     classes: tuple[MemberClass, ...]
     nodes: tuple[str, ...]  # sorted nodes some member may use (static filters)
-    now: Mapping[str, tuple[int, ...]]  # free space with nothing removed
-    base: Mapping[str, tuple[int, ...]]  # ... plus lower-priority terminating pods gone
+    now: FreeSpace  # free space with nothing removed
+    base: FreeSpace  # ... plus lower-priority terminating pods gone
     failures: Mapping[str, str]
 
 
@@ -61,7 +62,7 @@ class Problem:
 class Solution:
     placement: Mapping[str, str]
     taken: tuple[Taken, ...]
-    violating: frozenset[str]
+    violating: frozenset[str]  # keys of the taken pods beyond a PDB allowance
     exhausted: bool
 
 
@@ -72,57 +73,96 @@ def _problem(state: ClusterState, request: GangRequest, members: Sequence[PodInf
     for member in members:
         vector = tuple(state.vectors[member.key][d] for d in dims)
         shapes.setdefault((vector, static_signature(member)), []).append(member)
-    classes, usable, failures = [], set(), {}
+    table = screen_table(state, include_opted_out=False)
+    names = state.node_names
+    classes, failures = [], {}
     for (vector, _), pods in shapes.items():
-        constrained = bool(pods[0].node_selector) or pods[0].affinity is not None
-        allowed = frozenset(
-            name
-            for name, node, restricted, *_ in state.rows
-            if not ((constrained or restricted) and static_failure(pods[0], node.info))
-        )
+        if pods[0].node_selector or pods[0].affinity is not None:
+            allowed = frozenset(n for n in names if not static_failure(pods[0], state.nodes[n].info))
+        else:  # only taints and cordoning can keep the class off a node
+            names_at = table.names
+            barred = {names_at[i] for i in table.restricted if static_failure(pods[0], table.nodes[i].info)}
+            allowed = table.name_set.difference(barred) if barred else table.name_set
         classes.append(MemberClass(vector, tuple(p.key for p in pods), allowed))
-        usable |= allowed
-    for name in state.node_names:
+    usable = classes[0].nodes if len(classes) == 1 else frozenset().union(*(c.nodes for c in classes))
+    for name in names:
         if name not in usable:
             failures[name] = static_failure(members[0], state.nodes[name].info)
+    nodes = names if len(usable) == len(names) else tuple(n for n in names if n in usable)
     own = group_members(state).get(request.group.key, frozenset())
-    pairs = tuple((d, 0) for d in dims)
-    now, base = {}, {}
-    for name, _, _, free_all_dims, leaving, _, _ in state.rows:
-        if name not in usable:
-            continue
-        free = tuple(free_all_dims[d] for d in dims)
-        if name in state.nominated:
-            held = nominated_load(state, name, priority, own, pairs)
-            free = tuple(f - h for f, h in zip(free, held, strict=True))
-        now[name] = free
-        if leaving is None:
-            base[name] = free
-        else:  # lower-priority terminating pods are leaving anyway
-            last, row = leaving.cum[len(leaving)], leaving.cum[leaving.below(priority)]
-            base[name] = tuple(f + last[d] - row[d] for f, d in zip(free, dims, strict=True))
+    now = FreeSpace(state, dims, priority, own, nodes, usable, leaving=False)
+    base = FreeSpace(state, dims, priority, own, nodes, usable, leaving=True)
     key = GROUP_PREFIX + request.group.key
-    return Problem(key, priority, dims, tuple(classes), tuple(sorted(usable)), now, base, failures)
+    return Problem(key, priority, dims, tuple(classes), nodes, now, base, failures)
 
 
-def _violating(
-    state: ClusterState, index: UnitIndex, r0: int, skip: int | None, nodes: set[str]
-) -> tuple[frozenset[str], set[int]]:
-    """Victim pods (and their units' ranks) whose eviction exceeds a PDB allowance: walking
-    the takable units on the members' possible nodes in rank order, each PDB's allowance is
-    used up by its first pods (filterPodsWithPDBViolation over the gang's domain)."""
-    pods: set[str] = set()
-    ranks: set[int] = set()
-    for i, members in index.pdb_members.items():
-        allowed = state.pdbs[i].disruptions_allowed
-        for rank, pod in members[bisect_left(members, r0, key=itemgetter(0)) :]:
-            if rank == skip or pod.node_name not in nodes:
+class Violations:
+    """Which takable units' pods exceed a PDB allowance (filterPodsWithPDBViolation over the
+    gang's domain): walking the takable units on the members' possible nodes in rank order,
+    each PDB's allowance is used up by its first pods, and every later counted pod of it
+    violates. Per PDB only where its allowance runs out is found up front (a few steps: the
+    allowance is small); whether a given unit violates is answered on demand, since a decision
+    asks about the units of a few nodes only."""
+
+    def __init__(
+        self, state: ClusterState, index: UnitIndex, r0: int, skip: int | None, nodes: frozenset[str]
+    ) -> None:
+        self.index, self.skip, self.nodes = index, skip, nodes
+        self.cutoff: dict[int, int] = {}  # PDB -> position in its members of the first violator
+        for i, members in index.pdb_members.items():
+            allowed = state.pdbs[i].disruptions_allowed
+            for j in range(bisect_left(members, r0, key=itemgetter(0)), len(members)):
+                if self._counted(members[j]):
+                    allowed -= 1
+                    if allowed < 0:
+                        self.cutoff[i] = j
+                        break
+
+    def _counted(self, entry: tuple[int, PodInfo]) -> bool:
+        return entry[0] != self.skip and entry[1].node_name in self.nodes
+
+    def _pods(self, rank: int) -> list[PodInfo]:
+        """The unit's pods beyond some PDB's allowance."""
+        out = []
+        for i in self.index.pdbs_of_rank.get(rank, ()):
+            cutoff = self.cutoff.get(i)
+            if cutoff is None:
                 continue
-            allowed -= 1
-            if allowed < 0:
-                pods.add(pod.key)
-                ranks.add(rank)
-    return frozenset(pods), ranks
+            members = self.index.pdb_members[i]
+            j = max(bisect_left(members, rank, key=itemgetter(0)), cutoff)
+            while j < len(members) and members[j][0] == rank:
+                if self._counted(members[j]):
+                    out.append(members[j][1])
+                j += 1
+        return out
+
+    def rank(self, rank: int) -> bool:
+        return bool(self._pods(rank))
+
+    def pods(self, taken: Iterable[Taken]) -> frozenset[str]:
+        """The keys of the taken pods that violate."""
+        return frozenset(
+            p.key for t in taken for p in self._pods(t.unit.rank) if any(p.key == q.key for q in t.pods)
+        )
+
+
+def reprieve_order(
+    state: ClusterState, problem: Problem, *, include_opted_out: bool
+) -> tuple[UnitIndex, Order, Violations]:
+    """The victim units of one opt-out variant, their reprieve order and PDB violations."""
+    index = unit_index(state, include_opted_out=include_opted_out)
+    r0 = index.first_below(problem.priority)  # rank of the first unit below the gang
+    own = index.rank_of.get(problem.key)
+    pinned = own if own is not None and own >= r0 else None  # the gang's own placed members
+    violations = Violations(state, index, r0, pinned, problem.now.node_set)
+    opted = frozenset(r for r in index.opted_ranks if r >= r0) if include_opted_out else frozenset()
+    return index, Order(r0, index.stride, pinned, opted, violations.rank), violations
+
+
+def possible_hosts(problem: Problem) -> list[str]:
+    """The nodes, in order, that some member may fit on as they are. The others cannot take
+    part in a placement: a search over these tries the same nodes in the same order."""
+    return sorted({n for c in problem.classes for n in problem.now.candidates(c.vector)})
 
 
 def solve(
@@ -130,16 +170,8 @@ def solve(
 ) -> Solution | str:
     """Victims and placement for one opt-out variant, or "infeasible"/"exhausted".
     `walk_all` skips the counting shortcut (tests compare both)."""
-    index = unit_index(state, include_opted_out=include_opted_out)
-    r0 = index.first_below(problem.priority)  # rank of the first unit below the gang
-    own = index.rank_of.get(problem.key)
-    pinned = own if own is not None and own >= r0 else None  # the gang's own placed members
-    violating, violating_ranks = _violating(state, index, r0, pinned, set(problem.nodes))
-    opted = {r for r in index.opted_ranks if r >= r0} if include_opted_out else set()
-    segments = {r: 2 * (r not in opted) + (r not in violating_ranks) for r in opted | violating_ranks}
-    if pinned is not None:
-        segments[pinned] = PINNED
-    order = Order(r0, index.stride, segments)
+    index, order, violations = reprieve_order(state, problem, include_opted_out=include_opted_out)
+    pinned = order.pinned
     packer = Packer(problem.classes)
     if len(problem.classes) == 1 and not walk_all:
         start = critical_start(index, order, problem.classes[0], problem.dims, problem.base)
@@ -155,7 +187,7 @@ def solve(
         return "exhausted" if packer.exhausted else "infeasible"
     reprieve = Reprieve(problem.dims, packer, free, placement, state.vectors)
     taken = run_reprieve(reprieve, units)
-    return Solution(reprieve.placement, tuple(taken), violating, packer.exhausted)
+    return Solution(reprieve.placement, tuple(taken), violations.pods(taken), packer.exhausted)
 
 
 def _walk_everything(
@@ -215,7 +247,7 @@ def preempt_group(
     if any(m.nominated_node and waiting_for_victims(state, m, request.priority) for m in members):
         return unresolved(key, with_note(NOT_ELIGIBLE_TERMINATING, note))
     problem = _problem(state, request, members)
-    if Packer(problem.classes).place(problem.nodes, problem.now) is not None:
+    if Packer(problem.classes).place(possible_hosts(problem), problem.now) is not None:
         return fits(key)
     variants = [False]
     if policy.opt_out_mode == "soft" and any(node.has_opted_out for node in state.nodes.values()):

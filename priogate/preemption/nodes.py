@@ -28,7 +28,7 @@ from operator import add, sub
 from typing import Any
 
 from priogate.preemption.fit import PODS_DIM, Need, insufficient_message, static_failure
-from priogate.preemption.snapshot import PodInfo
+from priogate.preemption.records import PodInfo
 from priogate.preemption.spread_fit import SpreadPlan, spread_plan
 from priogate.preemption.state import ClusterState, NodeState, Ranked
 from priogate.preemption.table import PIVOTS, ScreenTable, screen_table
@@ -107,7 +107,7 @@ def screen_nodes(
     Why a node cannot help is worked out only when asked (`want_failures`) or when no node
     can: it is text for humans, not needed to decide."""
     table = screen_table(state, include_opted_out=include_opted_out)
-    spread = spread_plan(state, pod, table.nodes, priority)  # None unless the pod has hard ones
+    spread = spread_plan(state, pod, table, priority)  # None unless the pod has hard ones
     result = Screening(table, priority, spread=spread)
     count = len(table.names)
     slack = [array("q", map(sub, table.free[d], repeat(amount, count))) for d, amount in need]
@@ -140,7 +140,7 @@ def screen_nodes(
     elif restricted:
         candidates = [i for i in candidates if i not in restricted or allowed(i)]
     if spread is not None:
-        candidates = [i for i in candidates if spread.can_help(i, table.nodes[i], table.ranked[i])]
+        candidates = spread.helpful(candidates)
     result.bounds = _bounds(table, candidates, slack, need, spread)
     if want_failures or not result.bounds:
         bounded = {i for _, i in result.bounds}
@@ -201,9 +201,9 @@ def _failures(
             continue
         why = static_failure(pod, table.nodes[i].info)
         short = [d for column, (d, _) in zip(totals, need, strict=True) if column[i] < 0]
-        if not why and spread is not None and (not short or spread.domains[i] is None):
+        if not why and spread is not None and (not short or i in spread.unlabelled):
             why = spread.why_not(i)
-            if spread.domains[i] is not None:
+            if i not in spread.unlabelled:
                 why = f"{why}, {NO_VICTIMS}" if removable[PODS_DIM][i] == 0 else f"{why} {NOT_HELPFUL}"
         if not why:
             lack = insufficient_message(short, state.dims)

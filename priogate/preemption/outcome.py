@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from priogate.clock import from_epoch, rfc3339
-from priogate.preemption.snapshot import PodInfo
+from priogate.preemption.records import PodInfo
 from priogate.preemption.victims import CRITERIA, NodeVictims
 
 Status = Literal["preempt", "unresolved", "fits"]

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from priogate.preemption.fit import Vector
 from priogate.preemption.packing import Packer
-from priogate.preemption.snapshot import PodInfo
+from priogate.preemption.records import PodInfo
 from priogate.preemption.units import Unit
 
 

@@ -28,7 +28,7 @@ from priogate.preemption.fit import Need
 from priogate.preemption.nodes import Candidate
 from priogate.preemption.policy import PreemptionPolicy
 from priogate.preemption.qos import QOS_RANK
-from priogate.preemption.snapshot import PodInfo
+from priogate.preemption.records import PodInfo
 from priogate.preemption.state import ClusterState, importance_key, occupies
 from priogate.preemption.units import group_members
 from priogate.preemption.victims import NodeVictims, node_victims

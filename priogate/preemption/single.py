@@ -27,8 +27,8 @@ from priogate.preemption.outcome import (
     with_note,
 )
 from priogate.preemption.policy import PreemptionPolicy
+from priogate.preemption.records import NEVER, PodInfo
 from priogate.preemption.shaped import FAILURE_TEXT, PDB, Failure, Shaping
-from priogate.preemption.snapshot import NEVER, PodInfo
 from priogate.preemption.state import ClusterState
 from priogate.preemption.strategies import Choice, decide, summarize
 from priogate.preemption.victims import NodeVictims, node_victims

@@ -22,14 +22,19 @@ the constraint still holds, exactly as upstream re-runs the filter per reprieve.
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections.abc import Iterable
+from itertools import compress, repeat
+from operator import is_, itemgetter, or_
 
 from priogate.preemption.fit import Need
+from priogate.preemption.labels import label_index
+from priogate.preemption.records import NodeInfo, PodInfo
 from priogate.preemption.selectors import BLOCKING_EFFECTS, node_affinity_matches, tolerated
-from priogate.preemption.snapshot import NodeInfo, PodInfo
 from priogate.preemption.spread import SpreadConstraint
 from priogate.preemption.state import ClusterState, NodeState, Ranked
+from priogate.preemption.table import ScreenTable
 
 # podtopologyspread.ErrReasonConstraintsNotMatch and ErrReasonNodeLabelNotMatch
 CONSTRAINTS_NOT_MATCH = "node(s) didn't match pod topology spread constraints"
@@ -57,53 +62,78 @@ def _included(pod: PodInfo, info: NodeInfo, constraint: SpreadConstraint) -> boo
 
 
 class SpreadPlan:
-    """One preemptor's hard constraints against one cluster state, per node of `nodes`."""
+    """One preemptor's hard constraints against one cluster state, per node of the table.
 
-    def __init__(self, state: ClusterState, pod: PodInfo, nodes: list[NodeState], priority: int) -> None:
+    Only the nodes holding pods its selectors match, and the nodes a decision asks about,
+    are looked at one by one: the matching pods come from the label index, and the domain
+    of every node is one label lookup per constraint, in bulk."""
+
+    def __init__(self, state: ClusterState, pod: PodInfo, table: ScreenTable, priority: int) -> None:
         self.pod = pod
-        self.constraints = pod.spread
+        self.constraints = constraints = pod.spread
         self.state = state
         self.priority = priority
-        self.nodes = nodes
-        self.index = {node.name: i for i, node in enumerate(nodes)}
-        ns = pod.namespace
-        keys = [c.topology_key for c in self.constraints]
-        width = len(self.constraints)
-        counts: list[dict[str, int]] = [{} for _ in range(width)]
-        # per node: None when a topology key is missing, else per constraint (domain, included)
-        self.domains: list[tuple[tuple[str, bool], ...] | None] = []
-        # per node: pod key -> per constraint 1 if removing the pod lowers the domain's count
-        # (RemovePod: same namespace, selector matches, node included); only pods with a 1
-        self.moves: list[dict[str, tuple[int, ...]]] = []
-        for node in nodes:
-            labels = node.info.labels
-            if any(k not in labels for k in keys):  # nodeLabelsMatchSpreadConstraints
-                self.domains.append(None)
-                self.moves.append({})
+        self.nodes, self.ranked, self.index = table.nodes, table.ranked, table.index
+        infos = [node.info for node in table.nodes]
+        # per constraint, per node: its domain, the value of the topology key (None: missing)
+        self.values = [[info.labels.get(c.topology_key) for info in infos] for c in constraints]
+        # nodes lacking a topology key (nodeLabelsMatchSpreadConstraints): they never count
+        count = len(infos)
+        self.unlabelled = frozenset(
+            i for column in self.values for i in compress(range(count), map(is_, column, repeat(None)))
+        )
+        # per constraint: labelled nodes its inclusion policies leave out
+        self.excluded = [self._excluded(c, infos) for c in constraints]
+        counts: list[dict[str, int]] = []
+        for c, column in enumerate(self.values):
+            if self.unlabelled or self.excluded[c]:
+                skip = self.unlabelled | self.excluded[c]
+                counts.append(dict.fromkeys((v for i, v in enumerate(column) if i not in skip), 0))
+            else:
+                counts.append(dict.fromkeys(column, 0))
+        # per node with matching pods: pod key -> per constraint 1 if removing the pod lowers
+        # the domain's count (RemovePod: same namespace, selector matches, node included);
+        # only pods with a 1. Terminating pods never count (#87621).
+        self.moves: dict[int, dict[str, tuple[int, ...]]] = {}
+        namespace = label_index(state).namespace(pod.namespace)
+        matching: dict[str, PodInfo] = {}
+        for constraint in constraints:
+            if constraint.selector is not None:
+                for p in namespace.candidates(constraint.selector):
+                    if not p.terminating and constraint.matches(p.labels):
+                        matching[p.key] = p
+        for p in matching.values():
+            i = self.index[p.node_name]
+            if i in self.unlabelled:
                 continue
-            row = tuple((labels[c.topology_key], _included(pod, node.info, c)) for c in self.constraints)
-            self.domains.append(row)
-            moves: dict[str, tuple[int, ...]] = {}
-            for p in node.pods:
-                if p.namespace != ns or p.terminating:  # terminating pods never count (#87621)
-                    continue
-                flags = tuple(
-                    1 if included and c.matches(p.labels) else 0
-                    for c, (_, included) in zip(self.constraints, row, strict=True)
-                )
-                if any(flags):
-                    moves[p.key] = flags
-            self.moves.append(moves)
-            for c, (constraint, (value, included)) in enumerate(zip(self.constraints, row, strict=True)):
-                if included:  # countPodsMatchSelector counts nothing for an empty selector
-                    number = sum(f[c] for f in moves.values()) if constraint.counts else 0
-                    counts[c][value] = counts[c].get(value, 0) + number
+            flags = tuple(
+                1 if i not in excluded and c.matches(p.labels) else 0
+                for c, excluded in zip(constraints, self.excluded, strict=True)
+            )
+            if any(flags):
+                self.moves.setdefault(i, {})[p.key] = flags
+                for c, (constraint, flag) in enumerate(zip(constraints, flags, strict=True)):
+                    if flag and constraint.counts:  # countPodsMatchSelector counts none for {}
+                        counts[c][self.values[c][i]] += 1
         self.counts = counts
-        self._zeros = (0,) * width
+        self._zeros = (0,) * len(constraints)
         # the two smallest domains per constraint: the global minimum without a given domain
-        self.smallest = [sorted(d.items(), key=lambda kv: kv[1])[:2] for d in counts]
-        self.self_match = [1 if c.matches(pod.labels) else 0 for c in self.constraints]
+        self.smallest = [heapq.nsmallest(2, d.items(), key=itemgetter(1)) for d in counts]
+        self.self_match = [1 if c.matches(pod.labels) else 0 for c in constraints]
         self._required: dict[int, tuple[int, ...] | None] = {}
+
+    def _excluded(self, constraint: SpreadConstraint, infos: list[NodeInfo]) -> frozenset[int]:
+        """Labelled nodes that matchNodeInclusionPolicies leaves out, looking only where a
+        policy can leave any out."""
+        pod = self.pod
+        affinity = constraint.honor_affinity and (bool(pod.node_selector) or pod.affinity is not None)
+        if not affinity and not constraint.honor_taints:
+            return frozenset()
+        return frozenset(
+            i
+            for i, info in enumerate(infos)
+            if (affinity or info.taints) and i not in self.unlabelled and not _included(pod, info, constraint)
+        )
 
     def _other_min(self, c: int, value: str) -> float:
         constraint = self.constraints[c]
@@ -114,13 +144,19 @@ class SpreadPlan:
                 return number
         return math.inf
 
+    def _excess(self, c: int, value: str, number: int) -> int:
+        """How far `number` matching pods in domain `value` exceed constraint c's skew."""
+        other = self._other_min(c, value)
+        if math.isinf(other):
+            return -1  # the only domain: it is always the minimum
+        return int(number + self.self_match[c] - other - self.constraints[c].max_skew)
+
     def required(self, i: int, node: NodeState) -> tuple[int, ...] | None:
         """Per constraint, how many matching victims node i must lose for the preemptor to
         pass the filter there (<= 0: none); None when the node lacks a topology key."""
         if i in self._required:
             return self._required[i]
-        row = self.domains[i]
-        if row is None:
+        if i in self.unlabelled:
             self._required[i] = None
             return None
         nominated = [
@@ -129,26 +165,47 @@ class SpreadPlan:
             if p.priority >= self.priority and p.key != self.pod.key and p.namespace == self.pod.namespace
         ]
         out = []
-        for c, (constraint, (value, included)) in enumerate(zip(self.constraints, row, strict=True)):
+        for c, constraint in enumerate(self.constraints):
+            value = self.values[c][i]
+            assert value is not None
             number = self.counts[c].get(value, 0)
-            if included:
+            if nominated and i not in self.excluded[c]:
                 number += sum(1 for p in nominated if constraint.matches(p.labels))
-            other = self._other_min(c, value)
-            if math.isinf(other):
-                out.append(-1)  # the only domain: it is always the minimum
-            else:
-                out.append(int(number + self.self_match[c] - other - constraint.max_skew))
+            out.append(self._excess(c, value, number))
         self._required[i] = result = tuple(out)
         return result
 
+    def helpful(self, candidates: list[int]) -> list[int]:
+        """The candidates where removing every possible victim satisfies every constraint
+        (can_help), in order. A node without matching pods or pods nominated to it can lose
+        nothing that counts: it helps exactly when its domains are within the skew as they
+        are, and only domains holding matching pods can exceed it (the smallest other domain
+        is >= 0 and maxSkew >= 1 >= the preemptor's own match), so those nodes are sorted
+        out by domain, in bulk; the others are asked one by one."""
+        rejected = [False] * len(self.nodes)  # per node, built column by column
+        for c, column in enumerate(self.values):
+            crowded = {column[i] for i in self.moves}
+            over = {v for v in crowded if v is not None and self._excess(c, v, self.counts[c].get(v, 0)) > 0}
+            if over:
+                rejected = list(map(or_, rejected, map(over.__contains__, column)))
+        for i in self.unlabelled:
+            rejected[i] = True
+        one_by_one = set(self.moves) | {self.index[n] for n in self.state.nominated if n in self.index}
+        nodes, ranked = self.nodes, self.ranked
+        return [
+            i
+            for i in candidates
+            if (self.can_help(i, nodes[i], ranked[i]) if i in one_by_one else not rejected[i])
+        ]
+
     def flags(self, i: int, pods: tuple[PodInfo, ...]) -> list[tuple[int, ...]]:
         """Per pod, per constraint: 1 if removing it lowers the node's domain count (RemovePod)."""
-        moves, zeros = self.moves[i], self._zeros
+        moves, zeros = self.moves.get(i, {}), self._zeros
         return [moves.get(p.key, zeros) for p in pods]
 
     def _removed(self, i: int, pods: Iterable[PodInfo]) -> list[int]:
         removed = [0] * len(self.constraints)
-        moves = self.moves[i]
+        moves = self.moves.get(i, {})
         for p in pods:
             flags = moves.get(p.key)
             if flags is not None:
@@ -166,7 +223,7 @@ class SpreadPlan:
             return False
         if max(required) <= 0:
             return True
-        removable = self._removed(i, ranked.pods[ranked.below(self.priority) :]) if self.moves[i] else None
+        removable = self._removed(i, ranked.pods[ranked.below(self.priority) :]) if i in self.moves else None
         if removable is None:
             return False
         return all(r <= have for r, have in zip(required, removable, strict=True))
@@ -181,7 +238,7 @@ class SpreadPlan:
         return all(r <= have for r, have in zip(required, removed, strict=True))
 
     def why_not(self, i: int) -> str:
-        return NODE_LABEL_NOT_MATCH if self.domains[i] is None else CONSTRAINTS_NOT_MATCH
+        return NODE_LABEL_NOT_MATCH if i in self.unlabelled else CONSTRAINTS_NOT_MATCH
 
     def augment(self, i: int, node: NodeState, ranked: Ranked, width: int) -> tuple[Ranked, Need, list[int]]:
         """`ranked` with one virtual dimension per constraint after the state's `width`
@@ -210,8 +267,6 @@ class SpreadPlan:
         return extended, extra, [-r for r in required]
 
 
-def spread_plan(
-    state: ClusterState, pod: PodInfo, nodes: list[NodeState], priority: int
-) -> SpreadPlan | None:
+def spread_plan(state: ClusterState, pod: PodInfo, table: ScreenTable, priority: int) -> SpreadPlan | None:
     """The plan for a pod with hard constraints; None (nothing to pay) for every other pod."""
-    return SpreadPlan(state, pod, nodes, priority) if pod.spread else None
+    return SpreadPlan(state, pod, table, priority) if pod.spread else None

@@ -16,7 +16,8 @@ from typing import Any, NamedTuple
 
 from priogate.podgroup import TERMINAL_POD_PHASES, PodPhase
 from priogate.preemption.fit import Vector, make_dims, to_vector
-from priogate.preemption.snapshot import NodeInfo, PDBInfo, PodGroupInfo, PodInfo, Snapshot
+from priogate.preemption.records import NodeInfo, PDBInfo, PodGroupInfo, PodInfo
+from priogate.preemption.snapshot import Snapshot
 
 
 def importance_key(pod: PodInfo) -> tuple[int, float, str]:

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 
 from priogate.preemption.nodes import Candidate, Screening, choose_node
 from priogate.preemption.policy import KUBE_SCHEDULER, MULTIPLE, SINGLE, PreemptionPolicy
+from priogate.preemption.records import PodInfo
 from priogate.preemption.shaped import (
     DEVIATION,
     FAILURE_TEXT,
@@ -36,7 +37,6 @@ from priogate.preemption.shaped import (
     evaluate,
     exceeds_pdbs,
 )
-from priogate.preemption.snapshot import PodInfo
 from priogate.preemption.state import importance_key
 from priogate.preemption.victims import NodeVictims, node_victims
 

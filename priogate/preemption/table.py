@@ -37,6 +37,7 @@ class ScreenTable:
     def __init__(self, state: ClusterState, include_opted_out: bool) -> None:
         self.include_opted_out = include_opted_out
         self.names = state.node_names
+        self.name_set = frozenset(self.names)
         self.index = {name: i for i, name in enumerate(self.names)}
         self.nodes: list[NodeState] = [state.nodes[name] for name in self.names]
         self.ranked: list[Ranked] = [self._ranked(n) for n in self.nodes]
@@ -82,6 +83,8 @@ class ScreenTable:
         levels = set(self.levels)
         if any(p.priority not in levels for name in touched for p in self._ranked(state.nodes[name]).pods):
             return ScreenTable(state, self.include_opted_out)
+        if not touched:
+            return self  # nothing to recompute (a table never changes once built)
         new = copy.copy(self)
         new.nodes, new.ranked = list(self.nodes), list(self.ranked)
         new.free, new.largest = _copy(self.free), _copy(self.largest)

@@ -13,13 +13,13 @@ of a node at any point of the reprieve ("units ranked before r are back") is one
 
 from __future__ import annotations
 
-from bisect import bisect_left, bisect_right
+from bisect import bisect_left, bisect_right, insort
 from collections.abc import Mapping
 from dataclasses import dataclass
 from operator import itemgetter
 
 from priogate.preemption.fit import Vector
-from priogate.preemption.snapshot import PodGroupInfo, PodInfo
+from priogate.preemption.records import PodGroupInfo, PodInfo
 from priogate.preemption.state import ClusterState, importance_key, occupies
 
 GROUP_PREFIX = "podgroup:"
@@ -68,6 +68,7 @@ class UnitIndex:
     neg_priority: list[int]  # ascending, aligned with `units`, for bisect
     unit_at: dict[int, Unit]  # rank -> unit
     per_node: dict[str, NodeUnits]
+    by_last: list[tuple[int, str]]  # (rank of the node's least important entry, node), ascending
     pdb_ranks: list[int]  # ranks of units with a pod some PDB counts, ascending
     opted_ranks: list[int]  # ranks of units with an opted-out pod (soft mode only), ascending
     rank_of: dict[str, int]  # unit key -> rank
@@ -138,6 +139,7 @@ def _build(state: ClusterState, include_opted_out: bool) -> UnitIndex:
         neg_priority=[-u.priority for u in units],
         unit_at={u.rank: u for u in units},
         per_node={},
+        by_last=[],
         pdb_ranks=[],
         opted_ranks=[],
         rank_of={u.key: u.rank for u in units},
@@ -153,6 +155,7 @@ def _build(state: ClusterState, include_opted_out: bool) -> UnitIndex:
             entries.setdefault(pod.node_name, []).append((unit.rank, state.vectors[pod.key]))
         _index_extras(index, state, unit)
     index.per_node = {node: _node_units(rows, width) for node, rows in entries.items()}
+    index.by_last = sorted((rows.ranks[-1], node) for node, rows in index.per_node.items())
     return index
 
 
@@ -255,10 +258,13 @@ def patch_unit_index(
     width = len(state.dims)
     for node, added in touched.items():
         old_rows = index.per_node.get(node)
+        if old_rows:
+            del index.by_last[bisect_left(index.by_last, (old_rows.ranks[-1], node))]
         rows = [row for row in _rows(old_rows) if row[0] not in removed] if old_rows else []
         rows = sorted(rows + added, key=itemgetter(0))
         if rows:
             index.per_node[node] = _node_units(rows, width)
+            insort(index.by_last, (rows[-1][0], node))
         else:
             index.per_node.pop(node, None)
     return index

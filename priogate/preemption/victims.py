@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from priogate.preemption.fit import Need
-from priogate.preemption.snapshot import PDBInfo, PodInfo
+from priogate.preemption.records import PDBInfo, PodInfo
 from priogate.preemption.state import Ranked
 
 PRIORITY_SHIFT = 2**31  # kube-scheduler shifts priorities so negative ones never help a sum

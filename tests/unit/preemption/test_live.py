@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from priogate.preemption import units
 from priogate.preemption.engine import decide_group, prepare, run
+from priogate.preemption.labels import build_label_index
 from priogate.preemption.live import LiveClusterState
 from priogate.preemption.policy import PreemptionPolicy
 from priogate.preemption.snapshot import Snapshot
@@ -68,6 +69,7 @@ def _normalized(index: UnitIndex) -> tuple:
         index.orders,
         index.neg_priority,
         {node: ([at[r] for r in rows.ranks], rows.cum) for node, rows in index.per_node.items()},
+        [(at[r], node) for r, node in index.by_last],
         [at[r] for r in index.pdb_ranks],
         [at[r] for r in index.opted_ranks],
         {key: at[r] for key, r in index.rank_of.items()},
@@ -104,6 +106,7 @@ NOW = EPOCH.timestamp() + 20
 
 def assert_same_decisions(live: ClusterState, fresh: ClusterState) -> None:
     assert_patched_units_are_built_units(live)
+    assert live.memo["labels"].namespaces == build_label_index(fresh.bound_pods()).namespaces
     assert live.owner_refs == fresh.owner_refs
     for mode in ("hard", "soft"):
         policy = PreemptionPolicy(opt_out_mode=mode)
