@@ -31,7 +31,7 @@ DEFAULT_MAX_AGE = 300.0
 # How far in the future a record's time may be (clock skew between replicas) before it is
 # treated as forged: otherwise a future time would dodge the age bound.
 CLOCK_SKEW = 30.0
-# What makes a pod never a victim, for the engine (priogate/preemption/snapshot.py) and the
+# What makes a pod never a victim, for the engine (priogate/preemption/parse.py) and the
 # re-check below alike.
 OPT_OUT_LABEL = "priogate.io/allow-preemption"
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
