@@ -58,18 +58,10 @@ from priogate.preemption.units import UnitIndex, patch_unit_index
 class LiveClusterState(LiveRecords):
     """ClusterState kept current by `apply(kind, event type, object)`; see the module doc."""
 
-    def __init__(
-        self,
-        *,
-        nodes: Iterable[Mapping[str, Any]] = (),
-        pods: Iterable[Mapping[str, Any]] = (),
-        podgroups: Iterable[Mapping[str, Any]] = (),
-        pdbs: Iterable[Mapping[str, Any]] = (),
-        priority_classes: Iterable[Mapping[str, Any]] = (),
-    ) -> None:
-        super().__init__(
-            nodes=nodes, pods=pods, podgroups=podgroups, pdbs=pdbs, priority_classes=priority_classes
-        )
+    def __init__(self, **objects: Iterable[Mapping[str, Any]]) -> None:
+        """`objects`: the initial nodes, pods, podgroups, pdbs and priority_classes, as LiveRecords
+        takes them."""
+        super().__init__(**objects)
         # Derived, refreshed by `current` for what changed since the last call.
         self._nodes: dict[str, NodeState] = {}
         self._nominated: dict[str, tuple[PodInfo, ...]] = {}
