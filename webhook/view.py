@@ -5,8 +5,9 @@ cache change, not per request."""
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any
 
 from priogate import podgroup, priority
@@ -61,10 +62,10 @@ class NamespaceReservations:
 
     entries: dict[str, Entry]
     consumed_by_group: dict[str, ResourceList]  # group name -> quota-named usage of its pods
-    live: dict[str, bool]
+    live: Mapping[str, bool]
     member_uids: dict[str, bool]  # uids of cached (stored) member pods
     has_record: bool
-    stored: dict[str, Entry]  # uid -> the cached stored group's claim
+    stored: Mapping[str, Entry]  # uid -> the cached stored group's claim
     damaged: bool = False
 
 
@@ -87,7 +88,8 @@ class CacheView:
         self.in_flight = in_flight
         self._default_memo: tuple[int, Mapping | None] | None = None
         self._reservations_memo: dict[str, tuple[tuple[int, int, int], NamespaceReservations]] = {}
-        self._stored_memo: dict[str, tuple[int, dict[str, Entry]]] = {}
+        # (what, namespace) -> (the groups cache's namespace generation, the answer)
+        self._groups_memo: dict[tuple[str, str], tuple[int, Mapping[str, Any]]] = {}
 
     def unsynced(self, names: Sequence[str]) -> list[str]:
         """The caches of `names` that are not current: not listed yet, or stale."""
@@ -112,21 +114,35 @@ class CacheView:
     def resource_quotas(self, namespace: str) -> list[Mapping[str, Any]]:
         return list(self.caches["resourcequotas"].namespace(namespace).values())
 
-    def live_podgroups(self, namespace: str) -> dict[str, bool]:
+    def live_podgroups(self, namespace: str) -> Mapping[str, bool]:
         """uid -> whether it is being deleted, of the namespace's cached (stored) PodGroups."""
-        groups = self.caches["podgroups"].namespace(namespace).values()
-        return {g["metadata"].get("uid", ""): bool(g["metadata"].get("deletionTimestamp")) for g in groups}
 
-    def stored_podgroups(self, namespace: str) -> dict[str, Entry]:
-        """uid -> the claim of each cached (stored) PodGroup, with its generation. Reused until
-        the namespace's groups change: every admission in the namespace reads all of them."""
+        def live() -> dict[str, bool]:
+            groups = self.caches["podgroups"].namespace(namespace).values()
+            return {
+                g["metadata"].get("uid", ""): bool(g["metadata"].get("deletionTimestamp")) for g in groups
+            }
+
+        return self._of_groups("live", namespace, live)
+
+    def stored_podgroups(self, namespace: str) -> Mapping[str, Entry]:
+        """uid -> the claim of each cached (stored) PodGroup, with its generation."""
+        minimum = dt.datetime.min.replace(tzinfo=dt.UTC)
+        return self._of_groups(
+            "stored", namespace, lambda: dict(self.cached_listing(namespace, minimum).groups)
+        )
+
+    def _of_groups(
+        self, what: str, namespace: str, compute: Callable[[], dict[str, Any]]
+    ) -> Mapping[str, Any]:
+        """`compute()`'s answer, reused (read-only, never copied) until the namespace's cached
+        groups change: every admission in the namespace reads all of them."""
         generation = self.caches["podgroups"].namespace_generation(namespace)
-        known = self._stored_memo.get(namespace)
+        known = self._groups_memo.get((what, namespace))
         if known is None or known[0] != generation:
-            listing = self.cached_listing(namespace, dt.datetime.min.replace(tzinfo=dt.UTC))
-            known = (generation, dict(listing.groups))
-            self._stored_memo[namespace] = known
-        return dict(known[1])
+            known = (generation, MappingProxyType(compute()))
+            self._groups_memo[(what, namespace)] = known
+        return known[1]
 
     def cached_listing(self, namespace: str, now: dt.datetime) -> Listing:
         """The cached PodGroups as a listing (offline mode and tests stand it in for a LIST)."""
