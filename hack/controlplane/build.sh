@@ -4,7 +4,7 @@
 # Prints the directory on its last line. Skips the build when the directory is complete.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-K8S_VERSION=v1.36.3
+source "$here/../lib/k8s.sh"  # K8S_VERSION, k8s_version_ldflags
 ETCD_VERSION=v3.6.8
 KWOK_VERSION=v0.8.0
 
@@ -20,13 +20,7 @@ if [ "$complete" = 1 ]; then echo "$out"; exit 0; fi
 
 export GOWORK=off GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS=-trimpath
 mkdir -p "$out.partial"
-minor=${K8S_VERSION#v1.}; minor=${minor%%.*}
-build_date=$(date -u +%Y-%m-%dT%H:%M:%SZ)
-ld="-s -w"
-for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
-  ld+=" -X $pkg.gitVersion=$K8S_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor"
-  ld+=" -X $pkg.gitTreeState=clean -X $pkg.gitCommit=$K8S_VERSION -X $pkg.buildDate=$build_date"
-done
+ld=$(k8s_version_ldflags)
 
 echo ">> building the control plane into $out" >&2
 echo ">> the first build compiles Kubernetes from source: about 12 minutes on 2 cores (plus module downloads); later runs reuse it" >&2

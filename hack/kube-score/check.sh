@@ -34,7 +34,7 @@ helm=$(bash hack/helm/build.sh)
 #   webhook's ingress sources.
 flags=(
   score --output-format ci --color never
-  --kubernetes-version "v$(sed -n 's/^K8S_VERSION=v\([0-9]*\.[0-9]*\).*/\1/p' hack/controlplane/build.sh)"
+  --kubernetes-version "v$(sed -n 's/^K8S_VERSION=v\([0-9]*\.[0-9]*\).*/\1/p' hack/lib/k8s.sh)"
   --ignore-container-cpu-limit
   --enable-optional-test container-seccomp-profile
   --enable-optional-test container-ports-check

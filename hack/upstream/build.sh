@@ -5,7 +5,7 @@
 # binary is there. hack/upstream/run.py runs it against the local control plane.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-K8S_VERSION=v1.36.3
+source "$here/../lib/k8s.sh"  # K8S_VERSION, k8s_version_ldflags
 
 command -v go >/dev/null || { echo "error: 'go' is not installed; upstream's e2e.test is built from source with Go >= 1.26" >&2; exit 1; }
 go_version=$(go env GOVERSION)
@@ -16,15 +16,9 @@ if [ -x "$out/e2e.test" ]; then echo "$out/e2e.test"; exit 0; fi
 # The same flags as the control plane build, so that the packages both compile (client-go,
 # apimachinery, apiserver, ...) come from the Go build cache instead of being compiled twice.
 export GOWORK=off GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS=-trimpath
-minor=${K8S_VERSION#v1.}; minor=${minor%%.*}
-build_date=$(date -u +%Y-%m-%dT%H:%M:%SZ)
 # The version stamp upstream's hack/lib/version.sh (kube::version::ldflags) sets; `e2e.test
 # --version` prints it.
-ld="-s -w"
-for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
-  ld+=" -X $pkg.gitVersion=$K8S_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor"
-  ld+=" -X $pkg.gitTreeState=clean -X $pkg.gitCommit=$K8S_VERSION -X $pkg.buildDate=$build_date"
-done
+ld=$(k8s_version_ldflags)
 
 mkdir -p "$out"
 echo ">> building upstream's e2e.test ($K8S_VERSION) into $out" >&2
