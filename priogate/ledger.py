@@ -626,7 +626,13 @@ class MemoryLedgerStore:
         return _EntriesView(self.records)
 
     def update(
-        self, namespace: str, decide: Decide, *, dry_run: bool = False, deadline: float | None = None
+        self,
+        namespace: str,
+        decide: Decide,
+        *,
+        dry_run: bool = False,
+        deadline: float | None = None,
+        early_quotas: bool = False,
     ) -> Any:
         if self.reads is None:
             raise RuntimeError("MemoryLedgerStore needs reads to decide")

@@ -15,6 +15,10 @@ ResourceQuotas. Those are quorum reads (a GET or LIST without a resourceVersion 
 etcd, or from the watch cache only once it is proven as fresh: KEP-2340, consistent reads from
 cache), made at most once per turn and shared by its batch, never a watch cache's view. A
 record that is missing or damaged is rebuilt from the PodGroup LIST before anything is decided.
+A decision that does not count a quota's status.used (a PodGroup's) may use a quota LIST that
+started after its request arrived, begun outside the turn (priogate.kube.fresh_reads); one that
+does (a pod's) reads the quotas after the record, in the turn, so a charge another replica
+dropped because the quota's status.used now holds it is counted in one of the two.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ import structlog
 
 from priogate import podgroup
 from priogate.kube.client import ApiClient, ApiError, resource_path
+from priogate.kube.fresh_reads import FreshReads
 from priogate.kube.host_turn import HostTurns
 from priogate.ledger import (
     DEFAULT_IN_FLIGHT,
@@ -66,19 +71,31 @@ class LedgerBusy(Exception):
 class QuorumReads:
     """The quorum reads of one turn in one namespace, each made at most once."""
 
-    def __init__(self, client: ApiClient, namespace: str, clock: Callable[[], dt.datetime]) -> None:
+    def __init__(
+        self,
+        client: ApiClient,
+        namespace: str,
+        clock: Callable[[], dt.datetime],
+        early_quotas: Callable[[], list[Mapping[str, Any]]] | None = None,
+    ) -> None:
         self.client = client
         self.namespace = namespace
         self.clock = clock
+        # A quota LIST that started after every request of the batch arrived (see above).
+        self.early_quotas = early_quotas
         self._quotas: list[Mapping[str, Any]] | None = None
         self._listing: Listing | None = None
         self.calls = 0
 
     def quotas(self) -> list[Mapping[str, Any]]:
+        if self._quotas is None and self.early_quotas is not None:
+            try:
+                self._quotas = self.early_quotas()
+            except TimeoutError:
+                self.early_quotas = None  # read it here instead
         if self._quotas is None:
             self.calls += 1
-            path = resource_path("v1", "resourcequotas", self.namespace)
-            self._quotas = list(self.client.list_all(path, timeout=CALL_TIMEOUT))
+            self._quotas = read_quotas(self.client, self.namespace)
         return self._quotas
 
     def forget_quotas(self) -> None:
@@ -101,11 +118,17 @@ class QuorumReads:
         return self._listing
 
 
+def read_quotas(client: ApiClient, namespace: str) -> list[Mapping[str, Any]]:
+    return list(client.list_all(resource_path("v1", "resourcequotas", namespace), timeout=CALL_TIMEOUT))
+
+
 @dataclass
 class _Request(Generic[R]):
     decide: Decide
     dry_run: bool
     deadline: float  # time.monotonic() by which its caller must have an answer
+    early_quotas: bool  # may be decided on a quota LIST that started after `arrived`
+    arrived: float = field(default_factory=time.monotonic)
     done: threading.Event = field(default_factory=threading.Event)
     result: Any = None
     error: BaseException | None = None
@@ -139,21 +162,34 @@ class LedgerStore:
         self.host_turns = host_turns
         self._namespaces: dict[str, _Namespace] = {}
         self._lock = threading.Lock()
+        self._quota_reads: FreshReads[list[Mapping[str, Any]]] = FreshReads(
+            lambda namespace: read_quotas(client, str(namespace)), name="quota-read"
+        )
 
     def _namespace(self, namespace: str) -> _Namespace:
         with self._lock:
             return self._namespaces.setdefault(namespace, _Namespace())
 
     def update(
-        self, namespace: str, decide: Decide, *, dry_run: bool = False, deadline: float | None = None
+        self,
+        namespace: str,
+        decide: Decide,
+        *,
+        dry_run: bool = False,
+        deadline: float | None = None,
+        early_quotas: bool = False,
     ) -> Any:
         """`deadline` (time.monotonic()) is when the caller stops waiting; the answer comes
-        ANSWER_MARGIN_SECONDS before it, and never later than deadline_seconds from now."""
+        ANSWER_MARGIN_SECONDS before it, and never later than deadline_seconds from now.
+        `early_quotas`: `decide` never counts a quota's status.used, so the quotas may be read
+        as soon as the request arrives, outside the turn."""
         state = self._namespace(namespace)
         own = time.monotonic() + self.deadline_seconds
         if deadline is not None:
             own = min(own, deadline - ANSWER_MARGIN_SECONDS)
-        request: _Request = _Request(decide, dry_run, own)
+        request: _Request = _Request(decide, dry_run, own, early_quotas)
+        if early_quotas:
+            self._quota_reads.want(namespace, request.arrived)
         with state.waiting_lock:
             state.waiting.append(request)
         while not request.done.is_set():
@@ -241,7 +277,11 @@ class LedgerStore:
         or the holder's deadline has passed. A request whose deadline passes while conflicts go
         on is answered 'busy' and leaves `batch`."""
         item = record_path(self.ledger_namespace, namespace)
-        reads = QuorumReads(self.client, namespace, self.clock)
+        early = None
+        if batch and all(r.early_quotas for r in batch):
+            since = max(r.arrived for r in batch)
+            early = lambda: self._quota_reads.get(namespace, since, CALL_TIMEOUT[1])  # noqa: E731
+        reads = QuorumReads(self.client, namespace, self.clock, early)
         attempt = 0
         while True:
             attempt += 1
@@ -267,7 +307,8 @@ class LedgerStore:
                     raise
                 self.on_conflict()
                 # The next attempt reads the record again; the quotas with it, so a charge
-                # another replica dropped (its pod now in status.used) is never missed.
+                # another replica dropped (its pod now in status.used) is never missed. (A batch
+                # that counts no status.used keeps its early read: still after its arrivals.)
                 reads.forget_quotas()
             now = time.monotonic()
             for request in [r for r in batch if r.deadline < now]:

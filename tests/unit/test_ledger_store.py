@@ -15,6 +15,7 @@ import pytest
 from priogate.kube.client import ApiError
 from priogate.kube.ledger_store import LedgerBusy, LedgerStore
 from priogate.ledger import Reads, Record
+from tests.fake_api import FakeApi
 
 
 class AlwaysConflicting:
@@ -94,3 +95,53 @@ def test_the_callers_deadline_is_kept_with_a_margin():
         store.update("team-a", claim, deadline=started + 1.5 + 0.3)
     took = time.monotonic() - started
     assert 0.25 < took < 0.3 + 0.15, f"answered after {took:.2f} s; the caller allowed 0.3 s plus the margin"
+
+
+QUOTAS = "/api/v1/namespaces/team-a/resourcequotas"
+
+
+def _quota_counting(record: Record, reads: Reads) -> tuple[Record, int]:
+    return record, len(reads.quotas())
+
+
+class SlowQuotaLists(FakeApi):
+    def list_all(self, path: str, **kw: Any) -> list[dict[str, Any]]:
+        items = super().list_all(path, **kw)  # logged as it starts
+        if path == QUOTAS:
+            time.sleep(0.05)  # a read in flight while others arrive, as kube-apiserver's takes
+        return items
+
+
+def test_podgroup_decisions_share_quota_reads_started_after_they_arrived():
+    api = SlowQuotaLists()
+    store = LedgerStore(api, deadline_seconds=5)
+    api.put_object(QUOTAS, {"metadata": {"name": "compute"}, "spec": {"hard": {"cpu": "4"}}})
+    results: list[int] = []
+    threads = [
+        threading.Thread(
+            target=lambda: results.append(store.update("team-a", _quota_counting, early_quotas=True))
+        )
+        for _ in range(16)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(5)
+    assert results == [1] * 16  # the quota stored before every arrival is seen by each
+    assert 1 <= len(api.reads_of(QUOTAS)) < 16  # reads shared by requests that arrived together
+    # A quota stored after those reads is seen by the next request: its own read is newer, and
+    # started as the request arrived, before its turn read the record.
+    api.put_object(QUOTAS, {"metadata": {"name": "more"}, "spec": {"hard": {"cpu": "8"}}})
+    api.calls.clear()
+    assert store.update("team-a", _quota_counting, early_quotas=True) == 2
+    assert api.calls[0].path == QUOTAS
+
+
+def test_decisions_that_count_status_used_read_the_quotas_in_their_turn():
+    api = FakeApi()
+    store = LedgerStore(api, deadline_seconds=5)
+    api.put_object(QUOTAS, {"metadata": {"name": "compute"}, "spec": {"hard": {"cpu": "4"}}})
+    assert store.update("team-a", _quota_counting) == 1
+    record_read = next(i for i, c in enumerate(api.calls) if "configmaps" in c.path)
+    quota_read = next(i for i, c in enumerate(api.calls) if c.path == QUOTAS)
+    assert record_read < quota_read  # after the record, so a dropped charge is in one of them

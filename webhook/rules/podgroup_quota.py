@@ -260,8 +260,10 @@ def _take_turn(
         entries[claim.key] = claim
         return record.with_entries(entries), None
 
+    # A PodGroup's claim is checked against quotas' hard limits only (check_podgroup), never
+    # their status.used: any quota LIST that started after the request arrived will do.
     return view.ledger_store.update(
-        request.namespace, reserve, dry_run=request.dry_run, deadline=request.deadline
+        request.namespace, reserve, dry_run=request.dry_run, deadline=request.deadline, early_quotas=True
     )
 
 
