@@ -31,6 +31,7 @@ class Awaiting:
     problem: str
     count: int
     until: dt.datetime
+    poll: float = POLL_SECONDS  # when to take the next turn, at the latest
 
 
 def decide_waiting(
@@ -46,7 +47,7 @@ def decide_waiting(
         result = turn()
         if not isinstance(result, Awaiting):
             return result
-        pause = min(POLL_SECONDS, max(0.0, (result.until - dt.datetime.now(dt.UTC)).total_seconds()))
+        pause = min(result.poll, max(0.0, (result.until - dt.datetime.now(dt.UTC)).total_seconds()))
         if time.monotonic() + pause > stop:
             return (
                 f"{result.problem}; {result.count} other {what} in this namespace may still be on "

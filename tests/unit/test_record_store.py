@@ -153,6 +153,36 @@ def test_a_waiting_admission_is_refused_once_the_blocking_claim_is_stored():
     assert set(entries_of(api.objects[RECORD])) == {"uid-a"}
 
 
+def test_a_refusal_for_claims_the_watch_cache_shows_stored_costs_no_quorum_list():
+    """At a full quota every refusal meets claims admitted moments ago. Those the watch cache
+    shows stored are real: the refusal needs no LIST of every group (old code: one per
+    refusal while any claim was in flight)."""
+    api, view = setup(in_flight=15.0)
+    assert admit_group(view, "a", "6").allowed
+    view.caches["podgroups"].apply_event("ADDED", store_group(api, "a", "6", uid="uid-a"))
+    lists_before = len(api.reads_of(GROUPS))
+    refused = admit_group(view, "b", "5", within=10.0)
+    assert not refused.allowed and "reserved: cpu=6" in refused.message
+    assert len(api.reads_of(GROUPS)) == lists_before
+
+
+def test_a_claim_the_cache_has_not_seen_yet_is_awaited_through_the_cache():
+    """The group "a" is stored, and the watch cache hears of it 0.3 s after its admission: "b" waits for
+    the cache, not for LISTs, and is refused once the cache shows "a"."""
+    api, view = setup(in_flight=15.0)
+    assert admit_group(view, "a", "6").allowed
+    stored = store_group(api, "a", "6", uid="uid-a")
+    timer = threading.Timer(0.3, view.caches["podgroups"].apply_event, ("ADDED", stored))
+    timer.start()
+    lists_before = len(api.reads_of(GROUPS))
+    started = time.monotonic()
+    refused = admit_group(view, "b", "5", within=10.0)
+    timer.join()
+    assert not refused.allowed and "reserved: cpu=6" in refused.message
+    assert time.monotonic() - started < 1.0
+    assert len(api.reads_of(GROUPS)) == lists_before
+
+
 def test_a_gone_or_forged_entry_is_confirmed_with_one_quorum_list_and_dropped():
     """An entry past the in-flight bound whose group no LIST holds (deleted, refused by a later
     step, or a forged CREATE's invented uid) blocks nobody: one LIST confirms, it is dropped."""

@@ -40,8 +40,10 @@ from priogate.kube.ledger_store import LedgerBusy
 from priogate.ledger import (
     SHADOW_SUFFIX,
     Entry,
+    Listing,
     Reads,
     Record,
+    admitted_time,
     awaiting,
     in_flight,
     merge,
@@ -68,6 +70,13 @@ from webhook.registry import ClusterView, RuleSet
 from webhook.review import AdmissionRequest, Decision, allow, deny
 
 log = structlog.get_logger("priogate.podgroup_quota")
+
+# A claim admitted this recently and not yet in the watch cache is awaited through the cache
+# (re-checked every UNSEEN_POLL_SECONDS), not a quorum LIST: admitted groups are stored and
+# seen within milliseconds, and a LIST of every group per refusal is what the API server and
+# this server would spend most on at a full quota.
+UNSEEN_GRACE = dt.timedelta(seconds=1)
+UNSEEN_POLL_SECONDS = 0.02
 
 
 def _entry(obj: Mapping[str, Any], where: str, now: dt.datetime) -> Entry:
@@ -237,7 +246,16 @@ def _take_turn(
             if problem and any(in_flight(e, now, bound) for k, e in entries.items() if k not in own):
                 # Blocked by admissions that may still be stored? Then this one waits for their
                 # fate rather than being refused for a claim that may never exist (a forged
-                # CREATE, or one a later admission step refuses).
+                # CREATE, or one a later admission step refuses). The watch cache answers first:
+                # claims it shows stored are real, and those it does not show yet usually are
+                # a moment later, so only a claim unseen for a while needs a quorum LIST.
+                seen = Listing(stored, now)
+                unseen = {k: t for k, t in awaiting(entries, seen, bound).items() if k not in own}
+                if not unseen or check_claim(once_settled(entries, seen), claim, quotas) is not None:
+                    return problem  # real claims block it, or it fits not even without the unseen
+                youngest = min(admitted_time(entries[k]) for k in unseen)
+                if now - youngest < UNSEEN_GRACE:
+                    return Awaiting(problem, len(unseen), youngest + UNSEEN_GRACE, poll=UNSEEN_POLL_SECONDS)
                 listing = reads.podgroups()
                 pending = awaiting(entries, listing, bound)
                 for key in own:
