@@ -632,7 +632,6 @@ class MemoryLedgerStore:
         *,
         dry_run: bool = False,
         deadline: float | None = None,
-        early_quotas: bool = False,
     ) -> Any:
         if self.reads is None:
             raise RuntimeError("MemoryLedgerStore needs reads to decide")
@@ -646,6 +645,14 @@ class MemoryLedgerStore:
                 self.records[namespace] = new
                 self.writes += 1
             return result
+
+    def want_quotas(self, namespace: str, since: float) -> None:
+        """Nothing to start: the caller's reads are its caches (see LedgerStore.want_quotas)."""
+
+    def fresh_quotas(self, namespace: str, since: float, deadline: float) -> list[Mapping[str, Any]]:
+        if self.reads is None:
+            raise RuntimeError("MemoryLedgerStore needs reads to decide")
+        return self.reads(namespace).quotas()
 
 
 class _EntriesView(MutableMapping[str, dict[str, Entry]]):

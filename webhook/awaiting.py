@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 POLL_SECONDS = 0.2
+CHANGE_POLL_SECONDS = 0.005  # a local check of a cache, no API call
 # Kept back from the request's deadline for a last turn and the answer's way back.
 WAIT_MARGIN_SECONDS = 2.5
 DEFAULT_WAIT_SECONDS = 8.0  # a request without a deadline (tests, offline mode)
@@ -31,7 +32,10 @@ class Awaiting:
     problem: str
     count: int
     until: dt.datetime
-    poll: float = POLL_SECONDS  # when to take the next turn, at the latest
+    # Whether what the claims are awaited through (a watch cache) has changed since: then the
+    # next turn is taken at once, and until then no turn is taken before `until`. None: turns
+    # every POLL_SECONDS.
+    changed: Callable[[], bool] | None = None
 
 
 def decide_waiting(
@@ -47,10 +51,20 @@ def decide_waiting(
         result = turn()
         if not isinstance(result, Awaiting):
             return result
-        pause = min(result.poll, max(0.0, (result.until - dt.datetime.now(dt.UTC)).total_seconds()))
-        if time.monotonic() + pause > stop:
+        left = max(0.0, (result.until - dt.datetime.now(dt.UTC)).total_seconds())
+        pause = left if result.changed is not None else min(POLL_SECONDS, left)
+        if time.monotonic() + (pause if result.changed is None else CHANGE_POLL_SECONDS) > stop:
             return (
                 f"{result.problem}; {result.count} other {what} in this namespace may still be on "
                 "their way to storage, retry"
             )
-        time.sleep(pause)
+        _pause(min(pause, stop - time.monotonic()), result.changed)
+
+
+def _pause(seconds: float, changed: Callable[[], bool] | None) -> None:
+    if changed is None:
+        time.sleep(seconds)
+        return
+    end = time.monotonic() + seconds
+    while not changed() and time.monotonic() < end:
+        time.sleep(CHANGE_POLL_SECONDS)

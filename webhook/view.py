@@ -125,6 +125,10 @@ class CacheView:
 
         return self._of_groups("live", namespace, live)
 
+    def podgroups_generation(self, namespace: str) -> int:
+        """Changes whenever the namespace's cached PodGroups change."""
+        return self.caches["podgroups"].namespace_generation(namespace)
+
     def stored_podgroups(self, namespace: str) -> Mapping[str, Entry]:
         """uid -> the claim of each cached (stored) PodGroup, with its generation."""
         minimum = dt.datetime.min.replace(tzinfo=dt.UTC)

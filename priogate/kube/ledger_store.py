@@ -15,10 +15,12 @@ ResourceQuotas. Those are quorum reads (a GET or LIST without a resourceVersion 
 etcd, or from the watch cache only once it is proven as fresh: KEP-2340, consistent reads from
 cache), made at most once per turn and shared by its batch, never a watch cache's view. A
 record that is missing or damaged is rebuilt from the PodGroup LIST before anything is decided.
-A decision that does not count a quota's status.used (a PodGroup's) may use a quota LIST that
-started after its request arrived, begun outside the turn (priogate.kube.fresh_reads); one that
-does (a pod's) reads the quotas after the record, in the turn, so a charge another replica
-dropped because the quota's status.used now holds it is counted in one of the two.
+A decision that counts no quota's status.used (a PodGroup's) is made in the turn on the cached
+quotas and confirmed after it against a quota LIST that started when its request arrived
+(fresh_quotas; priogate.kube.fresh_reads): that LIST waits for kube-apiserver's cache to be
+proven current, up to 100 ms, and must not hold the turn. A decision that counts status.used (a
+pod's) reads the quotas after the record, in the turn, so a charge another replica dropped
+because the quota's status.used now holds it is counted in one of the two.
 """
 
 from __future__ import annotations
@@ -71,28 +73,15 @@ class LedgerBusy(Exception):
 class QuorumReads:
     """The quorum reads of one turn in one namespace, each made at most once."""
 
-    def __init__(
-        self,
-        client: ApiClient,
-        namespace: str,
-        clock: Callable[[], dt.datetime],
-        early_quotas: Callable[[], list[Mapping[str, Any]]] | None = None,
-    ) -> None:
+    def __init__(self, client: ApiClient, namespace: str, clock: Callable[[], dt.datetime]) -> None:
         self.client = client
         self.namespace = namespace
         self.clock = clock
-        # A quota LIST that started after every request of the batch arrived (see above).
-        self.early_quotas = early_quotas
         self._quotas: list[Mapping[str, Any]] | None = None
         self._listing: Listing | None = None
         self.calls = 0
 
     def quotas(self) -> list[Mapping[str, Any]]:
-        if self._quotas is None and self.early_quotas is not None:
-            try:
-                self._quotas = self.early_quotas()
-            except TimeoutError:
-                self.early_quotas = None  # read it here instead
         if self._quotas is None:
             self.calls += 1
             self._quotas = read_quotas(self.client, self.namespace)
@@ -127,8 +116,6 @@ class _Request(Generic[R]):
     decide: Decide
     dry_run: bool
     deadline: float  # time.monotonic() by which its caller must have an answer
-    early_quotas: bool  # may be decided on a quota LIST that started after `arrived`
-    arrived: float = field(default_factory=time.monotonic)
     done: threading.Event = field(default_factory=threading.Event)
     result: Any = None
     error: BaseException | None = None
@@ -166,6 +153,20 @@ class LedgerStore:
             lambda namespace: read_quotas(client, str(namespace)), name="quota-read"
         )
 
+    def want_quotas(self, namespace: str, since: float) -> None:
+        """Start a quota LIST of `namespace` now, unless one started at or after `since` (a
+        request's arrival, time.monotonic()) is already on its way."""
+        self._quota_reads.want(namespace, since)
+
+    def fresh_quotas(self, namespace: str, since: float, deadline: float) -> list[Mapping[str, Any]]:
+        """The namespace's quotas from a quorum LIST that started at or after `since`; LedgerBusy
+        when none has answered by `deadline` (time.monotonic())."""
+        wait = max(0.0, min(CALL_TIMEOUT[1], deadline - ANSWER_MARGIN_SECONDS - time.monotonic()))
+        try:
+            return self._quota_reads.get(namespace, since, wait)
+        except TimeoutError as e:
+            raise LedgerBusy(f"the quotas of namespace {namespace} could not be read in time") from e
+
     def _namespace(self, namespace: str) -> _Namespace:
         with self._lock:
             return self._namespaces.setdefault(namespace, _Namespace())
@@ -177,19 +178,14 @@ class LedgerStore:
         *,
         dry_run: bool = False,
         deadline: float | None = None,
-        early_quotas: bool = False,
     ) -> Any:
         """`deadline` (time.monotonic()) is when the caller stops waiting; the answer comes
-        ANSWER_MARGIN_SECONDS before it, and never later than deadline_seconds from now.
-        `early_quotas`: `decide` never counts a quota's status.used, so the quotas may be read
-        as soon as the request arrives, outside the turn."""
+        ANSWER_MARGIN_SECONDS before it, and never later than deadline_seconds from now."""
         state = self._namespace(namespace)
         own = time.monotonic() + self.deadline_seconds
         if deadline is not None:
             own = min(own, deadline - ANSWER_MARGIN_SECONDS)
-        request: _Request = _Request(decide, dry_run, own, early_quotas)
-        if early_quotas:
-            self._quota_reads.want(namespace, request.arrived)
+        request: _Request = _Request(decide, dry_run, own)
         with state.waiting_lock:
             state.waiting.append(request)
         while not request.done.is_set():
@@ -277,11 +273,7 @@ class LedgerStore:
         or the holder's deadline has passed. A request whose deadline passes while conflicts go
         on is answered 'busy' and leaves `batch`."""
         item = record_path(self.ledger_namespace, namespace)
-        early = None
-        if batch and all(r.early_quotas for r in batch):
-            since = max(r.arrived for r in batch)
-            early = lambda: self._quota_reads.get(namespace, since, CALL_TIMEOUT[1])  # noqa: E731
-        reads = QuorumReads(self.client, namespace, self.clock, early)
+        reads = QuorumReads(self.client, namespace, self.clock)
         attempt = 0
         while True:
             attempt += 1
@@ -307,8 +299,7 @@ class LedgerStore:
                     raise
                 self.on_conflict()
                 # The next attempt reads the record again; the quotas with it, so a charge
-                # another replica dropped (its pod now in status.used) is never missed. (A batch
-                # that counts no status.used keeps its early read: still after its arrivals.)
+                # another replica dropped (its pod now in status.used) is never missed.
                 reads.forget_quotas()
             now = time.monotonic()
             for request in [r for r in batch if r.deadline < now]:

@@ -86,9 +86,32 @@ def test_the_record_lives_in_priogates_namespace_and_quotas_are_quorum_read():
     assert not refused.allowed and "exceeded quota: compute" in refused.message
 
 
+def test_a_quota_lowered_before_the_request_limits_it_though_the_cache_has_not_seen_it():
+    """The turn decides on the cached quotas (a quorum LIST there waits up to 100 ms for
+    kube-apiserver's cache); the admission is confirmed against a LIST begun when the request
+    arrived. The cache still says cpu=10, the API server cpu=4: "a" (6) is decided again on the
+    listed quota, refused, and the claim the first decision recorded is taken back."""
+    api, view = setup()
+    view.caches["resourcequotas"].apply_event("ADDED", api.objects[f"{QUOTAS}/compute"])
+    api.put_object(QUOTAS, resource_quota("compute", hard={"cpu": "4"}, namespace=NS))
+    refused = admit_group(view, "a", "6")
+    assert not refused.allowed and "limited: cpu=4" in refused.message
+    assert entries_of(api.objects[RECORD]) == {}
+    assert admit_group(view, "b", "4").allowed  # nothing left behind holds the quota
+
+
+def test_an_admission_on_a_current_cache_is_decided_once_and_confirmed_by_one_list():
+    api, view = setup()
+    view.caches["resourcequotas"].apply_event("ADDED", api.objects[f"{QUOTAS}/compute"])
+    assert admit_group(view, "a", "6").allowed
+    assert api.reads_of(QUOTAS) == [()]  # a quorum read
+    assert len(api.writes) == 1  # the cache was current: decided once, nothing taken back
+
+
 def test_a_missing_record_is_rebuilt_from_the_stored_groups_before_deciding():
     """Old code: a missing ledger read as empty, so the next group was admitted over quota."""
     api, view = setup()
+    view.caches["resourcequotas"].apply_event("ADDED", api.objects[f"{QUOTAS}/compute"])
     store_group(api, "a", "6")  # stored, and its record deleted by someone
     refused = admit_group(view, "b", "5")
     assert not refused.allowed and "reserved: cpu=6" in refused.message
