@@ -224,7 +224,7 @@ class LedgerStore:
         self, state: _Namespace, namespace: str, batch: list[_Request], holder: _Request
     ) -> None:
         try:
-            self._write_batch(namespace, batch, holder)  # removes the requests it answers early
+            self._write_batch(state, namespace, batch, holder)  # removes the requests it answers early
         except Exception as e:
             for request in batch:
                 request.error = e
@@ -268,15 +268,22 @@ class LedgerStore:
             )
         return Record(resync({}, listing, self.in_flight)), None, True
 
-    def _write_batch(self, namespace: str, batch: list[_Request], holder: _Request) -> None:
+    def _write_batch(
+        self, state: _Namespace, namespace: str, batch: list[_Request], holder: _Request
+    ) -> None:
         """Decide and write until the write lands (every request in `batch` then has its result)
         or the holder's deadline has passed. A request whose deadline passes while conflicts go
-        on is answered 'busy' and leaves `batch`."""
+        on is answered 'busy' and leaves `batch`. After a conflict the batch takes in what has
+        arrived meanwhile: one more write then serves them too."""
         item = record_path(self.ledger_namespace, namespace)
         reads = QuorumReads(self.client, namespace, self.clock)
         attempt = 0
         while True:
             attempt += 1
+            if attempt > 1:
+                with state.waiting_lock:
+                    batch.extend(state.waiting)
+                    state.waiting.clear()
             record, version, rebuilt = self.read(namespace, reads)
             changed = rebuilt and not all(r.dry_run for r in batch)
             for request in batch:

@@ -145,3 +145,29 @@ def test_decisions_that_count_status_used_read_the_quotas_in_their_turn():
     record_read = next(i for i, c in enumerate(api.calls) if "configmaps" in c.path)
     quota_read = next(i for i, c in enumerate(api.calls) if c.path == QUOTAS)
     assert record_read < quota_read  # after the record, so a dropped charge is in one of them
+
+
+def test_after_a_conflict_the_batch_takes_in_what_arrived_meanwhile():
+    """One write serves the retried batch and the requests that queued behind it."""
+
+    class ConflictsOnce(AlwaysConflicting):
+        def request(self, method: str, path: str, **_: Any) -> dict:
+            self.writes += 1
+            time.sleep(0.05)
+            if self.writes == 1:
+                raise ApiError(409, "Conflict", "the object has been modified")
+            return {}
+
+    api = ConflictsOnce()
+    store = LedgerStore(api, deadline_seconds=5)  # type: ignore[arg-type]
+    results: list[str] = []
+    first = threading.Thread(target=lambda: results.append(store.update("team-a", claim)))
+    first.start()
+    time.sleep(0.02)  # the first write is on its way
+    later = [threading.Thread(target=lambda: results.append(store.update("team-a", claim))) for _ in range(4)]
+    for t in later:
+        t.start()
+    for t in [first, *later]:
+        t.join(5)
+    assert results == ["decided"] * 5
+    assert api.writes == 2  # the conflict, then one write for all five
