@@ -197,6 +197,18 @@ def positive_total(lists: Iterable[Mapping[str, Fraction]]) -> ResourceList:
     return total
 
 
+def nano_units(amounts: Mapping[str, Fraction]) -> dict[str, int | Fraction]:
+    """The amounts times 10^9: ints for whole nano-units (every quantity Kubernetes writes),
+    still exact Fractions otherwise. Sums and comparisons of the result are those of the
+    amounts, exactly, and mostly integer arithmetic (see positive_total)."""
+    return {
+        name: amount.numerator * (_NANO // amount.denominator)
+        if _NANO % amount.denominator == 0
+        else amount * _NANO
+        for name, amount in amounts.items()
+    }
+
+
 def subtract(a: Mapping[str, Fraction], b: Mapping[str, Fraction]) -> ResourceList:
     """Per-resource difference a - b (may go negative: an overcommitted node is a fact)."""
     diff = dict(a)
