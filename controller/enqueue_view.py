@@ -66,11 +66,28 @@ def allocatable_of(nodes: Iterable[Mapping[str, Any]]) -> ResourceList:
 
 
 @dataclass(frozen=True)
-class _Pods:
-    generation: int
-    members: dict[tuple[str, str], list[Mapping[str, Any]]]  # by (namespace, group name)
+class _Bound:
+    generation: int  # the pods cache's
     bound: list[enqueue.BoundPod]
     held: HeldByPriority
+
+
+# A group as last read: its object and member list, its demand (None: finished), when an Inqueue
+# timeout rolled it back, and whether both had versions (else it is read again every time).
+_Entry = tuple[Mapping[str, Any], list[Mapping[str, Any]], enqueue.GroupDemand | None, float | None, bool]
+
+
+@dataclass(frozen=True)
+class _Namespace:
+    """A namespace's unfinished groups' demands, valid while the namespace's snapshots of
+    groups and pods (the caches replace them on every change) and these generations are."""
+
+    groups_seen: Mapping[str, Any]
+    pods_seen: Mapping[str, Any]
+    generations: tuple[int, int]  # the classes cache's and the namespace's quotas'
+    demands: list[enqueue.GroupDemand]
+    rolled_back: list[tuple[int, float]]  # (position, time) of those an Inqueue timeout rolled back
+    same: dict[str, _Entry]  # by group name: reused while the group and member list are the same
 
 
 @dataclass(frozen=True)
@@ -78,8 +95,12 @@ class EnqueueInputs:
     key: tuple[int, int, int, int]  # the caches' generations it was built from
     allocatable: ResourceList
     bound: list[enqueue.BoundPod]
-    groups: list[enqueue.GroupDemand]  # every unfinished group: holding or waiting
+    namespaces: dict[str, list[enqueue.GroupDemand]]  # every unfinished group: holding or waiting
     verdicts: Verdicts
+
+    @property
+    def groups(self) -> list[enqueue.GroupDemand]:
+        return [group for groups in self.namespaces.values() for group in groups]
 
 
 class EnqueueView:
@@ -87,10 +108,16 @@ class EnqueueView:
         self.caches = caches
         self.enqueue_backoff = enqueue_backoff
         self._view: EnqueueInputs | None = None
-        self._pods: _Pods | None = None
+        self._bound: _Bound | None = None
         self._allocatable: tuple[int, ResourceList] | None = None
-        # uid -> (resourceVersion, its BoundPod or None), and uid -> (what a group's demand was
-        # computed from, the demand): the view's parts, kept across rebuilds
+        # Kept across views, each while what it was computed from is the same: by namespace, the
+        # members of each group (from the pods snapshot), the quotas (from the quotas snapshot),
+        # the groups' demands and the last view's lists of them (backing_off as of then); by uid,
+        # each pod's BoundPod and each group's demand, by resourceVersion.
+        self._members: dict[str, tuple[Mapping[str, Any], dict[str, list[Mapping[str, Any]]]]] = {}
+        self._quotas: dict[str, tuple[Mapping[str, Any], list[Mapping[str, Any]]]] = {}
+        self._namespaces: dict[str, _Namespace] = {}
+        self._lists: dict[str, tuple[_Namespace, tuple[bool, ...], list[enqueue.GroupDemand]]] = {}
         self._bound_memo: dict[str, tuple[str, enqueue.BoundPod | None]] = {}
         self._demand_memo: dict[str, tuple[tuple[Any, ...], enqueue.GroupDemand]] = {}
 
@@ -135,32 +162,52 @@ class EnqueueView:
             backing_off=enqueue.backing_off(group.get("status"), time.time(), self.enqueue_backoff),
         )
 
-    def _pods_part(self) -> _Pods:
+    def members(self, namespace: str) -> dict[str, list[Mapping[str, Any]]]:
+        """The namespace's pods by PodGroup name, in the cache's order."""
+        return self._members_in(namespace, self.caches.pods.namespace(namespace))
+
+    def _members_in(
+        self, namespace: str, pods: Mapping[str, Mapping[str, Any]]
+    ) -> dict[str, list[Mapping[str, Any]]]:
+        known = self._members.get(namespace)
+        if known is None or known[0] is not pods:
+            by_group: dict[str, list[Mapping[str, Any]]] = {}
+            for pod in pods.values():
+                name = group_of(pod)
+                if name:
+                    by_group.setdefault(name, []).append(pod)
+            known = (pods, by_group)
+            self._members[namespace] = known
+        return known[1]
+
+    def quotas(self, namespace: str) -> list[Mapping[str, Any]]:
+        """The namespace's ResourceQuotas: the same list while they are the same."""
+        quotas = self.caches.quotas.namespace(namespace)
+        known = self._quotas.get(namespace)
+        if known is None or known[0] is not quotas:
+            known = (quotas, list(quotas.values()))
+            self._quotas[namespace] = known
+        return known[1]
+
+    def _bound_pods(self) -> _Bound:
         generation = self.caches.pods.generation
-        if self._pods is not None and self._pods.generation == generation:
-            return self._pods
-        members: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
+        if self._bound is not None and self._bound.generation == generation:
+            return self._bound
         bound = []
         # Each pod's part is kept by object version and only what changed is computed again.
         bound_memo: dict[str, tuple[str, enqueue.BoundPod | None]] = {}
         for pod in self.caches.pods.items():
-            name = group_of(pod)
-            if name:
-                members.setdefault((pod["metadata"].get("namespace", ""), name), []).append(pod)
             uid, pod_version = version(pod)
             known = self._bound_memo.get(uid)
             if known is None or known[0] != pod_version or not pod_version:  # no version: no key
-                is_bound = bound_active(pod)
-                known = (
-                    pod_version,
-                    enqueue.BoundPod(priority_of(pod), requests_of(pod)) if is_bound else None,
-                )
+                held = enqueue.BoundPod(priority_of(pod), requests_of(pod)) if bound_active(pod) else None
+                known = (pod_version, held)
             bound_memo[uid] = known
             if known[1] is not None:
                 bound.append(known[1])
         self._bound_memo = bound_memo
-        self._pods = _Pods(generation, members, bound, HeldByPriority.of_pods(bound))
-        return self._pods
+        self._bound = _Bound(generation, bound, HeldByPriority.of_pods(bound))
+        return self._bound
 
     def _allocatable_now(self) -> ResourceList:
         generation = self.caches.nodes.generation
@@ -169,8 +216,8 @@ class EnqueueView:
         return self._allocatable[1]
 
     def get(self) -> EnqueueInputs:
-        """What every enqueue decision reads, reused until one of the caches it reads changes: a
-        resync of G groups costs O(pods + groups) once, not per group."""
+        """What every enqueue decision reads, reused until one of the caches it reads changes;
+        then only the namespaces that changed are read again."""
         key = (
             self.caches.pods.generation,
             self.caches.podgroups.generation,
@@ -179,38 +226,88 @@ class EnqueueView:
         )
         if self._view is not None and self._view.key == key:
             return self._view
-        pods = self._pods_part()
-        groups = []
-        demand_memo: dict[str, tuple[tuple[Any, ...], enqueue.GroupDemand]] = {}
-        for group in self.caches.podgroups.items():
-            if ((group.get("status") or {}).get("phase") or "") not in FINISHED_PHASES:
-                meta = group["metadata"]
-                group_members = pods.members.get((meta["namespace"], meta["name"]), [])
-                uid, group_version = version(group)
-                memo_key = (
-                    group_version,
-                    tuple(version(p) for p in group_members),
-                    self.caches.classes.generation,
-                    self.caches.quotas.namespace_generation(meta["namespace"]),
-                )
-                known = self._demand_memo.get(uid)
-                versioned = bool(group_version) and all(v for _, v in memo_key[1])  # else no key
-                if known is None or known[0] != memo_key or not versioned:
-                    known = (memo_key, self._waiting_demand(group, group_members))
-                demand_memo[uid] = known
-                demand = known[1]
-                backing_off = enqueue.backing_off(group.get("status"), time.time(), self.enqueue_backoff)
-                if demand.backing_off != backing_off:  # the one part that changes with time alone
-                    demand = dataclasses.replace(demand, backing_off=backing_off)
-                groups.append(demand)
-        self._demand_memo = demand_memo
+        bound = self._bound_pods()
+        now = time.time()
+        namespaces: dict[str, list[enqueue.GroupDemand]] = {}
+        lists: dict[str, tuple[_Namespace, tuple[bool, ...], list[enqueue.GroupDemand]]] = {}
+        for namespace in self.caches.podgroups.namespaces():
+            part = self._namespace(namespace)
+            # backing_off is the one part that changes with time alone.
+            backing_off = tuple(
+                enqueue.backed_off_until(t, now, self.enqueue_backoff) for _, t in part.rolled_back
+            )
+            last = self._lists.get(namespace)
+            if last is not None and last[0] is part and last[1] == backing_off:
+                groups = last[2]  # the same list: the verdicts reuse what they built from it
+            else:
+                groups = list(part.demands)
+                for (i, _), now_backing_off in zip(part.rolled_back, backing_off, strict=True):
+                    if groups[i].backing_off != now_backing_off:
+                        groups[i] = dataclasses.replace(groups[i], backing_off=now_backing_off)
+            lists[namespace] = (part, backing_off, groups)
+            if groups:
+                namespaces[namespace] = groups
+        self._lists = lists
+        for table in (self._namespaces, self._members, self._quotas):
+            for gone in set(table) - set(lists):
+                table.pop(gone, None)
+        if len(self._demand_memo) > 2 * sum(len(p.groups_seen) for p in self._namespaces.values()) + 64:
+            live = {version(g)[0] for p in self._namespaces.values() for g in p.groups_seen.values()}
+            self._demand_memo = {uid: d for uid, d in self._demand_memo.items() if uid in live}
         allocatable = self._allocatable_now()
-        verdicts = Verdicts(groups, pods.held, allocatable, self._quotas)
-        self._view = EnqueueInputs(key, allocatable, pods.bound, groups, verdicts)
+        previous = self._view.verdicts if self._view is not None else None
+        verdicts = Verdicts(namespaces, bound.held, allocatable, self.quotas, previous)
+        self._view = EnqueueInputs(key, allocatable, bound.bound, namespaces, verdicts)
         return self._view
 
-    def _quotas(self, namespace: str) -> list[Mapping[str, Any]]:
-        return list(self.caches.quotas.namespace(namespace).values())
+    def _namespace(self, namespace: str) -> _Namespace:
+        groups_seen = self.caches.podgroups.namespace(namespace)
+        pods_seen = self.caches.pods.namespace(namespace)
+        generations = (self.caches.classes.generation, self.caches.quotas.namespace_generation(namespace))
+        known = self._namespaces.get(namespace)
+        if (
+            known is not None
+            and known.groups_seen is groups_seen
+            and known.pods_seen is pods_seen
+            and known.generations == generations
+        ):
+            return known
+        members = self._members_in(namespace, pods_seen)
+        # The last build's entries: a group whose object and member list are the very ones seen
+        # then (the caches replace an object on every change) is not read again.
+        last = known.same if known is not None and known.generations == generations else {}
+        demands, rolled_back, same = [], [], {}
+        for name, group in groups_seen.items():
+            group_members = members.get(name, [])
+            entry = last.get(name)
+            if entry is None or entry[0] is not group or entry[1] is not group_members:
+                entry = self._group_entry(group, group_members, generations)
+            if entry[2] is None:
+                continue  # finished
+            if entry[4]:
+                same[name] = entry
+            if entry[3] is not None:
+                rolled_back.append((len(demands), entry[3]))
+            demands.append(entry[2])
+        known = _Namespace(groups_seen, pods_seen, generations, demands, rolled_back, same)
+        self._namespaces[namespace] = known
+        return known
+
+    def _group_entry(
+        self, group: Mapping[str, Any], members: list[Mapping[str, Any]], generations: tuple[int, int]
+    ) -> _Entry:
+        status = group.get("status") or {}
+        if (status.get("phase") or "") in FINISHED_PHASES:
+            return (group, members, None, None, True)
+        uid, group_version = version(group)
+        memo_key = (group_version, tuple(version(p) for p in members), *generations)
+        known = self._demand_memo.get(uid)
+        versioned = bool(group_version) and all(v for _, v in memo_key[1])  # else no key
+        if known is None or known[0] != memo_key or not versioned:
+            known = (memo_key, self._waiting_demand(group, members))
+            self._demand_memo[uid] = known
+        since = enqueue.rolled_back_at(status) if self.enqueue_backoff > 0 else None
+        return (group, members, known[1], since, versioned)
 
     def _waiting_demand(
         self, group: Mapping[str, Any], members: Sequence[Mapping[str, Any]]
@@ -219,7 +316,7 @@ class EnqueueView:
         demand = self.demand(group, members)
         if demand.phase in enqueue.WAITING_PHASES and demand.min_resources:
             try:
-                blocked = enqueue.check_quota(demand, self._quotas(demand.namespace)) is not None
+                blocked = enqueue.check_quota(demand, self.quotas(demand.namespace)) is not None
             except ValueError:
                 blocked = True  # a malformed quota holds it back (the verdict says so)
             demand = dataclasses.replace(demand, quota_blocked=blocked)

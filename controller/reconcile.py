@@ -24,8 +24,8 @@ from priogate import preemption_record as record
 from priogate.clock import rfc3339
 from priogate.kube.client import ApiClient, ApiError, resource_path
 from priogate.ledger import entry_of_group
-from priogate.podgroup import GROUP_VERSION, PLURAL, Phase, group_of
-from priogate.quota import Reservation, over_reserved
+from priogate.podgroup import GROUP_VERSION, PLURAL, Phase
+from priogate.quota import class_totals, over_reserved, positive_nanos
 
 log = structlog.get_logger("priogate.controller.reconcile")
 
@@ -56,14 +56,17 @@ class Reconciler:
         self.caches = caches
         self.preemptor = preemptor
         self.view = EnqueueView(caches, enqueue_backoff)
-        self._reservations: dict[str, tuple[str, Reservation | None]] = {}  # over_quota's, by uid
+        self._reservations: dict[
+            str, tuple[str, tuple[str, dict[str, Any]] | None]
+        ] = {}  # over_quota's, by uid
+        self._reservations_kept = 0  # how many were live at the last pruning
         # namespace -> (the caches' generations it was computed at, over_quota's answer)
         self._over_quota: dict[str, tuple[tuple[int, int], str | None]] = {}
 
     # ---- inputs of the phase and enqueue functions ---------------------------------------------
 
     def members(self, namespace: str, name: str) -> list[Mapping[str, Any]]:
-        return [p for p in self.caches.pods.namespace(namespace).values() if group_of(p) == name]
+        return list(self.view.members(namespace).get(name, ()))
 
     def demand(self, group: Mapping[str, Any], members: Sequence[Mapping[str, Any]]) -> enqueue.GroupDemand:
         return self.view.demand(group, members)
@@ -183,25 +186,29 @@ class Reconciler:
         return answer
 
     def _over_quota_now(self, namespace: str) -> str | None:
-        reservations = []
+        # Each stored group's reservation is kept by resourceVersion, as positive nano-units
+        # summed per class: a namespace of thousands of groups is summed with int additions.
+        parts = []
         for stored in self.caches.podgroups.namespace(namespace).values():
             uid, version = stored_version(stored)
             known = self._reservations.get(uid)
             if known is None or known[0] != version or not version:
                 try:
-                    known = (version, entry_of_group(stored, "").reservation())
+                    reservation = entry_of_group(stored, "").reservation()
+                    known = (version, (reservation.priority_class, positive_nanos(reservation)))
                 except (ValueError, TypeError):
                     known = (version, None)
                 self._reservations[uid] = known
             if known[1] is not None:
-                reservations.append(known[1])
-        if len(self._reservations) > 2 * len(self.caches.podgroups.items()) + 64:
+                parts.append(known[1])
+        if len(self._reservations) > 2 * self._reservations_kept + 64:  # amortized: O(1) a call
             live = {stored_version(g)[0] for g in self.caches.podgroups.items()}
             self._reservations = {uid: r for uid, r in self._reservations.items() if uid in live}
-        if not reservations:
+            self._reservations_kept = len(self._reservations)
+        if not parts:
             return None
         try:
-            return over_reserved(self.caches.quotas.namespace(namespace).values(), reservations)
+            return over_reserved(self.caches.quotas.namespace(namespace).values(), class_totals(parts))
         except ValueError:
             return None  # a malformed quota: the enqueue verdict says so
 

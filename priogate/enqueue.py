@@ -160,11 +160,6 @@ def never_fits_quota(group: GroupDemand, quotas: Sequence[Mapping[str, Any]]) ->
     )
 
 
-def fits_allocatable(group: GroupDemand, allocatable: ResourceList) -> bool:
-    """Its unconsumed demand alone fits the cluster's allocatable."""
-    return not any(amount > allocatable.get(name, ZERO) for name, amount in group.unconsumed.items())
-
-
 def inqueue_timed_out(stuck_since: float | None, now: float, timeout: float) -> bool:
     """An Inqueue group whose members the scheduler could not place, for which no preemption was
     possible, since `stuck_since` (None: not stuck). `timeout` <= 0 disables the rollback."""
@@ -173,10 +168,18 @@ def inqueue_timed_out(stuck_since: float | None, now: float, timeout: float) -> 
 
 def backing_off(status: Mapping[str, Any] | None, now: float, backoff: float) -> bool:
     """A group rolled back by an Inqueue timeout waits `backoff` seconds before it may be
-    enqueued again, so it does not loop Pending -> Inqueue -> Pending. The rollback time is the
-    Unschedulable condition's lastTransitionTime (it turned True then)."""
-    if backoff <= 0:
-        return False
+    enqueued again, so it does not loop Pending -> Inqueue -> Pending."""
+    return backoff > 0 and backed_off_until(rolled_back_at(status), now, backoff)
+
+
+def backed_off_until(since: float | None, now: float, backoff: float) -> bool:
+    """backing_off, from the rollback time (rolled_back_at)."""
+    return backoff > 0 and since is not None and now - since < backoff
+
+
+def rolled_back_at(status: Mapping[str, Any] | None) -> float | None:
+    """When an Inqueue timeout rolled the group back: the Unschedulable condition's
+    lastTransitionTime (it turned True then). None: never, or a time that cannot be read."""
     for condition in (status or {}).get("conditions") or []:
         if (
             isinstance(condition, Mapping)
@@ -185,8 +188,7 @@ def backing_off(status: Mapping[str, Any] | None, now: float, backoff: float) ->
             and condition.get("reason") == INQUEUE_TIMEOUT
         ):
             try:
-                since = epoch_seconds(str(condition.get("lastTransitionTime")))
+                return epoch_seconds(str(condition.get("lastTransitionTime")))
             except ValueError:
-                return False
-            return now - since < backoff
-    return False
+                return None
+    return None

@@ -172,7 +172,8 @@ def add(a: Mapping[str, Fraction], b: Mapping[str, Fraction]) -> ResourceList:
     return total
 
 
-_NANO = 10**9
+NANO = 10**9  # nano-units per unit: the finest Kubernetes quantities
+_NANO = NANO
 
 
 def positive_total(lists: Iterable[Mapping[str, Fraction]]) -> ResourceList:

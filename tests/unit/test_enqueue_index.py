@@ -105,7 +105,8 @@ def outcome(decide: Any) -> EnqueueVerdict | str:
 @given(cluster(), st.data())
 def test_the_index_decides_as_the_walk(world, data):
     groups, quotas, bound, allocatable = world
-    verdicts = Verdicts(groups, HeldByPriority.of_pods(bound), allocatable, lambda ns: quotas.get(ns, []))
+    held = HeldByPriority.of_pods(bound)
+    verdicts = Verdicts(by_namespace(groups), held, allocatable, lambda ns: quotas.get(ns, []))
     # Every group of the view; one not in it; a few whose entry in the view is not what is asked
     # about (the reconciler decides on a demand computed afresh), so the index must take back
     # out exactly the part of that entry it counted.
@@ -120,6 +121,33 @@ def test_the_index_decides_as_the_walk(world, data):
                 min_resources=data.draw(amounts()),
             )
         )
+    agree(verdicts, asked, groups, quotas, bound, allocatable)
+    if not groups:
+        return
+    # The next view, one namespace's groups changed (a new list): the other namespaces' parts
+    # are the last view's, and it decides as a fresh walk too.
+    changed = groups[data.draw(st.integers(0, len(groups) - 1))]
+    namespaces = by_namespace(groups)
+    namespaces[changed.namespace] = [
+        dataclasses.replace(g, phase=data.draw(st.sampled_from(PHASES))) if g is changed else g
+        for g in namespaces[changed.namespace]
+        if g is not changed or data.draw(st.booleans())
+    ]
+    after = [g for part in namespaces.values() for g in part]
+    verdicts = Verdicts(namespaces, held, allocatable, lambda ns: quotas.get(ns, []), previous=verdicts)
+    agree(verdicts, asked, after, quotas, bound, allocatable)
+
+
+def by_namespace(groups: list[GroupDemand]) -> dict[str, list[GroupDemand]]:
+    out: dict[str, list[GroupDemand]] = {}
+    for g in groups:
+        out.setdefault(g.namespace, []).append(g)
+    return out
+
+
+def agree(
+    verdicts: Verdicts, asked: list[GroupDemand], groups: list[GroupDemand], quotas, bound, allocatable
+):
     for me in asked:
         others = [o for o in groups if o.key != me.key]
         ns_quotas = quotas.get(me.namespace, [])
@@ -168,7 +196,9 @@ def test_a_few_thousand_groups_agree_too():
     }
     bound = [BoundPod(rng.choice([0, 10, 100]), {"cpu": Fraction(rng.randint(0, 4), 4)}) for _ in range(2000)]
     allocatable = {"cpu": Fraction(900), "memory": Fraction(500)}
-    verdicts = Verdicts(groups, HeldByPriority.of_pods(bound), allocatable, lambda ns: quotas[ns])
+    verdicts = Verdicts(
+        by_namespace(groups), HeldByPriority.of_pods(bound), allocatable, lambda ns: quotas[ns]
+    )
     admitted = 0
     for me in groups:
         others = [o for o in groups if o.key != me.key]
@@ -199,7 +229,7 @@ def test_the_groups_own_older_entry_is_never_ahead_of_it():
     seen = _pending("a/me", 3, "2026-01-01T00:00:00Z")
     asked = _pending("a/me", 3, "2026-01-01T00:00:05Z")
     quotas = [{"metadata": {"name": "q"}, "spec": {"hard": {"cpu": "4"}}, "status": {"used": {}}}]
-    verdicts = Verdicts([seen], HeldByPriority.of_pods([]), {"cpu": Fraction(4)}, lambda _: quotas)
+    verdicts = Verdicts({"a": [seen]}, HeldByPriority.of_pods([]), {"cpu": Fraction(4)}, lambda _: quotas)
     assert verdicts.verdict(asked) == enqueue_reference.verdict(asked, quotas, {"cpu": Fraction(4)}, [], [])
     assert verdicts.verdict(asked).admitted
 
@@ -213,12 +243,12 @@ def test_only_another_groups_malformed_quota_test_is_the_verdicts_error():
     ]
     seen = _pending("a/me", 3, "2026-01-01T00:00:00Z")
     asked = _pending("a/me", 3, "2026-01-01T00:00:05Z", "gold")
-    verdicts = Verdicts([seen], HeldByPriority.of_pods([]), {"cpu": Fraction(4)}, lambda _: quotas)
+    verdicts = Verdicts({"a": [seen]}, HeldByPriority.of_pods([]), {"cpu": Fraction(4)}, lambda _: quotas)
     expected = enqueue_reference.verdict(asked, quotas, {"cpu": Fraction(4)}, [], [])
     assert "quota a-gold insufficient" in expected.reason
     assert verdicts.verdict(asked) == expected
     other = dataclasses.replace(seen, key="a/other")
-    verdicts = Verdicts([other], HeldByPriority.of_pods([]), {"cpu": Fraction(4)}, lambda _: quotas)
+    verdicts = Verdicts({"a": [other]}, HeldByPriority.of_pods([]), {"cpu": Fraction(4)}, lambda _: quotas)
     assert outcome(lambda: verdicts.verdict(asked)) == outcome(
         lambda: enqueue_reference.verdict(asked, quotas, {"cpu": Fraction(4)}, [], [other])
     )
