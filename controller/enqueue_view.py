@@ -72,6 +72,8 @@ class _Bound:
     held: HeldByPriority
 
 
+_NO_MEMBERS: list[Mapping[str, Any]] = []  # one list, never changed: the same object each time
+
 # A group as last read: its object and member list, its demand (None: finished), when an Inqueue
 # timeout rolled it back, and whether both had versions (else it is read again every time).
 _Entry = tuple[Mapping[str, Any], list[Mapping[str, Any]], enqueue.GroupDemand | None, float | None, bool]
@@ -278,7 +280,7 @@ class EnqueueView:
         last = known.same if known is not None and known.generations == generations else {}
         demands, rolled_back, same = [], [], {}
         for name, group in groups_seen.items():
-            group_members = members.get(name, [])
+            group_members = members.get(name, _NO_MEMBERS)
             entry = last.get(name)
             if entry is None or entry[0] is not group or entry[1] is not group_members:
                 entry = self._group_entry(group, group_members, generations)
