@@ -15,17 +15,15 @@ import structlog
 
 from controller.caches import Caches
 from controller.enqueue_view import EnqueueInputs, EnqueueView
-from controller.enqueue_view import version as stored_version
 from controller.events import EventRecorder
 from controller.gang_preemptor import GangPreemptor
+from controller.over_quota import OverQuota
 from controller.victims import NotLeader
 from priogate import enqueue, phase
 from priogate import preemption_record as record
 from priogate.clock import rfc3339
 from priogate.kube.client import ApiClient, ApiError, resource_path
-from priogate.ledger import entry_of_group
 from priogate.podgroup import GROUP_VERSION, PLURAL, Phase
-from priogate.quota import class_totals, over_reserved, positive_nanos
 
 log = structlog.get_logger("priogate.controller.reconcile")
 
@@ -56,12 +54,7 @@ class Reconciler:
         self.caches = caches
         self.preemptor = preemptor
         self.view = EnqueueView(caches, enqueue_backoff)
-        self._reservations: dict[
-            str, tuple[str, tuple[str, dict[str, Any]] | None]
-        ] = {}  # over_quota's, by uid
-        self._reservations_kept = 0  # how many were live at the last pruning
-        # namespace -> (the caches' generations it was computed at, over_quota's answer)
-        self._over_quota: dict[str, tuple[tuple[int, int], str | None]] = {}
+        self._over_quota = OverQuota(caches)
 
     # ---- inputs of the phase and enqueue functions ---------------------------------------------
 
@@ -171,46 +164,8 @@ class Reconciler:
         return phase.next_status(group.get("status"), min_member, counts, verdict, now, over)
 
     def over_quota(self, namespace: str) -> str | None:
-        """Whether a quota was lowered below the namespace's stored groups' reservations.
-        Reused until the namespace's groups or quotas change: every reconcile in the namespace
-        asks, and the answer sums all of its groups."""
-        key = (
-            self.caches.podgroups.namespace_generation(namespace),
-            self.caches.quotas.namespace_generation(namespace),
-        )
-        known = self._over_quota.get(namespace)
-        if known is not None and known[0] == key:
-            return known[1]
-        answer = self._over_quota_now(namespace)
-        self._over_quota[namespace] = (key, answer)
-        return answer
-
-    def _over_quota_now(self, namespace: str) -> str | None:
-        # Each stored group's reservation is kept by resourceVersion, as positive nano-units
-        # summed per class: a namespace of thousands of groups is summed with int additions.
-        parts = []
-        for stored in self.caches.podgroups.namespace(namespace).values():
-            uid, version = stored_version(stored)
-            known = self._reservations.get(uid)
-            if known is None or known[0] != version or not version:
-                try:
-                    reservation = entry_of_group(stored, "").reservation()
-                    known = (version, (reservation.priority_class, positive_nanos(reservation)))
-                except (ValueError, TypeError):
-                    known = (version, None)
-                self._reservations[uid] = known
-            if known[1] is not None:
-                parts.append(known[1])
-        if len(self._reservations) > 2 * self._reservations_kept + 64:  # amortized: O(1) a call
-            live = {stored_version(g)[0] for g in self.caches.podgroups.items()}
-            self._reservations = {uid: r for uid, r in self._reservations.items() if uid in live}
-            self._reservations_kept = len(self._reservations)
-        if not parts:
-            return None
-        try:
-            return over_reserved(self.caches.quotas.namespace(namespace).values(), class_totals(parts))
-        except ValueError:
-            return None  # a malformed quota: the enqueue verdict says so
+        """Whether a quota was lowered below the namespace's stored groups' reservations."""
+        return self._over_quota.answer(namespace)
 
     def _path(self, namespace: str, name: str) -> str:
         return resource_path(GROUP_VERSION, PLURAL, namespace, name)

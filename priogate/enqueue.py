@@ -99,6 +99,11 @@ class GroupDemand:
         return nano_units(self.quota_demand)
 
     @cached_property
+    def quota_shape(self) -> tuple[str, frozenset[tuple[str, int | Fraction]]]:
+        """What a quota's verdict on its demand alone depends on: its class and quota demand."""
+        return self.priority_class, frozenset(self.quota_demand_nanos.items())
+
+    @cached_property
     def order(self) -> tuple[int, str, str]:
         """The enqueue order: higher priority first, then older first."""
         return (-self.priority, self.created_at, self.key)

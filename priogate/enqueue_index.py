@@ -153,7 +153,7 @@ class _QuotaPart:
         self.errors: list[tuple[int, GroupDemand, ValueError]] = []
         by_class: dict[str, tuple[list[tuple[int, str, str]], list[Nanos]]] = {}
         for index, group in eligible:
-            shape = (group.priority_class, frozenset(group.quota_demand_nanos.items()))
+            shape = group.quota_shape
             if shape not in tested:
                 try:
                     tested[shape] = not never_fits_quota(group, quotas)
