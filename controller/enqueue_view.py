@@ -17,9 +17,10 @@ from typing import Any
 from controller.caches import Caches
 from priogate import enqueue
 from priogate import priority as prio
-from priogate.enqueue_index import HeldByPriority, Verdicts
+from priogate.enqueue_index import Verdicts
 from priogate.podgroup import FINISHED_PHASES, TERMINAL_POD_PHASES, group_of
 from priogate.resources import ResourceList, add, parse_resource_list, pod_requests
+from priogate.running_sums import HeldByPriority
 
 
 def priority_of(pod: Mapping[str, Any]) -> int:

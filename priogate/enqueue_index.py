@@ -22,10 +22,8 @@ the one-group-at-a-time walk makes; tests/unit/test_enqueue_index.py checks that
 
 from __future__ import annotations
 
-from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from fractions import Fraction
-from itertools import accumulate
 from typing import Any
 
 from priogate.enqueue import (
@@ -41,59 +39,15 @@ from priogate.phase import EnqueueVerdict
 from priogate.podgroup import HOLDING_PHASES
 from priogate.quota import Reservation
 from priogate.resources import ResourceList, nano_units
+from priogate.running_sums import HeldByPriority, Nanos, Ordered, add_into
 
-Nanos = dict[str, int | Fraction]
 _NANO = 10**9
 
 
-def _add_into(total: Nanos, amounts: Mapping[str, int | Fraction], sign: int = 1) -> None:
-    for name, amount in amounts.items():
-        total[name] = total.get(name, 0) + sign * amount
-
-
-class _Running:
-    """Per resource, the sums of the first i amounts of a list, for every i."""
-
-    __slots__ = ("_sums",)
-
-    def __init__(self, amounts: Sequence[Mapping[str, int | Fraction]]) -> None:
-        names = {name for each in amounts for name in each}
-        self._sums = {
-            name: list(accumulate((each.get(name, 0) for each in amounts), initial=0)) for name in names
-        }
-
-    def first(self, count: int, name: str) -> int | Fraction:
-        sums = self._sums.get(name)
-        return 0 if sums is None else sums[count]
-
-    def first_all(self, count: int) -> Nanos:
-        return {name: sums[count] for name, sums in self._sums.items() if sums[count]}
-
-
-class HeldByPriority:
-    """Amounts summed by priority, for "what do those of priority >= p hold"."""
-
-    def __init__(self, items: Iterable[tuple[int, Mapping[str, int | Fraction]]]) -> None:
-        self.per_priority: dict[int, Nanos] = {}
-        for priority, amounts in items:
-            _add_into(self.per_priority.setdefault(priority, {}), amounts)
-        highest_first = sorted(self.per_priority, reverse=True)
-        self._negated = [-p for p in highest_first]
-        self._running = _Running([self.per_priority[p] for p in highest_first])
-
-    @classmethod
-    def of_pods(cls, bound: Iterable[BoundPod]) -> HeldByPriority:
-        return cls((pod.priority, pod.requests_nanos) for pod in bound)
-
-    def held(self, name: str, at_least: int | None) -> int | Fraction:
-        """What those of priority >= `at_least` hold of `name` (None: all of them)."""
-        count = len(self._negated) if at_least is None else bisect_right(self._negated, -at_least)
-        return self._running.first(count, name)
-
-
 class _Namespace:
-    """One namespace's part of a view. Reused by the next view while the namespace's groups,
-    quotas and the allocatable are the same objects."""
+    """One namespace's part of a view. The next view reuses it while the namespace's groups,
+    quotas and the allocatable are the same objects, or moves a copy by the groups that changed
+    (the groups are told apart by identity: a list holds each of its groups once)."""
 
     def __init__(
         self,
@@ -103,88 +57,163 @@ class _Namespace:
         allocatable_nanos: Mapping[str, int | Fraction],
     ) -> None:
         self.groups, self.quotas, self.allocatable = groups, quotas, allocatable
-        self.by_key: dict[str, list[tuple[int, GroupDemand]]] = {}
-        for index, group in enumerate(groups):
-            self.by_key.setdefault(group.key, []).append((index, group))
+        self.allocatable_nanos = allocatable_nanos
+        by_key: dict[str, list[GroupDemand]] = {}
+        for group in groups:
+            by_key.setdefault(group.key, []).append(group)
+        self.by_key = {key: tuple(same) for key, same in by_key.items()}
         holding = [g for g in groups if g.phase in HOLDING_PHASES]
-        self.holding = HeldByPriority((g.priority, g.unconsumed_nanos) for g in holding)
-        # What its holding groups still add to the quotas' used, by priority class.
+        # Capacity held by its holding groups by priority; what they add to the quotas' used, by class.
+        self.holding_sums: dict[int, Nanos] = {}
         self.holders: dict[str, Nanos] = {}
         for group in holding:
-            _add_into(self.holders.setdefault(group.priority_class, {}), group.quota_demand_nanos)
+            add_into(self.holding_sums.setdefault(group.priority, {}), group.unconsumed_nanos)
+            add_into(self.holders.setdefault(group.priority_class, {}), group.quota_demand_nanos)
+        self.holding = HeldByPriority(self.holding_sums.items())
         # The waiting groups that can be ahead of another (the others never are), in enqueue
-        # order, by position in the namespace's list (the walk raises the first error).
-        self.eligible = sorted(
-            (
-                (index, group)
-                for index, group in enumerate(groups)
-                if group.phase in WAITING_PHASES
-                and not group.backing_off
-                and group.min_resources
-                and _fits(group.unconsumed_nanos, allocatable_nanos)
-            ),
-            key=lambda entry: entry[1].order,
-        )
-        self.eligible_index = {index for index, _ in self.eligible}
-        self.orders = [group.order for _, group in self.eligible]
-        # Capacity: what they count for a group of another namespace: all but those its own
+        # order, with what they count for a group of another namespace: all but those their own
         # quota refuses now.
-        self.unblocked = _Running([{} if g.quota_blocked else g.unconsumed_nanos for _, g in self.eligible])
-        self.any_unblocked = any(not g.quota_blocked for _, g in self.eligible)
+        eligible = [g for g in groups if self._eligible(g)]
+        self.eligible_ids = {id(g) for g in eligible}
+        self.unblocked = Ordered((g, {} if g.quota_blocked else g.unconsumed_nanos) for g in eligible)
+        self.unblocked_count = sum(not g.quota_blocked for g in eligible)
         self._quota_part: _QuotaPart | None = None
+
+    def _eligible(self, group: GroupDemand) -> bool:
+        return (
+            group.phase in WAITING_PHASES
+            and not group.backing_off
+            and bool(group.min_resources)
+            and not any(a > self.allocatable_nanos.get(n, 0) for n, a in group.unconsumed_nanos.items())
+        )
 
     def quota_part(self) -> _QuotaPart:
         if self._quota_part is None:
-            self._quota_part = _QuotaPart(self.quotas, self.eligible)
+            eligible = [g for g in self.groups if id(g) in self.eligible_ids]
+            self._quota_part = _QuotaPart(self.quotas, eligible)
         return self._quota_part
+
+    def moved(self, groups: Sequence[GroupDemand]) -> _Namespace | None:
+        """A copy for `groups`, moved by the groups that differ from this one's; None when many
+        do (a build is then as cheap)."""
+        before = {id(g) for g in self.groups}
+        after = {id(g) for g in groups}
+        if len(after) != len(groups):
+            return None
+        removed = [g for g in self.groups if id(g) not in after]
+        added = [g for g in groups if id(g) not in before]
+        if len(removed) + len(added) > max(16, len(groups) // 4):
+            return None
+        new = object.__new__(_Namespace)
+        new.groups, new.quotas, new.allocatable = groups, self.quotas, self.allocatable
+        new.allocatable_nanos = self.allocatable_nanos
+        new.by_key = dict(self.by_key)
+        new.holding_sums = {p: dict(sums) for p, sums in self.holding_sums.items()}
+        new.holders = {cls: dict(sums) for cls, sums in self.holders.items()}
+        new.eligible_ids = set(self.eligible_ids)
+        new.unblocked = self.unblocked.copy()
+        new.unblocked_count = self.unblocked_count
+        new._quota_part = self._quota_part.copy() if self._quota_part is not None else None
+        for group in removed:
+            new._move(group, -1)
+        for group in added:
+            new._move(group, 1)
+        new.holding = HeldByPriority(new.holding_sums.items())
+        return new
+
+    def _move(self, group: GroupDemand, sign: int) -> None:
+        same = self.by_key.get(group.key, ())
+        same = (*same, group) if sign > 0 else tuple(g for g in same if g is not group)
+        if same:
+            self.by_key[group.key] = same
+        else:
+            del self.by_key[group.key]
+        if group.phase in HOLDING_PHASES:
+            add_into(self.holding_sums.setdefault(group.priority, {}), group.unconsumed_nanos, sign)
+            add_into(self.holders.setdefault(group.priority_class, {}), group.quota_demand_nanos, sign)
+        if not self._eligible(group):
+            return
+        if sign > 0:
+            self.eligible_ids.add(id(group))
+            self.unblocked.insert(group, {} if group.quota_blocked else group.unconsumed_nanos)
+        else:
+            self.eligible_ids.discard(id(group))
+            self.unblocked.remove(group)
+        self.unblocked_count += sign * (not group.quota_blocked)
+        if self._quota_part is not None:
+            self._quota_part.move(group, sign)
 
 
 class _QuotaPart:
     """Which of a namespace's eligible waiting groups can fit its quotas at all (only those are
     ahead of a group of the namespace), built on the namespace's first verdict."""
 
-    def __init__(
-        self, quotas: Sequence[Mapping[str, Any]], eligible: Sequence[tuple[int, GroupDemand]]
-    ) -> None:
+    def __init__(self, quotas: Sequence[Mapping[str, Any]], eligible: Sequence[GroupDemand]) -> None:
+        self.quotas = quotas
         # Tested once per class and demand: a namespace's groups come in few shapes. A test that
-        # raised (a malformed quota) is kept with the group's position.
-        tested: dict[tuple[str, frozenset[tuple[str, int | Fraction]]], bool | ValueError] = {}
+        # raised (a malformed quota) is kept: the walk raises the first such group's error.
+        self.tested: dict[tuple[str, frozenset[tuple[str, int | Fraction]]], bool | ValueError] = {}
         self.fitting: set[int] = set()
-        self.errors: list[tuple[int, GroupDemand, ValueError]] = []
-        by_class: dict[str, tuple[list[tuple[int, str, str]], list[Nanos]]] = {}
-        for index, group in eligible:
-            shape = group.quota_shape
-            if shape not in tested:
-                try:
-                    tested[shape] = not never_fits_quota(group, quotas)
-                except ValueError as e:
-                    tested[shape] = e
-            fits = tested[shape]
-            if isinstance(fits, ValueError):
-                self.errors.append((index, group, fits))
-            elif fits:
-                self.fitting.add(index)
-                orders, amounts = by_class.setdefault(group.priority_class, ([], []))
-                orders.append(group.order)
-                amounts.append(group.quota_demand_nanos)
-        self.errors.sort(key=lambda e: e[0])
+        self.errors: dict[int, ValueError] = {}
+        fits = [self._test(group) for group in eligible]
         # Capacity, for a group of the namespace: those that can fit the quota.
-        self.fits = _Running([g.unconsumed_nanos if i in self.fitting else {} for i, g in eligible])
-        self.ahead_by_class = {
-            cls: (orders, _Running(amounts)) for cls, (orders, amounts) in by_class.items()
-        }
+        self.fits = Ordered(
+            (g, g.unconsumed_nanos if ok is True else {}) for g, ok in zip(eligible, fits, strict=True)
+        )
+        self.by_class: dict[str, Ordered] = {}
+        for cls in {g.priority_class for g, ok in zip(eligible, fits, strict=True) if ok is True}:
+            self.by_class[cls] = Ordered(
+                (g, g.quota_demand_nanos)
+                for g, ok in zip(eligible, fits, strict=True)
+                if ok is True and g.priority_class == cls
+            )
 
+    def _test(self, group: GroupDemand) -> bool | ValueError:
+        shape = group.quota_shape
+        fits = self.tested.get(shape)
+        if fits is None:
+            try:
+                fits = not never_fits_quota(group, self.quotas)
+            except ValueError as e:
+                fits = e
+            self.tested[shape] = fits
+        if isinstance(fits, ValueError):
+            self.errors[id(group)] = fits
+        elif fits:
+            self.fitting.add(id(group))
+        return fits
 
-def _fits(demand: Mapping[str, int | Fraction], allocatable: Mapping[str, int | Fraction]) -> bool:
-    return not any(amount > allocatable.get(name, 0) for name, amount in demand.items())
+    def copy(self) -> _QuotaPart:
+        new = object.__new__(_QuotaPart)
+        new.quotas, new.tested = self.quotas, self.tested  # the same quotas: the same answers
+        new.fitting, new.errors = set(self.fitting), dict(self.errors)
+        new.fits = self.fits.copy()
+        new.by_class = {cls: ordered.copy() for cls, ordered in self.by_class.items()}
+        return new
+
+    def move(self, group: GroupDemand, sign: int) -> None:
+        if sign > 0:
+            fits = self._test(group)
+            self.fits.insert(group, group.unconsumed_nanos if fits is True else {})
+            if fits is True:
+                self.by_class.setdefault(group.priority_class, Ordered()).insert(
+                    group, group.quota_demand_nanos
+                )
+        else:
+            self.fits.remove(group)
+            if id(group) in self.fitting:
+                self.by_class[group.priority_class].remove(group)
+            self.fitting.discard(id(group))
+            self.errors.pop(id(group), None)
 
 
 class Verdicts:
     """The verdicts of one view: `namespaces` every unfinished group by namespace (holding or
-    waiting, the group asked about among them or not; a group's key names its namespace),
-    `quotas_of(namespace)` a namespace's ResourceQuotas. `previous`: the last view's, whose
-    namespace parts are reused where the groups' list, the quotas' list and allocatable are the
-    same objects (give a new list when one changes)."""
+    waiting, the group asked about among them or not; a group's key names its namespace; a list
+    holds each group object once), `quotas_of(namespace)` a namespace's ResourceQuotas.
+    `previous`: the last view's, whose namespace parts are reused (or moved by what changed)
+    where the quotas' list and allocatable are the same objects: give a new quotas list when a
+    namespace's quotas change."""
 
     def __init__(
         self,
@@ -203,18 +232,17 @@ class Verdicts:
         for namespace, groups in namespaces.items():
             quotas = quotas_of(namespace)
             part = kept.get(namespace)
-            if (
-                part is None
-                or part.groups is not groups
-                or part.quotas is not quotas
-                or part.allocatable is not allocatable
-            ):
+            if part is not None and (part.quotas is not quotas or part.allocatable is not allocatable):
+                part = None
+            if part is not None and part.groups is not groups:
+                part = part.moved(groups)
+            if part is None:
                 part = _Namespace(groups, quotas, allocatable, self._allocatable_nanos)
             self._parts[namespace] = part
         self._holding = HeldByPriority(
             item for part in self._parts.values() for item in part.holding.per_priority.items()
         )
-        self._unblocked = [part for part in self._parts.values() if part.any_unblocked]
+        self._unblocked = [part for part in self._parts.values() if part.unblocked_count]
 
     def _part(self, namespace: str) -> _Namespace:
         part = self._parts.get(namespace)
@@ -231,18 +259,19 @@ class Verdicts:
         ns = self._part(group.namespace)
         quota = ns.quota_part()
         waiting = group.phase in WAITING_PHASES  # an admitted group has none ahead of it
-        own = ns.by_key.get(group.key, [])
-        if waiting:
-            for _index, other, error in quota.errors:  # the walk tests same-namespace groups ahead
-                if other.key != group.key and other.order < group.order:
+        own = ns.by_key.get(group.key, ())
+        if waiting and quota.errors:  # the walk tests same-namespace groups ahead, in list order
+            for other in ns.groups:
+                error = quota.errors.get(id(other))
+                if error is not None and other.key != group.key and other.order < group.order:
                     raise ValueError(*error.args)
         problem = check_quota(group, ns.quotas, self._holders(group, ns, quota, waiting, own))
         return EnqueueVerdict(False, problem) if problem else self._capacity(group, ns, quota, waiting, own)
 
     @staticmethod
-    def _ahead(index: int, other: GroupDemand, group: GroupDemand, ns: _Namespace, quota: _QuotaPart) -> bool:
-        """Whether the namespace's entry `index` is ahead of waiting `group` of the namespace."""
-        return index in ns.eligible_index and other.order < group.order and index in quota.fitting
+    def _ahead(other: GroupDemand, group: GroupDemand, ns: _Namespace, quota: _QuotaPart) -> bool:
+        """Whether the namespace's `other` is ahead of waiting `group` of the namespace."""
+        return id(other) in ns.eligible_ids and other.order < group.order and id(other) in quota.fitting
 
     def _holders(
         self,
@@ -250,17 +279,17 @@ class Verdicts:
         ns: _Namespace,
         quota: _QuotaPart,
         waiting: bool,
-        own: list[tuple[int, GroupDemand]],
+        own: Iterable[GroupDemand],
     ) -> list[Reservation]:
         """What the namespace's holding groups and the waiting groups ahead reserve, one
         Reservation per priority class (a quota applies by class: the sums are the same)."""
         by_class = {cls: dict(amounts) for cls, amounts in ns.holders.items()}
         if waiting:
-            for cls, (orders, running) in quota.ahead_by_class.items():
-                _add_into(by_class.setdefault(cls, {}), running.first_all(bisect_left(orders, group.order)))
-        for index, other in own:  # the group's own entry in the view is not one of its others
-            if other.phase in HOLDING_PHASES or (waiting and self._ahead(index, other, group, ns, quota)):
-                _add_into(by_class[other.priority_class], other.quota_demand_nanos, -1)
+            for cls, ordered in quota.by_class.items():
+                add_into(by_class.setdefault(cls, {}), ordered.first_all(ordered.before(group.order)))
+        for other in own:  # the group's own entry in the view is not one of its others
+            if other.phase in HOLDING_PHASES or (waiting and self._ahead(other, group, ns, quota)):
+                add_into(by_class[other.priority_class], other.quota_demand_nanos, -1)
         return [
             Reservation("", cls, {name: _fraction(amount) for name, amount in sums.items()})
             for cls, sums in by_class.items()
@@ -272,7 +301,7 @@ class Verdicts:
         ns: _Namespace,
         quota: _QuotaPart,
         waiting: bool,
-        own: list[tuple[int, GroupDemand]],
+        own: Iterable[GroupDemand],
     ) -> EnqueueVerdict:
         demand = group.unconsumed_nanos
         if not demand:
@@ -280,21 +309,22 @@ class Verdicts:
         at_least = group.priority if group.preempts else None  # lower pods count unless it may preempt
         # Ahead of it: the waiting groups before it of every other namespace but those their own
         # quota refuses now; of its own namespace, those that can fit the quota.
+        order = group.order
         others = (
-            [(p, bisect_left(p.orders, group.order)) for p in self._unblocked if p is not ns]
+            [(p.unblocked, p.unblocked.before(order)) for p in self._unblocked if p is not ns]
             if waiting
             else []
         )
-        here = bisect_left(ns.orders, group.order) if waiting else 0
+        here = quota.fits.before(order) if waiting else 0
         short = []
         for name, amount in demand.items():
             held = self._bound.held(name, at_least) + self._holding.held(name, at_least)
-            held += sum(part.unblocked.first(count, name) for part, count in others) + quota.fits.first(
+            held += sum(ordered.first(count, name) for ordered, count in others) + quota.fits.first(
                 here, name
             )
-            for index, other in own:
+            for other in own:
                 holds = other.phase in HOLDING_PHASES and (at_least is None or other.priority >= at_least)
-                if holds or (waiting and self._ahead(index, other, group, ns, quota)):
+                if holds or (waiting and self._ahead(other, group, ns, quota)):
                     held -= other.unconsumed_nanos.get(name, 0)
             if amount > self._allocatable_nanos.get(name, 0) - held:
                 short.append(name)

@@ -14,8 +14,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from priogate.enqueue import BoundPod, GroupDemand
-from priogate.enqueue_index import HeldByPriority, Verdicts
+from priogate.enqueue_index import Verdicts
 from priogate.phase import EnqueueVerdict
+from priogate.running_sums import HeldByPriority
 from tests.unit import enqueue_reference
 
 NAMESPACES = ("a", "b", "c")
@@ -122,20 +123,32 @@ def test_the_index_decides_as_the_walk(world, data):
             )
         )
     agree(verdicts, asked, groups, quotas, bound, allocatable)
-    if not groups:
-        return
-    # The next view, one namespace's groups changed (a new list): the other namespaces' parts
-    # are the last view's, and it decides as a fresh walk too.
-    changed = groups[data.draw(st.integers(0, len(groups) - 1))]
+    # The next views: in one namespace a few groups changed, gone or new (a new list), the other
+    # namespaces' lists the same: their parts are reused, the changed one's moved by what changed.
     namespaces = by_namespace(groups)
-    namespaces[changed.namespace] = [
-        dataclasses.replace(g, phase=data.draw(st.sampled_from(PHASES))) if g is changed else g
-        for g in namespaces[changed.namespace]
-        if g is not changed or data.draw(st.booleans())
-    ]
-    after = [g for part in namespaces.values() for g in part]
-    verdicts = Verdicts(namespaces, held, allocatable, lambda ns: quotas.get(ns, []), previous=verdicts)
-    agree(verdicts, asked, after, quotas, bound, allocatable)
+    for step in range(3):
+        namespace = data.draw(st.sampled_from(NAMESPACES))
+        part = list(namespaces.get(namespace, []))
+        for _ in range(data.draw(st.integers(1, 3))):
+            action = data.draw(st.sampled_from(["replace", "add", "remove"]))
+            if action == "add" or not part:
+                part.insert(
+                    data.draw(st.integers(0, len(part))), data.draw(group(namespace, f"n{step}{len(part)}"))
+                )
+            elif action == "replace":
+                at = data.draw(st.integers(0, len(part) - 1))
+                part[at] = dataclasses.replace(
+                    part[at],
+                    phase=data.draw(st.sampled_from(PHASES)),
+                    quota_blocked=data.draw(st.booleans()),
+                    backing_off=data.draw(st.booleans()),
+                )
+            else:
+                del part[data.draw(st.integers(0, len(part) - 1))]
+        namespaces[namespace] = part
+        after = [g for listed in namespaces.values() for g in listed]
+        verdicts = Verdicts(namespaces, held, allocatable, lambda ns: quotas.get(ns, []), previous=verdicts)
+        agree(verdicts, [*after, *asked], after, quotas, bound, allocatable)
 
 
 def by_namespace(groups: list[GroupDemand]) -> dict[str, list[GroupDemand]]:
@@ -253,3 +266,29 @@ def test_only_another_groups_malformed_quota_test_is_the_verdicts_error():
         lambda: enqueue_reference.verdict(asked, quotas, {"cpu": Fraction(4)}, [], [other])
     )
     assert "q-bad" in str(outcome(lambda: verdicts.verdict(asked)))
+
+
+def test_a_view_moved_by_what_changed_decides_as_a_fresh_one():
+    """Each step changes one namespace's list (a new list): its part is moved by the groups that
+    differ, the other namespace's part is the last view's."""
+    quotas: dict[str, list[dict]] = {"a": [], "b": []}
+    allocatable = {"cpu": Fraction(4)}
+    older = _pending("a/older", 3, "2026-01-01T00:00:00Z")
+    younger = _pending("b/younger", 2, "2026-01-01T00:00:05Z")
+    namespaces = {"a": [older], "b": [younger]}
+    held = HeldByPriority.of_pods([])
+    verdicts = Verdicts(namespaces, held, allocatable, quotas.__getitem__)
+    assert not verdicts.verdict(younger).admitted  # the older group of a waits for 3 of the 4
+
+    steps = [
+        [dataclasses.replace(older, phase="Inqueue")],  # admitted: holds its 3 now
+        [dataclasses.replace(older, phase="Pending", quota_blocked=True)],  # its quota refuses it
+        [],  # gone
+        [_pending("a/again", 3, "2026-01-01T00:00:01Z")],
+    ]
+    tiny = _pending("a/tiny", 0, "2026-01-01T00:00:00Z")  # waiting, eligible, needs nothing
+    for step in steps:
+        namespaces = {"a": [tiny, *step], "b": namespaces["b"]}
+        verdicts = Verdicts(namespaces, held, allocatable, quotas.__getitem__, previous=verdicts)
+        expected = enqueue_reference.verdict(younger, [], allocatable, [], namespaces["a"])
+        assert verdicts.verdict(younger) == expected, step
