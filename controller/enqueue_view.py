@@ -12,6 +12,7 @@ import dataclasses
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Any
 
 from controller.caches import Caches
@@ -67,9 +68,19 @@ def allocatable_of(nodes: Iterable[Mapping[str, Any]]) -> ResourceList:
 
 
 @dataclass(frozen=True)
+class _BoundIn:
+    """A namespace's bound pods, valid while its pods' snapshot is the same object."""
+
+    pods_seen: Mapping[str, Any]
+    memo: dict[str, tuple[str, enqueue.BoundPod | None]]  # by uid: (resourceVersion, part)
+    bound: list[enqueue.BoundPod]
+    per_priority: dict[int, dict[str, int | Fraction]]  # their requests summed by priority
+
+
+@dataclass(frozen=True)
 class _Bound:
     generation: int  # the pods cache's
-    bound: list[enqueue.BoundPod]
+    bound: list[list[enqueue.BoundPod]]  # by namespace
     held: HeldByPriority
 
 
@@ -97,9 +108,13 @@ class _Namespace:
 class EnqueueInputs:
     key: tuple[int, int, int, int]  # the caches' generations it was built from
     allocatable: ResourceList
-    bound: list[enqueue.BoundPod]
+    bound_by_namespace: list[list[enqueue.BoundPod]]
     namespaces: dict[str, list[enqueue.GroupDemand]]  # every unfinished group: holding or waiting
     verdicts: Verdicts
+
+    @property
+    def bound(self) -> list[enqueue.BoundPod]:
+        return [pod for pods in self.bound_by_namespace for pod in pods]
 
     @property
     def groups(self) -> list[enqueue.GroupDemand]:
@@ -121,7 +136,7 @@ class EnqueueView:
         self._quotas: dict[str, tuple[Mapping[str, Any], list[Mapping[str, Any]]]] = {}
         self._namespaces: dict[str, _Namespace] = {}
         self._lists: dict[str, tuple[_Namespace, tuple[bool, ...], list[enqueue.GroupDemand]]] = {}
-        self._bound_memo: dict[str, tuple[str, enqueue.BoundPod | None]] = {}
+        self._bound_parts: dict[str, _BoundIn] = {}
         self._demand_memo: dict[str, tuple[tuple[Any, ...], enqueue.GroupDemand]] = {}
 
     def _class_priority(self, class_name: str) -> tuple[int, bool] | None:
@@ -196,20 +211,32 @@ class EnqueueView:
         generation = self.caches.pods.generation
         if self._bound is not None and self._bound.generation == generation:
             return self._bound
-        bound = []
-        # Each pod's part is kept by object version and only what changed is computed again.
-        bound_memo: dict[str, tuple[str, enqueue.BoundPod | None]] = {}
-        for pod in self.caches.pods.items():
-            uid, pod_version = version(pod)
-            known = self._bound_memo.get(uid)
-            if known is None or known[0] != pod_version or not pod_version:  # no version: no key
-                held = enqueue.BoundPod(priority_of(pod), requests_of(pod)) if bound_active(pod) else None
-                known = (pod_version, held)
-            bound_memo[uid] = known
-            if known[1] is not None:
-                bound.append(known[1])
-        self._bound_memo = bound_memo
-        self._bound = _Bound(generation, bound, HeldByPriority.of_pods(bound))
+        # By namespace, read again only where the pods' snapshot changed: a pod's change costs
+        # its namespace's pods, not the cluster's. Within it, each pod's part by resourceVersion.
+        parts: dict[str, _BoundIn] = {}
+        for namespace in self.caches.pods.namespaces():
+            pods = self.caches.pods.namespace(namespace)
+            known = self._bound_parts.get(namespace)
+            if known is None or known.pods_seen is not pods:
+                last = known.memo if known is not None else {}
+                memo: dict[str, tuple[str, enqueue.BoundPod | None]] = {}
+                for pod in pods.values():
+                    uid, pod_version = version(pod)
+                    entry = last.get(uid)
+                    if entry is None or entry[0] != pod_version or not pod_version:  # no version: no key
+                        entry = (
+                            pod_version,
+                            enqueue.BoundPod(priority_of(pod), requests_of(pod))
+                            if bound_active(pod)
+                            else None,
+                        )
+                    memo[uid] = entry
+                bound = [entry[1] for entry in memo.values() if entry[1] is not None]
+                known = _BoundIn(pods, memo, bound, HeldByPriority.of_pods(bound).per_priority)
+            parts[namespace] = known
+        self._bound_parts = parts
+        held = HeldByPriority(item for part in parts.values() for item in part.per_priority.items())
+        self._bound = _Bound(generation, [part.bound for part in parts.values()], held)
         return self._bound
 
     def _allocatable_now(self) -> ResourceList:
