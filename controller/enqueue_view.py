@@ -12,46 +12,20 @@ import dataclasses
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from fractions import Fraction
 from typing import Any
 
 from controller.caches import Caches
+from controller.pods_view import NamespacePods, bound_active, priority_of, requests_of, version
 from priogate import enqueue
 from priogate import priority as prio
 from priogate.enqueue_index import Verdicts
-from priogate.podgroup import FINISHED_PHASES, TERMINAL_POD_PHASES, group_of
-from priogate.resources import ResourceList, add, parse_resource_list, pod_requests
+from priogate.podgroup import FINISHED_PHASES, TERMINAL_POD_PHASES
+from priogate.resources import ResourceList, add, parse_resource_list
 from priogate.running_sums import HeldByPriority
-
-
-def priority_of(pod: Mapping[str, Any]) -> int:
-    value = (pod.get("spec") or {}).get("priority")
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
-
-
-def requests_of(pod: Mapping[str, Any]) -> ResourceList:
-    try:
-        return pod_requests(pod)
-    except ValueError:
-        return {}  # admission refuses such pods; an old one must not stop every reconcile
-
-
-def bound_active(pod: Mapping[str, Any]) -> bool:
-    return (
-        bool((pod.get("spec") or {}).get("nodeName"))
-        and (pod.get("status") or {}).get("phase") not in TERMINAL_POD_PHASES
-    )
 
 
 def active(pod: Mapping[str, Any]) -> bool:
     return (pod.get("status") or {}).get("phase") not in TERMINAL_POD_PHASES
-
-
-def version(obj: Mapping[str, Any]) -> tuple[str, str]:
-    """(uid, resourceVersion): an object's content is the same while both are."""
-    meta = obj.get("metadata") or {}
-    uid = str(meta.get("uid") or f"{meta.get('namespace')}/{meta.get('name')}")
-    return uid, str(meta.get("resourceVersion") or "")
 
 
 def allocatable_of(nodes: Iterable[Mapping[str, Any]]) -> ResourceList:
@@ -68,19 +42,9 @@ def allocatable_of(nodes: Iterable[Mapping[str, Any]]) -> ResourceList:
 
 
 @dataclass(frozen=True)
-class _BoundIn:
-    """A namespace's bound pods, valid while its pods' snapshot is the same object."""
-
-    pods_seen: Mapping[str, Any]
-    memo: dict[str, tuple[str, enqueue.BoundPod | None]]  # by uid: (resourceVersion, part)
-    bound: list[enqueue.BoundPod]
-    per_priority: dict[int, dict[str, int | Fraction]]  # their requests summed by priority
-
-
-@dataclass(frozen=True)
 class _Bound:
     generation: int  # the pods cache's
-    bound: list[list[enqueue.BoundPod]]  # by namespace
+    namespaces: list[NamespacePods]
     held: HeldByPriority
 
 
@@ -108,13 +72,13 @@ class _Namespace:
 class EnqueueInputs:
     key: tuple[int, int, int, int]  # the caches' generations it was built from
     allocatable: ResourceList
-    bound_by_namespace: list[list[enqueue.BoundPod]]
+    pods: list[NamespacePods]
     namespaces: dict[str, list[enqueue.GroupDemand]]  # every unfinished group: holding or waiting
     verdicts: Verdicts
 
     @property
     def bound(self) -> list[enqueue.BoundPod]:
-        return [pod for pods in self.bound_by_namespace for pod in pods]
+        return [pod for namespace in self.pods for pod in namespace.bound]
 
     @property
     def groups(self) -> list[enqueue.GroupDemand]:
@@ -132,11 +96,10 @@ class EnqueueView:
         # members of each group (from the pods snapshot), the quotas (from the quotas snapshot),
         # the groups' demands and the last view's lists of them (backing_off as of then); by uid,
         # each pod's BoundPod and each group's demand, by resourceVersion.
-        self._members: dict[str, tuple[Mapping[str, Any], dict[str, list[Mapping[str, Any]]]]] = {}
+        self._pods_in: dict[str, NamespacePods] = {}
         self._quotas: dict[str, tuple[Mapping[str, Any], list[Mapping[str, Any]]]] = {}
         self._namespaces: dict[str, _Namespace] = {}
         self._lists: dict[str, tuple[_Namespace, tuple[bool, ...], list[enqueue.GroupDemand]]] = {}
-        self._bound_parts: dict[str, _BoundIn] = {}
         self._demand_memo: dict[str, tuple[tuple[Any, ...], enqueue.GroupDemand]] = {}
 
     def _class_priority(self, class_name: str) -> tuple[int, bool] | None:
@@ -182,21 +145,12 @@ class EnqueueView:
 
     def members(self, namespace: str) -> dict[str, list[Mapping[str, Any]]]:
         """The namespace's pods by PodGroup name, in the cache's order."""
-        return self._members_in(namespace, self.caches.pods.namespace(namespace))
+        return self._pods_of(namespace, self.caches.pods.namespace(namespace)).members
 
-    def _members_in(
-        self, namespace: str, pods: Mapping[str, Mapping[str, Any]]
-    ) -> dict[str, list[Mapping[str, Any]]]:
-        known = self._members.get(namespace)
-        if known is None or known[0] is not pods:
-            by_group: dict[str, list[Mapping[str, Any]]] = {}
-            for pod in pods.values():
-                name = group_of(pod)
-                if name:
-                    by_group.setdefault(name, []).append(pod)
-            known = (pods, by_group)
-            self._members[namespace] = known
-        return known[1]
+    def _pods_of(self, namespace: str, seen: Mapping[str, Mapping[str, Any]]) -> NamespacePods:
+        known = NamespacePods.read(seen, self._pods_in.get(namespace))
+        self._pods_in[namespace] = known
+        return known
 
     def quotas(self, namespace: str) -> list[Mapping[str, Any]]:
         """The namespace's ResourceQuotas: the same list while they are the same."""
@@ -211,32 +165,14 @@ class EnqueueView:
         generation = self.caches.pods.generation
         if self._bound is not None and self._bound.generation == generation:
             return self._bound
-        # By namespace, read again only where the pods' snapshot changed: a pod's change costs
-        # its namespace's pods, not the cluster's. Within it, each pod's part by resourceVersion.
-        parts: dict[str, _BoundIn] = {}
-        for namespace in self.caches.pods.namespaces():
-            pods = self.caches.pods.namespace(namespace)
-            known = self._bound_parts.get(namespace)
-            if known is None or known.pods_seen is not pods:
-                last = known.memo if known is not None else {}
-                memo: dict[str, tuple[str, enqueue.BoundPod | None]] = {}
-                for pod in pods.values():
-                    uid, pod_version = version(pod)
-                    entry = last.get(uid)
-                    if entry is None or entry[0] != pod_version or not pod_version:  # no version: no key
-                        entry = (
-                            pod_version,
-                            enqueue.BoundPod(priority_of(pod), requests_of(pod))
-                            if bound_active(pod)
-                            else None,
-                        )
-                    memo[uid] = entry
-                bound = [entry[1] for entry in memo.values() if entry[1] is not None]
-                known = _BoundIn(pods, memo, bound, HeldByPriority.of_pods(bound).per_priority)
-            parts[namespace] = known
-        self._bound_parts = parts
+        # By namespace, each moved by the pods that changed (controller/pods_view.py).
+        parts = {
+            ns: self._pods_of(ns, self.caches.pods.namespace(ns)) for ns in self.caches.pods.namespaces()
+        }
+        for gone in self._pods_in.keys() - parts.keys():
+            del self._pods_in[gone]
         held = HeldByPriority(item for part in parts.values() for item in part.per_priority.items())
-        self._bound = _Bound(generation, [part.bound for part in parts.values()], held)
+        self._bound = _Bound(generation, list(parts.values()), held)
         return self._bound
 
     def _allocatable_now(self) -> ResourceList:
@@ -278,7 +214,7 @@ class EnqueueView:
             if groups:
                 namespaces[namespace] = groups
         self._lists = lists
-        for table in (self._namespaces, self._members, self._quotas):
+        for table in (self._namespaces, self._quotas):
             for gone in set(table) - set(lists):
                 table.pop(gone, None)
         if len(self._demand_memo) > 2 * sum(len(p.groups_seen) for p in self._namespaces.values()) + 64:
@@ -287,7 +223,7 @@ class EnqueueView:
         allocatable = self._allocatable_now()
         previous = self._view.verdicts if self._view is not None else None
         verdicts = Verdicts(namespaces, bound.held, allocatable, self.quotas, previous)
-        self._view = EnqueueInputs(key, allocatable, bound.bound, namespaces, verdicts)
+        self._view = EnqueueInputs(key, allocatable, bound.namespaces, namespaces, verdicts)
         return self._view
 
     def _namespace(self, namespace: str) -> _Namespace:
@@ -302,7 +238,7 @@ class EnqueueView:
             and known.generations == generations
         ):
             return known
-        members = self._members_in(namespace, pods_seen)
+        members = self._pods_of(namespace, pods_seen).members
         # The last build's entries: a group whose object and member list are the very ones seen
         # then (the caches replace an object on every change) is not read again.
         last = known.same if known is not None and known.generations == generations else {}

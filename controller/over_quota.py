@@ -14,7 +14,7 @@ from fractions import Fraction
 from typing import Any
 
 from controller.caches import Caches
-from controller.enqueue_view import version
+from controller.pods_view import version
 from priogate.ledger import entry_of_group
 from priogate.quota import class_totals, over_reserved, positive_nanos
 
