@@ -1,9 +1,12 @@
 """What the controller's enqueue verdicts read, from the watch caches: every unfinished group's
-demand, the bound pods by priority, the allocatable, each as a priogate.enqueue_index view.
+demand, the bound pods' requests by priority, the allocatable, as a priogate.enqueue_index view.
 
 Built once per generation of the caches it reads and reused by every verdict until one of them
-changes. The pods' part (members by group, bound pods) is kept until the pods change: a
-group's status write, the commonest change, does not walk every pod again.
+changes. Then only what changed is read again: the caches replace a namespace's snapshot (and
+each object) on every change, so a namespace whose snapshots of groups and pods are the same
+objects is kept whole, and in one that changed, a group whose object and member list are the
+same is not read again (its demand is also kept by resourceVersion, as before). A status write,
+the commonest change, costs its namespace's groups in identity checks, not every group and pod.
 """
 
 from __future__ import annotations
