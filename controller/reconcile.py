@@ -6,90 +6,28 @@ needs it.
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as dt
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import structlog
 
 from controller.caches import Caches
+from controller.enqueue_view import EnqueueInputs, EnqueueView
 from controller.events import EventRecorder
 from controller.gang_preemptor import GangPreemptor
+from controller.over_quota import OverQuota
 from controller.victims import NotLeader
 from priogate import enqueue, phase
 from priogate import preemption_record as record
-from priogate import priority as prio
 from priogate.clock import rfc3339
 from priogate.kube.client import ApiClient, ApiError, resource_path
-from priogate.ledger import entry_of_group
-from priogate.podgroup import (
-    FINISHED_PHASES,
-    GROUP_VERSION,
-    PLURAL,
-    TERMINAL_POD_PHASES,
-    Phase,
-    group_of,
-)
-from priogate.quota import Reservation, over_reserved
-from priogate.resources import ResourceList, add, parse_resource_list, pod_requests
+from priogate.podgroup import GROUP_VERSION, PLURAL, Phase
 
 log = structlog.get_logger("priogate.controller.reconcile")
 
 MAX_CONFLICT_RETRIES = 5
-
-
-def _priority_of(pod: Mapping[str, Any]) -> int:
-    value = (pod.get("spec") or {}).get("priority")
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
-
-
-def _requests(pod: Mapping[str, Any]) -> ResourceList:
-    try:
-        return pod_requests(pod)
-    except ValueError:
-        return {}  # admission refuses such pods; an old one must not stop every reconcile
-
-
-def _bound_active(pod: Mapping[str, Any]) -> bool:
-    return (
-        bool((pod.get("spec") or {}).get("nodeName"))
-        and (pod.get("status") or {}).get("phase") not in TERMINAL_POD_PHASES
-    )
-
-
-def _version(obj: Mapping[str, Any]) -> tuple[str, str]:
-    """(uid, resourceVersion): an object's content is the same while both are."""
-    meta = obj.get("metadata") or {}
-    uid = str(meta.get("uid") or f"{meta.get('namespace')}/{meta.get('name')}")
-    return uid, str(meta.get("resourceVersion") or "")
-
-
-def _active(pod: Mapping[str, Any]) -> bool:
-    return (pod.get("status") or {}).get("phase") not in TERMINAL_POD_PHASES
-
-
-def _allocatable(nodes: Iterable[Mapping[str, Any]]) -> ResourceList:
-    total: ResourceList = {}
-    for node in nodes:
-        if (node.get("spec") or {}).get("unschedulable"):
-            continue
-        status = node.get("status") or {}
-        try:
-            total = add(total, parse_resource_list(status.get("allocatable") or status.get("capacity")))
-        except ValueError:
-            continue  # a node the scheduler cannot use either
-    return total
-
-
-@dataclass(frozen=True)
-class _EnqueueInputs:
-    key: tuple[int, int, int, int]  # the caches' generations it was built from
-    allocatable: ResourceList
-    bound: list[enqueue.BoundPod]
-    groups: list[enqueue.GroupDemand]  # every unfinished group: holding or waiting
 
 
 class Reconciler:
@@ -115,130 +53,19 @@ class Reconciler:
         self.is_leader = is_leader
         self.caches = caches
         self.preemptor = preemptor
-        self._view: _EnqueueInputs | None = None
-        # uid -> (resourceVersion, its BoundPod or None), and uid -> (what a group's demand was
-        # computed from, the demand): _cluster's parts, kept across rebuilds
-        self._bound_memo: dict[str, tuple[str, enqueue.BoundPod | None]] = {}
-        self._demand_memo: dict[str, tuple[tuple[Any, ...], enqueue.GroupDemand]] = {}
-        self._reservations: dict[str, tuple[str, Reservation | None]] = {}  # over_quota's, by uid
-        # namespace -> (the caches' generations it was computed at, over_quota's answer)
-        self._over_quota: dict[str, tuple[tuple[int, int], str | None]] = {}
+        self.view = EnqueueView(caches, enqueue_backoff)
+        self._over_quota = OverQuota(caches)
 
     # ---- inputs of the phase and enqueue functions ---------------------------------------------
 
     def members(self, namespace: str, name: str) -> list[Mapping[str, Any]]:
-        return [p for p in self.caches.pods.namespace(namespace).values() if group_of(p) == name]
-
-    def _class_priority(self, class_name: str) -> tuple[int, bool] | None:
-        """(value, may preempt) of a PriorityClass, read as admission reads it; None if unknown."""
-        pc = self.caches.classes.get("", class_name)
-        if pc is None:
-            return None
-        return prio.class_value(pc), prio.class_policy(pc) != prio.PREEMPT_NEVER
+        return list(self.view.members(namespace).get(name, ()))
 
     def demand(self, group: Mapping[str, Any], members: Sequence[Mapping[str, Any]]) -> enqueue.GroupDemand:
-        meta, spec = group["metadata"], group.get("spec") or {}
-        class_name = spec.get("priorityClassName") or ""
-        resolved = self._class_priority(class_name) if class_name else None
-        if resolved is None:  # no class (or not found): the members' priority, as the engine does
-            resolved = (max((_priority_of(p) for p in members), default=0), True)
-        created = [p for p in members if _active(p)]
-        consumed: ResourceList = {}
-        charged: ResourceList = {}
-        for pod in created:
-            requests = _requests(pod)
-            charged = add(charged, requests)
-            if _bound_active(pod):
-                consumed = add(consumed, requests)
-        try:
-            min_resources = enqueue.min_resources_of(spec.get("minResources"))
-        except ValueError:
-            min_resources = {}
-        return enqueue.GroupDemand(
-            key=f"{meta['namespace']}/{meta['name']}",
-            namespace=meta["namespace"],
-            priority_class=class_name,
-            priority=resolved[0],
-            preempts=resolved[1],
-            phase=(group.get("status") or {}).get("phase") or "",
-            min_member=int(spec.get("minMember") or 0),
-            min_resources=min_resources,
-            consumed=consumed,
-            charged=charged,
-            created_members=len(created),
-            created_at=str(meta.get("creationTimestamp") or ""),
-            backing_off=enqueue.backing_off(group.get("status"), time.time(), self.enqueue_backoff),
-        )
+        return self.view.demand(group, members)
 
-    def _cluster(self) -> _EnqueueInputs:
-        """What every enqueue decision reads, built in one pass over the caches and reused until
-        one of them changes: a resync of G groups costs O(pods + groups) once, not per group."""
-        key = (
-            self.caches.pods.generation,
-            self.caches.podgroups.generation,
-            self.caches.nodes.generation,
-            self.caches.quotas.generation,  # whether a waiting group's own quota refuses it
-        )
-        if self._view is not None and self._view.key == key:
-            return self._view
-        members: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
-        bound = []
-        # Rebuilt after every change (each status write is one), so each pod's and each group's
-        # part is kept by object version and only what changed is computed again.
-        bound_memo: dict[str, tuple[str, enqueue.BoundPod | None]] = {}
-        for pod in self.caches.pods.items():
-            name = group_of(pod)
-            if name:
-                members.setdefault((pod["metadata"].get("namespace", ""), name), []).append(pod)
-            uid, version = _version(pod)
-            known = self._bound_memo.get(uid)
-            if known is None or known[0] != version or not version:  # no version: nothing to key on
-                active = _bound_active(pod)
-                known = (version, enqueue.BoundPod(_priority_of(pod), _requests(pod)) if active else None)
-            bound_memo[uid] = known
-            if known[1] is not None:
-                bound.append(known[1])
-        self._bound_memo = bound_memo
-        groups = []
-        demand_memo: dict[str, tuple[tuple[Any, ...], enqueue.GroupDemand]] = {}
-        for group in self.caches.podgroups.items():
-            if ((group.get("status") or {}).get("phase") or "") not in FINISHED_PHASES:
-                meta = group["metadata"]
-                group_members = members.get((meta["namespace"], meta["name"]), [])
-                uid, version = _version(group)
-                memo_key = (
-                    version,
-                    tuple(_version(p) for p in group_members),
-                    self.caches.classes.generation,
-                    self.caches.quotas.namespace_generation(meta["namespace"]),
-                )
-                known = self._demand_memo.get(uid)
-                versioned = bool(version) and all(v for _, v in memo_key[1])  # else nothing to key on
-                if known is None or known[0] != memo_key or not versioned:
-                    known = (memo_key, self._waiting_demand(group, group_members))
-                demand_memo[uid] = known
-                demand = known[1]
-                backing_off = enqueue.backing_off(group.get("status"), time.time(), self.enqueue_backoff)
-                if demand.backing_off != backing_off:  # the one part that changes with time alone
-                    demand = dataclasses.replace(demand, backing_off=backing_off)
-                groups.append(demand)
-        self._demand_memo = demand_memo
-        self._view = _EnqueueInputs(key, _allocatable(self.caches.nodes.items()), bound, groups)
-        return self._view
-
-    def _waiting_demand(
-        self, group: Mapping[str, Any], members: Sequence[Mapping[str, Any]]
-    ) -> enqueue.GroupDemand:
-        """The group's demand, and for a waiting group whether its own quota refuses it."""
-        demand = self.demand(group, members)
-        if demand.phase in enqueue.WAITING_PHASES and demand.min_resources:
-            quotas = list(self.caches.quotas.namespace(demand.namespace).values())
-            try:
-                blocked = enqueue.check_quota(demand, quotas, []) is not None
-            except ValueError:
-                blocked = True  # a malformed quota holds it back (enqueue_verdict says so)
-            demand = dataclasses.replace(demand, quota_blocked=blocked)
-        return demand
+    def _cluster(self) -> EnqueueInputs:
+        return self.view.get()
 
     def enqueue_verdict(self, demand: enqueue.GroupDemand) -> phase.EnqueueVerdict:
         if demand.phase == Phase.INQUEUE and enqueue.inqueue_timed_out(
@@ -250,13 +77,11 @@ class Reconciler:
                 "preemption possible; enqueued again after a back-off",
                 phase.INQUEUE_TIMEOUT,
             )
-        if demand.backing_off or not demand.min_resources:
-            return enqueue.verdict(demand, [], {}, [], [])
-        view = self._cluster()
-        others = [h for h in view.groups if h.key != demand.key]
-        quotas = list(self.caches.quotas.namespace(demand.namespace).values())
+        early = enqueue.before_the_view(demand)
+        if early is not None:
+            return early
         try:
-            return enqueue.verdict(demand, quotas, view.allocatable, view.bound, others)
+            return self._cluster().verdicts.verdict(demand)
         except ValueError as e:  # a malformed quota: hold the group back and say why
             return phase.EnqueueVerdict(False, str(e))
 
@@ -339,42 +164,8 @@ class Reconciler:
         return phase.next_status(group.get("status"), min_member, counts, verdict, now, over)
 
     def over_quota(self, namespace: str) -> str | None:
-        """Whether a quota was lowered below the namespace's stored groups' reservations.
-        Reused until the namespace's groups or quotas change: every reconcile in the namespace
-        asks, and the answer sums all of its groups."""
-        key = (
-            self.caches.podgroups.namespace_generation(namespace),
-            self.caches.quotas.namespace_generation(namespace),
-        )
-        known = self._over_quota.get(namespace)
-        if known is not None and known[0] == key:
-            return known[1]
-        answer = self._over_quota_now(namespace)
-        self._over_quota[namespace] = (key, answer)
-        return answer
-
-    def _over_quota_now(self, namespace: str) -> str | None:
-        reservations = []
-        for stored in self.caches.podgroups.namespace(namespace).values():
-            uid, version = _version(stored)
-            known = self._reservations.get(uid)
-            if known is None or known[0] != version or not version:
-                try:
-                    known = (version, entry_of_group(stored, "").reservation())
-                except (ValueError, TypeError):
-                    known = (version, None)
-                self._reservations[uid] = known
-            if known[1] is not None:
-                reservations.append(known[1])
-        if len(self._reservations) > 2 * len(self.caches.podgroups.items()) + 64:
-            live = {_version(g)[0] for g in self.caches.podgroups.items()}
-            self._reservations = {uid: r for uid, r in self._reservations.items() if uid in live}
-        if not reservations:
-            return None
-        try:
-            return over_reserved(self.caches.quotas.namespace(namespace).values(), reservations)
-        except ValueError:
-            return None  # a malformed quota: the enqueue verdict says so
+        """Whether a quota was lowered below the namespace's stored groups' reservations."""
+        return self._over_quota.answer(namespace)
 
     def _path(self, namespace: str, name: str) -> str:
         return resource_path(GROUP_VERSION, PLURAL, namespace, name)

@@ -43,10 +43,10 @@ from typing import Any
 
 from priogate.clock import epoch_seconds
 from priogate.phase import INQUEUE_TIMEOUT, UNSCHEDULABLE, EnqueueVerdict
-from priogate.podgroup import HOLDING_PHASES, Phase
+from priogate.podgroup import Phase
 from priogate.quota import Consumer, Reservation, first_exceeded, format_amounts, quota_names
 from priogate.quota import min_resources_of as min_resources_of  # re-exported: callers read it here
-from priogate.resources import ResourceList, add, subtract
+from priogate.resources import ResourceList, nano_units, subtract
 
 ZERO = Fraction(0)
 WAITING_PHASES = ("", Phase.PENDING)
@@ -90,7 +90,20 @@ class GroupDemand:
         to_come = max(self.min_member - self.created_members, 0)
         return quota_names(_positive(subtract(self.min_resources, self.charged)), to_come)
 
-    @property
+    @cached_property
+    def unconsumed_nanos(self) -> dict[str, int | Fraction]:
+        return nano_units(self.unconsumed)
+
+    @cached_property
+    def quota_demand_nanos(self) -> dict[str, int | Fraction]:
+        return nano_units(self.quota_demand)
+
+    @cached_property
+    def quota_shape(self) -> tuple[str, frozenset[tuple[str, int | Fraction]]]:
+        """What a quota's verdict on its demand alone depends on: its class and quota demand."""
+        return self.priority_class, frozenset(self.quota_demand_nanos.items())
+
+    @cached_property
     def order(self) -> tuple[int, str, str]:
         """The enqueue order: higher priority first, then older first."""
         return (-self.priority, self.created_at, self.key)
@@ -101,49 +114,17 @@ class BoundPod:
     priority: int
     requests: ResourceList
 
-
-def waiting_ahead(
-    group: GroupDemand,
-    others: Iterable[GroupDemand],
-    quotas: Sequence[Mapping[str, Any]],
-    allocatable: ResourceList,
-) -> list[GroupDemand]:
-    """The waiting groups whose demand counts as held when `group` is decided: ahead of it in
-    the enqueue order, not backing off, and able to fit at all. An admitted group has none."""
-    if group.phase not in WAITING_PHASES:
-        return []
-    ahead = []
-    for other in others:
-        if other.key == group.key or other.phase not in WAITING_PHASES or other.backing_off:
-            continue
-        if not other.min_resources or other.order >= group.order:
-            continue
-        if any(amount > allocatable.get(name, ZERO) for name, amount in other.unconsumed.items()):
-            continue  # can never fit the cluster: it would block everyone behind it for ever
-        if other.quota_blocked and other.namespace != group.namespace:
-            continue  # waits for its own quota: another namespace's queue must not wait with it
-        if other.namespace == group.namespace and (
-            first_exceeded(quotas, Consumer(other.priority_class), other.quota_demand, [], count_used=False)
-            is not None
-        ):
-            continue  # can never fit its quota
-        ahead.append(other)
-    return ahead
+    @cached_property
+    def requests_nanos(self) -> dict[str, int | Fraction]:
+        return nano_units(self.requests)
 
 
 def check_quota(
-    group: GroupDemand,
-    quotas: Sequence[Mapping[str, Any]],
-    others: Iterable[GroupDemand],
-    ahead: Iterable[GroupDemand] = (),
+    group: GroupDemand, quotas: Sequence[Mapping[str, Any]], holders: Iterable[Reservation] = ()
 ) -> str | None:
+    """The quota test alone, against `holders`: what the namespace's other holding groups and
+    the waiting groups ahead of it reserve (priogate.enqueue_index works out which)."""
     demand = group.quota_demand
-    holding = [o for o in others if o.phase in HOLDING_PHASES]
-    holders = [
-        Reservation(o.key, o.priority_class, o.quota_demand)
-        for o in [*holding, *ahead]
-        if o.namespace == group.namespace and o.key != group.key
-    ]
     found = first_exceeded(quotas, Consumer(group.priority_class), demand, holders, count_used=True)
     if found is None:
         return None
@@ -155,55 +136,33 @@ def check_quota(
     )
 
 
-def check_capacity(
-    group: GroupDemand,
-    allocatable: ResourceList,
-    bound: Iterable[BoundPod],
-    others: Iterable[GroupDemand],
-    ahead: Iterable[GroupDemand] = (),
-) -> str | None:
-    demand = group.unconsumed
-    if not demand:
+def capacity_problem(group: GroupDemand, short: Sequence[str], allocatable: ResourceList) -> str | None:
+    """The capacity test's text for the resources (sorted) where the group's unconsumed
+    minResources exceed what is free for it; None when none does."""
+    if not short:
         return None
-    held: ResourceList = {}
-    for pod in bound:
-        if pod.priority >= group.priority or not group.preempts:
-            held = add(held, pod.requests)
-    for other in others:
-        if other.key == group.key or other.phase not in HOLDING_PHASES:
-            continue
-        if other.priority >= group.priority or not group.preempts:
-            held = add(held, other.unconsumed)
-    for other in ahead:  # of at least this group's priority by the order
-        held = add(held, other.unconsumed)
-    free = subtract(allocatable, held)
-    short = sorted(name for name, amount in demand.items() if amount > free.get(name, ZERO))
-    if short:
-        return (
-            f"cluster capacity insufficient: minResources {format_amounts(short, demand)} exceed what is not "
-            f"held by pods and PodGroups of priority >= {group.priority} and older waiting PodGroups "
-            f"(allocatable {format_amounts(short, allocatable)})"
-        )
-    return None
+    return (
+        f"cluster capacity insufficient: minResources {format_amounts(short, group.unconsumed)} exceed what "
+        f"is not held by pods and PodGroups of priority >= {group.priority} and older waiting PodGroups "
+        f"(allocatable {format_amounts(short, allocatable)})"
+    )
 
 
-def verdict(
-    group: GroupDemand,
-    quotas: Sequence[Mapping[str, Any]],
-    allocatable: ResourceList,
-    bound: Sequence[BoundPod],
-    others: Sequence[GroupDemand],
-) -> EnqueueVerdict:
-    """`others`: the other unfinished groups, holding or waiting; the function picks which count."""
+def before_the_view(group: GroupDemand) -> EnqueueVerdict | None:
+    """The verdicts that need no view of the cluster."""
     if group.backing_off:
         return EnqueueVerdict(False, "backing off after an Inqueue timeout", INQUEUE_TIMEOUT)
     if not group.min_resources:
         return EnqueueVerdict(True, "no minResources")  # Volcano enqueues such groups at once
-    ahead = waiting_ahead(group, others, quotas, allocatable)
-    problem = check_quota(group, quotas, others, ahead) or check_capacity(
-        group, allocatable, bound, others, ahead
+    return None
+
+
+def never_fits_quota(group: GroupDemand, quotas: Sequence[Mapping[str, Any]]) -> bool:
+    """Its demand alone exceeds a hard limit of one of its namespace's quotas that applies."""
+    return (
+        first_exceeded(quotas, Consumer(group.priority_class), group.quota_demand, [], count_used=False)
+        is not None
     )
-    return EnqueueVerdict(problem is None, problem or "")
 
 
 def inqueue_timed_out(stuck_since: float | None, now: float, timeout: float) -> bool:
@@ -214,10 +173,18 @@ def inqueue_timed_out(stuck_since: float | None, now: float, timeout: float) -> 
 
 def backing_off(status: Mapping[str, Any] | None, now: float, backoff: float) -> bool:
     """A group rolled back by an Inqueue timeout waits `backoff` seconds before it may be
-    enqueued again, so it does not loop Pending -> Inqueue -> Pending. The rollback time is the
-    Unschedulable condition's lastTransitionTime (it turned True then)."""
-    if backoff <= 0:
-        return False
+    enqueued again, so it does not loop Pending -> Inqueue -> Pending."""
+    return backoff > 0 and backed_off_until(rolled_back_at(status), now, backoff)
+
+
+def backed_off_until(since: float | None, now: float, backoff: float) -> bool:
+    """backing_off, from the rollback time (rolled_back_at)."""
+    return backoff > 0 and since is not None and now - since < backoff
+
+
+def rolled_back_at(status: Mapping[str, Any] | None) -> float | None:
+    """When an Inqueue timeout rolled the group back: the Unschedulable condition's
+    lastTransitionTime (it turned True then). None: never, or a time that cannot be read."""
     for condition in (status or {}).get("conditions") or []:
         if (
             isinstance(condition, Mapping)
@@ -226,8 +193,7 @@ def backing_off(status: Mapping[str, Any] | None, now: float, backoff: float) ->
             and condition.get("reason") == INQUEUE_TIMEOUT
         ):
             try:
-                since = epoch_seconds(str(condition.get("lastTransitionTime")))
+                return epoch_seconds(str(condition.get("lastTransitionTime")))
             except ValueError:
-                return False
-            return now - since < backoff
-    return False
+                return None
+    return None

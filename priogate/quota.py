@@ -16,7 +16,15 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
-from priogate.resources import ResourceList, add, format_quantity, parse_resource_list, positive_total
+from priogate.resources import (
+    NANO,
+    ResourceList,
+    add,
+    format_quantity,
+    nano_units,
+    parse_resource_list,
+    positive_total,
+)
 
 # Standard resources a quota tracks both bare and as requests.<name>.
 _BARE_AND_REQUESTS = ("cpu", "memory", "ephemeral-storage")
@@ -280,6 +288,30 @@ def check_pod(
 
 
 # ---- a quota lowered below what is reserved ----------------------------------------------------
+
+
+def positive_nanos(reservation: Reservation) -> dict[str, int | Fraction]:
+    """A reservation's positive amounts in nano-units (resources.nano_units), for class_totals."""
+    return nano_units({name: amount for name, amount in reservation.demand.items() if amount > 0})
+
+
+def class_totals(parts: Iterable[tuple[str, Mapping[str, int | Fraction]]]) -> list[Reservation]:
+    """(priority class, positive_nanos) pairs summed into one Reservation per class. A quota's
+    scopes judge a reservation by its class alone, so every quota reserves under these exactly
+    what it reserves under the reservations they sum (as _reserved_under sums positive amounts)."""
+    totals: dict[str, dict[str, int | Fraction]] = {}
+    for priority_class, amounts in parts:
+        total = totals.setdefault(priority_class, {})
+        for name, amount in amounts.items():
+            total[name] = total.get(name, 0) + amount
+    return [
+        Reservation(
+            "",
+            cls,
+            {name: Fraction(n, NANO) if isinstance(n, int) else n / NANO for name, n in total.items()},
+        )
+        for cls, total in totals.items()
+    ]
 
 
 def over_reserved(quotas: Iterable[Mapping[str, Any]], reservations: Iterable[Reservation]) -> str | None:

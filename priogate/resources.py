@@ -172,7 +172,8 @@ def add(a: Mapping[str, Fraction], b: Mapping[str, Fraction]) -> ResourceList:
     return total
 
 
-_NANO = 10**9
+NANO = 10**9  # nano-units per unit: the finest Kubernetes quantities
+_NANO = NANO
 
 
 def positive_total(lists: Iterable[Mapping[str, Fraction]]) -> ResourceList:
@@ -195,6 +196,18 @@ def positive_total(lists: Iterable[Mapping[str, Fraction]]) -> ResourceList:
     for name, amount in rest.items():
         total[name] = total[name] + amount if name in total else amount
     return total
+
+
+def nano_units(amounts: Mapping[str, Fraction]) -> dict[str, int | Fraction]:
+    """The amounts times 10^9: ints for whole nano-units (every quantity Kubernetes writes),
+    still exact Fractions otherwise. Sums and comparisons of the result are those of the
+    amounts, exactly, and mostly integer arithmetic (see positive_total)."""
+    return {
+        name: amount.numerator * (_NANO // amount.denominator)
+        if _NANO % amount.denominator == 0
+        else amount * _NANO
+        for name, amount in amounts.items()
+    }
 
 
 def subtract(a: Mapping[str, Fraction], b: Mapping[str, Fraction]) -> ResourceList:

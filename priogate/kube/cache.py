@@ -155,6 +155,11 @@ class WatchCache:
     def namespace(self, namespace: str) -> Mapping[str, Obj]:
         return self._by_namespace.get(namespace, EMPTY)
 
+    def namespaces(self) -> list[str]:
+        """The namespaces holding objects. namespace(ns) is a read-only snapshot, replaced (a new
+        object) on every change in ns: a value derived from it stays valid while it is the same."""
+        return list(self._by_namespace)
+
     def namespace_generation(self, namespace: str) -> int:
         """Changes whenever an object of `namespace` changes (or the cache is relisted)."""
         return max(self._namespace_generation.get(namespace, 0), self._relist_generation)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from fractions import Fraction
 
-from priogate.enqueue import BoundPod, GroupDemand, min_resources_of, verdict
+from priogate.enqueue import BoundPod, GroupDemand, min_resources_of
+from priogate.enqueue_index import verdict
 from tests.builders import resource_quota
 
 

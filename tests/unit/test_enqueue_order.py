@@ -8,7 +8,8 @@ from fractions import Fraction
 
 import pytest
 
-from priogate.enqueue import BoundPod, GroupDemand, backing_off, inqueue_timed_out, verdict, waiting_ahead
+from priogate.enqueue import BoundPod, GroupDemand, backing_off, inqueue_timed_out
+from priogate.enqueue_index import verdict
 from priogate.phase import (
     INQUEUE_TIMEOUT,
     NOT_ENOUGH_RESOURCES,
@@ -18,6 +19,7 @@ from priogate.phase import (
     next_phase,
     phase_event,
 )
+from tests.unit.enqueue_reference import waiting_ahead
 
 F = Fraction
 

@@ -166,8 +166,24 @@ def test_the_enqueue_inputs_kept_across_changes_equal_a_fresh_build():
         ("pods", "DELETED", pods[4]),
         ("pods", "ADDED", versioned(pod("other", namespace="ns", cpu="2", priority=5, node="n1"), 4)),
     ]
+    quota = versioned(
+        {
+            "metadata": {"name": "q", "namespace": "ns"},
+            "spec": {"hard": {"cpu": "3"}},
+            "status": {"used": {}},
+        },
+        5,
+    )
+    changes.append(("quotas", "ADDED", quota))
     for cache, kind, obj in changes:
         getattr(kept.caches, cache).apply_event(kind, obj)
         fresh = reconciler(list(kept.caches.pods.items()), list(kept.caches.podgroups.items()))
+        fresh.caches.quotas.replace_all(list(kept.caches.quotas.items()), "0")
         assert kept._cluster().groups == fresh._cluster().groups, (cache, kind)
         assert kept._cluster().bound == fresh._cluster().bound, (cache, kind)
+        # and so decides as it, each namespace part reused or not
+        for g in kept.caches.podgroups.items():
+            members = kept.members("ns", g["metadata"]["name"])
+            decided = kept.enqueue_verdict(kept.demand(g, members))
+            assert decided == fresh.enqueue_verdict(fresh.demand(g, members)), (cache, kind)
+        assert kept.over_quota("ns") == fresh.over_quota("ns")
