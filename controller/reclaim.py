@@ -25,15 +25,12 @@ from priogate.ledger import (
     Entry,
     Reads,
     Record,
-    admitted_time,
     covered_namespace,
     entry_of_group,
-    in_flight,
-    live_charges,
     record_name,
     record_of,
-    resync,
 )
+from priogate.settlement import admitted_time, in_flight, live_charges, resync
 
 log = structlog.get_logger("priogate.controller.reclaim")
 

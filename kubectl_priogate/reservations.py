@@ -19,9 +19,10 @@ from typing import Any
 
 from kubectl_priogate.output import NONE, quantities, quantity, table
 from priogate import podgroup
-from priogate.ledger import Entry, stale_entries
+from priogate.ledger import Entry
 from priogate.quota import Consumer, hard_limits, quota_applies, quota_names, unconsumed, used
 from priogate.resources import ResourceList, add, pod_requests
+from priogate.settlement import stale_entries
 
 ZERO = Fraction(0)
 NO_QUOTA = "<none>"

@@ -4,8 +4,8 @@ pods were admitted there a moment ago, as plain data and pure decisions.
 Where it lives: one ConfigMap per tenant namespace, in priogate's own namespace
 (`priogate-system/podgroup-reservations.<namespace>`), where only priogate may write. Nothing a
 tenant can write decides a reservation. priogate/kube/ledger_store.py reads and writes it with
-optimistic concurrency; this module parses it, rebuilds it from the stored PodGroups and decides
-which entries still count.
+optimistic concurrency; this module parses and writes its data, priogate/settlement.py rebuilds
+it from the stored PodGroups and decides which entries still count.
 
 What it is: a cache of the truth, never the truth itself. The truth is the set of stored
 PodGroups (read with a quorum LIST); the record adds only what the API server cannot tell yet:
@@ -23,8 +23,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import threading
-from collections.abc import Callable, Iterable, Iterator, Mapping, MutableMapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from functools import cached_property
@@ -33,7 +32,7 @@ from typing import Any, Protocol
 from priogate import podgroup
 from priogate.clock import micro_time, parse_time
 from priogate.quota import Reservation, quota_names
-from priogate.resources import ResourceList, format_quantity, maximum, parse_resource_list
+from priogate.resources import ResourceList, format_quantity, parse_resource_list
 
 DEFAULT_LEDGER_NAMESPACE = "priogate-system"
 RECORD_PREFIX = "podgroup-reservations."
@@ -435,165 +434,6 @@ def listing_of(items: Iterable[Mapping[str, Any]], started: dt.datetime) -> List
     return Listing(groups, started, tuple(unreadable))
 
 
-def admitted_time(entry: Entry) -> dt.datetime:
-    try:
-        return parse_time(entry.admitted_at)
-    except ValueError:
-        return dt.datetime.min.replace(tzinfo=dt.UTC)  # unreadable: treat as old
-
-
-def in_flight(entry: Entry, at: dt.datetime, bound: dt.timedelta = DEFAULT_IN_FLIGHT) -> bool:
-    """Whether the admission that last raised `entry` may still be on its way to storage at `at`."""
-    return at - admitted_time(entry) <= bound
-
-
-def merge(current: Entry, new: Entry) -> Entry:
-    """A claim that covers both (per resource the larger amount): what an admission records while
-    the request is in flight, since either object may end up stored. Of two classes, the new."""
-    if current.priority_class != new.priority_class:
-        return new
-    larger = maximum(parse_resource_list(current.min_resources), parse_resource_list(new.min_resources))
-    return replace(new, min_resources=formatted(larger), min_member=max(current.min_member, new.min_member))
-
-
-def settled(entry: Entry, stored: Entry | None, at: dt.datetime, bound: dt.timedelta) -> bool:
-    """Whether the admission behind `entry` can no longer change what is stored: past the
-    in-flight bound, or the stored object is of its generation or later."""
-    if not in_flight(entry, at, bound):
-        return True
-    return stored is not None and entry.generation > 0 and stored.generation >= entry.generation
-
-
-def resync(
-    entries: Mapping[str, Entry], listing: Listing, bound: dt.timedelta = DEFAULT_IN_FLIGHT
-) -> dict[str, Entry]:
-    """The entries made true to a quorum LIST of the namespace's PodGroups:
-    - an entry whose group is stored and whose admission is settled becomes the stored claim (a
-      shrinking update took effect; a refused growing update is undone);
-    - an entry still in flight keeps its claim, raised to the stored one if that is larger;
-    - an entry whose group the LIST does not hold (gone, or never stored: uid-checked) is
-      dropped once it is no longer in flight, counted until then;
-    - a previous-class claim ends when its group's class change is settled;
-    - a stored group without an entry (a lost or rebuilt record, a group stored before
-      priogate) is adopted with its stored claim.
-    Finalizer-held groups (deletionTimestamp set) are still stored, so they still reserve."""
-    out: dict[str, Entry] = {}
-    for key, entry in entries.items():
-        stored = listing.groups.get(entry.uid) if entry.uid else None
-        done = settled(entry, stored, listing.started, bound)
-        if key.endswith(SHADOW_SUFFIX) or stored is None:
-            if not done:
-                out[key] = entry
-            continue
-        if done:
-            out[key] = replace(stored, admitted_at=entry.admitted_at)
-        else:
-            out[key] = merge(stored, entry) if entry.priority_class == stored.priority_class else entry
-    for uid, stored in listing.groups.items():
-        if uid not in out:
-            out[uid] = stored
-    return out
-
-
-def stale_entries(
-    entries: Mapping[str, Entry],
-    listed: Mapping[str, Any],
-    now: dt.datetime,
-    bound: dt.timedelta = DEFAULT_IN_FLIGHT,
-) -> list[str]:
-    """Keys of entries that a LIST (`listed`: uids of the stored groups) shows no longer count:
-    their group is not stored, and their admission is past the in-flight bound. What a reader
-    outside priogate (kubectl priogate) reports; priogate itself drops them through resync."""
-    return sorted(
-        key
-        for key, entry in entries.items()
-        if not (entry.uid and entry.uid in listed) and not in_flight(entry, now, bound)
-    )
-
-
-def awaiting(entries: Mapping[str, Entry], listing: Listing, bound: dt.timedelta) -> dict[str, dt.datetime]:
-    """Entries whose claim a quorum LIST (`listing`) cannot confirm or end yet, because the
-    admission behind it may still be on its way to storage: a group not stored (or a
-    previous-class claim), or stored with another claim by an older generation. Key -> when the
-    in-flight bound passes; a LIST begun after that ends or settles it (resync)."""
-    out: dict[str, dt.datetime] = {}
-    for key, entry in entries.items():
-        stored = listing.groups.get(entry.uid) if entry.uid else None
-        if settled(entry, stored, listing.started, bound):
-            continue
-        if key.endswith(SHADOW_SUFFIX) or stored is None or not stored.same_claim(entry):
-            out[key] = admitted_time(entry) + bound
-    return out
-
-
-def once_settled(entries: Mapping[str, Entry], listing: Listing) -> dict[str, Entry]:
-    """What the entries become if every admission still in flight turns out never stored or
-    refused: each claim the stored one, or none. A best case, never recorded: an admission
-    that fits only so must wait for those admissions' fate (`awaiting`), not assume it."""
-    return resync(entries, listing, dt.timedelta(0))
-
-
-def unconfirmed(
-    entries: Mapping[str, Entry],
-    live: Mapping[str, bool],
-    now: dt.datetime,
-    bound: dt.timedelta = DEFAULT_IN_FLIGHT,
-    cached: Mapping[str, Entry] | None = None,
-) -> list[str]:
-    """Keys of entries worth confirming with a quorum LIST before a refusal, because the LIST
-    may end or lower them: past the in-flight bound and not shown alive by the watch cache
-    (`live`: cached groups' uids -> being deleted); or settled by a cached stored object of
-    their generation whose claim differs (`cached`: uid -> stored claim). An entry in flight
-    whose group is not stored is never a candidate: its group may be stored a moment from now
-    (by another replica's admission), so no LIST could end it."""
-    out = []
-    for key, entry in entries.items():
-        stored = (cached or {}).get(entry.uid) if entry.uid else None
-        if (not in_flight(entry, now, bound) and (not entry.uid or live.get(entry.uid, True))) or (
-            stored is not None
-            and settled(entry, stored, now, bound)
-            and (key.endswith(SHADOW_SUFFIX) or not stored.same_claim(entry))
-        ):
-            out.append(key)
-    return sorted(out)
-
-
-def adopted(entries: Mapping[str, Entry], cached_groups: Iterable[Entry]) -> dict[str, Entry]:
-    """Entries plus a claim for every cached (stored) group the record lacks: a record that
-    misses a live group never means that group reserves nothing."""
-    out = dict(entries)
-    uids = {e.uid for e in entries.values()}
-    for entry in cached_groups:
-        if entry.uid and entry.uid not in uids:
-            out[entry.uid] = entry
-    return out
-
-
-def live_charges(
-    charges: Mapping[str, Charge],
-    now: dt.datetime,
-    stored_pods: Mapping[str, bool] | None = None,
-    bound: dt.timedelta = DEFAULT_IN_FLIGHT,
-) -> dict[str, Charge]:
-    """Charges that still count: younger than the bound, and for pods the cache does not show
-    stored yet (`stored_pods`: uids of cached pods). A pod seen stored was charged in status.used
-    before it was stored, and a quorum read of the quota (made in the same turn) shows that."""
-    out = {}
-    for key, charge in charges.items():
-        if stored_pods is not None and charge.pod_uid and charge.pod_uid in stored_pods:
-            continue
-        try:
-            at = parse_time(charge.charged_at)
-        except ValueError:
-            continue
-        if now - at <= bound:
-            out[key] = charge
-    return out
-
-
-# ---- an in-process store, for single-process servers and tests ------------------------------
-
-
 class Reads(Protocol):
     """Quorum reads a decision may need, made at most once per turn (priogate.kube.ledger_store)."""
 
@@ -604,72 +444,3 @@ class Reads(Protocol):
 
 # decide(record, reads) -> (the record to write, or None to write nothing; the result to return)
 Decide = Callable[[Record, Reads], tuple[Record | None, Any]]
-
-
-class MemoryLedgerStore:
-    """The record kept in this process: same interface and decide() contract as the API-server
-    store, for a single-process server (offline mode, benchmarks) and in-process tests. `reads`
-    gives a namespace's reads (the caller's caches stand in for quorum reads)."""
-
-    def __init__(
-        self, reads: Callable[[str], Reads] | None = None, ledger_namespace: str = DEFAULT_LEDGER_NAMESPACE
-    ) -> None:
-        self.ledger_namespace = ledger_namespace
-        self._lock = threading.Lock()
-        self.records: dict[str, Record] = {}
-        self.writes = 0
-        self.reads = reads
-
-    @property
-    def ledgers(self) -> MutableMapping[str, dict[str, Entry]]:
-        """Each namespace's entries; setting one replaces them (tests preload a record so)."""
-        return _EntriesView(self.records)
-
-    def update(
-        self,
-        namespace: str,
-        decide: Decide,
-        *,
-        dry_run: bool = False,
-        deadline: float | None = None,
-    ) -> Any:
-        if self.reads is None:
-            raise RuntimeError("MemoryLedgerStore needs reads to decide")
-        reads = self.reads(namespace)
-        with self._lock:
-            current = self.records.get(namespace)
-            if current is None:
-                current = Record(resync({}, reads.podgroups()))
-            new, result = decide(current, reads)
-            if new is not None and not dry_run:
-                self.records[namespace] = new
-                self.writes += 1
-            return result
-
-    def want_quotas(self, namespace: str, since: float) -> None:
-        """Nothing to start: the caller's reads are its caches (see LedgerStore.want_quotas)."""
-
-    def fresh_quotas(self, namespace: str, since: float, deadline: float) -> list[Mapping[str, Any]]:
-        if self.reads is None:
-            raise RuntimeError("MemoryLedgerStore needs reads to decide")
-        return self.reads(namespace).quotas()
-
-
-class _EntriesView(MutableMapping[str, dict[str, Entry]]):
-    def __init__(self, records: dict[str, Record]) -> None:
-        self.records = records
-
-    def __getitem__(self, namespace: str) -> dict[str, Entry]:
-        return dict(self.records[namespace].entries)
-
-    def __setitem__(self, namespace: str, entries: dict[str, Entry]) -> None:
-        self.records[namespace] = self.records.get(namespace, Record()).with_entries(entries)
-
-    def __delitem__(self, namespace: str) -> None:
-        del self.records[namespace]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self.records)
-
-    def __len__(self) -> int:
-        return len(self.records)

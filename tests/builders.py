@@ -37,7 +37,8 @@ def make_view(
         "pods": fed_cache("pods", pods, synced=synced),
         "ledgers": fed_cache("ledgers", ledgers, synced=synced),
     }
-    from priogate.ledger import MemoryLedgerStore, covered_namespace, record_of
+    from priogate.ledger import covered_namespace, record_of
+    from priogate.memory_ledger import MemoryLedgerStore
 
     view = CacheView(caches, ledger_store)
     if ledger_store is None:

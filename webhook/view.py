@@ -24,13 +24,13 @@ from priogate.ledger import (
     Entry,
     Listing,
     Record,
-    adopted,
     listing_of,
     record_name,
     record_of,
 )
 from priogate.quota import quota_names
 from priogate.resources import ResourceList, add, pod_requests
+from priogate.settlement import adopted
 from priogate.slim import group_member_essentials
 
 
@@ -244,7 +244,7 @@ class CacheReads:
 
 def memory_view(caches: Mapping[str, WatchCache], **kw: Any) -> CacheView:
     """A view whose record lives in this process (priogate.ledger.MemoryLedgerStore)."""
-    from priogate.ledger import MemoryLedgerStore
+    from priogate.memory_ledger import MemoryLedgerStore
 
     view = CacheView(caches, None, **kw)
     view.ledger_store = MemoryLedgerStore(lambda namespace: CacheReads(view, namespace))

@@ -51,8 +51,8 @@ from priogate.ledger import (
     record_object,
     record_of,
     record_path,
-    resync,
 )
+from priogate.settlement import resync
 
 log = structlog.get_logger("priogate.ledger")
 

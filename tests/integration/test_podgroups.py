@@ -9,7 +9,8 @@ import threading
 import jsonpatch
 import pytest
 
-from priogate.ledger import Entry, MemoryLedgerStore, Record
+from priogate.ledger import Entry, Record
+from priogate.memory_ledger import MemoryLedgerStore
 from tests.builders import (
     SYSTEM_CLASSES,
     decode_patch,

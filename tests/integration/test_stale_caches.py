@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 
 from priogate.kube.client import ApiError
-from priogate.ledger import Entry, MemoryLedgerStore
+from priogate.ledger import Entry
+from priogate.memory_ledger import MemoryLedgerStore
 from tests.builders import (
     SYSTEM_CLASSES,
     group_review,

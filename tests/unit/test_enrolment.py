@@ -11,7 +11,7 @@ import pytest
 
 from priogate.kube.client import ApiError
 from priogate.kube.namespaces import label_namespace
-from priogate.ledger import MemoryLedgerStore
+from priogate.memory_ledger import MemoryLedgerStore
 from priogate.scope import COVERED, ENROLLED_LABEL, NOT_COVERED, PROBE_NAME, enrolled, probe_verdict
 from tests.builders import group_review, make_view, podgroup, resource_quota
 from webhook.review import Decision, parse_review

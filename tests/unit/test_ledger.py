@@ -9,7 +9,7 @@ from dataclasses import replace
 
 import pytest
 
-from priogate import clock, ledger
+from priogate import clock, ledger, settlement
 from priogate.ledger import Charge, Entry, Listing, Record
 
 NOW = dt.datetime(2026, 11, 22, 12, 0, 0, tzinfo=dt.UTC)
@@ -85,7 +85,7 @@ def test_resync(entries, stored_groups, expected):
     for e in entries:
         key = e.key if e.key not in keyed else e.as_shadow()[0]
         keyed[key] = e
-    got = ledger.resync(keyed, listing(*stored_groups), BOUND)
+    got = settlement.resync(keyed, listing(*stored_groups), BOUND)
     assert claims(got) == expected
 
 
@@ -100,7 +100,7 @@ def test_a_finalizer_held_group_still_reserves():
         },
         "spec": {"minResources": {"cpu": "6"}},
     }
-    got = ledger.resync({"u1": entry("a", "u1", 3600, cpu="6")}, ledger.listing_of([held], NOW), BOUND)
+    got = settlement.resync({"u1": entry("a", "u1", 3600, cpu="6")}, ledger.listing_of([held], NOW), BOUND)
     assert claims(got) == {"u1": ("a", "6")}
 
 
@@ -115,7 +115,7 @@ def test_a_finalizer_held_group_still_reserves():
     ],
 )
 def test_unconfirmed(entries, live, expected):
-    assert ledger.unconfirmed({e.key: e for e in entries}, live, NOW, BOUND) == expected
+    assert settlement.unconfirmed({e.key: e for e in entries}, live, NOW, BOUND) == expected
 
 
 @pytest.mark.parametrize(
@@ -136,15 +136,15 @@ def test_unconfirmed(entries, live, expected):
     ],
 )
 def test_awaiting(entries, stored_groups, expected):
-    got = ledger.awaiting({e.key: e for e in entries}, listing(*stored_groups), BOUND)
+    got = settlement.awaiting({e.key: e for e in entries}, listing(*stored_groups), BOUND)
     assert {k: (t - NOW).total_seconds() for k, t in got.items()} == expected
 
 
 def test_once_settled_is_the_stored_truth_with_nothing_in_flight():
     entries = {"u1": entry("a", "u1", 1, cpu="6"), "u2": entry("b", "u2", 1, cpu="3")}
-    got = ledger.once_settled(entries, listing(stored("a", "u1", cpu="2")))
+    got = settlement.once_settled(entries, listing(stored("a", "u1", cpu="2")))
     assert claims(got) == {"u1": ("a", "2")}
-    assert claims(ledger.resync(entries, listing(stored("a", "u1", cpu="2")), BOUND)) == {
+    assert claims(settlement.resync(entries, listing(stored("a", "u1", cpu="2")), BOUND)) == {
         "u1": ("a", "6"),
         "u2": ("b", "3"),
     }
@@ -154,14 +154,14 @@ def test_a_claim_is_stamped_to_the_microsecond_and_old_stamps_still_read():
     """Whole seconds would make a claim look up to a second older than it is, against a bound
     of a few seconds."""
     moment = NOW + dt.timedelta(microseconds=999_999)
-    assert ledger.admitted_time(replace(entry("a", "u1", 0), admitted_at=ledger.stamp(moment))) == moment
-    assert ledger.admitted_time(entry("a", "u1", 0)) == NOW  # written by an older priogate
+    assert settlement.admitted_time(replace(entry("a", "u1", 0), admitted_at=ledger.stamp(moment))) == moment
+    assert settlement.admitted_time(entry("a", "u1", 0)) == NOW  # written by an older priogate
 
 
 def test_merge_never_lowers_while_in_flight():
     current = Entry("a", "u1", {"cpu": "4", "memory": "1Gi"}, 2, "", "t")
     new = Entry("a", "u1", {"cpu": "6"}, 1, "", "t2")
-    merged = ledger.merge(current, new)
+    merged = settlement.merge(current, new)
     assert merged.min_resources == {"cpu": "6", "memory": "1Gi"} and merged.min_member == 2
     assert merged.covers(current) and merged.covers(new)
     assert not current.covers(new)
@@ -181,7 +181,7 @@ def charge(age: float, uid: str = "p1") -> Charge:
     ],
 )
 def test_live_charges(charges, stored_pods, kept):
-    assert sorted(ledger.live_charges(charges, NOW, stored_pods, BOUND)) == kept
+    assert sorted(settlement.live_charges(charges, NOW, stored_pods, BOUND)) == kept
 
 
 def test_record_roundtrip_lives_in_priogates_namespace():

@@ -14,7 +14,8 @@ import pytest
 
 from priogate import quota
 from priogate.kube.ledger_store import LedgerBusy
-from priogate.ledger import Entry, MemoryLedgerStore
+from priogate.ledger import Entry
+from priogate.memory_ledger import MemoryLedgerStore
 from priogate.resources import parse_resource_list
 from tests.builders import SYSTEM_CLASSES, group_review, make_view, podgroup, priority_class, resource_quota
 from webhook.review import Decision, parse_review

@@ -32,24 +32,11 @@ from priogate import podgroup
 from priogate.clock import parse_time
 from priogate.kube.client import ApiError
 from priogate.kube.ledger_store import LedgerBusy
-from priogate.ledger import (
-    Charge,
-    Entry,
-    Reads,
-    Record,
-    adopted,
-    awaiting,
-    formatted,
-    in_flight,
-    live_charges,
-    once_settled,
-    resync,
-    stamp,
-    unconfirmed,
-)
+from priogate.ledger import Charge, Entry, Reads, Record, formatted, stamp
 from priogate.quota import Consumer, Reservation, check_pod, quota_names, unconsumed
 from priogate.resources import ResourceList, add, pod_requests, subtract
 from priogate.scope import ENROLLED_LABEL, ENROLLED_VALUE
+from priogate.settlement import adopted, awaiting, in_flight, live_charges, once_settled, resync, unconfirmed
 from webhook.awaiting import Awaiting, decide_waiting
 from webhook.objects import (
     MalformedObject,

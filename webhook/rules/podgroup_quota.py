@@ -41,25 +41,11 @@ import structlog
 from priogate import podgroup
 from priogate.kube.client import ApiError
 from priogate.kube.ledger_store import LedgerBusy
-from priogate.ledger import (
-    SHADOW_SUFFIX,
-    Entry,
-    Listing,
-    Reads,
-    Record,
-    admitted_time,
-    awaiting,
-    in_flight,
-    merge,
-    normalize,
-    once_settled,
-    resync,
-    stamp,
-    unconfirmed,
-)
+from priogate.ledger import SHADOW_SUFFIX, Entry, Listing, Reads, Record, normalize, stamp
 from priogate.quota import check_podgroup
 from priogate.resources import parse_quantity
 from priogate.scope import COVERED, ENROLLED_LABEL, ENROLLED_VALUE, is_probe
+from priogate.settlement import admitted_time, awaiting, in_flight, merge, once_settled, resync, unconfirmed
 from webhook.awaiting import Awaiting, decide_waiting
 from webhook.objects import (
     MalformedObject,

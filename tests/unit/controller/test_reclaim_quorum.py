@@ -13,7 +13,8 @@ from controller.caches import Caches
 from controller.reclaim import Reclaimer
 from priogate.kube.cache import WatchCache
 from priogate.kube.client import ApiError
-from priogate.ledger import Entry, Listing, MemoryLedgerStore, Record, entry_of_group, record_object
+from priogate.ledger import Entry, Listing, Record, entry_of_group, record_object
+from priogate.memory_ledger import MemoryLedgerStore
 
 LONG_AGO = "2026-01-01T00:00:00Z"
 
