@@ -5,7 +5,7 @@ admission refuses on purpose (e.g. two globalDefaults)."""
 from __future__ import annotations
 
 import base64
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import requests
@@ -32,6 +32,20 @@ def create_or_replace(client: ApiClient, path: str, body: JSON) -> JSON:
             if e.status not in (404, 409):  # deleted or changed meanwhile: start over
                 raise
     raise RuntimeError(f"{path}/{body['metadata']['name']} kept changing; retry")
+
+
+def update(client: ApiClient, path: str, change: Callable[[JSON], object], tries: int = 10) -> JSON:
+    """Read `path`, apply `change` to it in place and write it back with the resourceVersion
+    read; read again and retry on 409 (a controller wrote it meanwhile)."""
+    for _ in range(tries):
+        current = client.get(path)
+        change(current)
+        try:
+            return client.replace(path, current)
+        except ApiError as e:
+            if e.status != 409:
+                raise
+    raise RuntimeError(f"{path} kept changing; retry")
 
 
 def delete_if_present(client: ApiClient, path: str) -> None:

@@ -16,8 +16,9 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
+from localcluster.api import update
 from localcluster.procs import Proc, Supervisor, free_ports, wait_until
-from priogate.kube.client import ApiClient, ApiError
+from priogate.kube.client import ApiClient
 
 LOOPBACK = "127.0.0.1"
 
@@ -184,16 +185,7 @@ HOOKS_PATH = "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurati
 def edit_hooks(client: ApiClient, change: Callable[[list[dict]], list[dict]]) -> None:
     """Replace priogate's validating hooks with `change(hooks)`. Retried on 409: a PUT must carry
     the resourceVersion it read."""
-    for _ in range(10):
-        config = client.get(HOOKS_PATH)
-        config["webhooks"] = change(config["webhooks"])
-        try:
-            client.replace(HOOKS_PATH, config)
-            return
-        except ApiError as e:
-            if e.status != 409:
-                raise
-    raise RuntimeError("could not update the webhook configuration: it kept changing")
+    update(client, HOOKS_PATH, lambda config: config.update(webhooks=change(config["webhooks"])))
 
 
 def point_webhook(client: ApiClient, hook_name: str, url: str, path: str) -> None:

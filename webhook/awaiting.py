@@ -52,19 +52,20 @@ def decide_waiting(
         if not isinstance(result, Awaiting):
             return result
         left = max(0.0, (result.until - dt.datetime.now(dt.UTC)).total_seconds())
-        pause = left if result.changed is not None else min(POLL_SECONDS, left)
-        if time.monotonic() + (pause if result.changed is None else CHANGE_POLL_SECONDS) > stop:
+        # Timed turns sleep to the next one; turns awaited through a cache look at it often.
+        first_look = min(POLL_SECONDS, left) if result.changed is None else CHANGE_POLL_SECONDS
+        if time.monotonic() + first_look > stop:
             return (
                 f"{result.problem}; {result.count} other {what} in this namespace may still be on "
                 "their way to storage, retry"
             )
-        _pause(min(pause, stop - time.monotonic()), result.changed)
+        if result.changed is None:
+            time.sleep(first_look)
+        else:
+            _until_changed(result.changed, min(left, stop - time.monotonic()))
 
 
-def _pause(seconds: float, changed: Callable[[], bool] | None) -> None:
-    if changed is None:
-        time.sleep(seconds)
-        return
+def _until_changed(changed: Callable[[], bool], seconds: float) -> None:
     end = time.monotonic() + seconds
     while not changed() and time.monotonic() < end:
         time.sleep(CHANGE_POLL_SECONDS)

@@ -9,8 +9,9 @@ lately waits for etcd's next progress notification, requested every 100 ms
 change, so that LIST took 70 to 90 ms, inside the namespace's serialized ledger turn.
 
 Any read that started after a request arrived is fresh enough for it, so the read is started
-when requests arrive, outside the turn, and one read serves every request that arrived before
-it started. The turn then only waits for what is still missing.
+when a request arrives and one read serves every request that arrived before it started. The
+turn decides on the cached quotas; the admission waits for its read only after the turn
+(webhook.rules.podgroup_quota), and by then the read has usually ended.
 """
 
 from __future__ import annotations

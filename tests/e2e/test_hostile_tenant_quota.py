@@ -24,6 +24,7 @@ import pytest
 import requests
 
 from localcluster import LocalCluster
+from localcluster.api import update
 from priogate.clock import rfc3339
 from priogate.kube.client import ApiClient, ApiError, load_client, resource_path
 from priogate.ledger import DEFAULT_IN_FLIGHT, DEFAULT_LEDGER_NAMESPACE, entries_of, record_name, record_path
@@ -63,17 +64,9 @@ def quota(admin: ApiClient, namespace: str, cpu: str) -> None:
 
 
 def set_quota_cpu(admin: ApiClient, namespace: str, cpu: str) -> None:
+    # Retried on 409: kube-controller-manager writes the quota's status meanwhile.
     path = resource_path("v1", "resourcequotas", namespace, "compute")
-    for _ in range(10):  # every write handles 409: kube-controller-manager updates the status
-        current = admin.get(path)
-        current["spec"]["hard"]["cpu"] = cpu
-        try:
-            admin.replace(path, current)
-            return
-        except ApiError as e:
-            if e.status != 409:
-                raise
-    raise AssertionError(f"the quota of {namespace} kept changing")
+    update(admin, path, lambda quota: quota["spec"]["hard"].update(cpu=cpu))
 
 
 def record_entries(admin: ApiClient, namespace: str) -> dict:
