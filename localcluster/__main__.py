@@ -49,6 +49,7 @@ def _options(args: argparse.Namespace) -> Options:
         mtls=not args.no_mtls,
         controller=not args.no_controller,
         preemptor=args.preemptor,
+        unschedulable_flush_s=args.unschedulable_flush,
     )
 
 
@@ -244,6 +245,13 @@ def main(argv: list[str] | None = None) -> int:
         " gangs; the default) or priogate (kube-scheduler with DefaultPreemption disabled,"
         " manifests/scheduler/, and the controller with --pod-preemption)",
     )
+    p.add_argument(
+        "--unschedulable-flush",
+        type=float,
+        metavar="SECONDS",
+        help="kube-scheduler retries a pod left in its unschedulable pool after this long without an"
+        " event (its --pod-max-in-unschedulable-pods-duration; default: kube-scheduler's 5 min)",
+    )
     p.add_argument("--timeout", type=float, default=300, help="up: seconds to wait until the webhooks answer")
     p.add_argument("--background", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -256,6 +264,11 @@ def main(argv: list[str] | None = None) -> int:
         f"--node-pods={args.node_pods}",
         f"--workers={args.workers}",
         f"--preemptor={args.preemptor}",
+        *(
+            [f"--unschedulable-flush={args.unschedulable_flush}"]
+            if args.unschedulable_flush is not None
+            else []
+        ),
         *(["--keep-priority-plugin"] if args.keep_priority_plugin else []),
         *(["--no-webhook"] if args.no_webhook else []),
         *(["--no-mtls"] if args.no_mtls else []),

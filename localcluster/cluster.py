@@ -74,6 +74,8 @@ class Options:
     # gangs) or "priogate" (kube-scheduler runs manifests/scheduler/'s profile, DefaultPreemption
     # disabled, and the controller runs with --pod-preemption).
     preemptor: str = "kube-scheduler"
+    # kube-scheduler's --pod-max-in-unschedulable-pods-duration in seconds (None: its 5 min).
+    unschedulable_flush_s: float | None = None
 
     def __post_init__(self) -> None:
         if self.preemptor not in PREEMPTORS:
@@ -194,7 +196,9 @@ class LocalCluster:
             components.write_scheduler_config(scheduler_config, self.kubeconfig)
         sched = self.supervisor.start(
             "kube-scheduler",
-            components.kube_scheduler(self.bin_dir, self.kubeconfig, self.ports, scheduler_config),
+            components.kube_scheduler(
+                self.bin_dir, self.kubeconfig, self.ports, scheduler_config, o.unschedulable_flush_s
+            ),
             self._log("kube-scheduler"),
         )
         kwok = self.supervisor.start(

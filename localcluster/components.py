@@ -213,10 +213,24 @@ def write_scheduler_config(path: Path, kubeconfig: Path) -> None:
     path.write_text(yaml.safe_dump(scheduler_config(kubeconfig), sort_keys=False))
 
 
-def kube_scheduler(bin_dir: Path, kubeconfig: Path, ports: Ports, config: Path | None = None) -> list[str]:
+def kube_scheduler(
+    bin_dir: Path,
+    kubeconfig: Path,
+    ports: Ports,
+    config: Path | None = None,
+    unschedulable_flush_s: float | None = None,
+) -> list[str]:
     """`config`: a KubeSchedulerConfiguration file (scheduler_config); it then holds the
-    kubeconfig and leader election, and the serving and delegated-auth flags stay flags."""
+    kubeconfig and leader election, and the serving and delegated-auth flags stay flags.
+    `unschedulable_flush_s`: how long a pod may wait in the unschedulable pool before it is
+    retried without an event (None: kube-scheduler's 5 min). Only a flag, applied with or
+    without --config (cmd/kube-scheduler/app/options/options.go ApplyTo)."""
     client = [f"--config={config}"] if config else [f"--kubeconfig={kubeconfig}", "--leader-elect=false"]
+    flush = (
+        []
+        if unschedulable_flush_s is None
+        else [f"--pod-max-in-unschedulable-pods-duration={unschedulable_flush_s:g}s"]
+    )
     return [
         str(bin_dir / "kube-scheduler"),
         *client,
@@ -224,6 +238,7 @@ def kube_scheduler(bin_dir: Path, kubeconfig: Path, ports: Ports, config: Path |
         f"--authorization-kubeconfig={kubeconfig}",
         f"--bind-address={LOOPBACK}",
         f"--secure-port={ports.scheduler}",
+        *flush,
         NATIVE_PODGROUP_GATES,
     ]
 

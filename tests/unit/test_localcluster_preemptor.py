@@ -3,6 +3,7 @@ the controller's flags."""
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 
 import pytest
@@ -54,10 +55,8 @@ def test_the_controller_preempts_for_pods_only_in_the_priogate_mode():
         Options(preemptor="volcano")
 
 
-def test_the_command_line_flag_reaches_the_options():
-    import argparse
-
-    args = argparse.Namespace(
+def _args(**changes: object) -> argparse.Namespace:
+    flags = dict(
         state_dir=Path("/s"),
         nodes=1,
         node_cpu="8",
@@ -68,6 +67,21 @@ def test_the_command_line_flag_reaches_the_options():
         workers=1,
         no_mtls=False,
         no_controller=False,
-        preemptor="priogate",
+        preemptor="kube-scheduler",
+        unschedulable_flush=None,
     )
-    assert _options(args).preemptor == "priogate"
+    return argparse.Namespace(**(flags | changes))
+
+
+def test_the_command_line_flag_reaches_the_options():
+    assert _options(_args(preemptor="priogate")).preemptor == "priogate"
+
+
+def test_the_unschedulable_pool_flush_is_kube_schedulers_own_unless_asked():
+    assert not any("unschedulable" in a for a in kube_scheduler(Path("/bin"), KUBECONFIG, PORTS))
+    config = Path("/state/kube-scheduler-config.yaml")
+    for with_config in (None, config):
+        argv = kube_scheduler(Path("/bin"), KUBECONFIG, PORTS, with_config, 30)
+        assert "--pod-max-in-unschedulable-pods-duration=30s" in argv
+    assert _options(_args(unschedulable_flush=30.0)).unschedulable_flush_s == 30.0
+    assert _options(_args()).unschedulable_flush_s is None
