@@ -39,6 +39,7 @@ from typing import Any
 import structlog
 
 from priogate import podgroup
+from priogate.entry_totals import EntryTotals, TotalsByNamespace
 from priogate.kube.client import ApiError
 from priogate.kube.ledger_store import LedgerBusy
 from priogate.ledger import SHADOW_SUFFIX, Entry, Listing, Reads, Record, normalize, stamp
@@ -111,9 +112,15 @@ def _negative(obj: Mapping[str, Any], old: Mapping[str, Any] | None) -> str | No
     return None
 
 
-def check_claim(entries: Mapping[str, Entry], claim: Entry, quotas: list[Mapping[str, Any]]) -> str | None:
-    others = [e.reservation() for k, e in entries.items() if k != claim.key]
-    return check_podgroup(quotas, others, claim.reservation())
+def check_claim(
+    entries: Mapping[str, Entry], claim: Entry, quotas: list[Mapping[str, Any]], totals: EntryTotals
+) -> str | None:
+    """`totals`: the namespace's running sums of its entries (priogate.entry_totals)."""
+    return check_podgroup(quotas, totals.others(entries, claim.key), claim.reservation())
+
+
+# The running sums of each namespace's record in this process: its turns are taken one at a time.
+_TOTALS = TotalsByNamespace()
 
 
 def _parsed(request: AdmissionRequest, now: dt.datetime) -> tuple[Entry, Entry | None]:
@@ -263,6 +270,7 @@ def _decide_on_record(
     live = view.live_podgroups(namespace)
     stored = view.stored_podgroups(namespace)
     bound = view.in_flight
+    totals = _TOTALS(namespace)
     written: list[_Written] = []
 
     def reserve(record: Record, reads: Reads) -> tuple[Record | None, str | Awaiting | None]:
@@ -293,16 +301,16 @@ def _decide_on_record(
 
         def decide(quotas: list[Mapping[str, Any]]) -> str | Awaiting | None:
             nonlocal entries
-            problem = check_claim(entries, claim, quotas)
+            problem = check_claim(entries, claim, quotas, totals)
             if problem:
                 # Blocked only by entries whose groups may be gone (or never stored), or lowered
                 # by now? Confirm with one quorum LIST before refusing: a forged or leaked entry
                 # then blocks nobody.
                 candidates = set(unconfirmed(entries, live, now, bound, stored)) - {entry.key}
                 without = {k: e for k, e in entries.items() if k not in candidates}
-                if candidates and check_claim(without, claim, quotas) is None:
+                if candidates and check_claim(without, claim, quotas, totals) is None:
                     entries = resync(entries, reads.podgroups(), bound)
-                    problem = check_claim(entries, claim, quotas)
+                    problem = check_claim(entries, claim, quotas, totals)
             own = (entry.key, f"{entry.uid}{SHADOW_SUFFIX}")  # this request's own claims
             if problem and any(in_flight(e, now, bound) for k, e in entries.items() if k not in own):
                 # Blocked by admissions that may still be stored? Then this one waits for their
@@ -312,7 +320,7 @@ def _decide_on_record(
                 # a moment later, so only a claim unseen for a while needs a quorum LIST.
                 seen = Listing(stored, now)
                 unseen = {k: t for k, t in awaiting(entries, seen, bound).items() if k not in own}
-                if not unseen or check_claim(once_settled(entries, seen), claim, quotas) is not None:
+                if not unseen or check_claim(once_settled(entries, seen), claim, quotas, totals) is not None:
                     return problem  # real claims block it, or it fits not even without the unseen
                 youngest = min(admitted_time(entries[k]) for k in unseen)
                 if now - youngest < UNSEEN_GRACE:
@@ -322,7 +330,7 @@ def _decide_on_record(
                 pending = awaiting(entries, listing, bound)
                 for key in own:
                     pending.pop(key, None)
-                if pending and check_claim(once_settled(entries, listing), claim, quotas) is None:
+                if pending and check_claim(once_settled(entries, listing), claim, quotas, totals) is None:
                     return Awaiting(problem, len(pending), max(pending.values()))
             return problem
 

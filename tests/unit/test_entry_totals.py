@@ -1,0 +1,105 @@
+"""priogate.entry_totals: the running per-class sums give every quota the same reserved amounts,
+and so the same decisions, as summing the other entries afresh, whatever the record does between
+two calls."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from fractions import Fraction
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from priogate.entry_totals import EntryTotals, TotalsByNamespace
+from priogate.ledger import Entry
+from priogate.quota import Reservation, check_podgroup, class_totals, positive_nanos
+
+
+def entry(uid: str, cpu: str = "1", cls: str = "", memory: str | None = None, at: str = "") -> Entry:
+    amounts = {"cpu": cpu} | ({"memory": memory} if memory else {})
+    return Entry(uid, uid, amounts, 1, cls, at or "2026-11-26T08:00:00.000000Z")
+
+
+def afresh(entries: Mapping[str, Entry], leave_out: str) -> dict[str, dict[str, Fraction]]:
+    others = [e.reservation() for k, e in entries.items() if k != leave_out]
+    return sums(class_totals((r.priority_class, positive_nanos(r)) for r in others))
+
+
+def sums(reservations: list[Reservation]) -> dict[str, dict[str, Fraction]]:
+    """Per class, the non-zero amounts (a class whose entries all left keeps zeros)."""
+    out = {r.priority_class: {n: a for n, a in r.demand.items() if a} for r in reservations}
+    return {cls: amounts for cls, amounts in out.items() if amounts}
+
+
+A, B, C = entry("a", "1"), entry("b", "2", "high"), entry("c", "500m", memory="1Gi")
+
+CASES = [
+    # (name, records given one after another, the key left out of the last)
+    ("one record", [{"a": A, "b": B, "c": C}], "a"),
+    ("an entry added", [{"a": A}, {"a": A, "b": B}], "zzz"),
+    ("an entry removed", [{"a": A, "b": B, "c": C}, {"a": A, "c": C}], "zzz"),
+    ("an entry raised", [{"a": A, "b": B}, {"a": entry("a", "3"), "b": B}], "b"),
+    ("a class changed", [{"a": A, "b": B}, {"a": entry("a", "1", "high"), "b": B}], "zzz"),
+    ("the claim's own entry left out", [{"a": A, "b": B}], "b"),
+    ("another namespace's record", [{"a": A, "b": B}, {"x": entry("x", "7"), "y": entry("y", "1")}], "x"),
+    ("back to an earlier record", [{"a": A, "b": B, "c": C}, {"a": A}, {"a": A, "b": B, "c": C}], "c"),
+    ("empty", [{"a": A}, {}], "a"),
+    ("a negative amount counts as nothing", [{"a": A, "n": entry("n", "-5")}], "zzz"),
+]
+
+
+@pytest.mark.parametrize(("name", "records", "leave_out"), CASES, ids=[c[0] for c in CASES])
+def test_the_running_sums_are_the_sums_afresh(name, records, leave_out):
+    totals = EntryTotals()
+    for record in records:
+        got = totals.others(record, leave_out)
+    assert sums(got) == afresh(records[-1], leave_out)
+
+
+QUOTAS = [
+    {"metadata": {"name": "all"}, "spec": {"hard": {"cpu": "10", "memory": "4Gi"}}},
+    {
+        "metadata": {"name": "high-only"},
+        "spec": {
+            "hard": {"requests.cpu": "4"},
+            "scopeSelector": {
+                "matchExpressions": [{"scopeName": "PriorityClass", "operator": "In", "values": ["high"]}]
+            },
+        },
+    },
+]
+
+uids = st.sampled_from([f"g{i}" for i in range(8)])
+entries_st = st.builds(
+    entry,
+    uids,
+    st.sampled_from(["0", "100m", "1", "2", "3", "-1"]),
+    st.sampled_from(["", "high", "low"]),
+    st.sampled_from([None, "512Mi", "1Gi"]),
+)
+records_st = st.lists(st.lists(entries_st, max_size=8), min_size=1, max_size=6).map(
+    lambda records: [{e.key: e for e in record} for record in records]
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(records=records_st, claim=entries_st)
+def test_every_decision_is_the_one_made_on_the_sums_afresh(records, claim):
+    """The refusal's message holds the reserved amounts, so equal messages mean equal sums."""
+    totals = EntryTotals()
+    for record in records:
+        kept = totals.others(record, claim.key)
+        others = [e.reservation() for k, e in record.items() if k != claim.key]
+        assert check_podgroup(QUOTAS, kept, claim.reservation()) == check_podgroup(
+            QUOTAS, others, claim.reservation()
+        )
+
+
+def test_each_namespace_keeps_its_own_sums_and_the_number_kept_is_bounded():
+    by_namespace = TotalsByNamespace(kept=2)
+    assert by_namespace("ns-a") is by_namespace("ns-a")
+    assert by_namespace("ns-b") is not by_namespace("ns-a")
+    first = by_namespace("ns-a")
+    by_namespace("ns-c")  # a third: all forgotten, rebuilt on demand
+    assert by_namespace("ns-a") is not first
