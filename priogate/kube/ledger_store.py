@@ -64,8 +64,6 @@ CALL_TIMEOUT = (3, 5)
 TURN_POLL_SECONDS = 0.05
 # Time kept back from the caller's deadline for the answer to travel (and a last write to end).
 ANSWER_MARGIN_SECONDS = 1.5
-# Records remembered between turns (LedgerStore._known); all forgotten past this many namespaces.
-KNOWN_RECORDS = 1024
 
 
 class LedgerBusy(Exception):
@@ -151,10 +149,6 @@ class LedgerStore:
         self.host_turns = host_turns
         self._namespaces: dict[str, _Namespace] = {}
         self._lock = threading.Lock()
-        # Each namespace's record as this process last read or wrote it, with its
-        # resourceVersion: the next turn decides on it without a GET, and its write's
-        # precondition proves it current (a 409 means another process wrote since: read again).
-        self._known: dict[str, tuple[str, Record]] = {}
         self._quota_reads: FreshReads[list[Mapping[str, Any]]] = FreshReads(
             lambda namespace: read_quotas(client, str(namespace)), name="quota-read"
         )
@@ -246,12 +240,6 @@ class LedgerStore:
         for request in batch:
             request.done.set()
 
-    def _remember(self, namespace: str, version: str, record: Record) -> None:
-        with self._lock:
-            if len(self._known) >= KNOWN_RECORDS:
-                self._known.clear()
-            self._known[namespace] = (version, record)
-
     def read(self, namespace: str, reads: QuorumReads) -> tuple[Record, str | None, bool]:
         """(the record, its resourceVersion or None when there is none, whether it was rebuilt).
         A missing or damaged record is rebuilt from the stored PodGroups: a missing record never
@@ -290,43 +278,28 @@ class LedgerStore:
         item = record_path(self.ledger_namespace, namespace)
         reads = QuorumReads(self.client, namespace, self.clock)
         attempt = 0
-        known = self._known.pop(namespace, None)
         while True:
             attempt += 1
             if attempt > 1:
                 with state.waiting_lock:
                     batch.extend(state.waiting)
                     state.waiting.clear()
-            if known is not None:
-                (version, record), rebuilt = known, False
-            else:
-                record, version, rebuilt = self.read(namespace, reads)
+            record, version, rebuilt = self.read(namespace, reads)
             changed = rebuilt and not all(r.dry_run for r in batch)
             for request in batch:
                 new_record, request.result = request.decide(record, reads)
                 if new_record is not None and not request.dry_run:
                     record, changed = new_record, True
             if not changed:
-                if known is not None:
-                    # Nothing written, so nothing proved the remembered record current: a
-                    # refusal must rest on the stored one. Read it and decide again.
-                    known = None
-                    continue
-                if version is not None:
-                    self._remember(namespace, version, record)
                 return
             body = record_object(self.ledger_namespace, namespace, record, version)
-            known = None
             try:
                 if version is None:
-                    stored = self.client.request(
+                    self.client.request(
                         "POST", record_path(self.ledger_namespace), body=body, timeout=CALL_TIMEOUT
                     )
                 else:
-                    stored = self.client.request("PUT", item, body=body, timeout=CALL_TIMEOUT)
-                new_version = (stored.get("metadata") or {}).get("resourceVersion")
-                if new_version:
-                    self._remember(namespace, new_version, record)
+                    self.client.request("PUT", item, body=body, timeout=CALL_TIMEOUT)
                 return
             except ApiError as e:
                 if e.status != 409:

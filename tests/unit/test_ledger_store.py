@@ -14,15 +14,7 @@ import pytest
 
 from priogate.kube.client import ApiError
 from priogate.kube.ledger_store import LedgerBusy, LedgerStore
-from priogate.ledger import (
-    DEFAULT_LEDGER_NAMESPACE,
-    Entry,
-    Reads,
-    Record,
-    record_object,
-    record_of,
-    record_path,
-)
+from priogate.ledger import Reads, Record
 from tests.fake_api import FakeApi
 
 
@@ -179,69 +171,3 @@ def test_after_a_conflict_the_batch_takes_in_what_arrived_meanwhile():
         t.join(5)
     assert results == ["decided"] * 5
     assert api.writes == 2  # the conflict, then one write for all five
-
-
-# ---- the record remembered between turns ------------------------------------------------------
-
-RECORD = record_path(DEFAULT_LEDGER_NAMESPACE, "team-a")
-
-
-def _entry(key: str) -> Entry:
-    return Entry(key, key, {"cpu": "1"}, 1, "", "2026-11-26T08:00:00.000000Z")
-
-
-def _adding(key: str) -> Any:
-    def decide(record: Record, reads: Reads) -> tuple[Record, str]:
-        return record.with_entries({**record.entries, key: _entry(key)}), f"added {key}"
-
-    return decide
-
-
-def _stored_keys(api: FakeApi) -> set[str]:
-    return set(record_of(api.objects[RECORD]).entries)
-
-
-def _written_elsewhere(api: FakeApi, keys: list[str]) -> None:
-    """Another process's write: the stored record now holds exactly `keys`."""
-    version = api.objects[RECORD]["metadata"]["resourceVersion"]
-    record = Record({k: _entry(k) for k in keys})
-    api.request("PUT", RECORD, body=record_object(DEFAULT_LEDGER_NAMESPACE, "team-a", record, version))
-
-
-def test_the_next_turn_decides_on_the_record_this_process_wrote_without_reading_it():
-    api = FakeApi()
-    store = LedgerStore(api)
-    assert store.update("team-a", _adding("a")) == "added a"
-    reads = len(api.reads_of(RECORD))
-    assert store.update("team-a", _adding("b")) == "added b"
-    assert store.update("team-a", _adding("c")) == "added c"
-    assert len(api.reads_of(RECORD)) == reads  # its writes' preconditions proved it current
-    assert _stored_keys(api) == {"a", "b", "c"}
-
-
-def test_a_write_on_a_record_another_process_changed_conflicts_and_is_decided_again():
-    api = FakeApi()
-    store = LedgerStore(api)
-    store.update("team-a", _adding("a"))
-    _written_elsewhere(api, ["a", "x"])
-    assert store.update("team-a", _adding("b")) == "added b"
-    assert _stored_keys(api) == {"a", "x", "b"}  # decided again on the stored record
-
-
-def test_a_refusal_on_the_remembered_record_is_made_again_on_the_stored_one():
-    """Nothing written proves a remembered record current, so a refusal is never left resting on
-    it: here the entry that refused it was dropped by another process since."""
-
-    def refused_while_a_holds(record: Record, reads: Reads) -> tuple[Record | None, str]:
-        if "a" in record.entries:
-            return None, "refused"
-        return _adding("b")(record, reads)
-
-    api = FakeApi()
-    store = LedgerStore(api)
-    store.update("team-a", _adding("a"))
-    _written_elsewhere(api, [])
-    reads = len(api.reads_of(RECORD))
-    assert store.update("team-a", refused_while_a_holds) == "added b"
-    assert len(api.reads_of(RECORD)) == reads + 1
-    assert _stored_keys(api) == {"b"}
