@@ -5,6 +5,7 @@ confirming, charges, and a damaged record never read as empty."""
 from __future__ import annotations
 
 import datetime as dt
+import json
 from dataclasses import replace
 
 import pytest
@@ -291,3 +292,38 @@ def test_parsed_entries_are_reused_only_for_the_same_content():
     ).min_resources == {"cpu": "3"}
     with pytest.raises(ValueError):
         ledger.entry_of_group({**group, "spec": {"minMember": True}}, NOW_STAMP)
+
+
+def test_an_entry_read_again_is_reused_only_for_the_same_values_and_types():
+    raw = {
+        "group": "a",
+        "minResources": {"cpu": "1"},
+        "minMember": 1,
+        "priorityClassName": "",
+        "admittedAt": NOW_STAMP,
+        "generation": 1,
+    }
+    first = ledger.Entry.from_json("uid-same", raw)
+    assert first.written_as(raw)
+    assert ledger.Entry.from_json("uid-same", dict(raw)) is first
+    # equal under == but not what priogate writes: refused as damaged, never taken for the entry
+    for damaged in ({**raw, "minMember": True}, {**raw, "minMember": 1.0}, {**raw, "generation": True}):
+        assert not first.written_as(damaged)
+        with pytest.raises(TypeError):
+            ledger.Entry.from_json("uid-same", damaged)
+    assert ledger.Entry.from_json("uid-same", raw) is first
+
+
+def test_the_record_text_is_the_json_of_its_entries_sorted():
+    entries = {
+        e.key: e
+        for e in (
+            Entry("b", "uid-2", {"cpu": "1"}, 1, "", NOW_STAMP, 3),
+            Entry("a", "uid-1", {"memory": "1Gi", "cpu": "500m"}, 2, "high", NOW_STAMP),
+            Entry('odd "name"', "", {}, 0, "", NOW_STAMP),
+        )
+    }
+    obj = ledger.record_object("priogate-system", "team-a", Record(entries), None)
+    whole = {key: e.to_json() for key, e in entries.items()}
+    assert obj["data"][ledger.LEDGER_DATA_KEY] == json.dumps(whole, separators=(",", ":"), sort_keys=True)
+    assert ledger.record_of(obj).entries == entries
