@@ -2,7 +2,8 @@
 (webhook.rules.podgroup_quota.admit) over an in-process record (MemoryLedgerStore) and static
 caches, admitting G PodGroups of cpu=1 one after another in one namespace under a quota that
 fits them all. Prints CPU microseconds per admission over the first and the last tenth, so the
-growth with the record's size shows.
+growth with the record's size shows; then the CPU milliseconds to read (record_of, its entries
+parsed before) and to write (record_object) the final record as the ConfigMap a turn GETs and PUTs.
 
     .venv/bin/python -m bench.podgroup_decision [--groups 2000]
 """
@@ -10,10 +11,12 @@ growth with the record's size shows.
 from __future__ import annotations
 
 import argparse
+import json
 import time
 
 import orjson
 
+from priogate.ledger import LEDGER_DATA_KEY, record_object, record_of
 from priogate.memory_ledger import MemoryLedgerStore
 from tests.builders import SYSTEM_CLASSES, group_review, make_view, resource_quota
 from webhook.review import parse_review
@@ -53,7 +56,27 @@ def main() -> int:
         f"podgroup decision: {first * 1e6:.0f} us CPU per admission over the first {tenth} groups, "
         f"{last * 1e6:.0f} us over the last {tenth} ({args.groups} groups in one namespace's record)"
     )
+    _record_costs(store)
     return 0
+
+
+def _record_costs(store: MemoryLedgerStore, rounds: int = 50) -> None:
+    record = store.records[NAMESPACE]
+    stored = json.loads(json.dumps(record_object("priogate-system", NAMESPACE, record, "1")))
+    record_of(stored)  # a turn's read finds the entries parsed by the turns before it
+    start = time.process_time()
+    for _ in range(rounds):
+        record_of(stored)
+    read = (time.process_time() - start) / rounds
+    start = time.process_time()
+    for _ in range(rounds):
+        record_object("priogate-system", NAMESPACE, record, "1")
+    written = (time.process_time() - start) / rounds
+    size = len(stored["data"][LEDGER_DATA_KEY])
+    print(
+        f"record of {len(record.entries)} entries ({size / 1024:.0f} KiB): read {read * 1e3:.2f} ms CPU, "
+        f"written {written * 1e3:.2f} ms CPU"
+    )
 
 
 if __name__ == "__main__":
