@@ -107,14 +107,20 @@ class Entry:
         only its new entries need encoding."""
         return json.dumps(self.to_json(), separators=(",", ":"), sort_keys=True)
 
-    @cached_property
-    def _json(self) -> dict[str, Any]:
-        return self.to_json()
-
     def written_as(self, raw: Mapping[str, Any]) -> bool:
         """Whether `raw` is what to_json() writes for this entry, types included (== alone would
         let true or 1.0 pass for a count of 1)."""
-        return raw == self._json and type(raw.get("minMember")) is int and type(raw.get("generation")) is int
+        return (
+            len(raw) == 6
+            and raw.get("admittedAt") == self.admitted_at
+            and raw.get("group") == self.group
+            and raw.get("priorityClassName") == self.priority_class
+            and raw.get("minResources") == self.min_resources
+            and type(count := raw.get("minMember")) is int
+            and count == self.min_member
+            and type(generation := raw.get("generation")) is int
+            and generation == self.generation
+        )
 
     @classmethod
     def from_json(cls, key: str, raw: Mapping[str, Any]) -> Entry:
