@@ -127,7 +127,7 @@ class Entry:
         if not isinstance(raw, Mapping):
             raise TypeError(f"entry {key} is not an object")
         # A record read again holds mostly the entries its last read held: comparing the raw
-        # entry with the one parsed last for its key is a dict comparison, several times cheaper
+        # entry field by field with the one parsed last for its key is several times cheaper
         # than building the memo key.
         last = _LAST_BY_KEY.get(key)
         if last is not None and last.written_as(raw):
