@@ -293,3 +293,56 @@ def test_a_growing_update_still_fails_closed(error, code):
     old, grown = group(minResources={"cpu": "2"}), group(minResources={"cpu": "3"})
     got = decide(podgroup_quota, grown, old, view=quota_view(BrokenStore(error)))
     assert not got.allowed and got.code == code
+
+
+# ---- podgroup_quota: refusals the stored groups already decide -----------------------------------
+
+
+class CountingStore(MemoryLedgerStore):
+    def __init__(self) -> None:
+        super().__init__()
+        self.turns = 0
+
+    def update(self, *args: Any, **kwargs: Any) -> Any:
+        self.turns += 1
+        return super().update(*args, **kwargs)
+
+
+def stored_groups(*cpus: str) -> list[dict]:
+    return [
+        podgroup(f"s{i}", namespace="team-a", min_member=1, min_resources={"cpu": cpu})
+        for i, cpu in enumerate(cpus)
+    ]
+
+
+@pytest.mark.parametrize(
+    ("stored", "claim", "refused_without_a_turn"),
+    [
+        (("4", "4"), "3", True),  # 8 stored + 3 > 10: no record could make room
+        (("4", "4"), "2", False),  # fits the stored groups: the record decides, in a turn
+        ((), "11", True),  # larger than the quota alone
+        (("10",), "0", False),  # claims nothing: never refused
+    ],
+)
+def test_a_claim_the_stored_groups_leave_no_room_for_takes_no_turn(stored, claim, refused_without_a_turn):
+    store = CountingStore()
+    got = decide(
+        podgroup_quota,
+        group("new", minResources={"cpu": claim}),
+        view=quota_view(store, groups=stored_groups(*stored)),
+    )
+    if refused_without_a_turn:
+        assert not got.allowed
+        assert got.message.startswith("exceeded quota: compute, requested: cpu=")
+        assert store.turns == 0 and store.writes == 0
+    else:
+        assert store.turns >= 1
+
+
+def test_an_update_is_not_refused_for_its_own_stored_claim():
+    """The group's own stored object is left out: raising 6 to 7 against a quota of 10 fits."""
+    store = CountingStore()
+    old = podgroup("mine", namespace="team-a", min_member=1, min_resources={"cpu": "6"})
+    new = podgroup("mine", namespace="team-a", min_member=1, min_resources={"cpu": "7"})
+    got = decide(podgroup_quota, new, old, view=quota_view(store, groups=[old]))
+    assert got.allowed, got.message

@@ -119,8 +119,21 @@ def check_claim(
     return check_podgroup(quotas, totals.others(entries, claim.key), claim.reservation())
 
 
-# The running sums of each namespace's record in this process: its turns are taken one at a time.
+# The running sums of each namespace's record in this process (its turns are taken one at a
+# time), and of the stored groups its watch cache shows.
 _TOTALS = TotalsByNamespace()
+_STORED_TOTALS = TotalsByNamespace()
+
+
+def _refused_by_stored_groups(request: AdmissionRequest, view: ClusterView, claim: Entry) -> str | None:
+    """The refusal a turn would end in whatever the record holds: the groups the watch cache
+    shows stored already leave the claim no room. A turn refuses exactly then once the record's
+    admissions in flight are settled (settlement.once_settled: the record becomes the stored
+    groups), and a refusal rests on the caches anyway, so such a claim takes no turn and no read
+    of the record. A claim that fits these groups is decided in its turn as before."""
+    namespace = request.namespace
+    stored = view.stored_podgroups(namespace)
+    return check_claim(stored, claim, view.resource_quotas(namespace), _STORED_TOTALS(namespace))
 
 
 def _parsed(request: AdmissionRequest, now: dt.datetime) -> tuple[Entry, Entry | None]:
@@ -167,6 +180,10 @@ def admit(request: AdmissionRequest, view: ClusterView) -> Decision:
         # A terminating group's updates (finalizer removal) claim nothing new: its entry keeps
         # reserving until the group is gone, and no record write may hold up its way out.
         return allow()
+    if not shrinking:
+        blocked = _refused_by_stored_groups(request, view, entry)
+        if blocked is not None:
+            return deny(blocked)
     arrived = time.monotonic()
     if not shrinking:
         view.ledger_store.want_quotas(request.namespace, arrived)
