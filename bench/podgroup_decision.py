@@ -3,7 +3,9 @@
 caches, admitting G PodGroups of cpu=1 one after another in one namespace under a quota that
 fits them all. Prints CPU microseconds per admission over the first and the last tenth, so the
 growth with the record's size shows; then the CPU milliseconds to read (record_of, its entries
-parsed before) and to write (record_object) the final record as the ConfigMap a turn GETs and PUTs.
+parsed before) and to write (record_object) the final record as the ConfigMap a turn GETs and PUTs;
+then the CPU milliseconds to have the cached groups' claims again (ClusterView.stored_podgroups,
+which every decision reads) after one of G stored groups changed.
 
     .venv/bin/python -m bench.podgroup_decision [--groups 2000]
 """
@@ -18,7 +20,7 @@ import orjson
 
 from priogate.ledger import LEDGER_DATA_KEY, record_object, record_of
 from priogate.memory_ledger import MemoryLedgerStore
-from tests.builders import SYSTEM_CLASSES, group_review, make_view, resource_quota
+from tests.builders import SYSTEM_CLASSES, group_review, make_view, podgroup, resource_quota
 from webhook.review import parse_review
 from webhook.rules import podgroup_quota
 
@@ -57,7 +59,25 @@ def main() -> int:
         f"{last * 1e6:.0f} us over the last {tenth} ({args.groups} groups in one namespace's record)"
     )
     _record_costs(store)
+    _stored_claims_cost(args.groups)
     return 0
+
+
+def _stored_claims_cost(groups: int, rounds: int = 200) -> None:
+    def stored(i: int, cpu: str, version: int) -> dict:
+        group = podgroup(f"g{i}", namespace=NAMESPACE, min_member=1, min_resources={"cpu": cpu})
+        group["metadata"]["resourceVersion"] = str(version)
+        return group
+
+    view = make_view(podgroups=[stored(i, "1", i) for i in range(groups)])
+    view.stored_podgroups(NAMESPACE)
+    cache = view.caches["podgroups"]
+    start = time.process_time()
+    for i in range(rounds):
+        cache.apply_event("MODIFIED", stored(i % groups, "2", groups + i))
+        view.stored_podgroups(NAMESPACE)
+    spent = (time.process_time() - start) / rounds
+    print(f"cached groups' claims after one of {groups} changed: {spent * 1e3:.2f} ms CPU")
 
 
 def _record_costs(store: MemoryLedgerStore, rounds: int = 50) -> None:
