@@ -263,14 +263,20 @@ def test_a_lowered_quota_is_reported_on_the_groups_and_clears_when_it_fits():
     assert got[phase.QUOTA_BELOW_RESERVATIONS] == "False"
 
 
-def test_parsed_entries_are_reused_only_for_the_same_content():
-    raw = {
+def raw_entry(**fields: object) -> dict:
+    """An entry as the record stores it (without generation, as records before it did)."""
+    return {
         "group": "a",
         "minResources": {"cpu": "1"},
         "minMember": 1,
         "priorityClassName": "",
         "admittedAt": NOW_STAMP,
+        **fields,
     }
+
+
+def test_parsed_entries_are_reused_only_for_the_same_content():
+    raw = raw_entry()
     first = ledger.Entry.from_json("uid-a", raw)
     assert ledger.Entry.from_json("uid-a", dict(raw)) is first
     assert ledger.Entry.from_json("uid-b", raw) is not first
@@ -295,14 +301,7 @@ def test_parsed_entries_are_reused_only_for_the_same_content():
 
 
 def test_an_entry_read_again_is_reused_only_for_the_same_values_and_types():
-    raw = {
-        "group": "a",
-        "minResources": {"cpu": "1"},
-        "minMember": 1,
-        "priorityClassName": "",
-        "admittedAt": NOW_STAMP,
-        "generation": 1,
-    }
+    raw = raw_entry(generation=1)
     first = ledger.Entry.from_json("uid-same", raw)
     assert first.written_as(raw)
     assert ledger.Entry.from_json("uid-same", dict(raw)) is first
