@@ -21,6 +21,7 @@ import orjson
 import structlog
 
 from webhook import metrics
+from webhook.arrival import arrived_at
 from webhook.objects import MalformedObject
 from webhook.registry import RuleSet
 from webhook.review import BadReview, Decision, caller_timeout, deny, parse_review, review_response
@@ -222,7 +223,9 @@ class AdmissionEndpoints:
             except BadReview as e:
                 return bad_request(rule_set, str(e))
             timeout = caller_timeout(environ.get("QUERY_STRING", ""))
-            deadline = None if timeout is None else time.monotonic() + timeout
+            # Counted from the request's arrival: time queued for a thread is part of the
+            # caller's timeout too (webhook/arrival.py).
+            deadline = None if timeout is None else arrived_at() + timeout
             answer, operation, decision = answer_review(rule_set, self.view, body, deadline)
             self._count(rule_set.name, operation, decision)
             seconds = time.perf_counter() - started

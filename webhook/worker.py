@@ -39,6 +39,7 @@ from gunicorn import http
 from gunicorn import sock as gsock
 from gunicorn.workers.gthread import STOP_KEEPALIVE_LINGER, TConn, ThreadWorker
 
+from webhook.arrival import mark_arrival
 from webhook.gunicorn_parts import DeadlineUnreader, FixedConfig, PollerLinger
 from webhook.inline import BufferUnreader, body_length, parse_head, respond
 
@@ -60,6 +61,9 @@ class _Conn(TConn):
         self.worker = worker
         # The callback of every wait for the socket to be readable (on_client_socket_readable).
         self.readable = partial(worker.on_client_socket_readable, self)
+        # When the request handed to a thread was complete (time.monotonic()), for the thread to
+        # count its deadline from (webhook/arrival.py); None once a thread has taken it.
+        self.head_at: float | None = None
 
     def close(self, graceful: bool = False) -> None:
         if graceful:
@@ -280,6 +284,7 @@ class GatedThreadWorker(PollerLinger, ThreadWorker):
             conn.parser = http.get_parser(self.cfg, conn.sock, conn.client)
             conn.parser.unreader = DeadlineUnreader(conn.sock, arrival.deadline)
         conn.parser.unreader.unread(bytes(arrival.head))
+        conn.head_at = time.monotonic()  # the request is here; a thread may take a while to come
         # Past TConn.init (the handshake is done) and past wait_for_data (the head is here).
         conn.initialized = True
         conn.data_ready = True
@@ -383,7 +388,14 @@ class GatedThreadWorker(PollerLinger, ThreadWorker):
         # Writes get the deadline too, per call: a client that stops reading its response holds
         # the thread that long at most (ThreadWorker.handle has just made the socket blocking).
         conn.sock.settimeout(self.deadline_seconds)
-        return super().handle_request(req, conn)
+        # Only the first request after a hand-over waited in the queue; a pipelined one read on
+        # this thread did not.
+        mark_arrival(getattr(conn, "head_at", None))
+        conn.head_at = None
+        try:
+            return super().handle_request(req, conn)
+        finally:
+            mark_arrival(None)
 
 
 def _peer(addr: Any) -> str:
