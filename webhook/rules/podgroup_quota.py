@@ -115,7 +115,8 @@ def _negative(obj: Mapping[str, Any], old: Mapping[str, Any] | None) -> str | No
 def check_claim(
     entries: Mapping[str, Entry], claim: Entry, quotas: list[Mapping[str, Any]], totals: EntryTotals
 ) -> str | None:
-    """`totals`: the namespace's running sums of its entries (priogate.entry_totals)."""
+    """`totals`: the namespace's running sums of its entries (priogate.entry_totals), or a
+    fresh EntryTotals() for a what-if map, which would move those sums away and back."""
     return check_podgroup(quotas, totals.others(entries, claim.key), claim.reservation())
 
 
@@ -318,6 +319,11 @@ def _decide_on_record(
 
         def decide(quotas: list[Mapping[str, Any]]) -> str | Awaiting | None:
             nonlocal entries
+
+            def fits(what_if: Mapping[str, Entry]) -> bool:
+                # Sums of its own: the record's running sums stay on the record.
+                return check_claim(what_if, claim, quotas, EntryTotals()) is None
+
             problem = check_claim(entries, claim, quotas, totals)
             if problem:
                 # Blocked only by entries whose groups may be gone (or never stored), or lowered
@@ -325,7 +331,7 @@ def _decide_on_record(
                 # then blocks nobody.
                 candidates = set(unconfirmed(entries, live, now, bound, stored)) - {entry.key}
                 without = {k: e for k, e in entries.items() if k not in candidates}
-                if candidates and check_claim(without, claim, quotas, totals) is None:
+                if candidates and fits(without):
                     entries = resync(entries, reads.podgroups(), bound)
                     problem = check_claim(entries, claim, quotas, totals)
             own = (entry.key, f"{entry.uid}{SHADOW_SUFFIX}")  # this request's own claims
@@ -337,7 +343,7 @@ def _decide_on_record(
                 # a moment later, so only a claim unseen for a while needs a quorum LIST.
                 seen = Listing(stored, now)
                 unseen = {k: t for k, t in awaiting(entries, seen, bound).items() if k not in own}
-                if not unseen or check_claim(once_settled(entries, seen), claim, quotas, totals) is not None:
+                if not unseen or not fits(once_settled(entries, seen)):
                     return problem  # real claims block it, or it fits not even without the unseen
                 youngest = min(admitted_time(entries[k]) for k in unseen)
                 if now - youngest < UNSEEN_GRACE:
@@ -347,7 +353,7 @@ def _decide_on_record(
                 pending = awaiting(entries, listing, bound)
                 for key in own:
                     pending.pop(key, None)
-                if pending and check_claim(once_settled(entries, listing), claim, quotas, totals) is None:
+                if pending and fits(once_settled(entries, listing)):
                     return Awaiting(problem, len(pending), max(pending.values()))
             return problem
 
