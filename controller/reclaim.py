@@ -26,11 +26,11 @@ from priogate.ledger import (
     Reads,
     Record,
     covered_namespace,
-    entry_of_group,
     record_name,
     record_of,
 )
 from priogate.settlement import admitted_time, in_flight, live_charges, resync
+from priogate.stored_groups import entry_of_group
 
 log = structlog.get_logger("priogate.controller.reclaim")
 

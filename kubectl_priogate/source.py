@@ -18,9 +18,9 @@ from priogate.ledger import (
     Entry,
     covered_namespace,
     entries_of,
-    entry_of_group,
     record_path,
 )
+from priogate.stored_groups import entry_of_group
 
 JSON = dict[str, Any]
 LIST_TIMEOUT = (5, 60)

@@ -23,13 +23,12 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from functools import cached_property
 from typing import Any, Protocol
 
-from priogate import podgroup
 from priogate.clock import micro_time, parse_time
 from priogate.quota import Reservation, quota_names
 from priogate.resources import ResourceList, format_quantity, parse_resource_list
@@ -132,7 +131,7 @@ class Entry:
         last = _LAST_BY_KEY.get(key)
         if last is not None and last.written_as(raw):
             return last
-        entry = _memoized(_memo_key(key, raw), lambda: cls._parse(key, raw))
+        entry = memoized(memo_key(key, raw), lambda: cls._parse(key, raw))
         if len(_LAST_BY_KEY) >= _ENTRIES_KEPT:
             _LAST_BY_KEY.clear()
         _LAST_BY_KEY[key] = entry
@@ -141,13 +140,13 @@ class Entry:
     @classmethod
     def _parse(cls, key: str, raw: Mapping[str, Any]) -> Entry:
         entry = cls(
-            group=_text(raw.get("group")),
+            group=text_field(raw.get("group")),
             uid="" if key.startswith("name:") else key.removesuffix(SHADOW_SUFFIX),
             min_resources=normalize(raw.get("minResources") or {}),
-            min_member=_count(raw.get("minMember")),
-            priority_class=_text(raw.get("priorityClassName")),
-            admitted_at=_text(raw.get("admittedAt")),
-            generation=_count(raw.get("generation")),
+            min_member=count_field(raw.get("minMember")),
+            priority_class=text_field(raw.get("priorityClassName")),
+            admitted_at=text_field(raw.get("admittedAt")),
+            generation=count_field(raw.get("generation")),
         )
         parse_time(entry.admitted_at)
         return entry
@@ -187,19 +186,20 @@ _ENTRIES_KEPT = 50_000
 _LAST_BY_KEY: dict[str, Entry] = {}
 
 
-def _memoized(memo_key: tuple[Any, ...] | None, parse: Callable[[], Entry]) -> Entry:
-    known = _ENTRIES.get(memo_key) if memo_key is not None else None
+def memoized(content: tuple[Any, ...] | None, parse: Callable[[], Entry]) -> Entry:
+    """The Entry parsed last for `content` (a memo_key(); None: never kept), else parse()'s."""
+    known = _ENTRIES.get(content) if content is not None else None
     if known is not None:
         return known
     entry = parse()  # raises for a bad entry: nothing is kept then
-    if memo_key is not None:
+    if content is not None:
         if len(_ENTRIES) >= _ENTRIES_KEPT:
             _ENTRIES.clear()
-        _ENTRIES[memo_key] = entry
+        _ENTRIES[content] = entry
     return entry
 
 
-def _memo_key(key: str, raw: Mapping[str, Any]) -> tuple[Any, ...] | None:
+def memo_key(key: str, raw: Mapping[str, Any]) -> tuple[Any, ...] | None:
     """A hashable copy of a raw entry, with each value's type (True must not pass for 1), or
     None for one that has none (its parse then raises, as it must)."""
     try:
@@ -251,11 +251,11 @@ class Charge:
         if not isinstance(raw, Mapping):
             raise TypeError("charge is not an object")
         charge = cls(
-            pod=_text(raw.get("pod")),
-            pod_uid=_text(raw.get("podUID")),
-            group=_text(raw.get("group")),
+            pod=text_field(raw.get("pod")),
+            pod_uid=text_field(raw.get("podUID")),
+            group=text_field(raw.get("group")),
             demand=normalize(raw.get("demand") or {}),
-            charged_at=_text(raw.get("chargedAt")),
+            charged_at=text_field(raw.get("chargedAt")),
         )
         parse_time(charge.charged_at)
         return charge
@@ -273,7 +273,7 @@ class Record:
         return replace(self, charges=dict(charges))
 
 
-def _text(value: object) -> str:
+def text_field(value: object) -> str:
     if value is None:
         return ""
     if not isinstance(value, str):
@@ -281,7 +281,7 @@ def _text(value: object) -> str:
     return value
 
 
-def _count(value: object) -> int:
+def count_field(value: object) -> int:
     if value is None:
         return 0
     if not isinstance(value, int) or isinstance(value, bool) or value < 0:
@@ -404,47 +404,6 @@ def record_object(
     }
 
 
-# ---- the truth: stored PodGroups --------------------------------------------------------------
-
-
-def entry_of_group(group: Mapping[str, Any], admitted_at: str) -> Entry:
-    """The claim a stored (or admitted) PodGroup makes; ValueError when its spec is unreadable.
-    Parsed once per content (the caches hand the same objects to every admission and reconcile)."""
-    meta = group.get("metadata") or {}
-    spec = group.get("spec") or {}
-    raw = {
-        "group": meta.get("name"),
-        "minMember": spec.get("minMember"),
-        "priorityClassName": spec.get("priorityClassName"),
-        "admittedAt": admitted_at,
-        "generation": meta.get("generation"),
-        "minResources": spec.get("minResources"),
-    }
-    memo_key = _memo_key(f"stored:{meta.get('uid')!r}", raw)
-    return _memoized(memo_key, lambda: _parse_group(meta, spec, admitted_at))
-
-
-def _parse_group(meta: Mapping[str, Any], spec: Mapping[str, Any], admitted_at: str) -> Entry:
-    min_member = spec.get("minMember")
-    if min_member is None:
-        min_member = podgroup.DEFAULT_MIN_MEMBER
-    if not isinstance(min_member, int) or isinstance(min_member, bool) or min_member < 0:
-        raise ValueError(f"minMember must be 0 or more, not {min_member!r}")
-    try:
-        min_resources = normalize(spec.get("minResources") or {})
-    except ValueError as e:
-        raise ValueError(f"minResources: {e}") from None
-    return Entry(
-        group=_text(meta.get("name")),
-        uid=_text(meta.get("uid")),
-        min_resources=min_resources,
-        min_member=min_member,
-        priority_class=_text(spec.get("priorityClassName")),
-        admitted_at=admitted_at,
-        generation=_count(meta.get("generation")),
-    )
-
-
 @dataclass(frozen=True)
 class Listing:
     """The namespace's stored PodGroups from one quorum LIST, by uid, and when the LIST began."""
@@ -452,20 +411,6 @@ class Listing:
     groups: Mapping[str, Entry]
     started: dt.datetime
     unreadable: tuple[str, ...] = ()  # names of stored groups whose spec did not parse
-
-
-def listing_of(items: Iterable[Mapping[str, Any]], started: dt.datetime) -> Listing:
-    groups: dict[str, Entry] = {}
-    unreadable = []
-    for item in items:
-        try:
-            entry = entry_of_group(item, stamp(started))
-        except (ValueError, TypeError):
-            unreadable.append((item.get("metadata") or {}).get("name", ""))
-            continue
-        if entry.uid:
-            groups[entry.uid] = entry
-    return Listing(groups, started, tuple(unreadable))
 
 
 class Reads(Protocol):

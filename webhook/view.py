@@ -24,8 +24,6 @@ from priogate.ledger import (
     Entry,
     Listing,
     Record,
-    entry_of_group,
-    listing_of,
     record_name,
     record_of,
     stamp,
@@ -34,6 +32,7 @@ from priogate.quota import quota_names
 from priogate.resources import ResourceList, add, pod_requests
 from priogate.settlement import adopted
 from priogate.slim import group_member_essentials
+from priogate.stored_groups import ParsedGroup, claims_by_uid, listing_of, parse_groups
 
 
 def sources(ledger_namespace: str = DEFAULT_LEDGER_NAMESPACE) -> dict[str, tuple[Source, Transform | None]]:
@@ -95,7 +94,7 @@ class CacheView:
         # (what, namespace) -> (the groups cache's namespace generation, the answer)
         self._groups_memo: dict[tuple[str, str], tuple[int, Mapping[str, Any]]] = {}
         # namespace -> cached group name -> (the object, its claim), for stored_podgroups
-        self._claims_memo: dict[str, dict[str, tuple[Mapping[str, Any], Entry | None]]] = {}
+        self._claims_memo: dict[str, dict[str, ParsedGroup]] = {}
 
     def unsynced(self, names: Sequence[str]) -> list[str]:
         """The caches of `names` that are not current: not listed yet, or stale."""
@@ -142,22 +141,17 @@ class CacheView:
 
     def _stored_claims(self, namespace: str, admitted_at: str) -> dict[str, Entry]:
         """What listing_of() makes of the cached groups, each group's claim reused while the
-        cache holds the same object for it (the watch replaces an object on every change): a
-        namespace's claims were parsed again on each of its groups' events, O(groups) each."""
-        previous = self._claims_memo.get(namespace, {})
-        parts: dict[str, tuple[Mapping[str, Any], Entry | None]] = {}
-        for name, group in self.caches["podgroups"].namespace(namespace).items():
-            seen = previous.get(name)
-            if seen is None or seen[0] is not group:
-                try:
-                    seen = (group, entry_of_group(group, admitted_at))
-                except (ValueError, TypeError):
-                    seen = (group, None)  # unreadable: reserves nothing, as in listing_of
-            parts[name] = seen
+        cache holds the same object for it: a namespace's claims were parsed again on each of
+        its groups' events, O(groups) each."""
+        parsed = parse_groups(
+            self.caches["podgroups"].namespace(namespace).values(),
+            admitted_at,
+            self._claims_memo.get(namespace),
+        )
         if namespace not in self._claims_memo and len(self._claims_memo) >= CLAIMS_MEMO_NAMESPACES:
             self._claims_memo.clear()  # namespaces come and go: rebuilt on demand
-        self._claims_memo[namespace] = parts
-        return {entry.uid: entry for _, entry in parts.values() if entry is not None and entry.uid}
+        self._claims_memo[namespace] = parsed
+        return claims_by_uid(parsed)
 
     def _of_groups(
         self, what: str, namespace: str, compute: Callable[[], dict[str, Any]]

@@ -47,12 +47,12 @@ from priogate.ledger import (
     Decide,
     Listing,
     Record,
-    listing_of,
     record_object,
     record_of,
     record_path,
 )
 from priogate.settlement import resync
+from priogate.stored_groups import listing_of
 
 log = structlog.get_logger("priogate.ledger")
 

@@ -10,7 +10,7 @@ from dataclasses import replace
 
 import pytest
 
-from priogate import clock, ledger, settlement
+from priogate import clock, ledger, settlement, stored_groups
 from priogate.ledger import Charge, Entry, Listing, Record
 
 NOW = dt.datetime(2026, 11, 22, 12, 0, 0, tzinfo=dt.UTC)
@@ -101,7 +101,9 @@ def test_a_finalizer_held_group_still_reserves():
         },
         "spec": {"minResources": {"cpu": "6"}},
     }
-    got = settlement.resync({"u1": entry("a", "u1", 3600, cpu="6")}, ledger.listing_of([held], NOW), BOUND)
+    got = settlement.resync(
+        {"u1": entry("a", "u1", 3600, cpu="6")}, stored_groups.listing_of([held], NOW), BOUND
+    )
     assert claims(got) == {"u1": ("a", "6")}
 
 
@@ -291,13 +293,13 @@ def test_parsed_entries_are_reused_only_for_the_same_content():
         "metadata": {"name": "a", "uid": "uid-a", "generation": 2},
         "spec": {"minResources": {"cpu": "1"}},
     }
-    stored = ledger.entry_of_group(group, NOW_STAMP)
-    assert ledger.entry_of_group(group, NOW_STAMP) is stored
-    assert ledger.entry_of_group(
+    stored = stored_groups.entry_of_group(group, NOW_STAMP)
+    assert stored_groups.entry_of_group(group, NOW_STAMP) is stored
+    assert stored_groups.entry_of_group(
         {**group, "spec": {"minResources": {"cpu": "3"}}}, NOW_STAMP
     ).min_resources == {"cpu": "3"}
     with pytest.raises(ValueError):
-        ledger.entry_of_group({**group, "spec": {"minMember": True}}, NOW_STAMP)
+        stored_groups.entry_of_group({**group, "spec": {"minMember": True}}, NOW_STAMP)
 
 
 def test_an_entry_read_again_is_reused_only_for_the_same_values_and_types():
