@@ -10,19 +10,15 @@ import time
 from typing import Any
 
 from webhook.endpoints import AdmissionEndpoints
-from webhook.registry import RuleSet
+from webhook.registry import Handler, RuleSet
 from webhook.review import AdmissionRequest, Decision, deny
 from webhook.server import ServerOptions, WebhookServer
 from webhook.view import CacheView
 
 
-def _app(sleep_seconds: float) -> Any:
-    def handler(request: AdmissionRequest, _view: Any) -> Decision:
-        time.sleep(sleep_seconds)
-        left = None if request.deadline is None else request.deadline - time.monotonic()
-        return deny(f"left={left}")
-
-    rule_set = RuleSet(
+def probe_rule_set(handler: Handler) -> RuleSet:
+    """A validating rule set for pod CREATEs at /validate/slow that answers with `handler`."""
+    return RuleSet(
         name="slow.priogate.io",
         path="/validate/slow",
         kind="validating",
@@ -33,11 +29,18 @@ def _app(sleep_seconds: float) -> Any:
         operations=("CREATE",),
     )
 
+
+def _app(sleep_seconds: float) -> Any:
+    def handler(request: AdmissionRequest, _view: Any) -> Decision:
+        time.sleep(sleep_seconds)
+        left = None if request.deadline is None else request.deadline - time.monotonic()
+        return deny(f"left={left}")
+
     def not_found(_environ: dict[str, Any], start_response: Any) -> list[bytes]:
         start_response("404 Not Found", [("Content-Type", "text/plain")])
         return [b"not found"]
 
-    return AdmissionEndpoints([rule_set], CacheView({}), not_found)
+    return AdmissionEndpoints([probe_rule_set(handler)], CacheView({}), not_found)
 
 
 def main() -> None:

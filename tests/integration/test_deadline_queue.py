@@ -18,29 +18,11 @@ import pytest
 
 from certs import issue_ca, issue_leaf, write_pem
 from localcluster.procs import free_ports
+from tests.builders import pod, review
 from tests.serving import ROOT
 
 SLEEP_SECONDS = 1.5
 TIMEOUT_SECONDS = 5
-
-
-def _review(uid: str) -> bytes:
-    return json.dumps(
-        {
-            "apiVersion": "admission.k8s.io/v1",
-            "kind": "AdmissionReview",
-            "request": {
-                "uid": uid,
-                "kind": {"group": "", "version": "v1", "kind": "Pod"},
-                "resource": {"group": "", "version": "v1", "resource": "pods"},
-                "operation": "CREATE",
-                "namespace": "team",
-                "name": uid,
-                "object": {"metadata": {"name": uid}, "spec": {}},
-                "userInfo": {"username": "u"},
-            },
-        }
-    ).encode()
 
 
 @pytest.fixture
@@ -91,7 +73,10 @@ def slow_server(tmp_path: Path):
 
 def _seconds_left(url: str, context: ssl.SSLContext, uid: str) -> float:
     request = urllib.request.Request(
-        url, data=_review(uid), headers={"Content-Type": "application/json"}, method="POST"
+        url,
+        data=json.dumps(review(pod(uid, namespace="team"))).encode(),
+        headers={"Content-Type": "application/json"},
+        method="POST",
     )
     with urllib.request.urlopen(request, context=context, timeout=20) as response:
         message = json.load(response)["response"]["status"]["message"]

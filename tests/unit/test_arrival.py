@@ -11,9 +11,10 @@ from typing import Any
 
 import pytest
 
+from tests.builders import pod, review
+from tests.slow_rule_server import probe_rule_set
 from webhook.arrival import arrived_at, mark_arrival
 from webhook.endpoints import AdmissionEndpoints
-from webhook.registry import RuleSet
 from webhook.review import AdmissionRequest, Decision, allow
 from webhook.view import CacheView
 
@@ -55,36 +56,11 @@ def _review(timeout_query: str, queued_seconds: float | None) -> AdmissionReques
         deadlines.append(request)
         return allow()
 
-    rule_set = RuleSet(
-        name="probe.priogate.io",
-        path="/validate/probe",
-        kind="validating",
-        handler=handler,
-        api_groups=("",),
-        api_versions=("v1",),
-        resources=("pods",),
-        operations=("CREATE",),
-    )
-    endpoints = AdmissionEndpoints([rule_set], CacheView({}), fallback=lambda e, s: [])
-    body = json.dumps(
-        {
-            "apiVersion": "admission.k8s.io/v1",
-            "kind": "AdmissionReview",
-            "request": {
-                "uid": "u1",
-                "kind": {"group": "", "version": "v1", "kind": "Pod"},
-                "resource": {"group": "", "version": "v1", "resource": "pods"},
-                "operation": "CREATE",
-                "namespace": "team",
-                "name": "p",
-                "object": {"metadata": {"name": "p"}, "spec": {}},
-                "userInfo": {"username": "u"},
-            },
-        }
-    ).encode()
+    endpoints = AdmissionEndpoints([probe_rule_set(handler)], CacheView({}), fallback=lambda e, s: [])
+    body = json.dumps(review(pod("p", namespace="team"))).encode()
     environ = {
         "REQUEST_METHOD": "POST",
-        "PATH_INFO": "/validate/probe",
+        "PATH_INFO": "/validate/slow",
         "QUERY_STRING": timeout_query,
         "CONTENT_TYPE": "application/json",
         "CONTENT_LENGTH": str(len(body)),
@@ -92,7 +68,7 @@ def _review(timeout_query: str, queued_seconds: float | None) -> AdmissionReques
     }
     if queued_seconds is not None:
         mark_arrival(time.monotonic() - queued_seconds)
-    status, _headers, _answer = endpoints.serve(environ, *endpoints.by_path["/validate/probe"])
+    status, _headers, _answer = endpoints.serve(environ, *endpoints.by_path["/validate/slow"])
     assert status.startswith("200"), status
     return deadlines[0]
 
