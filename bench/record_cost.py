@@ -1,0 +1,110 @@
+"""`make bench-record`: what one turn on a reservation record costs the control plane, by the
+record's size, through the real kube-apiserver and etcd.
+
+A turn reads the record (GET) and writes it back (PUT with its resourceVersion), as
+priogate.kube.ledger_store does for each batch of admissions. The record is built as priogate
+writes it (priogate.ledger.record_object, one entry per PodGroup of cpu=1) in priogate's own
+namespace, and W watchers (threads of this process, each a watch on the records decoding every
+event, as each quota server worker and the controller do) hear every write. Prints, per record
+size, the wall time of a turn and the CPU milliseconds per turn of each control-plane process and
+of this process (the client and its watchers). kube-controller-manager shows up because its
+ConfigMap informers hear every record write too.
+
+    .venv/bin/python -m bench.record_cost [--turns 200] [--watchers 5] [--entries 0 100 400 2000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from localcluster import LocalCluster, Options
+from localcluster.procs import progress, tree_cpu_seconds
+from priogate.kube import catalogue
+from priogate.kube.client import ApiClient, load_client
+from priogate.ledger import DEFAULT_LEDGER_NAMESPACE, Entry, Record, record_object, record_path, stamp
+
+
+def _record(entries: int) -> Record:
+    at = stamp(dt.datetime.now(dt.UTC))
+    return Record(
+        {
+            f"0b7c1a52-9e3f-4d1a-8c7e-{i:012d}": Entry(
+                f"bench-{i}", f"0b7c1a52-9e3f-4d1a-8c7e-{i:012d}", {"cpu": "1"}, 1, "", at, 1
+            )
+            for i in range(entries)
+        }
+    )
+
+
+def _watch(client: ApiClient, stop: threading.Event) -> None:
+    source = catalogue.LEDGERS
+    for line in client.stream_lines(source.path, query=(*source.query, ("watch", "1"))):
+        json.loads(line)
+        if stop.is_set():
+            return
+
+
+def _turns(client: ApiClient, namespace: str, turns: int) -> None:
+    path = record_path(DEFAULT_LEDGER_NAMESPACE, namespace)
+    for i in range(turns):
+        current = client.get(path)
+        current["data"]["charges.json"] = json.dumps({"turn": i})
+        client.request("PUT", path, body=current)
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--turns", type=int, default=200)
+    p.add_argument("--watchers", type=int, default=5)
+    p.add_argument("--entries", type=int, nargs="+", default=[0, 100, 400, 2000])
+    args = p.parse_args()
+    lines = []
+    with tempfile.TemporaryDirectory(prefix="priogate-bench-record-") as tmp:
+        cluster = LocalCluster(Options(state_dir=Path(tmp), nodes=1, webhook=False, controller=False))
+        cluster.start()
+        stop = threading.Event()
+        try:
+            client = load_client(str(cluster.kubeconfig))
+            pids = {proc.name: proc.pid for proc in cluster.supervisor.procs}
+            for _ in range(args.watchers):
+                watcher = load_client(str(cluster.kubeconfig))
+                threading.Thread(target=_watch, args=(watcher, stop), daemon=True).start()
+            for entries in args.entries:
+                namespace = f"bench-{entries}"
+                body = record_object(DEFAULT_LEDGER_NAMESPACE, namespace, _record(entries), None)
+                client.create(record_path(DEFAULT_LEDGER_NAMESPACE), body)
+                size = len(json.dumps(body))
+                progress(f"{args.turns} turns on a record of {entries} entries ({size / 1024:.1f} KiB)")
+                time.sleep(1)  # the create's watch events delivered
+                before = {name: tree_cpu_seconds(pid) for name, pid in pids.items()}
+                own, started = time.process_time(), time.monotonic()
+                _turns(client, namespace, args.turns)
+                wall = time.monotonic() - started
+                time.sleep(1)  # the last writes' watch events delivered
+                own = time.process_time() - own
+                spent = {name: tree_cpu_seconds(pid) - before[name] for name, pid in pids.items()}
+                parts = [
+                    f"{name} {1000 * s / args.turns:.2f}" for name, s in sorted(spent.items()) if s >= 0.01
+                ]
+                per_turn = 1000 * wall / args.turns
+                lines.append(
+                    f"record of {entries} entries ({size / 1024:.1f} KiB): a turn takes {per_turn:.2f} ms; "
+                    f"CPU ms per turn: {', '.join(parts)}, "
+                    f"this process (client and {args.watchers} watchers) {1000 * own / args.turns:.2f}"
+                )
+        finally:
+            stop.set()
+            cluster.stop()
+    for line in lines:
+        print(line)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
