@@ -9,7 +9,8 @@ resourceVersion precondition, so this measures the ledger under contention.
 First, in the same cluster, the same creates with priogate's quota hooks taken out of the
 webhook configuration: the baseline, what this machine's control plane does without the
 ledger (everything else, the controller included, as in the measured run). The CPU seconds
-each component used in each run are printed too. The last line:
+each component used in each run are printed too, and kube-apiserver's requests per admission in the
+measured run (the record's GETs and PUTs, those lost to a conflict, the quota LISTs). The last line:
     podgroups: N admissions/s under contention (baseline without the quota hooks B/s), over-admitted: 0
 """
 
@@ -20,8 +21,11 @@ import shutil
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from collections import Counter
+from dataclasses import dataclass, field
 from pathlib import Path
+
+from prometheus_client.parser import text_string_to_metric_families
 
 from localcluster import LocalCluster, Options
 from localcluster.binaries import REPO
@@ -80,6 +84,27 @@ def _set_quota_hooks(client: ApiClient, hooks: list[dict] | None, namespace: str
 class Run:
     result: LoadResult
     cpu: dict[str, float]  # component -> CPU seconds during the run
+    # (verb, resource, code) -> requests kube-apiserver answered during the run
+    requests: Counter[tuple[str, str, str]] = field(default_factory=Counter)
+
+    def per_admission(self) -> str:
+        """The requests the quota hooks add, per admission: the record's reads and writes (the
+        run's ConfigMap traffic: only the records are ConfigMaps here) and the quota LISTs."""
+        n = len(self.result.admitted) + sum(self.result.denials.values()) or 1
+
+        def count(verb: str, resource: str, code: str | None = None) -> float:
+            return sum(
+                c
+                for (v, r, k), c in self.requests.items()
+                if v == verb and r == resource and code in (None, k)
+            )
+
+        return (
+            f"kube-apiserver requests per admission: record GET {count('GET', 'configmaps') / n:.2f}, "
+            f"record PUT {count('PUT', 'configmaps') / n:.2f} (lost to a conflict: "
+            f"{count('PUT', 'configmaps', '409') / n:.2f}), "
+            f"quota LIST {count('LIST', 'resourcequotas') / n:.2f}"
+        )
 
     def summary(self, what: str) -> str:
         r = self.result
@@ -112,11 +137,27 @@ def _settle(pids: dict[str, int], after: str) -> None:
     progress(f"the cluster was quiet {waited:.1f} s after {after}")
 
 
+def _requests(client: ApiClient) -> Counter[tuple[str, str, str]]:
+    """kube-apiserver's apiserver_request_total, by (verb, resource, code)."""
+    out: Counter[tuple[str, str, str]] = Counter()
+    for family in text_string_to_metric_families(client.get_text("/metrics")):
+        for sample in family.samples:
+            if sample.name == "apiserver_request_total":
+                labels = sample.labels
+                out[(labels.get("verb", ""), labels.get("resource", ""), labels.get("code", ""))] += (
+                    sample.value
+                )
+    return out
+
+
 def _load(client: ApiClient, namespace: str, args: argparse.Namespace, pids: dict[str, int]) -> Run:
+    requests_before = _requests(client)
     before = {name: tree_cpu_seconds(pid) for name, pid in pids.items()}
     result = create_concurrently(client, namespace, args.podgroups, in_flight=args.in_flight)
     cpu = {name: tree_cpu_seconds(pid) - before[name] for name, pid in pids.items()}
-    return Run(result, cpu)
+    requests = _requests(client)
+    requests.subtract(requests_before)
+    return Run(result, cpu, +requests)
 
 
 def main() -> int:
@@ -169,6 +210,7 @@ def main() -> int:
     result = measured.result
     over = max(0, len(result.admitted) - args.quota_cpu)
     print(measured.summary("with the quota hooks"))
+    print(measured.per_admission())
     print(
         f"most reserved seen: {result.max_ledger_cpu} cpu in the ledger, "
         f"{result.max_stored_cpu} cpu stored ({result.samples} states watched)"
