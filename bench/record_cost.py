@@ -32,14 +32,8 @@ from priogate.ledger import DEFAULT_LEDGER_NAMESPACE, Entry, Record, record_obje
 
 def _record(entries: int) -> Record:
     at = stamp(dt.datetime.now(dt.UTC))
-    return Record(
-        {
-            f"0b7c1a52-9e3f-4d1a-8c7e-{i:012d}": Entry(
-                f"bench-{i}", f"0b7c1a52-9e3f-4d1a-8c7e-{i:012d}", {"cpu": "1"}, 1, "", at, 1
-            )
-            for i in range(entries)
-        }
-    )
+    uids = [f"0b7c1a52-9e3f-4d1a-8c7e-{i:012d}" for i in range(entries)]
+    return Record({uid: Entry(f"bench-{i}", uid, {"cpu": "1"}, 1, "", at, 1) for i, uid in enumerate(uids)})
 
 
 def _watch(client: ApiClient, stop: threading.Event) -> None:
