@@ -61,6 +61,18 @@ PROBES: dict[tuple[str, str], list[tuple[str, dict[str, Any]]]] = {
             },
         )
     ],
+    # A dry run writes no quota fence (webhook.rules.quota_fence).
+    ("", "resourcequotas"): [
+        (
+            f"/api/v1/namespaces/{PROBE_NAMESPACE}/resourcequotas",
+            {
+                "apiVersion": "v1",
+                "kind": "ResourceQuota",
+                "metadata": {"generateName": "probe-"},
+                "spec": {"hard": {"pods": "1"}},
+            },
+        )
+    ],
     ("scheduling.k8s.io", "priorityclasses"): [
         (
             "/apis/scheduling.k8s.io/v1/priorityclasses",

@@ -31,6 +31,7 @@ from typing import Any, Protocol
 
 from priogate.clock import micro_time, parse_time
 from priogate.quota import Reservation, quota_names
+from priogate.quota_fence import QuotaFence
 from priogate.resources import ResourceList, format_quantity, parse_resource_list
 
 DEFAULT_LEDGER_NAMESPACE = "priogate-system"
@@ -43,6 +44,8 @@ LEDGER_DATA_KEY = "reservations.json"
 # flight: either object may end up stored, so both claims count until one is.
 SHADOW_SUFFIX = "/previous"
 CHARGES_DATA_KEY = "charges.json"
+# Quota changes on their way to storage (priogate.quota_fence); written only while there are any.
+FENCES_DATA_KEY = "quota-fences.json"
 
 # How long after priogate decided it a request may still be on its way to storage (or, for a pod,
 # to the built-in ResourceQuota plugin's charge in status.used). kube-apiserver calls validating
@@ -265,12 +268,16 @@ class Charge:
 class Record:
     entries: Mapping[str, Entry] = field(default_factory=dict)
     charges: Mapping[str, Charge] = field(default_factory=dict)  # by admission request uid
+    fences: Mapping[str, QuotaFence] = field(default_factory=dict)  # by QuotaFence.key
 
     def with_entries(self, entries: Mapping[str, Entry]) -> Record:
         return replace(self, entries=dict(entries))
 
     def with_charges(self, charges: Mapping[str, Charge]) -> Record:
         return replace(self, charges=dict(charges))
+
+    def with_fences(self, fences: Mapping[str, QuotaFence]) -> Record:
+        return replace(self, fences=dict(fences))
 
 
 def text_field(value: object) -> str:
@@ -365,10 +372,14 @@ def record_of(obj: Mapping[str, Any]) -> Record:
         charges = {key: Charge.from_json(value) for key, value in raw_charges.items()}
         for charge in charges.values():
             charge.amounts()
+        raw_fences = json.loads(data.get(FENCES_DATA_KEY) or "[]")
+        if not isinstance(raw_fences, list):
+            raise ValueError("quota fences are not a JSON list")
+        fences = {f.key: f for f in map(QuotaFence.from_json, raw_fences)}
     except (ValueError, TypeError, AttributeError) as e:
         name = (obj.get("metadata") or {}).get("name", "")
         raise DamagedRecord(f"ConfigMap {name} is not a reservation record ({e})") from None
-    return Record(entries, charges)
+    return Record(entries, charges, fences)
 
 
 def entries_of(obj: Mapping[str, Any] | None) -> dict[str, Entry]:
@@ -393,15 +404,14 @@ def record_object(
     # What json.dumps(..., sort_keys=True) writes for the whole map, from each entry's own text.
     entries = ",".join(f"{json.dumps(key)}:{e.json_text}" for key, e in sorted(record.entries.items()))
     charges = {key: c.to_json() for key, c in sorted(record.charges.items())}
-    return {
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "metadata": meta,
-        "data": {
-            LEDGER_DATA_KEY: f"{{{entries}}}",
-            CHARGES_DATA_KEY: json.dumps(charges, separators=(",", ":"), sort_keys=True),
-        },
+    data = {
+        LEDGER_DATA_KEY: f"{{{entries}}}",
+        CHARGES_DATA_KEY: json.dumps(charges, separators=(",", ":"), sort_keys=True),
     }
+    if record.fences:
+        fences = [f.to_json() for _, f in sorted(record.fences.items())]
+        data[FENCES_DATA_KEY] = json.dumps(fences, separators=(",", ":"), sort_keys=True)
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": data}
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ benchmarks) and in-process tests: the same decide() contract as priogate.kube.le
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator, Mapping, MutableMapping
+from collections.abc import Callable, Iterator, MutableMapping
 from typing import Any
 
 from priogate.ledger import DEFAULT_LEDGER_NAMESPACE, Decide, Entry, Reads, Record
@@ -51,14 +51,6 @@ class MemoryLedgerStore:
                 self.records[namespace] = new
                 self.writes += 1
             return result
-
-    def want_quotas(self, namespace: str, since: float) -> None:
-        """Nothing to start: the caller's reads are its caches (see LedgerStore.want_quotas)."""
-
-    def fresh_quotas(self, namespace: str, since: float, deadline: float) -> list[Mapping[str, Any]]:
-        if self.reads is None:
-            raise RuntimeError("MemoryLedgerStore needs reads to decide")
-        return self.reads(namespace).quotas()
 
 
 class _EntriesView(MutableMapping[str, dict[str, Entry]]):

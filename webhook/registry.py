@@ -110,6 +110,7 @@ RULE_SET_MODULES = (
     "webhook.rules.podgroup_enrolment",
     "webhook.rules.podgroup_annotations",
     "webhook.rules.pod_quota",
+    "webhook.rules.quota_fence",
 )
 
 

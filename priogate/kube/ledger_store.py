@@ -14,13 +14,13 @@ A turn may need the truth behind the record: the namespace's stored PodGroups an
 ResourceQuotas. Those are quorum reads (a GET or LIST without a resourceVersion is served from
 etcd, or from the watch cache only once it is proven as fresh: KEP-2340, consistent reads from
 cache), made at most once per turn and shared by its batch, never a watch cache's view. A
-record that is missing or damaged is rebuilt from the PodGroup LIST before anything is decided.
-A decision that counts no quota's status.used (a PodGroup's) is made in the turn on the cached
-quotas and confirmed after it against a quota LIST that started when its request arrived
-(fresh_quotas; priogate.kube.fresh_reads): that LIST waits for kube-apiserver's cache to be
-proven current, up to 100 ms, and must not hold the turn. A decision that counts status.used (a
-pod's) reads the quotas after the record, in the turn, so a charge another replica dropped
-because the quota's status.used now holds it is counted in one of the two.
+record that is missing or damaged is rebuilt from the PodGroup LIST before anything is decided,
+with the listed quotas as its quota fences (priogate.quota_fence): the fences it held, if any,
+are lost with it. A PodGroup decision counts no quota's status.used, and reads no quota in its
+turn: the cached quotas and the record's fences stand for the quotas as they are. A decision
+that counts status.used (a pod's) reads the quotas after the record, in the turn, so a charge
+another replica dropped because the quota's status.used now holds it is counted in one of the
+two.
 """
 
 from __future__ import annotations
@@ -38,7 +38,6 @@ import structlog
 
 from priogate import podgroup
 from priogate.kube.client import ApiClient, ApiError, resource_path
-from priogate.kube.fresh_reads import FreshReads
 from priogate.kube.host_turn import HostTurns
 from priogate.ledger import (
     DEFAULT_IN_FLIGHT,
@@ -50,7 +49,9 @@ from priogate.ledger import (
     record_object,
     record_of,
     record_path,
+    stamp,
 )
+from priogate.quota_fence import seeded
 from priogate.settlement import resync
 from priogate.stored_groups import listing_of
 
@@ -84,7 +85,8 @@ class QuorumReads:
     def quotas(self) -> list[Mapping[str, Any]]:
         if self._quotas is None:
             self.calls += 1
-            self._quotas = read_quotas(self.client, self.namespace)
+            path = resource_path("v1", "resourcequotas", self.namespace)
+            self._quotas = list(self.client.list_all(path, timeout=CALL_TIMEOUT))
         return self._quotas
 
     def forget_quotas(self) -> None:
@@ -105,10 +107,6 @@ class QuorumReads:
                     groups=list(self._listing.unreadable),
                 )
         return self._listing
-
-
-def read_quotas(client: ApiClient, namespace: str) -> list[Mapping[str, Any]]:
-    return list(client.list_all(resource_path("v1", "resourcequotas", namespace), timeout=CALL_TIMEOUT))
 
 
 @dataclass
@@ -149,23 +147,6 @@ class LedgerStore:
         self.host_turns = host_turns
         self._namespaces: dict[str, _Namespace] = {}
         self._lock = threading.Lock()
-        self._quota_reads: FreshReads[list[Mapping[str, Any]]] = FreshReads(
-            lambda namespace: read_quotas(client, str(namespace)), name="quota-read"
-        )
-
-    def want_quotas(self, namespace: str, since: float) -> None:
-        """Start a quota LIST of `namespace` now, unless one started at or after `since` (a
-        request's arrival, time.monotonic()) is already on its way."""
-        self._quota_reads.want(namespace, since)
-
-    def fresh_quotas(self, namespace: str, since: float, deadline: float) -> list[Mapping[str, Any]]:
-        """The namespace's quotas from a quorum LIST that started at or after `since`; LedgerBusy
-        when none has answered by `deadline` (time.monotonic())."""
-        wait = max(0.0, min(CALL_TIMEOUT[1], deadline - ANSWER_MARGIN_SECONDS - time.monotonic()))
-        try:
-            return self._quota_reads.get(namespace, since, wait)
-        except TimeoutError as e:
-            raise LedgerBusy(f"the quotas of namespace {namespace} could not be read in time") from e
 
     def _namespace(self, namespace: str) -> _Namespace:
         with self._lock:
@@ -258,7 +239,7 @@ class LedgerStore:
                 return record_of(current), version, False
             except DamagedRecord as e:
                 log.warning("reservation record damaged; rebuilding it", namespace=namespace, error=str(e))
-                return Record(resync({}, reads.podgroups(), self.in_flight)), version, True
+                return self._rebuilt(reads), version, True
         listing = reads.podgroups()
         if listing.groups:
             log.warning(
@@ -266,7 +247,13 @@ class LedgerStore:
                 namespace=namespace,
                 groups=sorted(e.group for e in listing.groups.values()),
             )
-        return Record(resync({}, listing, self.in_flight)), None, True
+        return self._rebuilt(reads), None, True
+
+    def _rebuilt(self, reads: QuorumReads) -> Record:
+        """The record the stored PodGroups and quotas make; the quotas as fences, since this
+        turn's decisions must count a quota change the cache may not show yet."""
+        entries = resync({}, reads.podgroups(), self.in_flight)
+        return Record(entries, fences=seeded(reads.quotas(), stamp(self.clock())))
 
     def _write_batch(
         self, state: _Namespace, namespace: str, batch: list[_Request], holder: _Request

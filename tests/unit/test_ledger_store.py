@@ -104,39 +104,6 @@ def _quota_counting(record: Record, reads: Reads) -> tuple[Record, int]:
     return record, len(reads.quotas())
 
 
-class SlowQuotaLists(FakeApi):
-    def list_all(self, path: str, **kw: Any) -> list[dict[str, Any]]:
-        items = super().list_all(path, **kw)  # logged as it starts
-        if path == QUOTAS:
-            time.sleep(0.05)  # a read in flight while others arrive, as kube-apiserver's takes
-        return items
-
-
-def _fresh_count(store: LedgerStore) -> int:
-    arrived = time.monotonic()
-    store.want_quotas("team-a", arrived)
-    return len(store.fresh_quotas("team-a", arrived, time.monotonic() + 5))
-
-
-def test_quorum_quota_reads_are_shared_by_requests_that_arrived_before_they_started():
-    """PodGroup admissions confirm their decision against the quotas as a quorum LIST begun
-    after they arrived shows them; requests that arrive while one is on its way share the next."""
-    api = SlowQuotaLists()
-    store = LedgerStore(api, deadline_seconds=5)
-    api.put_object(QUOTAS, {"metadata": {"name": "compute"}, "spec": {"hard": {"cpu": "4"}}})
-    results: list[int] = []
-    threads = [threading.Thread(target=lambda: results.append(_fresh_count(store))) for _ in range(16)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(5)
-    assert results == [1] * 16  # the quota stored before every arrival is seen by each
-    assert 1 <= len(api.reads_of(QUOTAS)) < 16  # reads shared by requests that arrived together
-    # A quota stored after those reads is seen by the next request: its own read is newer.
-    api.put_object(QUOTAS, {"metadata": {"name": "more"}, "spec": {"hard": {"cpu": "8"}}})
-    assert _fresh_count(store) == 2
-
-
 def test_decisions_that_count_status_used_read_the_quotas_in_their_turn():
     api = FakeApi()
     store = LedgerStore(api, deadline_seconds=5)

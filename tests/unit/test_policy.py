@@ -74,6 +74,12 @@ HOOKS: dict[str, dict[bool, tuple[list[str], list[dict[str, Any]], list[str], li
         mode: (SYSTEM, NOT_ENROLLED, ["reserves-something"], ["CREATE", "UPDATE"], "Fail")
         for mode in (KEPT, REPLACED)
     },
+    # Every namespace, enrolled or not (one may be enrolled before the next PodGroup), but only
+    # creates and spec changes: quota changes are rare, status updates never come here.
+    "resourcequota-fence.priogate.io": {
+        mode: (SYSTEM, ANY, ["create-or-spec-change"], ["CREATE", "UPDATE"], "Fail")
+        for mode in (KEPT, REPLACED)
+    },
     # Pod creates in a namespace that never held a reservation cost no round trip.
     "pod-quota.priogate.io": {mode: (SYSTEM, ENROLLED, [], ["CREATE"], "Fail") for mode in (KEPT, REPLACED)},
 }

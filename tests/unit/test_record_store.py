@@ -14,17 +14,18 @@ import json
 import threading
 import time
 from dataclasses import replace
+from typing import Any
 
 import orjson
 
 from priogate import clock
-from priogate.kube.client import resource_path
+from priogate.kube.client import ApiError, resource_path
 from priogate.kube.ledger_store import LedgerStore
-from priogate.ledger import Record, entries_of, record_object, record_of, record_path, stamp
+from priogate.ledger import entries_of, record_object, record_of, record_path, stamp
 from tests.builders import fed_cache, group_review, pod, podgroup, resource_quota, review
 from tests.fake_api import FakeApi
 from webhook.review import parse_review
-from webhook.rules import pod_quota, podgroup_quota
+from webhook.rules import pod_quota, podgroup_quota, quota_fence
 from webhook.view import CacheView
 
 NS = "team-a"
@@ -69,43 +70,125 @@ def aged(api: FakeApi, seconds: float) -> None:
         t = clock.parse_time(e.admitted_at) - dt.timedelta(seconds=seconds)
         older[key] = replace(e, admitted_at=stamp(t))
     new = record_object(
-        "priogate-system", NS, Record(older, record.charges), obj["metadata"]["resourceVersion"]
+        "priogate-system", NS, replace(record, entries=older), obj["metadata"]["resourceVersion"]
     )
     api.request("PUT", RECORD, body=new)
 
 
-def test_the_record_lives_in_priogates_namespace_and_quotas_are_quorum_read():
+def test_the_record_lives_in_priogates_namespace_and_a_rebuilt_one_fences_the_listed_quotas():
     api, view = setup()
     assert admit_group(view, "a", "6").allowed
     assert set(entries_of(api.objects[RECORD])) == {"uid-a"}
     assert not any("/namespaces/team-a/configmaps" in call.path for call in api.calls)
-    # The quota was not in the cache (old code: no limit); it was looked up, without a
-    # resourceVersion (a quorum read).
+    # The quota was not in the cache (old code: no limit). The record was missing, so it was
+    # rebuilt with the quotas of a LIST without a resourceVersion (a quorum read) as fences.
     assert api.reads_of(QUOTAS) == [()]
+    assert [f.quota for f in record_of(api.objects[RECORD]).fences.values()] == ["compute"]
     refused = admit_group(view, "b", "5")
     assert not refused.allowed and "exceeded quota: compute" in refused.message
 
 
+def change_quota(api: FakeApi, view, cpu: str, *, cached: bool = False, dry_run: bool = False):
+    """What kube-apiserver does with an update of the quota "compute": the quota hook first,
+    then storage; the cache hears of it only when `cached`. Returns the hook's answer."""
+    path = f"{QUOTAS}/compute"
+    old = api.objects[path]
+    new = {**old, "spec": {"hard": {"cpu": cpu}}}
+    answer = quota_fence.admit(parse_review(orjson.dumps(quota_review(new, old, dry_run))), view)
+    if answer.allowed and not dry_run:
+        stored = api.put_object(QUOTAS, new)
+        if cached:
+            view.caches["resourcequotas"].apply_event("MODIFIED", stored)
+    return answer
+
+
+def quota_review(new: dict, old: dict | None, dry_run: bool = False) -> dict:
+    operation = "UPDATE" if old else "CREATE"
+    body = review(new, operation=operation, old=old, resource="resourcequotas", dry_run=dry_run)
+    body["request"]["kind"] = {"group": "", "version": "v1", "kind": "ResourceQuota"}
+    body["request"]["resource"] = {"group": "", "version": "v1", "resource": "resourcequotas"}
+    return body
+
+
+def cached_quota_setup(quota_cpu: str = "10"):
+    """The quota stored and cached, and the namespace's record written (the usual state)."""
+    api, view = setup(quota_cpu)
+    quota = api.objects[f"{QUOTAS}/compute"]
+    quota["metadata"]["uid"] = "uid-compute"
+    view.caches["resourcequotas"].apply_event("ADDED", quota)
+    assert admit_group(view, "base", "0").allowed
+    return api, view
+
+
 def test_a_quota_lowered_before_the_request_limits_it_though_the_cache_has_not_seen_it():
-    """The turn decides on the cached quotas (a quorum LIST there waits up to 100 ms for
-    kube-apiserver's cache); the admission is confirmed against a LIST begun when the request
-    arrived. The cache still says cpu=10, the API server cpu=4: "a" (6) is decided again on the
-    listed quota, refused, and the claim the first decision recorded is taken back."""
-    api, view = setup()
-    view.caches["resourcequotas"].apply_event("ADDED", api.objects[f"{QUOTAS}/compute"])
-    api.put_object(QUOTAS, resource_quota("compute", hard={"cpu": "4"}, namespace=NS))
+    """The quota hook writes the change into the record before kube-apiserver stores it; the
+    cache still says cpu=10, the API server cpu=4: the record's fence limits "a" (6)."""
+    api, view = cached_quota_setup()
+    assert change_quota(api, view, "4").allowed
     refused = admit_group(view, "a", "6")
     assert not refused.allowed and "limited: cpu=4" in refused.message
-    assert entries_of(api.objects[RECORD]) == {}
-    assert admit_group(view, "b", "4").allowed  # nothing left behind holds the quota
+    assert admit_group(view, "b", "4").allowed  # nothing refused holds the quota
 
 
-def test_an_admission_on_a_current_cache_is_decided_once_and_confirmed_by_one_list():
-    api, view = setup()
-    view.caches["resourcequotas"].apply_event("ADDED", api.objects[f"{QUOTAS}/compute"])
+def test_a_quota_raised_counts_once_the_cache_shows_it_and_its_fence_is_dropped():
+    api, view = cached_quota_setup("4")
+    assert change_quota(api, view, "10").allowed  # the cache has not heard: cpu=4 still limits
+    assert not admit_group(view, "a", "6").allowed
+    view.caches["resourcequotas"].apply_event("MODIFIED", api.objects[f"{QUOTAS}/compute"])
+    assert admit_group(view, "a", "6").allowed  # the fence is superseded by the cached version
+    assert change_quota(api, view, "12", cached=True).allowed
+    assert [f.spec for f in record_of(api.objects[RECORD]).fences.values()] == [{"hard": {"cpu": "12"}}]
+
+
+def test_two_changes_of_one_quota_both_limit_until_the_cache_shows_what_became_of_them():
+    """Admitted as 3 then 10 on the same version, stored in either order: both count."""
+    api, view = cached_quota_setup()
+    old = api.objects[f"{QUOTAS}/compute"]
+    for cpu in ("3", "10"):
+        new = {**old, "spec": {"hard": {"cpu": cpu}}}
+        assert quota_fence.admit(parse_review(orjson.dumps(quota_review(new, old))), view).allowed
+    refused = admit_group(view, "a", "4")
+    assert not refused.allowed and "limited: cpu=3" in refused.message
+
+
+def test_a_quota_created_before_the_request_limits_it_though_the_cache_has_not_seen_it():
+    api, view = cached_quota_setup()
+    new = resource_quota("small", hard={"cpu": "2"}, namespace=NS)
+    new["metadata"]["uid"] = "uid-small"
+    assert quota_fence.admit(parse_review(orjson.dumps(quota_review(new, None))), view).allowed
+    refused = admit_group(view, "a", "3")
+    assert not refused.allowed and "exceeded quota: small" in refused.message
+    view.caches["resourcequotas"].apply_event("ADDED", api.put_object(QUOTAS, new))
+    assert change_quota(api, view, "9", cached=True).allowed  # its write drops the create's fence
+    assert [f.quota for f in record_of(api.objects[RECORD]).fences.values()] == ["compute"]
+
+
+def test_a_dry_run_quota_change_writes_nothing():
+    api, view = cached_quota_setup()
+    writes = len(api.writes)
+    assert change_quota(api, view, "1", dry_run=True).allowed
+    assert len(api.writes) == writes
     assert admit_group(view, "a", "6").allowed
-    assert api.reads_of(QUOTAS) == [()]  # a quorum read
-    assert len(api.writes) == 1  # the cache was current: decided once, nothing taken back
+
+
+def test_a_quota_change_the_record_cannot_take_is_refused_with_retry():
+    api, view = cached_quota_setup()
+
+    def unavailable(*_: Any, **__: Any) -> dict:
+        raise ApiError(500, "InternalError", "etcd leader changed")
+
+    api.request = unavailable  # type: ignore[method-assign]
+    answer = change_quota(api, view, "4")
+    assert not answer.allowed and answer.code == 503 and "retry" in answer.message
+    assert "ResourceQuota compute" in answer.message
+
+
+def test_a_podgroup_admission_reads_no_quota_where_the_record_exists():
+    api, view = cached_quota_setup()
+    reads = len(api.reads_of(QUOTAS))
+    assert admit_group(view, "a", "6").allowed
+    assert len(api.reads_of(QUOTAS)) == reads
+    assert len(api.writes) == 2  # base, then a: each decided once
 
 
 def test_a_missing_record_is_rebuilt_from_the_stored_groups_before_deciding():

@@ -19,6 +19,7 @@ from webhook.registry import SERVERS, default_threads, load_rule_sets
                 "/validate/podgroups-enrolment",
                 "/validate/podgroup-annotations",
                 "/validate/pods",
+                "/validate/resourcequotas",
             },
         ),
         (
@@ -32,6 +33,7 @@ from webhook.registry import SERVERS, default_threads, load_rule_sets
                 "/validate/podgroups-enrolment",
                 "/validate/podgroup-annotations",
                 "/validate/pods",
+                "/validate/resourcequotas",
             },
         ),
     ],

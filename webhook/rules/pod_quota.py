@@ -30,8 +30,6 @@ from typing import Any
 
 from priogate import podgroup
 from priogate.clock import parse_time
-from priogate.kube.client import ApiError
-from priogate.kube.ledger_store import LedgerBusy
 from priogate.ledger import Charge, Entry, Reads, Record, formatted, stamp
 from priogate.quota import Consumer, Reservation, check_pod, quota_names, unconsumed
 from priogate.resources import ResourceList, add, pod_requests, subtract
@@ -46,6 +44,7 @@ from webhook.objects import (
     old_object,
     optional_str,
 )
+from webhook.record_refusal import record_refusal
 from webhook.registry import ClusterView, RuleSet
 from webhook.review import AdmissionRequest, Decision, allow, deny
 from webhook.view import NamespaceReservations
@@ -106,16 +105,11 @@ def admit(request: AdmissionRequest, view: ClusterView) -> Decision:
         problem = decide_waiting(
             lambda: _take_turn(request, view, consumer, demand, charge), request.deadline, "admission(s)"
         )
-    except LedgerBusy as e:
-        return deny(
-            f"pod quota: the reservation record is busy, retry: {e}", code=429, reason="TooManyRequests"
-        )
-    except (ApiError, ValueError, OSError) as e:
-        return deny(
-            f"pod quota: the reservation record could not be read or written ({e}); retry",
-            code=503,
-            reason="ServiceUnavailable",
-        )
+    except Exception as e:
+        refusal = record_refusal("pod quota", e)
+        if refusal is None:
+            raise
+        return refusal
     return deny(problem) if problem else allow()
 
 

@@ -4,11 +4,10 @@ PodGroups never exceed its ResourceQuotas.
 Each decision is made against a fresh read of the namespace's reservation record (in priogate's
 own namespace, where tenants cannot write) and recorded with a resourceVersion precondition, so
 concurrent admissions on any number of replicas and workers are serialized by the API server:
-exactly as many groups are admitted as fit. The quotas a decision is made on are the cached
-ones; an admission is then confirmed against a quorum LIST of the quotas that started when the
-request arrived, so a quota created or lowered before the request limits it (that LIST may wait
-up to 100 ms for kube-apiserver's cache, and so is made outside the record's turn: see
-priogate.kube.ledger_store). Dry-run requests decide but write nothing.
+exactly as many groups are admitted as fit. A decision counts the cached quotas and the quota
+changes the record holds as fences (priogate.quota_fence, written by webhook.rules.quota_fence
+before kube-apiserver stores a change), so a quota created or lowered before the request
+arrived limits it without a read of the quotas. Dry-run requests decide but write nothing.
 
 A reservation ends when its PodGroup is really gone, never at DELETE admission: kube-apiserver
 does not send PodGroup DELETEs here at all (a group held by a finalizer, or in a foreground
@@ -31,19 +30,17 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import time
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 import structlog
 
 from priogate import podgroup
 from priogate.entry_totals import EntryTotals, TotalsByNamespace
-from priogate.kube.client import ApiError
-from priogate.kube.ledger_store import LedgerBusy
 from priogate.ledger import SHADOW_SUFFIX, Entry, Listing, Reads, Record, normalize, stamp
 from priogate.quota import check_podgroup
+from priogate.quota_fence import limiting_quotas
 from priogate.resources import parse_quantity
 from priogate.scope import COVERED, ENROLLED_LABEL, ENROLLED_VALUE, is_probe
 from priogate.settlement import admitted_time, awaiting, in_flight, merge, once_settled, resync, unconfirmed
@@ -57,6 +54,7 @@ from webhook.objects import (
     optional_int,
     optional_str,
 )
+from webhook.record_refusal import record_refusal
 from webhook.registry import ClusterView, RuleSet
 from webhook.review import AdmissionRequest, Decision, allow, deny
 
@@ -185,13 +183,9 @@ def admit(request: AdmissionRequest, view: ClusterView) -> Decision:
         blocked = _refused_by_stored_groups(request, view, entry)
         if blocked is not None:
             return deny(blocked)
-    arrived = time.monotonic()
-    if not shrinking:
-        view.ledger_store.want_quotas(request.namespace, arrived)
-    fresh: list[list[Mapping[str, Any]]] = []  # the quorum-read quotas, once read
     try:
         problem = decide_waiting(
-            lambda: _take_turn(request, view, entry, previous, shrinking, arrived, fresh),
+            lambda: _decide_on_record(request, view, entry, previous, shrinking),
             request.deadline,
             "PodGroup admission(s)",
         )
@@ -203,85 +197,18 @@ def admit(request: AdmissionRequest, view: ClusterView) -> Decision:
                 error=repr(e),
             )
             return allow()
-        if isinstance(e, LedgerBusy):
-            return deny(f"PodGroup quota ledger is busy, retry: {e}", code=429, reason="TooManyRequests")
-        if isinstance(e, ValueError | ApiError | OSError):
-            log.warning("reservation record unavailable", namespace=request.namespace, error=str(e))
-            return deny(
-                f"PodGroup quota: the reservation record could not be read or written ({e}); retry",
-                code=503,
-                reason="ServiceUnavailable",
-            )
-        raise
+        log.warning("reservation record unavailable", namespace=request.namespace, error=str(e))
+        refusal = record_refusal("PodGroup quota", e)
+        if refusal is None:
+            raise
+        return refusal
     return deny(problem) if problem else allow()
 
 
-@dataclass(frozen=True)
-class _Written:
-    """What an admitting decision changed in the record, so a second decision can take it back."""
-
-    claim: Entry
-    before: Entry | None  # the entry at claim.key before it (None: there was none)
-    shadow_key: str | None = None  # the previous-class claim it added, if any
-    shadow_before: Entry | None = None
-
-    def take_back(self, entries: dict[str, Entry]) -> None:
-        for key, before in ((self.claim.key, self.before), (self.shadow_key, self.shadow_before)):
-            current = entries.get(key) if key else None
-            if key is None or current is None or current.admitted_at != self.claim.admitted_at:
-                continue  # not this decision's (never written, or changed since)
-            if before is None:
-                del entries[key]
-            else:
-                entries[key] = before
-
-
-def _limits(quotas: list[Mapping[str, Any]]) -> dict[tuple[str, str], Any]:
-    """What a PodGroup decision reads of the quotas: which exist, and their specs."""
-    return {
-        ((q.get("metadata") or {}).get("name", ""), (q.get("metadata") or {}).get("uid", "")): q.get("spec")
-        for q in quotas
-    }
-
-
-def _take_turn(
-    request: AdmissionRequest,
-    view: ClusterView,
-    entry: Entry,
-    previous: Entry | None,
-    shrinking: bool,
-    arrived: float,
-    fresh: list[list[Mapping[str, Any]]],
-) -> str | Awaiting | None:
-    """One turn on the namespace's record: a refusal, Awaiting, or None (admitted, recorded).
-    Decided on the cached quotas, an admission is confirmed against a quorum LIST of them begun
-    at `arrived` (time.monotonic()), kept in `fresh` for the turns after; where the cache was
-    behind, it is decided again on the listed quotas, its first claim taken back."""
-    cached = view.resource_quotas(request.namespace)
-    problem, written = _decide_on_record(
-        request, view, entry, previous, shrinking, fresh[0] if fresh else cached
-    )
-    if problem is not None or written is None or fresh or shrinking:
-        return problem
-    deadline = request.deadline if request.deadline is not None else time.monotonic() + 10
-    fresh.append(view.ledger_store.fresh_quotas(request.namespace, arrived, deadline))
-    if _limits(fresh[0]) == _limits(cached):
-        return None
-    log.info("cached quotas behind; decided again", podgroup=f"{request.namespace}/{entry.group}")
-    return _decide_on_record(request, view, entry, previous, shrinking, fresh[0], written)[0]
-
-
 def _decide_on_record(
-    request: AdmissionRequest,
-    view: ClusterView,
-    entry: Entry,
-    previous: Entry | None,
-    shrinking: bool,
-    quotas: list[Mapping[str, Any]],
-    undo: _Written | None = None,
-) -> tuple[str | Awaiting | None, _Written | None]:
-    """(a refusal, Awaiting or None, what an admission wrote) of one decision against the
-    record and `quotas`; `undo`: an earlier decision of this request to take back first."""
+    request: AdmissionRequest, view: ClusterView, entry: Entry, previous: Entry | None, shrinking: bool
+) -> str | Awaiting | None:
+    """One turn on the namespace's record: a refusal, Awaiting, or None (admitted, recorded)."""
     now = dt.datetime.now(dt.UTC)
     namespace = request.namespace
     generation = view.podgroups_generation(namespace)  # taken before what the cache shows
@@ -289,7 +216,6 @@ def _decide_on_record(
     stored = view.stored_podgroups(namespace)
     bound = view.in_flight
     totals = _TOTALS(namespace)
-    written: list[_Written] = []
 
     def reserve(record: Record, reads: Reads) -> tuple[Record | None, str | Awaiting | None]:
         # Stamped when decided, not when the request arrived: a request that waited for its
@@ -297,8 +223,6 @@ def _decide_on_record(
         # is still on its way to storage.
         decided_at = stamp(dt.datetime.now(dt.UTC))
         entries = dict(record.entries)
-        if undo is not None:
-            undo.take_back(entries)
         existing = entries.get(entry.key)
         base = existing if existing is not None else previous
         # Never lowered at admission: either object may end up stored.
@@ -306,12 +230,10 @@ def _decide_on_record(
         if existing is not None and existing.covers(claim):
             return None, None  # nothing more claimed (a retry, a shrink, a metadata update)
         claim = replace(claim, admitted_at=decided_at, generation=entry.generation)
-        change = _Written(claim, existing)
         if base is not None and base.priority_class != claim.priority_class:
             # A class change: the old claim counts under the old class until the change is
             # stored or refused (the controller's sweep, or a LIST, ends it).
             key, old_claim = replace(base, admitted_at=decided_at, generation=entry.generation).as_shadow()
-            change = _Written(claim, existing, key, entries.get(key))
             entries[key] = old_claim
         if shrinking:
             entries[claim.key] = claim
@@ -357,22 +279,18 @@ def _decide_on_record(
                     return Awaiting(problem, len(pending), max(pending.values()))
             return problem
 
-        # A refusal may rest on the cached quotas (a quota the cache holds limits at least that
-        # much until its change arrives); an admission is confirmed after the turn (_take_turn).
-        problem = decide(quotas)
+        problem = decide(limiting_quotas(namespace, view.resource_quotas(namespace), record.fences, now))
         if problem:
             # Keep what a LIST confirmed; not the previous-class claim added for this request.
             kept = {k: e for k, e in entries.items() if not k.endswith(SHADOW_SUFFIX) or k in record.entries}
             changed = kept != dict(record.entries)
             return (record.with_entries(kept) if changed else None), problem
         entries[claim.key] = claim
-        written[:] = [change]
         return record.with_entries(entries), None
 
-    problem = view.ledger_store.update(
+    return view.ledger_store.update(
         request.namespace, reserve, dry_run=request.dry_run, deadline=request.deadline
     )
-    return problem, (written[0] if written and problem is None else None)
 
 
 RULE_SET = RuleSet(

@@ -1,0 +1,161 @@
+"""Quota fences: a ResourceQuota change written into its namespace's reservation record before
+kube-apiserver stores it, so that every PodGroup decision taken after the change is limited by
+it, however far behind a replica's quota cache is.
+
+A PodGroup admission must be decided against the quotas as they were at some moment after its
+request arrived: a quota created or lowered before that limits it. The cache alone cannot prove
+that, and a quorum LIST of an idle kind waits for etcd's next progress notification (up to
+100 ms, KEP-2340) on every admission. Instead the quota hook (webhook.rules.quota_fence) takes a
+turn on the record for every quota change it admits, so the change reaches the record before it
+can reach storage, and a decision's turn on the record sees it: a decision counts the cached
+quotas and, as further quotas, the spec of every fence still live.
+
+A fence stays live until the cache shows what became of the change, then the cache alone
+decides (a raise counts as soon as the cache has it):
+
+- an update of the version `base` is superseded once the cache shows the quota (the same
+  object, by uid) at a later resourceVersion: a change is stored as the version right after its
+  base or not at all (kube-apiserver checks the precondition, or admits it again on the newer
+  object, before storing: k8s.io/apiserver registry/generic/registry/store.go Update);
+- a create (no base) is superseded once the cache shows the object;
+- any fence expires FENCE_TTL after it was written: a change refused after this hook (by a
+  later admission step, or storage) never shows, and kube-apiserver gives up on a request well
+  within that time (--request-timeout, 60 s by default).
+
+Every rule errs towards counting a fence: unknown uid, versions that do not compare (KEP-5504
+makes them comparable integers), a quota the cache lacks. Two fences of one quota both count,
+so changes admitted in one order and stored in the other never loosen a decision.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from priogate.clock import parse_time
+from priogate.quota import hard_limits
+
+# Longer than kube-apiserver lets a write take after admission (its default --request-timeout
+# is 60 s), plus a watch cache's lag.
+FENCE_TTL = dt.timedelta(seconds=90)
+
+
+@dataclass(frozen=True)
+class QuotaFence:
+    quota: str  # the ResourceQuota's name
+    uid: str  # its metadata.uid ("" when unknown: counted until it expires)
+    base: str  # the resourceVersion the change applies to; "" for a create
+    spec: Mapping[str, Any]  # the spec it was admitted with
+    at: str  # when it was written (ledger.stamp)
+
+    @property
+    def key(self) -> str:
+        """Two changes of one version are two fences, however they were admitted or stored."""
+        spec = hashlib.sha256(json.dumps(self.spec, sort_keys=True).encode()).hexdigest()[:16]
+        return f"{self.quota}/{self.uid}/{self.base}/{spec}"
+
+    def as_quota(self, namespace: str) -> dict[str, Any]:
+        """The ResourceQuota the fence stands for, as a decision counts it."""
+        return {"metadata": {"name": self.quota, "namespace": namespace, "uid": self.uid}, "spec": self.spec}
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, raw: Any) -> QuotaFence:
+        """ValueError or TypeError for anything priogate did not write."""
+        if not isinstance(raw, Mapping):
+            raise TypeError("quota fence is not an object")
+        fields = {name: raw.get(name) for name in ("quota", "uid", "base", "at")}
+        if not all(isinstance(value, str) for value in fields.values()) or not fields["quota"]:
+            raise TypeError(f"quota fence fields are not strings: {sorted(fields)}")
+        spec = raw.get("spec")
+        if not isinstance(spec, Mapping):
+            raise TypeError("quota fence spec is not an object")
+        fence = cls(spec=spec, **fields)  # type: ignore[arg-type]
+        parse_time(fence.at)
+        hard_limits(fence.as_quota(""))  # raises for a quantity that does not parse
+        return fence
+
+
+def fence_of(quota: Mapping[str, Any], old: Mapping[str, Any] | None, at: str) -> QuotaFence:
+    """The fence of a quota CREATE (`old` None) or UPDATE as admitted."""
+    meta = quota.get("metadata") or {}
+    base = str((old.get("metadata") or {}).get("resourceVersion") or "") if old is not None else ""
+    return QuotaFence(
+        quota=str(meta.get("name") or ""),
+        uid=str(meta.get("uid") or ""),
+        base=base,
+        spec=dict(quota.get("spec") or {}),
+        at=at,
+    )
+
+
+def seeded(listed: Iterable[Mapping[str, Any]], at: str) -> dict[str, QuotaFence]:
+    """Fences standing for quotas a quorum LIST returned (a record rebuilt without its fences):
+    each counts until the cache shows its quota at that version or later."""
+    fences = {}
+    for quota in listed:
+        meta = quota.get("metadata") or {}
+        # Superseded by a later version; the listed version itself is what the fence holds.
+        fence = fence_of(quota, {"metadata": {"resourceVersion": _before(meta.get("resourceVersion"))}}, at)
+        fences[fence.key] = fence
+    return fences
+
+
+def _before(version: Any) -> str:
+    """The version just before `version`, so the cache showing `version` supersedes a fence of
+    it (one that does not compare when `version` is not an integer: the fence then counts
+    until it expires)."""
+    try:
+        return str(int(version) - 1)
+    except (TypeError, ValueError):
+        return "unknown"
+
+
+def is_live(fence: QuotaFence, cached: Mapping[str, Mapping[str, Any]], now: dt.datetime) -> bool:
+    """Whether a decision counts the fence: the cache (quota name -> object) does not show what
+    became of its change yet, and it has not expired."""
+    try:
+        if now - parse_time(fence.at) > FENCE_TTL:
+            return False
+    except ValueError:
+        return True
+    meta = (cached.get(fence.quota) or {}).get("metadata") or {}
+    if not meta or not fence.uid or meta.get("uid") != fence.uid:
+        return True
+    if not fence.base:
+        return False  # a create, and the cache shows the object
+    try:
+        return int(meta.get("resourceVersion")) <= int(fence.base)
+    except (TypeError, ValueError):
+        return True
+
+
+def _by_name(quotas: Iterable[Mapping[str, Any]]) -> dict[str, Mapping[str, Any]]:
+    return {str((q.get("metadata") or {}).get("name") or ""): q for q in quotas}
+
+
+def live_fences(
+    fences: Mapping[str, QuotaFence], cached: Iterable[Mapping[str, Any]], now: dt.datetime
+) -> dict[str, QuotaFence]:
+    by_name = _by_name(cached)
+    return {key: fence for key, fence in fences.items() if is_live(fence, by_name, now)}
+
+
+def limiting_quotas(
+    namespace: str,
+    cached: list[Mapping[str, Any]],
+    fences: Mapping[str, QuotaFence],
+    now: dt.datetime,
+) -> list[Mapping[str, Any]]:
+    """What a PodGroup decision counts: the cached quotas and every live fence as a quota of its
+    own (a claim must fit both the spec the cache shows and the spec on its way)."""
+    live = live_fences(fences, cached, now)
+    if not live:
+        return cached
+    return [*cached, *(fence.as_quota(namespace) for _, fence in sorted(live.items()))]

@@ -1,0 +1,85 @@
+"""Validating ResourceQuotas: every change to a quota's spec is written into its namespace's
+reservation record, as a quota fence (priogate.quota_fence), before kube-apiserver may store
+it. PodGroup decisions count the record's live fences besides their cached quotas, so a quota
+created or lowered before a PodGroup request arrived limits it, with no read of the quotas per
+admission (webhook.rules.podgroup_quota).
+
+It never refuses a quota for what it says: only when the record cannot be written in time,
+with "retry" (429 or 503), because a change that skipped the record could be missed by an
+admission that follows it. Dry-run requests write nothing (side effects NoneOnDryRun), and
+kube-apiserver calls the hook only for creates and spec changes (its matchCondition): status
+updates (kube-controller-manager's, through the status subresource) and metadata-only updates
+change no limit. Called in every namespace but the exempt ones, enrolled or not: a namespace
+may be enrolled between a quota change and the next PodGroup, and quota changes are rare.
+
+Each write also drops the fences no decision counts any more (superseded in this replica's
+cache, or expired); a stale cache only keeps more of them.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Mapping
+from typing import Any
+
+from priogate.ledger import Reads, Record, stamp
+from priogate.quota_fence import fence_of, live_fences
+from webhook.objects import MalformedObject, new_object, old_object
+from webhook.record_refusal import record_refusal
+from webhook.registry import ClusterView, RuleSet
+from webhook.review import AdmissionRequest, Decision, allow
+
+NAME = "resourcequota-fence.priogate.io"
+
+
+def admit(request: AdmissionRequest, view: ClusterView) -> Decision:
+    if request.operation not in ("CREATE", "UPDATE") or request.dry_run:
+        return allow()
+    quota = new_object(request)
+    old = old_object(request) if request.operation == "UPDATE" else None
+    if not isinstance(quota.get("spec") or {}, Mapping):
+        raise MalformedObject("object.spec must be an object")
+    now = dt.datetime.now(dt.UTC)
+    fence = fence_of(quota, old, stamp(now))
+    namespace = request.namespace
+
+    def write(record: Record, reads: Reads) -> tuple[Record | None, Any]:
+        fences = live_fences(record.fences, view.resource_quotas(namespace), dt.datetime.now(dt.UTC))
+        fences[fence.key] = fence
+        return record.with_fences(fences), None
+
+    try:
+        view.ledger_store.update(namespace, write, deadline=request.deadline)
+    except Exception as e:
+        refusal = record_refusal(f"ResourceQuota {fence.quota}", e)
+        if refusal is None:
+            raise
+        return refusal
+    return allow()
+
+
+RULE_SET = RuleSet(
+    name=NAME,
+    path="/validate/resourcequotas",
+    kind="validating",
+    handler=admit,
+    api_groups=("",),
+    api_versions=("v1",),
+    resources=("resourcequotas",),
+    operations=("CREATE", "UPDATE"),
+    side_effects="NoneOnDryRun",
+    timeout_seconds=10,
+    needs=("resourcequotas",),
+    # The cache only prunes fences: a stale one keeps more of them, never fewer.
+    answers_from_stale=True,
+    # A spec that is absent on either side counts as a change: a missing field must not make
+    # the expression fail (an error applies the failurePolicy).
+    match_conditions=(
+        (
+            "create-or-spec-change",
+            "request.operation == 'CREATE' || !has(object.spec) || !has(oldObject.spec)"
+            " || object.spec != oldObject.spec",
+        ),
+    ),
+    server="quota",
+)
