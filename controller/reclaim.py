@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import structlog
 
@@ -122,7 +122,7 @@ class Reclaimer:
             )
             if entries == before and charges == dict(record.charges):
                 return None, outcome
-            return Record(entries, charges), outcome
+            return replace(record, entries=entries, charges=charges), outcome  # fences kept
 
         result = self.store.update(namespace, make_true)
         if result.changed:

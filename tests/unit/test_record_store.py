@@ -431,6 +431,8 @@ def test_the_controller_sweep_adopts_lowers_and_drops_with_a_quorum_list():
     assert result.recheck_after is not None  # "young" is looked at again once past the bound
     got = {e.group: e.min_resources["cpu"] for e in entries_of(api.objects[RECORD]).values()}
     assert got == {"kept": "2", "grown": "1", "adopt-me": "2", "young": "1"}
+    # The fence the rebuilt record took from the quota LIST survives the sweep's rewrite.
+    assert [f.quota for f in record_of(api.objects[RECORD]).fences.values()] == ["compute"]
 
 
 def test_a_class_change_counts_both_claims_until_stored():
