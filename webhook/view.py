@@ -5,6 +5,7 @@ cache change, not per request."""
 from __future__ import annotations
 
 import datetime as dt
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -14,7 +15,7 @@ from priogate import podgroup, priority
 from priogate.kube import catalogue
 from priogate.kube.cache import Transform, WatchCache
 from priogate.kube.catalogue import Source
-from priogate.kube.client import ApiClient, resource_path
+from priogate.kube.client import ApiClient, ApiError, resource_path
 from priogate.kube.ledger_store import LedgerStore
 from priogate.kube.namespaces import label_namespace, probe_refusal
 from priogate.ledger import (
@@ -52,6 +53,8 @@ def sources(ledger_namespace: str = DEFAULT_LEDGER_NAMESPACE) -> dict[str, tuple
 
 
 CACHES = sources()
+# What an object's name may be (apimachinery's IsDNS1123Subdomain), PriorityClasses' included.
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 # Namespaces whose cached groups' claims are kept between generations (ClusterView).
 CLAIMS_MEMO_NAMESPACES = 1024
 
@@ -115,6 +118,18 @@ class CacheView:
             memo = (generation, priority.current_default(cache.namespace("").values()))
             self._default_memo = memo
         return memo[1]
+
+    def stored_priority_class(self, name: str) -> Mapping | None:
+        """The PriorityClass `name` as kube-apiserver stores it (a quorum GET), None when there
+        is none or no API server (offline, tests: the cache is all there is)."""
+        if self.client is None or not _DNS_SUBDOMAIN.fullmatch(name) or len(name) > 253:
+            return None  # no API server, or a name no stored object can have (nor a path)
+        try:
+            return self.client.get(f"/apis/scheduling.k8s.io/v1/priorityclasses/{name}", timeout=(3, 3))
+        except ApiError as e:
+            if e.status == 404:
+                return None
+            raise
 
     def resource_quotas(self, namespace: str) -> list[Mapping[str, Any]]:
         return list(self.caches["resourcequotas"].namespace(namespace).values())

@@ -25,6 +25,7 @@ from __future__ import annotations
 from typing import Any
 
 from priogate import priority
+from webhook import class_lookup
 from webhook.objects import mapping, new_object, optional_int, optional_str
 from webhook.registry import ClusterView, RuleSet
 from webhook.review import AdmissionRequest, Decision, allow, deny, set_field
@@ -53,7 +54,7 @@ def _admit_create(request: AdmissionRequest, view: ClusterView) -> Decision:
     given = optional_int(spec, "priority", "object.spec")
     name = forbidden_name(request, group)
     try:
-        resolution = priority.resolve(class_name, view.priority_classes(), view.default_priority_class())
+        resolution = class_lookup.resolve(class_name, view)
     except priority.ClassNotFound as e:
         return deny(f'{RESOURCE} "{name}" is forbidden: {e}')
     conflict = priority.podgroup_priority_conflict(given, resolution)

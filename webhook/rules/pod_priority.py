@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from priogate import priority
+from webhook import class_lookup
 from webhook.objects import mapping, new_object, object_name, old_object, optional_int, optional_str
 from webhook.registry import ClusterView, RuleSet
 from webhook.review import AdmissionRequest, Decision, allow, deny, set_field
@@ -25,7 +26,7 @@ def _admit_create(request: AdmissionRequest, view: ClusterView) -> Decision:
     optional_int(spec, "priority", "object.spec")
     optional_str(spec, "preemptionPolicy", "object.spec")
     try:
-        resolution = priority.resolve(class_name, view.priority_classes(), view.default_priority_class())
+        resolution = class_lookup.resolve(class_name, view)
     except priority.ClassNotFound as e:
         return _forbidden(pod, str(e))
     conflict = priority.preset_conflict(spec, resolution)

@@ -18,6 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 from priogate import podgroup, priority
+from webhook import class_lookup
 from webhook.objects import mapping, new_object, old_object, optional_int, optional_str
 from webhook.registry import ClusterView, RuleSet
 from webhook.review import AdmissionRequest, Decision, allow, deny, set_field
@@ -52,7 +53,7 @@ def admit(request: AdmissionRequest, view: ClusterView) -> Decision:
         if class_name == stored:
             return allow(patch)
     try:
-        resolution = priority.resolve(class_name, view.priority_classes(), view.default_priority_class())
+        resolution = class_lookup.resolve(class_name, view)
     except priority.ClassNotFound as e:
         return deny(str(e))
     if resolution.defaulted:

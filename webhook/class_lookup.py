@@ -1,0 +1,38 @@
+"""A pod's or PodGroup's PriorityClass, resolved from the cache, and read once more from the API
+server before it is called missing.
+
+The priority hooks answer from a watch cache, which hears of a PriorityClass a few milliseconds
+after it is stored: a class created a moment before the object that names it would be refused
+as missing, as kube-apiserver's own Priority plugin refuses it from its informer
+(plugin/pkg/admission/priority admission.go: the lister's NotFound). A quorum GET of that one
+class settles it; it is made only for a name the cache lacks, so its cost falls on requests
+that are refused anyway.
+"""
+
+from __future__ import annotations
+
+import structlog
+
+from priogate import priority
+from priogate.kube.client import ApiError
+from webhook.registry import ClusterView
+
+log = structlog.get_logger("priogate.priority")
+
+
+def resolve(class_name: str | None, view: ClusterView) -> priority.Resolution:
+    """priority.resolve over the cached classes; ClassNotFound only when the API server does
+    not hold the class either."""
+    try:
+        return priority.resolve(class_name, view.priority_classes(), view.default_priority_class())
+    except priority.ClassNotFound as missing:
+        try:
+            stored = view.stored_priority_class(class_name or "")
+        except (ApiError, OSError) as e:
+            log.warning(
+                "PriorityClass could not be read; missing as the cache says", name=class_name, error=str(e)
+            )
+            raise missing from None
+        if stored is None:
+            raise
+        return priority.resolve(class_name, {class_name or "": stored}, view.default_priority_class())
