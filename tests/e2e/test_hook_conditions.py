@@ -17,6 +17,7 @@ from priogate.kube.client import ApiClient, ApiError, load_client, resource_path
 from tests.builders import pod, podgroup, priority_class
 from tests.e2e.conftest import ClassTracker
 from tests.e2e.controller_helpers import groups_path
+from tests.e2e.helpers import wait_for
 
 MERGE = "application/merge-patch+json"
 PRIORITY_CLASSES = "/apis/scheduling.k8s.io/v1/priorityclasses"
@@ -83,3 +84,19 @@ def test_a_podgroup_update_reaches_the_hooks_only_when_they_act(client, namespac
     assert refused.value.status == 403
     assert "written only by the priogate controller" in str(refused.value)
     assert calls(client, PG_ANNOTATIONS, "UPDATE") == annotations + 1
+
+
+def test_a_quota_write_reaches_the_fence_hook_only_when_it_creates_or_changes_a_spec(client, namespace):
+    """kube-controller-manager's status writes and metadata-only updates change no limit."""
+    hook, path = "resourcequota-fence.priogate.io", resource_path("v1", "resourcequotas", namespace)
+    before = calls(client, hook, "CREATE")
+    client.create(path, {"metadata": {"name": "cond"}, "spec": {"hard": {"pods": "5"}}})
+    assert calls(client, hook, "CREATE") == before + 1
+    updates = calls(client, hook, "UPDATE")
+    wait_for(
+        lambda: bool((client.get(f"{path}/cond").get("status") or {}).get("used")), 60, "status.used", 0.2
+    )
+    patch(client, f"{path}/cond", {"metadata": {"labels": {"touched": "yes"}}})
+    assert calls(client, hook, "UPDATE") == updates, "a status or label write was sent to the quota hook"
+    patch(client, f"{path}/cond", {"spec": {"hard": {"pods": "6"}}})
+    assert calls(client, hook, "UPDATE") == updates + 1

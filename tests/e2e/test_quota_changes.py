@@ -1,0 +1,118 @@
+"""Quota changes against PodGroup admissions, on the real control plane: the admin changes a
+ResourceQuota and a tenant (the built-in `edit` role in one namespace, tests/e2e/tenant.py)
+creates PodGroups at once. priogate decides PodGroups on its cached quotas plus the quota
+fences its ResourceQuota hook wrote into the namespace's record before kube-apiserver stored
+each change (webhook.rules.quota_fence), so no change is missed however far the cache is behind.
+
+- a quota created a moment before a create limits it, in an enrolled namespace and in a
+  namespace's very first claim (through the enrolment hook);
+- a raised quota counts as soon as priogate's cache shows it, and the record keeps no fence its
+  cache has seen the end of;
+- the tenant can change neither the quotas nor the record that holds the fences.
+
+(A quota lowered a moment before a create: tests/e2e/test_hostile_tenant_quota.py.)
+"""
+
+from __future__ import annotations
+
+import pytest
+from kubernetes.client.rest import ApiException
+
+from localcluster import LocalCluster
+from localcluster.api import update
+from priogate.kube.client import ApiClient, load_client, resource_path
+from priogate.ledger import DEFAULT_LEDGER_NAMESPACE, record_of, record_path
+from tests.e2e.helpers import refusal, wait_for
+from tests.e2e.tenant import Tenant
+from tests.e2e.test_hostile_tenant_quota import podgroup, quota, reserved_groups
+
+ROUNDS = 8
+
+
+@pytest.fixture(scope="module")
+def admin(cluster: LocalCluster) -> ApiClient:
+    return load_client(str(cluster.kubeconfig))
+
+
+def quotas(namespace: str) -> str:
+    return resource_path("v1", "resourcequotas", namespace)
+
+
+def fences(admin: ApiClient, namespace: str) -> list:
+    return list(record_of(admin.get(record_path(DEFAULT_LEDGER_NAMESPACE, namespace))).fences.values())
+
+
+def test_a_quota_created_a_moment_before_a_create_limits_it(tenant: Tenant, admin: ApiClient):
+    """Each round the admin creates a small quota and the tenant at once claims more than it
+    allows: refused by that quota, though the webhook's cache has usually not heard of it."""
+    quota(admin, tenant.namespace, "100")
+    tenant.create_podgroup(podgroup("base", "1"))
+    for round_ in range(ROUNDS):
+        admin.create(
+            quotas(tenant.namespace),
+            {"metadata": {"name": f"small-{round_}"}, "spec": {"hard": {"cpu": "2"}}},
+        )
+        got = refusal(lambda: tenant.create_podgroup(podgroup(f"late-{round_}", "2")))  # noqa: B023
+        assert got is not None and f"exceeded quota: small-{round_}" in got[1], (round_, got)
+        admin.request("DELETE", f"{quotas(tenant.namespace)}/small-{round_}")
+    assert reserved_groups(admin, tenant.namespace) == {"base"}
+
+
+def test_a_namespaces_first_claim_is_limited_by_a_quota_created_a_moment_before(
+    tenant: Tenant, admin: ApiClient
+):
+    """The namespace holds no reservation yet: its first claim goes through the enrolment hook,
+    which decides it on the same record the quota hook fenced."""
+    admin.create(quotas(tenant.namespace), {"metadata": {"name": "compute"}, "spec": {"hard": {"cpu": "1"}}})
+    got = refusal(lambda: tenant.create_podgroup(podgroup("first", "2")))
+    assert got is not None and "exceeded quota: compute" in got[1], got
+    tenant.create_podgroup(podgroup("fits", "1"))
+    assert reserved_groups(admin, tenant.namespace) == {"fits"}
+
+
+def test_a_raised_quota_counts_once_cached_and_the_record_keeps_only_live_fences(
+    tenant: Tenant, admin: ApiClient
+):
+    quota(admin, tenant.namespace, "2")
+    tenant.create_podgroup(podgroup("a", "2"))
+    path = f"{quotas(tenant.namespace)}/compute"
+    update(admin, path, lambda q: q["spec"]["hard"].update(cpu="6"))
+    # kube-controller-manager rewrites the quota's status meanwhile: each version the cache
+    # shows ends the fences of the versions before it.
+    wait_for(
+        lambda: refusal(lambda: tenant.create_podgroup(podgroup("b", "4"))) is None,
+        30,
+        "the raise counts",
+        0.2,
+    )
+    update(admin, path, lambda q: q["spec"]["hard"].update(cpu="7"))  # its write drops ended fences
+    assert len(fences(admin, tenant.namespace)) <= 2, fences(admin, tenant.namespace)
+    assert reserved_groups(admin, tenant.namespace) == {"a", "b"}
+
+
+def test_the_tenant_can_change_neither_quotas_nor_the_record_of_fences(tenant: Tenant, admin: ApiClient):
+    quota(admin, tenant.namespace, "2")
+    for verb in ("create", "update", "patch", "delete"):
+        assert not tenant.can(verb, "resourcequotas"), verb
+    with pytest.raises(ApiException) as raised:
+        tenant.core.patch_namespaced_resource_quota(
+            "compute", tenant.namespace, {"spec": {"hard": {"cpu": "99"}}}
+        )
+    assert raised.value.status == 403
+    # The record lives in priogate's namespace, out of the tenant's reach.
+    record = f"podgroup-reservations.{tenant.namespace}"
+    with pytest.raises(ApiException) as raised:
+        tenant.core.patch_namespaced_config_map(record, DEFAULT_LEDGER_NAMESPACE, {"data": {}})
+    assert raised.value.status == 403
+    assert [f.quota for f in fences(admin, tenant.namespace)] == ["compute"]
+
+
+def test_a_dry_run_quota_change_writes_no_fence(tenant: Tenant, admin: ApiClient):
+    quota(admin, tenant.namespace, "2")
+    before = admin.get(record_path(DEFAULT_LEDGER_NAMESPACE, tenant.namespace))["metadata"]["resourceVersion"]
+    path = f"{quotas(tenant.namespace)}/compute"
+    stored = admin.get(path)
+    stored["spec"]["hard"]["cpu"] = "1"
+    admin.request("PUT", path, query=[("dryRun", "All")], body=stored)
+    after = admin.get(record_path(DEFAULT_LEDGER_NAMESPACE, tenant.namespace))["metadata"]["resourceVersion"]
+    assert after == before
