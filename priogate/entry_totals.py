@@ -39,6 +39,15 @@ class EntryTotals:
             add_into(totals.setdefault(own.priority_class, {}), positive_nanos(own.reservation()), -1)
         return class_totals(totals.items())
 
+    def fork(self) -> EntryTotals:
+        """A copy to sum a what-if map on (the record without some claims, or settled): it
+        moves only the entries that differ, and these sums stay on the record."""
+        copy = EntryTotals()
+        with self._lock:
+            copy._entries = dict(self._entries)
+            copy._totals = {cls: dict(amounts) for cls, amounts in self._totals.items()}
+        return copy
+
     def _catch_up(self, entries: Mapping[str, Entry]) -> None:
         last = self._entries
         gone = last.keys() - entries.keys()

@@ -103,3 +103,18 @@ def test_each_namespace_keeps_its_own_sums_and_the_number_kept_is_bounded():
     first = by_namespace("ns-a")
     by_namespace("ns-c")  # a third: all forgotten, rebuilt on demand
     assert by_namespace("ns-a") is not first
+
+
+@settings(max_examples=200, deadline=None)
+@given(records=records_st, what_if=st.lists(entries_st, max_size=8), claim=entries_st)
+def test_a_fork_sums_a_what_if_map_and_leaves_the_record_sums_alone(records, what_if, claim):
+    totals = EntryTotals()
+    for record in records:
+        totals.others(record, claim.key)
+    what_if_map = {**records[-1], **{e.key: e for e in what_if}}
+    for key in list(what_if_map)[::2]:
+        del what_if_map[key]
+    assert sums(totals.fork().others(what_if_map, claim.key)) == afresh(what_if_map, claim.key)
+    kept = dict(totals._entries)
+    assert sums(totals.others(records[-1], claim.key)) == afresh(records[-1], claim.key)
+    assert totals._entries == kept  # nothing moved: the fork took the what-if's moves

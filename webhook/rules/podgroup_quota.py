@@ -114,7 +114,7 @@ def check_claim(
     entries: Mapping[str, Entry], claim: Entry, quotas: list[Mapping[str, Any]], totals: EntryTotals
 ) -> str | None:
     """`totals`: the namespace's running sums of its entries (priogate.entry_totals), or a
-    fresh EntryTotals() for a what-if map, which would move those sums away and back."""
+    fork of them for a what-if map, which would move those sums away and back."""
     return check_podgroup(quotas, totals.others(entries, claim.key), claim.reservation())
 
 
@@ -243,8 +243,8 @@ def _decide_on_record(
             nonlocal entries
 
             def fits(what_if: Mapping[str, Entry]) -> bool:
-                # Sums of its own: the record's running sums stay on the record.
-                return check_claim(what_if, claim, quotas, EntryTotals()) is None
+                # On a fork: the record's running sums stay on the record.
+                return check_claim(what_if, claim, quotas, totals.fork()) is None
 
             problem = check_claim(entries, claim, quotas, totals)
             if problem:
