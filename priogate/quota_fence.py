@@ -10,8 +10,8 @@ turn on the record for every quota change it admits, so the change reaches the r
 can reach storage, and a decision's turn on the record sees it: a decision counts the cached
 quotas and, as further quotas, the spec of every fence still live.
 
-A fence stays live until the cache shows what became of the change, then the cache alone
-decides (a raise counts as soon as the cache has it):
+A decision counts a fence until its own cache shows what became of the change, then that cache
+alone decides (a raise counts as soon as the cache has it):
 
 - an update of the version `base` is superseded once the cache shows the quota (the same
   object, by uid) at a later resourceVersion: a change is stored as the version right after its
@@ -24,7 +24,9 @@ decides (a raise counts as soon as the cache has it):
 
 Every rule errs towards counting a fence: unknown uid, versions that do not compare (KEP-5504
 makes them comparable integers), a quota the cache lacks. Two fences of one quota both count,
-so changes admitted in one order and stored in the other never loosen a decision.
+so changes admitted in one order and stored in the other never loosen a decision. A record keeps
+every fence until it expires: one replica's cache having seen the end of a change says nothing
+of another's.
 """
 
 from __future__ import annotations
@@ -120,11 +122,8 @@ def _before(version: Any) -> str:
 def is_live(fence: QuotaFence, cached: Mapping[str, Mapping[str, Any]], now: dt.datetime) -> bool:
     """Whether a decision counts the fence: the cache (quota name -> object) does not show what
     became of its change yet, and it has not expired."""
-    try:
-        if now - parse_time(fence.at) > FENCE_TTL:
-            return False
-    except ValueError:
-        return True
+    if _expired(fence, now):
+        return False
     meta = (cached.get(fence.quota) or {}).get("metadata") or {}
     if not meta or not fence.uid or meta.get("uid") != fence.uid:
         return True
@@ -134,6 +133,20 @@ def is_live(fence: QuotaFence, cached: Mapping[str, Mapping[str, Any]], now: dt.
         return int(meta.get("resourceVersion")) <= int(fence.base)
     except (TypeError, ValueError):
         return True
+
+
+def unexpired(fences: Mapping[str, QuotaFence], now: dt.datetime) -> dict[str, QuotaFence]:
+    """The fences a record keeps: every one younger than FENCE_TTL. Not fewer: that this
+    replica's cache has seen what became of a change says nothing of another replica's cache,
+    which may still need the fence."""
+    return {key: fence for key, fence in fences.items() if not _expired(fence, now)}
+
+
+def _expired(fence: QuotaFence, now: dt.datetime) -> bool:
+    try:
+        return now - parse_time(fence.at) > FENCE_TTL
+    except ValueError:
+        return False
 
 
 def _by_name(quotas: Iterable[Mapping[str, Any]]) -> dict[str, Mapping[str, Any]]:

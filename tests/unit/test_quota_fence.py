@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from priogate.ledger import stamp
-from priogate.quota_fence import FENCE_TTL, QuotaFence, fence_of, is_live, limiting_quotas, seeded
+from priogate.quota_fence import FENCE_TTL, QuotaFence, fence_of, is_live, limiting_quotas, seeded, unexpired
 
 NOW = dt.datetime(2026, 11, 26, 12, 0, tzinfo=dt.UTC)
 SPEC = {"hard": {"cpu": "4"}}
@@ -101,3 +101,10 @@ def test_a_fence_priogate_did_not_write_is_refused(raw):
 def test_a_fence_survives_its_json():
     original = fence()
     assert QuotaFence.from_json(original.to_json()) == original
+
+
+def test_a_record_keeps_every_fence_until_it_expires():
+    ended, young = fence(base="5"), fence(base="6", age=1)
+    old = fence(base="7", age=FENCE_TTL.total_seconds() + 1)
+    kept = unexpired({f.key: f for f in (ended, young, old)}, NOW)
+    assert set(kept) == {ended.key, young.key}  # ended in some cache: kept all the same

@@ -22,6 +22,7 @@ from priogate import clock
 from priogate.kube.client import ApiError, resource_path
 from priogate.kube.ledger_store import LedgerStore
 from priogate.ledger import entries_of, record_object, record_of, record_path, stamp
+from priogate.quota_fence import FENCE_TTL
 from tests.builders import fed_cache, group_review, pod, podgroup, resource_quota, review
 from tests.fake_api import FakeApi
 from webhook.review import parse_review
@@ -130,14 +131,51 @@ def test_a_quota_lowered_before_the_request_limits_it_though_the_cache_has_not_s
     assert admit_group(view, "b", "4").allowed  # nothing refused holds the quota
 
 
-def test_a_quota_raised_counts_once_the_cache_shows_it_and_its_fence_is_dropped():
+def test_a_quota_raised_counts_once_the_cache_shows_it():
     api, view = cached_quota_setup("4")
     assert change_quota(api, view, "10").allowed  # the cache has not heard: cpu=4 still limits
     assert not admit_group(view, "a", "6").allowed
     view.caches["resourcequotas"].apply_event("MODIFIED", api.objects[f"{QUOTAS}/compute"])
     assert admit_group(view, "a", "6").allowed  # the fence is superseded by the cached version
-    assert change_quota(api, view, "12", cached=True).allowed
-    assert [f.spec for f in record_of(api.objects[RECORD]).fences.values()] == [{"hard": {"cpu": "12"}}]
+
+
+def test_the_record_keeps_a_fence_another_replicas_cache_still_needs():
+    """Replica A's cache has seen the lowered quota; replica B's has not. A's next fence write
+    must not drop the first fence: B decides on it."""
+    api, view_a = cached_quota_setup()
+    assert change_quota(api, view_a, "4", cached=True).allowed
+    assert change_quota(api, view_a, "5", cached=True).allowed  # A's cache shows both ended
+    assert len(record_of(api.objects[RECORD]).fences) == 3  # the record's rebuild, 4 and 5
+    view_b = CacheView(
+        {**view_a.caches, "resourcequotas": fed_cache("resourcequotas", [])},
+        view_a.ledger_store,
+        in_flight=view_a.in_flight,
+    )
+    view_b.caches["resourcequotas"].apply_event(
+        "ADDED",
+        {
+            **api.objects[f"{QUOTAS}/compute"],
+            "spec": {"hard": {"cpu": "10"}},
+            "metadata": {**api.objects[f"{QUOTAS}/compute"]["metadata"], "resourceVersion": "1"},
+        },
+    )
+    refused = admit_group(view_b, "a", "6")
+    assert not refused.allowed and "limited: cpu=4" in refused.message
+
+
+def test_a_quota_change_drops_the_expired_fences_and_no_others():
+    api, view = cached_quota_setup()
+    assert change_quota(api, view, "4", cached=True).allowed
+    obj = api.objects[RECORD]
+    record = record_of(obj)
+    old = dt.datetime.now(dt.UTC) - FENCE_TTL - dt.timedelta(seconds=1)
+    aged_fences = {k: replace(f, at=stamp(old)) for k, f in record.fences.items()}
+    version = obj["metadata"]["resourceVersion"]
+    api.request(
+        "PUT", RECORD, body=record_object("priogate-system", NS, record.with_fences(aged_fences), version)
+    )
+    assert change_quota(api, view, "5", cached=True).allowed
+    assert [f.spec for f in record_of(api.objects[RECORD]).fences.values()] == [{"hard": {"cpu": "5"}}]
 
 
 def test_two_changes_of_one_quota_both_limit_until_the_cache_shows_what_became_of_them():
@@ -159,8 +197,7 @@ def test_a_quota_created_before_the_request_limits_it_though_the_cache_has_not_s
     refused = admit_group(view, "a", "3")
     assert not refused.allowed and "exceeded quota: small" in refused.message
     view.caches["resourcequotas"].apply_event("ADDED", api.put_object(QUOTAS, new))
-    assert change_quota(api, view, "9", cached=True).allowed  # its write drops the create's fence
-    assert [f.quota for f in record_of(api.objects[RECORD]).fences.values()] == ["compute"]
+    assert admit_group(view, "a", "2").allowed  # once cached, the create's fence ends: 2 fits
 
 
 def test_a_dry_run_quota_change_writes_nothing():

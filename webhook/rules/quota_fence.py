@@ -12,8 +12,8 @@ updates (kube-controller-manager's, through the status subresource) and metadata
 change no limit. Called in every namespace but the exempt ones, enrolled or not: a namespace
 may be enrolled between a quota change and the next PodGroup, and quota changes are rare.
 
-Each write also drops the fences no decision counts any more (superseded in this replica's
-cache, or expired); a stale cache only keeps more of them.
+Each write also drops the expired fences; no others, since a replica whose cache is behind may
+still need them.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from priogate.ledger import Reads, Record, stamp
-from priogate.quota_fence import fence_of, live_fences
+from priogate.quota_fence import fence_of, unexpired
 from webhook.objects import MalformedObject, new_object, old_object
 from webhook.record_refusal import record_refusal
 from webhook.registry import ClusterView, RuleSet
@@ -44,7 +44,7 @@ def admit(request: AdmissionRequest, view: ClusterView) -> Decision:
     namespace = request.namespace
 
     def write(record: Record, reads: Reads) -> tuple[Record | None, Any]:
-        fences = live_fences(record.fences, view.resource_quotas(namespace), dt.datetime.now(dt.UTC))
+        fences = unexpired(record.fences, dt.datetime.now(dt.UTC))
         fences[fence.key] = fence
         return record.with_fences(fences), None
 
@@ -69,9 +69,7 @@ RULE_SET = RuleSet(
     operations=("CREATE", "UPDATE"),
     side_effects="NoneOnDryRun",
     timeout_seconds=10,
-    needs=("resourcequotas",),
-    # The cache only prunes fences: a stale one keeps more of them, never fewer.
-    answers_from_stale=True,
+    needs=(),  # it reads no cache
     # A spec that is absent on either side counts as a change: a missing field must not make
     # the expression fail (an error applies the failurePolicy).
     match_conditions=(
