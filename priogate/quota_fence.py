@@ -18,9 +18,14 @@ alone decides (a raise counts as soon as the cache has it):
   base or not at all (kube-apiserver checks the precondition, or admits it again on the newer
   object, before storing: k8s.io/apiserver registry/generic/registry/store.go Update);
 - a create (no base) is superseded once the cache shows the object;
-- any fence expires FENCE_TTL after it was written: a change refused after this hook (by a
-  later admission step, or storage) never shows, and kube-apiserver gives up on a request well
-  within that time (--request-timeout, 60 s by default).
+- past the in-flight bound (a change is stored within it, if at all: priogate.ledger's
+  DEFAULT_IN_FLIGHT), a fence whose end the cache does not show counts only while a quorum read
+  of its quota says the change may have been stored (stored_keeps): one refused after the hook
+  (by a later admission step, or storage), or an AdmissionReview forged to the webhook, stops
+  counting then;
+- any fence expires FENCE_TTL after it was written, and the record drops it: kube-apiserver
+  gives up on a request well within that time (--request-timeout, 60 s by default), and a
+  replica's cache that lags by more is stale.
 
 Every rule errs towards counting a fence: unknown uid, versions that do not compare (KEP-5504
 makes them comparable integers), a quota the cache lacks. Two fences of one quota both count,
@@ -34,7 +39,7 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -143,21 +148,57 @@ def unexpired(fences: Mapping[str, QuotaFence], now: dt.datetime) -> dict[str, Q
 
 
 def _expired(fence: QuotaFence, now: dt.datetime) -> bool:
-    try:
-        return now - parse_time(fence.at) > FENCE_TTL
-    except ValueError:
-        return False
+    return _older_than(fence, now, FENCE_TTL)
 
 
 def _by_name(quotas: Iterable[Mapping[str, Any]]) -> dict[str, Mapping[str, Any]]:
     return {str((q.get("metadata") or {}).get("name") or ""): q for q in quotas}
 
 
+def stored_keeps(fence: QuotaFence, stored: Mapping[str, Any] | None) -> bool:
+    """Whether a fence past the in-flight bound, whose end the cache does not show, still
+    counts by the quota as a quorum read returns it: only if its change may have been stored
+    (the cache is then behind). A change stored at all is stored within the bound, so a
+    fence whose quota is gone, another object, or still at the version the change applied to
+    stood for a change refused after the hook, or for an AdmissionReview forged to the
+    webhook's URL: it counts no more."""
+    meta = (stored or {}).get("metadata") or {}
+    if not meta or (fence.uid and meta.get("uid") != fence.uid):
+        return False
+    if not fence.base:
+        return True  # a create, stored: the cache is behind
+    try:
+        return int(meta.get("resourceVersion")) > int(fence.base)
+    except (TypeError, ValueError):
+        return True
+
+
 def live_fences(
-    fences: Mapping[str, QuotaFence], cached: Iterable[Mapping[str, Any]], now: dt.datetime
+    fences: Mapping[str, QuotaFence],
+    cached: Iterable[Mapping[str, Any]],
+    now: dt.datetime,
+    bound: dt.timedelta | None = None,
+    stored: Callable[[str], Mapping[str, Any] | None] | None = None,
 ) -> dict[str, QuotaFence]:
+    """The fences a decision counts (is_live); with `bound` (the in-flight bound) and `stored`
+    (a quorum read of a quota by name), those older than the bound only if stored_keeps."""
     by_name = _by_name(cached)
-    return {key: fence for key, fence in fences.items() if is_live(fence, by_name, now)}
+    live = {}
+    for key, fence in fences.items():
+        if not is_live(fence, by_name, now):
+            continue
+        past_bound = bound is not None and _older_than(fence, now, bound)
+        if past_bound and stored is not None and not stored_keeps(fence, stored(fence.quota)):
+            continue
+        live[key] = fence
+    return live
+
+
+def _older_than(fence: QuotaFence, now: dt.datetime, age: dt.timedelta) -> bool:
+    try:
+        return now - parse_time(fence.at) > age
+    except ValueError:
+        return False
 
 
 def limiting_quotas(
@@ -165,10 +206,12 @@ def limiting_quotas(
     cached: list[Mapping[str, Any]],
     fences: Mapping[str, QuotaFence],
     now: dt.datetime,
+    bound: dt.timedelta | None = None,
+    stored: Callable[[str], Mapping[str, Any] | None] | None = None,
 ) -> list[Mapping[str, Any]]:
     """What a PodGroup decision counts: the cached quotas and every live fence as a quota of its
     own (a claim must fit both the spec the cache shows and the spec on its way)."""
-    live = live_fences(fences, cached, now)
+    live = live_fences(fences, cached, now, bound, stored)
     if not live:
         return cached
     return [*cached, *(fence.as_quota(namespace) for _, fence in sorted(live.items()))]

@@ -263,6 +263,9 @@ class CacheReads:
     def quotas(self) -> list[Mapping[str, Any]]:
         return self.view.resource_quotas(self.namespace)
 
+    def quota(self, name: str) -> Mapping[str, Any] | None:
+        return next((q for q in self.quotas() if (q.get("metadata") or {}).get("name") == name), None)
+
     def podgroups(self) -> Listing:
         if self._listing is None:  # at most once per turn, as priogate.ledger.Reads says
             started = dt.datetime.now(dt.UTC)

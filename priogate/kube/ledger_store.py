@@ -79,6 +79,7 @@ class QuorumReads:
         self.namespace = namespace
         self.clock = clock
         self._quotas: list[Mapping[str, Any]] | None = None
+        self._quota: dict[str, Mapping[str, Any] | None] = {}
         self._listing: Listing | None = None
         self.calls = 0
 
@@ -91,6 +92,22 @@ class QuorumReads:
 
     def forget_quotas(self) -> None:
         self._quotas = None
+        self._quota.clear()
+
+    def quota(self, name: str) -> Mapping[str, Any] | None:
+        """One quota by a quorum GET (None when there is none), at most once per name."""
+        if name not in self._quota:
+            self.calls += 1
+            try:
+                got = self.client.get(
+                    resource_path("v1", "resourcequotas", self.namespace, name), timeout=CALL_TIMEOUT
+                )
+            except ApiError as e:
+                if e.status != 404:
+                    raise
+                got = None
+            self._quota[name] = got
+        return self._quota[name]
 
     def podgroups(self) -> Listing:
         if self._listing is None:

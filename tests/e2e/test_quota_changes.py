@@ -8,20 +8,25 @@ each change (webhook.rules.quota_fence), so no change is missed however far the 
   namespace's very first claim (through the enrolment hook);
 - a raised quota counts as soon as priogate's cache shows it, and the record holds the admin's
   changes and nothing else;
-- the tenant can change neither the quotas nor the record that holds the fences.
+- the tenant can change neither the quotas nor the record that holds the fences;
+- a quota change forged straight to the webhook refuses for the in-flight bound at most.
 
 (A quota lowered a moment before a create: tests/e2e/test_hostile_tenant_quota.py.)
 """
 
 from __future__ import annotations
 
+import time
+import uuid
+
 import pytest
+import requests
 from kubernetes.client.rest import ApiException
 
 from localcluster import LocalCluster
 from localcluster.api import update
 from priogate.kube.client import ApiClient, load_client, resource_path
-from priogate.ledger import DEFAULT_LEDGER_NAMESPACE, record_of, record_path
+from priogate.ledger import DEFAULT_IN_FLIGHT, DEFAULT_LEDGER_NAMESPACE, record_of, record_path
 from tests.e2e.helpers import refusal, wait_for
 from tests.e2e.tenant import Tenant
 from tests.e2e.test_hostile_tenant_quota import podgroup, quota, reserved_groups
@@ -115,3 +120,48 @@ def test_a_dry_run_quota_change_writes_no_fence(tenant: Tenant, admin: ApiClient
     admin.request("PUT", path, query=[("dryRun", "All")], body=stored)
     after = admin.get(record_path(DEFAULT_LEDGER_NAMESPACE, tenant.namespace))["metadata"]["resourceVersion"]
     assert after == before
+
+
+def test_a_forged_quota_change_refuses_for_the_in_flight_bound_at_most(
+    tenant: Tenant, admin: ApiClient, cluster: LocalCluster
+):
+    """An AdmissionReview lowering the quota, posted straight to the webhook's URL (with
+    kube-apiserver's client certificate where mutual TLS is on, as anyone could post it where
+    it is off), is never stored: once the in-flight bound has passed, a quorum GET shows the
+    quota unchanged and the forged fence stops counting."""
+    quota(admin, tenant.namespace, "10")
+    stored = admin.get(f"{quotas(tenant.namespace)}/compute")
+    lowered = {**stored, "spec": {"hard": {"cpu": "1"}}}
+    review = {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": str(uuid.uuid4()),
+            "kind": {"group": "", "version": "v1", "kind": "ResourceQuota"},
+            "resource": {"group": "", "version": "v1", "resource": "resourcequotas"},
+            "operation": "UPDATE",
+            "namespace": tenant.namespace,
+            "name": "compute",
+            "object": lowered,
+            "oldObject": stored,
+            "userInfo": {"username": "forger"},
+        },
+    }
+    session = requests.Session()
+    session.trust_env = False
+    if cluster.webhook_client_cert is not None:
+        session.cert = (str(cluster.webhook_client_cert[0]), str(cluster.webhook_client_cert[1]))
+    url = f"{cluster.ports.webhook_url}/validate/resourcequotas"
+    forged_at = time.monotonic()
+    answer = session.post(url, json=review, verify=str(cluster.pki.ca_crt), timeout=15)
+    assert answer.status_code == 200 and answer.json()["response"]["allowed"], answer.text
+    assert "1" in {f.spec["hard"]["cpu"] for f in fences(admin, tenant.namespace)}
+    wait_for(
+        lambda: refusal(lambda: tenant.create_podgroup(podgroup("fits", "4"))) is None,
+        30,
+        "the fence ends",
+        0.5,
+    )
+    took = time.monotonic() - forged_at
+    assert took < DEFAULT_IN_FLIGHT.total_seconds() + 5, f"refused for {took:.1f} s"
+    assert reserved_groups(admin, tenant.namespace) == {"fits"}

@@ -9,7 +9,17 @@ from typing import Any
 import pytest
 
 from priogate.ledger import stamp
-from priogate.quota_fence import FENCE_TTL, QuotaFence, fence_of, is_live, limiting_quotas, seeded, unexpired
+from priogate.quota_fence import (
+    FENCE_TTL,
+    QuotaFence,
+    fence_of,
+    is_live,
+    limiting_quotas,
+    live_fences,
+    seeded,
+    stored_keeps,
+    unexpired,
+)
 
 NOW = dt.datetime(2026, 11, 26, 12, 0, tzinfo=dt.UTC)
 SPEC = {"hard": {"cpu": "4"}}
@@ -108,3 +118,36 @@ def test_a_record_keeps_every_fence_until_it_expires():
     old = fence(base="7", age=FENCE_TTL.total_seconds() + 1)
     kept = unexpired({f.key: f for f in (ended, young, old)}, NOW)
     assert set(kept) == {ended.key, young.key}  # ended in some cache: kept all the same
+
+
+BOUND = dt.timedelta(seconds=5)
+
+
+@pytest.mark.parametrize(
+    ("case", "the_fence", "stored", "keeps"),
+    [
+        ("an update stored: the cache is behind", fence(base="5"), quota("6"), True),
+        ("an update never stored: the quota is still at its base", fence(base="5"), quota("5"), False),
+        ("the quota is gone", fence(base="5"), None, False),
+        ("another object of that name", fence(base="5"), quota("9", uid="uid-other"), False),
+        ("a create stored", fence(base=""), quota("3"), True),
+        ("a create never stored", fence(base=""), None, False),
+        ("versions that do not compare", fence(base="x"), quota("6"), True),
+    ],
+    ids=lambda v: v if isinstance(v, str) else "",
+)
+def test_past_the_bound_a_quorum_read_decides(case, the_fence, stored, keeps):
+    assert stored_keeps(the_fence, stored) is keeps, case
+
+
+def test_only_fences_past_the_bound_cost_a_read():
+    young, old = fence(base="5", age=1), fence(base="6", age=BOUND.total_seconds() + 1)
+    reads: list[str] = []
+
+    def stored(name: str) -> dict[str, Any]:
+        reads.append(name)
+        return quota("6")  # still at old's base: its change was never stored
+
+    live = live_fences({young.key: young, old.key: old}, [], NOW, BOUND, stored)
+    assert set(live) == {young.key} and reads == ["q"]
+    assert set(live_fences({young.key: young, old.key: old}, [], NOW)) == {young.key, old.key}

@@ -200,6 +200,39 @@ def test_a_quota_created_before_the_request_limits_it_though_the_cache_has_not_s
     assert admit_group(view, "a", "2").allowed  # once cached, the create's fence ends: 2 fits
 
 
+def age_fences(api: FakeApi, seconds: float) -> None:
+    obj = api.objects[RECORD]
+    record = record_of(obj)
+    older = {
+        k: replace(f, at=stamp(clock.parse_time(f.at) - dt.timedelta(seconds=seconds)))
+        for k, f in record.fences.items()
+    }
+    version = obj["metadata"]["resourceVersion"]
+    api.request("PUT", RECORD, body=record_object("priogate-system", NS, record.with_fences(older), version))
+
+
+def test_a_forged_quota_change_refuses_for_the_in_flight_bound_at_most():
+    """An AdmissionReview posted straight to the webhook, lowering the quota on its real current
+    version, is never stored: past the in-flight bound one quorum GET shows the quota still at
+    that version, and the fence counts no more."""
+    api, view = cached_quota_setup()
+    assert change_quota(api, view, "1").allowed
+    api.objects[f"{QUOTAS}/compute"] = view.resource_quotas(NS)[0]  # storage never had it
+    assert not admit_group(view, "a", "6").allowed  # within the bound: it may be on its way
+    age_fences(api, view.in_flight.total_seconds() + 1)
+    reads = len(api.reads_of(f"{QUOTAS}/compute"))
+    assert admit_group(view, "a", "6").allowed
+    assert len(api.reads_of(f"{QUOTAS}/compute")) == reads + 1  # one quorum GET
+
+
+def test_a_stored_change_the_cache_has_not_shown_for_the_bound_still_counts():
+    api, view = cached_quota_setup()
+    assert change_quota(api, view, "4").allowed  # stored; the cache lags
+    age_fences(api, view.in_flight.total_seconds() + 1)
+    refused = admit_group(view, "a", "6")
+    assert not refused.allowed and "limited: cpu=4" in refused.message
+
+
 def test_a_dry_run_quota_change_writes_nothing():
     api, view = cached_quota_setup()
     writes = len(api.writes)

@@ -279,7 +279,8 @@ def _decide_on_record(
                     return Awaiting(problem, len(pending), max(pending.values()))
             return problem
 
-        problem = decide(limiting_quotas(namespace, view.resource_quotas(namespace), record.fences, now))
+        cached = view.resource_quotas(namespace)
+        problem = decide(limiting_quotas(namespace, cached, record.fences, now, bound, reads.quota))
         if problem:
             # Keep what a LIST confirmed; not the previous-class claim added for this request.
             kept = {k: e for k, e in entries.items() if not k.endswith(SHADOW_SUFFIX) or k in record.entries}
