@@ -17,6 +17,7 @@ from dataclasses import replace
 from typing import Any
 
 import orjson
+import pytest
 
 from priogate import clock
 from priogate.kube.client import ApiError, resource_path
@@ -25,6 +26,7 @@ from priogate.ledger import entries_of, record_object, record_of, record_path, s
 from priogate.quota_fence import FENCE_TTL
 from tests.builders import fed_cache, group_review, pod, podgroup, resource_quota, review
 from tests.fake_api import FakeApi
+from webhook.objects import MalformedObject
 from webhook.review import parse_review
 from webhook.rules import pod_quota, podgroup_quota, quota_fence
 from webhook.view import CacheView
@@ -231,6 +233,19 @@ def test_a_stored_change_the_cache_has_not_shown_for_the_bound_still_counts():
     age_fences(api, view.in_flight.total_seconds() + 1)
     refused = admit_group(view, "a", "6")
     assert not refused.allowed and "limited: cpu=4" in refused.message
+
+
+@pytest.mark.parametrize(
+    "spec", [{"hard": {"cpu": "lots"}}, {"hard": "not a map"}], ids=["bad quantity", "bad hard"]
+)
+def test_a_quota_the_record_could_not_read_back_is_refused_as_malformed(spec):
+    api, view = cached_quota_setup()
+    before = api.objects[RECORD]["metadata"]["resourceVersion"]
+    new = {**api.objects[f"{QUOTAS}/compute"], "spec": spec}
+    body = quota_review(new, api.objects[f"{QUOTAS}/compute"])
+    with pytest.raises(MalformedObject, match="not a ResourceQuota priogate can record"):  # a 400
+        quota_fence.admit(parse_review(orjson.dumps(body)), view)
+    assert api.objects[RECORD]["metadata"]["resourceVersion"] == before
 
 
 def test_a_dry_run_quota_change_writes_nothing():

@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from priogate.ledger import Reads, Record, stamp
-from priogate.quota_fence import fence_of, unexpired
+from priogate.quota_fence import QuotaFence, fence_of, unexpired
 from webhook.objects import MalformedObject, new_object, old_object
 from webhook.record_refusal import record_refusal
 from webhook.registry import ClusterView, RuleSet
@@ -41,6 +41,12 @@ def admit(request: AdmissionRequest, view: ClusterView) -> Decision:
         raise MalformedObject("object.spec must be an object")
     now = dt.datetime.now(dt.UTC)
     fence = fence_of(quota, old, stamp(now))
+    try:
+        # What the record could not read back would damage it (kube-apiserver validated a real
+        # quota already; this refuses a forged one).
+        QuotaFence.from_json(fence.to_json())
+    except (TypeError, ValueError) as e:
+        raise MalformedObject(f"object is not a ResourceQuota priogate can record: {e}") from None
     namespace = request.namespace
 
     def write(record: Record, reads: Reads) -> tuple[Record | None, Any]:
