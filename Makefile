@@ -7,14 +7,14 @@ STAMP := $(VENV)/.installed
 
 .PHONY: help venv lock lint format test test-unit test-integration test-e2e test-upstream upstream-e2e controlplane \
         run up down status \
-        manifests chart image-lock helm kube-score certs wrk bench-webhook bench-quota bench-decision bench-record bench-enqueue bench-preemption bench-pod-cache bench-pod-create bench-preemption-live clean
+        manifests chart image-lock helm kube-score certs wrk bench-webhook bench-quota bench-reserved-pod bench-decision bench-record bench-enqueue bench-preemption bench-pod-cache bench-pod-create bench-preemption-live clean
 
 help:
 	@echo "make run        start etcd, kube-apiserver, controller-manager, scheduler, kwok and priogate (Ctrl-C stops)"
 	@echo "make up / down  the same in the background / stop it"
 	@echo "make test       lint, unit, integration, e2e and upstream e2e tests (what CI runs)"
 	@echo "make test-upstream  upstream's own preemption and priority-quota e2e tests against the local control plane"
-	@echo "make bench-webhook | bench-quota | bench-decision | bench-record | bench-enqueue | bench-preemption | bench-pod-cache | bench-pod-create | bench-preemption-live"
+	@echo "make bench-webhook | bench-quota | bench-reserved-pod | bench-decision | bench-record | bench-enqueue | bench-preemption | bench-pod-cache | bench-pod-create | bench-preemption-live"
 
 $(STAMP): requirements-dev.txt requirements.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -130,6 +130,9 @@ bench-webhook: $(STAMP) wrk
 
 bench-quota: $(STAMP) controlplane
 	$(PY) -m bench.quota
+
+bench-reserved-pod: $(STAMP) controlplane
+	$(PY) -m bench.reserved_pod_create
 
 bench-decision: $(STAMP)
 	$(PY) -m bench.podgroup_decision

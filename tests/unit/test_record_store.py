@@ -467,6 +467,22 @@ def test_a_pod_blocked_only_by_a_charge_never_stored_waits_for_its_bound_and_goe
     assert {c.pod for c in record_of(api.objects[RECORD]).charges.values()} == {"p0"}
 
 
+def test_a_pod_turn_reads_each_quota_by_a_quorum_get_after_the_record_and_no_list():
+    """The quota the record's fence names is read by name (its status.used fresh); the cache has
+    not seen it. A LIST would wait for kube-apiserver's cache; a GET does not."""
+    group = podgroup("gang", namespace=NS, min_member=1, min_resources={"cpu": "6"})
+    api, view = setup(cached_groups=[group])
+    api.put_object(GROUPS, group)
+    assert plain_pod(view, 0).allowed  # the first turn rebuilds the record: one LIST seeds it
+    lists, before = len(api.reads_of(QUOTAS)), len(api.calls)
+    charge_used(api, "9")  # 6 reserved + 1 charged + 9 used > 10
+    refused = plain_pod(view, 1)
+    assert not refused.allowed and "exceeded quota: compute" in refused.message
+    assert len(api.reads_of(QUOTAS)) == lists
+    gets = [c.path for c in api.calls[before:] if c.method == "GET"]
+    assert gets.index(RECORD) < gets.index(f"{QUOTAS}/compute")
+
+
 def test_pods_where_nothing_is_reserved_cost_no_api_call():
     api, view = setup()
     p = pod("p", namespace=NS, cpu="100")

@@ -32,6 +32,7 @@ from priogate import podgroup
 from priogate.clock import parse_time
 from priogate.ledger import Charge, Entry, Reads, Record, formatted, stamp
 from priogate.quota import Consumer, Reservation, check_pod, quota_names, unconsumed
+from priogate.quota_fence import unexpired
 from priogate.resources import ResourceList, add, pod_requests, subtract
 from priogate.scope import ENROLLED_LABEL, ENROLLED_VALUE
 from priogate.settlement import adopted, awaiting, in_flight, live_charges, once_settled, resync, unconfirmed
@@ -138,7 +139,7 @@ def _take_turn(
     def take_turn(record: Record, reads: Reads) -> tuple[Record | None, str | Awaiting | None]:
         charges = live_charges(record.charges, now, state.member_uids, bound)
         entries = adopted(record.entries, _stored_claims(state))
-        quotas = reads.quotas()
+        quotas = _stored_quotas(reads, view.resource_quotas(request.namespace), record, now)
         problem: str | Awaiting | None = decide(entries, charges, quotas)
         resynced = None
         if problem:
@@ -164,6 +165,21 @@ def _take_turn(
     return view.ledger_store.update(
         request.namespace, take_turn, dry_run=request.dry_run, deadline=request.deadline
     )
+
+
+def _stored_quotas(
+    reads: Reads, cached: list[Mapping[str, Any]], record: Record, now: dt.datetime
+) -> list[Mapping[str, Any]]:
+    """The namespace's quotas as stored now, status.used with them: a quorum GET of each quota
+    that the cache or the record's fences name, made after the record was read. A quorum LIST
+    would also find a quota neither names, but none can exist (every quota created in a
+    namespace with priogate's hooks was fenced into the record before it was stored, and is
+    cached long before its fence expires), and a LIST of a kind that hears few events waits up
+    to 100 ms for kube-apiserver's cache (KEP-2340) where a GET takes a few milliseconds."""
+    names = {str((q.get("metadata") or {}).get("name") or "") for q in cached}
+    names |= {fence.quota for fence in unexpired(record.fences, now).values()}
+    stored = (reads.quota(name) for name in sorted(names) if name)
+    return [quota for quota in stored if quota is not None]
 
 
 def _awaiting(
