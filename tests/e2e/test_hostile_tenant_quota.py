@@ -330,9 +330,9 @@ def test_a_quota_lowered_below_the_reservations_keeps_them_refuses_growth_and_sa
 def test_a_quota_lowered_a_moment_before_a_create_limits_it(tenant: Tenant, admin: ApiClient):
     """The admin lowers the quota and the tenant creates at once: every create that fits only
     the old quota is refused, and none leaves a claim behind. The webhook decides on its cached
-    quotas and confirms an admission against a quorum LIST begun when the request arrived; here
-    its cache has usually heard of the change already, so the path where it has not (decided
-    again on the listed quotas) is driven by tests/unit/test_record_store.py, with a cache held
+    quotas and the record's quota fences (webhook.rules.quota_fence wrote this change there
+    before it was stored); here its cache has usually heard of the change already, so the path
+    where it has not is driven by tests/unit/test_quota_fence_record.py, with a cache held
     behind on purpose."""
     quota(admin, tenant.namespace, "10")
     tenant.create_podgroup(podgroup("base", "2"))

@@ -258,9 +258,6 @@ class BrokenStore:
         self.calls += 1
         raise self.error
 
-    def want_quotas(self, namespace: str, since: float) -> None:
-        pass  # no read to start: every turn fails before it would be confirmed
-
 
 @pytest.mark.parametrize(
     "error", [LedgerBusy("kept changing"), ValueError("not a ledger"), RuntimeError("namespace terminating")]

@@ -1,0 +1,67 @@
+"""The world the record-store tests run in: a real LedgerStore against an in-memory API server
+(tests/fake_api.py) holding one quota, caches fed by hand, and the helpers that admit and store
+PodGroups and age the record's entries."""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from dataclasses import replace
+
+import orjson
+
+from priogate import clock
+from priogate.kube.client import resource_path
+from priogate.kube.ledger_store import LedgerStore
+from priogate.ledger import record_object, record_of, record_path, stamp
+from tests.builders import fed_cache, group_review, podgroup, resource_quota
+from tests.fake_api import FakeApi
+from webhook.review import parse_review
+from webhook.rules import podgroup_quota
+from webhook.view import CacheView
+
+NS = "team-a"
+GROUPS = resource_path("scheduling.volcano.sh/v1beta1", "podgroups", NS)
+QUOTAS = resource_path("v1", "resourcequotas", NS)
+RECORD = record_path("priogate-system", NS)
+
+
+def setup(quota_cpu: str = "10", cached_groups=(), cached_records=(), in_flight: float = 15.0):
+    api = FakeApi()
+    api.put_object(QUOTAS, resource_quota("compute", hard={"cpu": quota_cpu}, namespace=NS))
+    caches = {
+        "resourcequotas": fed_cache("resourcequotas", []),  # the cache has not seen the quota yet
+        "podgroups": fed_cache("podgroups", cached_groups),
+        "pods": fed_cache("pods", []),
+        "ledgers": fed_cache("ledgers", cached_records),
+    }
+    bound = dt.timedelta(seconds=in_flight)
+    store = LedgerStore(api, in_flight=bound)  # type: ignore[arg-type]
+    return api, CacheView(caches, store, in_flight=bound)
+
+
+def admit_group(view, name: str, cpu: str, uid: str | None = None, within: float | None = None):
+    """`within`: the request's deadline, seconds from now (kube-apiserver's timeoutSeconds)."""
+    body = group_review(podgroup(name, namespace=NS, uid=uid, min_member=1, min_resources={"cpu": cpu}))
+    deadline = None if within is None else time.monotonic() + within
+    return podgroup_quota.admit(parse_review(orjson.dumps(body), deadline), view)
+
+
+def store_group(api: FakeApi, name: str, cpu: str, uid: str | None = None, **meta) -> dict:
+    group = podgroup(name, namespace=NS, uid=uid, min_member=1, min_resources={"cpu": cpu})
+    group["metadata"].update(meta)
+    return api.put_object(GROUPS, group)
+
+
+def aged(api: FakeApi, seconds: float) -> None:
+    """Make every entry of the stored record `seconds` older."""
+    obj = api.objects[RECORD]
+    record = record_of(obj)
+    older = {}
+    for key, e in record.entries.items():
+        t = clock.parse_time(e.admitted_at) - dt.timedelta(seconds=seconds)
+        older[key] = replace(e, admitted_at=stamp(t))
+    new = record_object(
+        "priogate-system", NS, replace(record, entries=older), obj["metadata"]["resourceVersion"]
+    )
+    api.request("PUT", RECORD, body=new)
