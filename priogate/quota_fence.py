@@ -134,10 +134,7 @@ def is_live(fence: QuotaFence, cached: Mapping[str, Mapping[str, Any]], now: dt.
         return True
     if not fence.base:
         return False  # a create, and the cache shows the object
-    try:
-        return int(meta.get("resourceVersion")) <= int(fence.base)
-    except (TypeError, ValueError):
-        return True
+    return _past_base(meta, fence) is not True
 
 
 def unexpired(fences: Mapping[str, QuotaFence], now: dt.datetime) -> dict[str, QuotaFence]:
@@ -167,10 +164,16 @@ def stored_keeps(fence: QuotaFence, stored: Mapping[str, Any] | None) -> bool:
         return False
     if not fence.base:
         return True  # a create, stored: the cache is behind
+    return _past_base(meta, fence) is not False
+
+
+def _past_base(meta: Mapping[str, Any], fence: QuotaFence) -> bool | None:
+    """Whether the object's resourceVersion is newer than the version the fence's change applies
+    to; None when the two do not compare (every caller then counts the fence)."""
     try:
-        return int(meta.get("resourceVersion")) > int(fence.base)
+        return int(meta.get("resourceVersion")) > int(fence.base)  # type: ignore[arg-type]
     except (TypeError, ValueError):
-        return True
+        return None
 
 
 def live_fences(

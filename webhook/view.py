@@ -125,7 +125,9 @@ class CacheView:
         if self.client is None or not _DNS_SUBDOMAIN.fullmatch(name) or len(name) > 253:
             return None  # no API server, or a name no stored object can have (nor a path)
         try:
-            return self.client.get(f"/apis/scheduling.k8s.io/v1/priorityclasses/{name}", timeout=(3, 3))
+            return self.client.get(
+                resource_path("scheduling.k8s.io/v1", "priorityclasses", name=name), timeout=(3, 3)
+            )
         except ApiError as e:
             if e.status == 404:
                 return None
