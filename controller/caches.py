@@ -76,7 +76,7 @@ def build_caches(
         nodes=catalogue.NODES.cache(client, transform=slim_node, on_event=route("nodes"), quiet_seconds=q),
         ledgers=catalogue.ledgers(ledger_namespace).cache(client, on_event=route("ledgers"), quiet_seconds=q),
         pdbs=catalogue.PDBS.cache(client, quiet_seconds=q),
-        classes=catalogue.PRIORITY_CLASSES.cache(client, quiet_seconds=q),
+        classes=catalogue.PRIORITY_CLASSES.cache(client, on_event=route("classes"), quiet_seconds=q),
         namespaces=catalogue.NAMESPACES.cache(
             client, transform=namespace_labels, on_event=route("namespaces"), quiet_seconds=q
         ),

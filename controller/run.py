@@ -1,10 +1,11 @@
 """`python -m controller run`: the controller program.
 
-Watch caches feed a work queue (keys "podgroup:NS/NAME", "ledger:NS", and with
---pod-preemption "pods:preempt"); one worker, while this process leads, reconciles PodGroup
+Watch caches feed a work queue (keys "podgroup:NS/NAME", "ledger:NS", "priority-table", and
+with --pod-preemption "pods:preempt"); one worker, while this process leads, reconciles PodGroup
 status, applies gang preemption, preempts for single pods (controller/pod_preemptor.py),
-reclaims stale ledger entries and puts back a reserving namespace's enrolment label
-(controller/enrol.py). One worker on purpose: enqueue decisions are first come, first served,
+reclaims stale ledger entries, puts back a reserving namespace's enrolment label
+(controller/enrol.py) and keeps the PriorityClass table kube-apiserver resolves pods from
+(controller/priority_table.py). One worker on purpose: enqueue decisions are first come, first served,
 and a group's reservation must be visible to the next group's decision.
 """
 
@@ -29,6 +30,7 @@ from controller.enrol import Enroller
 from controller.events import EventRecorder
 from controller.gang_preemptor import GangPreemptor
 from controller.pod_preemptor import SWEEP_KEY, PodPreemptor, candidate
+from controller.priority_table import PriorityTableWriter
 from controller.reclaim import Reclaimer
 from controller.reconcile import Reconciler
 from controller.serving import Metrics, serve
@@ -48,6 +50,7 @@ log = structlog.get_logger("priogate.controller")
 
 GROUP_KEY = "podgroup:"
 LEDGER_KEY = "ledger:"
+TABLE_KEY = "priority-table"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -217,6 +220,8 @@ class Controller:
             in_flight,
         )
         self.enroller = Enroller(client, self.caches, args.ledger_namespace)
+        # In priogate's own namespace, with the records: tenants cannot write there.
+        self.priority_table = PriorityTableWriter(client, args.ledger_namespace, self.caches.classes.items)
 
     def is_leader(self) -> bool:
         return self.elector.is_leader() if self.elector is not None else not self.stop.is_set()
@@ -254,6 +259,8 @@ class Controller:
             covered = covered_namespace(obj)
             if covered:
                 self.queue.add(f"{LEDGER_KEY}{covered}")
+        elif cache == "classes":
+            self.queue.add(TABLE_KEY)
         elif cache == "namespaces":
             # Its enrolment label may be gone (controller/enrol.py): the record's key checks it.
             name = meta.get("name", "")
@@ -262,6 +269,7 @@ class Controller:
         self.metrics.queue_depth.set(self.queue.depth())
 
     def resync(self) -> None:
+        self.queue.add(TABLE_KEY)  # also rewrites a table edited or deleted by hand
         if self.pod_preemptor is not None:
             self.queue.add(SWEEP_KEY)
         for group in self.caches.podgroups.items():
@@ -329,6 +337,8 @@ class Controller:
             if sweep.recheck_after is not None:
                 self.queue.add_after(key, sweep.recheck_after)
             self.metrics.reconciles.labels(kind="pods", result=sweep.result).inc()
+        elif key == TABLE_KEY:
+            self.metrics.reconciles.labels(kind="priority-table", result=self.priority_table.sync()).inc()
         elif key.startswith(GROUP_KEY):
             namespace, _, name = key.removeprefix(GROUP_KEY).partition("/")
             result = self.reconciler.reconcile(namespace, name)

@@ -37,7 +37,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from controller.run import add_arguments as controller_arguments  # noqa: E402
-from webhook.configuration import IN_CLUSTER_SERVICE, webhook_configurations  # noqa: E402
+from webhook.configuration import IN_CLUSTER_SERVICE, policy_objects, webhook_configurations  # noqa: E402
 from webhook.policy import WebhookPolicy  # noqa: E402
 
 CHART = ROOT / "charts" / "priogate"
@@ -282,11 +282,12 @@ def webhook_configuration_template() -> str:
 
     def mode(priority_plugin: bool) -> str:
         mk = Markers()
-        configs = webhook_configurations(
-            None, b"", policy=WebhookPolicy.for_mode(priority_plugin), service=IN_CLUSTER_SERVICE
-        )
+        policy = WebhookPolicy.for_mode(priority_plugin)
+        configs = webhook_configurations(None, b"", policy=policy, service=IN_CLUSTER_SERVICE)
         for c in configs:
             c["metadata"]["name"] = mk.value("{{ .Values.webhookConfigurations.name }}")
+        # With the plugin replaced, the in-process policy and its table (webhook/priority_policy.py).
+        configs += policy_objects(policy, NAMESPACE)
         text = "---\n".join(mk.apply(dump(c)) for c in configs)
         return text.replace(NAMESPACE, "{{ .Release.Namespace }}")
 

@@ -34,6 +34,15 @@ def create_or_replace(client: ApiClient, path: str, body: JSON) -> JSON:
     raise RuntimeError(f"{path}/{body['metadata']['name']} kept changing; retry")
 
 
+def create_if_absent(client: ApiClient, path: str, body: JSON) -> None:
+    """Create, leaving what is there alone (an object another component owns once written)."""
+    try:
+        client.create(path, body)
+    except ApiError as e:
+        if e.status != 409:
+            raise
+
+
 def update(client: ApiClient, path: str, change: Callable[[JSON], object], tries: int = 10) -> JSON:
     """Read `path`, apply `change` to it in place and write it back with the resourceVersion
     read; read again and retry on 409 (a controller wrote it meanwhile)."""

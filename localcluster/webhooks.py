@@ -23,10 +23,11 @@ from typing import Any
 
 import requests
 
-from localcluster.api import create_or_replace, delete_if_present, metric_sum
+from localcluster.api import create_if_absent, create_or_replace, delete_if_present, metric_sum
 from localcluster.pki import Pki
 from localcluster.procs import Proc, progress, wait_until
-from priogate.kube.client import ApiClient, ApiError
+from priogate.kube.client import ApiClient, ApiError, resource_path
+from priogate.priority_table import MARKER_ANNOTATION
 from priogate.scope import ENROLLED_LABEL, ENROLLED_VALUE
 from webhook.policy import WebhookPolicy
 
@@ -37,6 +38,8 @@ WEBHOOK_METRIC = "apiserver_admission_webhook_request_total"
 CONFIG_PATHS = {
     "MutatingWebhookConfiguration": "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations",
     "ValidatingWebhookConfiguration": "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations",
+    "MutatingAdmissionPolicy": "/apis/admissionregistration.k8s.io/v1/mutatingadmissionpolicies",
+    "MutatingAdmissionPolicyBinding": "/apis/admissionregistration.k8s.io/v1/mutatingadmissionpolicybindings",
 }
 PAUSE_IMAGE = "registry.k8s.io/pause:3.10"
 # (API group, resource) -> [(collection path, dry-run body)] for the probe
@@ -56,7 +59,9 @@ PROBES: dict[tuple[str, str], list[tuple[str, dict[str, Any]]]] = {
             {
                 "apiVersion": "v1",
                 "kind": "Pod",
-                "metadata": {"generateName": "probe-"},
+                # Marked as the in-process policy marks a pod it leaves to the hook
+                # (webhook/priority_policy.py): an unmarked one it may resolve without a call.
+                "metadata": {"generateName": "probe-", "annotations": {MARKER_ANNOTATION: "true"}},
                 "spec": {"containers": [{"name": "c", "image": PAUSE_IMAGE}]},
             },
         )
@@ -140,10 +145,16 @@ class Webhooks:
 
     def register(self, policy: WebhookPolicy, resources: Collection[str] | None = None) -> None:
         """Create (or replace) the configurations; `resources` limits them to hooks for those resources."""
+        from webhook.configuration import policy_objects
+
         configs = self.configurations(policy, resources)
-        for config in configs:
-            create_or_replace(self.api, CONFIG_PATHS[config["kind"]], config)
-            key = (config["kind"], config["metadata"]["name"])
+        extra = policy_objects(policy, PRIOGATE_NAMESPACE) if resources is None or "pods" in resources else []
+        for obj in [*configs, *extra]:
+            if obj["kind"] == "ConfigMap":  # the priority table: the controller's once written
+                create_if_absent(self.api, resource_path("v1", "configmaps", PRIOGATE_NAMESPACE), obj)
+                continue
+            create_or_replace(self.api, CONFIG_PATHS[obj["kind"]], obj)
+            key = (obj["kind"], obj["metadata"]["name"])
             if key not in self.registered:
                 self.registered.append(key)
         self.hook_names = [h["name"] for c in configs for h in c["webhooks"]]

@@ -11,7 +11,9 @@ import base64
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from priogate.priority_table import table_object
 from webhook.policy import HookPolicy, WebhookPolicy
+from webhook.priority_policy import priority_policies
 from webhook.registry import RuleSet, load_rule_sets
 
 # The Service port of each server (webhook.registry.SERVERS): one Service, one port per server
@@ -112,6 +114,18 @@ def webhook_configurations(
             }
         )
     return configs
+
+
+def policy_objects(policy: WebhookPolicy, table_namespace: str) -> list[dict[str, Any]]:
+    """What registers with the webhook configurations in this mode besides them: with the pod
+    priority hook registered (the plugin replaced), the in-process policy that spares it the
+    common pod (webhook/priority_policy.py), then the placeholder table it reads until the
+    controller writes the real one. Apply the table only where it is absent: it is the
+    controller's to fill."""
+    pod_priority = next(rs for rs in load_rule_sets() if rs.name == "pod-priority.priogate.io")
+    if not policy.registers(pod_priority):
+        return []
+    return [*priority_policies(table_namespace), table_object(table_namespace)]
 
 
 IN_CLUSTER_SERVICE = {"namespace": "priogate-system", "name": "priogate-webhook"}

@@ -49,6 +49,7 @@ def test_the_controller_caches():
         "resourcequotas",
         "nodes",
         "ledgers",
+        "priorityclasses",
         "namespaces",
     ]
 

@@ -29,7 +29,7 @@ from controller.run import add_arguments as controller_arguments
 from controller.serving import Metrics
 from localcluster.binaries import REPO, ensure_helm
 from webhook import metrics as webhook_metrics
-from webhook.configuration import IN_CLUSTER_SERVICE, webhook_configurations
+from webhook.configuration import IN_CLUSTER_SERVICE, policy_objects, webhook_configurations
 from webhook.policy import WebhookPolicy
 
 CHART = REPO / "charts" / "priogate"
@@ -172,6 +172,12 @@ def test_mode_selects_the_policy_of_webhook_policy(plugin: bool) -> None:
     else:
         assert pod_priority[0]["failurePolicy"] == "Fail"
         assert "namespaceSelector" not in pod_priority[0]
+    # The in-process policy and its table come with the hook, in the release's namespace.
+    expected_policies = policy_objects(WebhookPolicy.for_mode(plugin), NAMESPACE)
+    assert bool(expected_policies) is not plugin
+    for obj in expected_policies:
+        key = (obj["kind"], obj["metadata"]["name"])
+        assert objs[key] == obj
 
 
 def test_release_namespace_replaces_priogate_system_everywhere() -> None:

@@ -42,7 +42,7 @@ def _selector(namespaces: list[str], labels: list[dict[str, Any]]) -> dict[str, 
 HOOKS: dict[str, dict[bool, tuple[list[str], list[dict[str, Any]], list[str], list[str], str]]] = {
     "pod-priority.priogate.io": {
         # Kept: the plugin has already resolved and checked; the hook could only agree.
-        REPLACED: ([], ANY, ["create-or-priority-missing"], ["CREATE", "UPDATE"], "Fail"),
+        REPLACED: ([], ANY, ["marked-or-priority-missing"], ["CREATE", "UPDATE"], "Fail"),
     },
     "native-podgroup-priority.priogate.io": {
         # As for pods; CREATE only (upstream resolves on CREATE, the fields are immutable).

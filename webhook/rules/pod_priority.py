@@ -13,10 +13,11 @@ from __future__ import annotations
 from typing import Any
 
 from priogate import priority
+from priogate.priority_table import MARKER_ANNOTATION
 from webhook import class_lookup
 from webhook.objects import mapping, new_object, object_name, old_object, optional_int, optional_str
 from webhook.registry import ClusterView, RuleSet
-from webhook.review import AdmissionRequest, Decision, allow, deny, set_field
+from webhook.review import AdmissionRequest, Decision, allow, deny, escape_pointer, set_field
 
 
 def _admit_create(request: AdmissionRequest, view: ClusterView) -> Decision:
@@ -42,7 +43,7 @@ def _admit_create(request: AdmissionRequest, view: ClusterView) -> Decision:
         patch.append(_set(spec, "preemptionPolicy", resolution.preemption_policy))
     if resolution.defaulted:
         patch.append(_set(spec, "priorityClassName", resolution.class_name))
-    return allow(patch)
+    return allow(patch + _unmark(pod))
 
 
 def _forbidden(pod: Any, message: str) -> Decision:
@@ -54,6 +55,15 @@ def _set(spec: Any, key: str, value: Any) -> dict[str, Any]:
     return set_field({"spec": spec}, ("spec", key), value)
 
 
+def _unmark(pod: Any) -> list[dict[str, Any]]:
+    """Remove the mark the in-process policy left (webhook/priority_policy.py): the pod is
+    resolved now, and the mark must not be stored."""
+    annotations = pod.get("metadata", {}).get("annotations") if isinstance(pod, dict) else None
+    if not isinstance(annotations, dict) or MARKER_ANNOTATION not in annotations:
+        return []
+    return [{"op": "remove", "path": "/metadata/annotations/" + escape_pointer(MARKER_ANNOTATION)}]
+
+
 def _admit_update(request: AdmissionRequest) -> Decision:
     # Preserve, never recompute (as admitPod on UPDATE); the class may have changed since the pod was created.
     spec = mapping(new_object(request), "spec", "object")
@@ -63,7 +73,7 @@ def _admit_update(request: AdmissionRequest) -> Decision:
         for key in ("priority", "preemptionPolicy")
         if spec.get(key) is None and old_spec.get(key) is not None
     ]
-    return allow(patch)
+    return allow(patch + _unmark(new_object(request)))
 
 
 def admit(request: AdmissionRequest, view: ClusterView) -> Decision:
@@ -97,14 +107,16 @@ RULE_SET = RuleSet(
     # would be a refusal from a cache that lags the plugin's. tests/e2e/test_differential.py
     # shows the plugin alone gives every acceptance case's outcome.
     builtin_equivalent=True,
-    # An UPDATE is only patched when the new object lacks priority or preemptionPolicy (carried
-    # over from the old one, _admit_update). Metadata updates (labels, finalizers, owner
-    # references) are most pod writes after creation; they carry both, and never need a call.
+    # A CREATE the in-process policy resolved (webhook/priority_policy.py: no preset value, a
+    # class its table holds) carries both fields and no mark: nothing left to do. It marks every
+    # other CREATE. An UPDATE is only patched when the new object lacks priority or
+    # preemptionPolicy (carried over from the old one, _admit_update); metadata updates (labels,
+    # finalizers, owner references) are most pod writes after creation, and carry both.
     match_conditions=(
         (
-            "create-or-priority-missing",
-            "request.operation != 'UPDATE' || !has(object.spec.priority)"
-            " || !has(object.spec.preemptionPolicy)",
+            "marked-or-priority-missing",
+            "!has(object.spec.priority) || !has(object.spec.preemptionPolicy)"
+            f" || (has(object.metadata.annotations) && '{MARKER_ANNOTATION}' in object.metadata.annotations)",
         ),
     ),
 )

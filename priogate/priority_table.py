@@ -1,0 +1,64 @@
+"""The PriorityClass table kube-apiserver resolves pod priorities from, in process.
+
+With the built-in Priority plugin replaced, a webhook round trip on every pod create costs more
+than the plugin does (README, bench-pod-create). So a MutatingAdmissionPolicy
+(`admissionregistration.k8s.io/v1`, KEP-3962, GA in Kubernetes 1.36; webhook/priority_policy.py)
+resolves the common pod in kube-apiserver itself: no class or a known class, no preset
+`priority` or `preemptionPolicy`. Its parameter is this table, a ConfigMap the controller keeps
+equal to its PriorityClass cache (controller/priority_table.py). Every other pod (an unknown
+class, a preset value, a table not yet complete) is marked with MARKER_ANNOTATION and left to the
+pod priority hook, which resolves it as before and removes the mark.
+
+The table lags the classes by the controller's watch and one write, as upstream's plugin lags
+them by its informer: a class created a moment ago is not in it yet (its pods go to the hook,
+which reads the class once more before calling it missing), and one deleted a moment ago still
+is (its pods resolve to the deleted class's value, as the plugin's would from its lister).
+
+Keys: `class.<name>` = "<value> <preemptionPolicy>" (a class name is a DNS subdomain, so
+always a valid ConfigMap key), `globalDefault` = the default class's name, `complete` = "true"
+once written from a synced cache. The prefix keeps a class named "complete" apart.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from priogate import priority
+
+TABLE_NAME = "priogate-priority-classes"
+CLASS_PREFIX = "class."
+DEFAULT_KEY = "globalDefault"
+COMPLETE_KEY = "complete"
+# Set by the policy on a pod it leaves to the pod priority hook; the hook removes it. A tenant
+# who sets it only sends their pod to the hook, which resolves it in full.
+MARKER_ANNOTATION = "priogate.io/priority-unresolved"
+
+
+def table_data(classes: Iterable[Mapping]) -> dict[str, str]:
+    """The table's ConfigMap data for these PriorityClasses: each class's value and policy, the
+    globalDefault the plugin would pick (priority.current_default), and the completeness mark."""
+    listed = list(classes)
+    data = {
+        CLASS_PREFIX + pc["metadata"]["name"]: f"{priority.class_value(pc)} {priority.class_policy(pc)}"
+        for pc in listed
+    }
+    default = priority.current_default(listed)
+    if default is not None:
+        data[DEFAULT_KEY] = default["metadata"]["name"]
+    data[COMPLETE_KEY] = "true"
+    return data
+
+
+def table_object(namespace: str, data: Mapping[str, str] | None = None) -> dict:
+    """The table's ConfigMap; without data, the placeholder an install ships (nothing complete:
+    the policy leaves every pod to the hook until the controller writes the table)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": TABLE_NAME,
+            "namespace": namespace,
+            "labels": {"app.kubernetes.io/name": "priogate"},
+        },
+        "data": dict(data or {}),
+    }
