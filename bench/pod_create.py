@@ -1,12 +1,13 @@
 """`make bench-pod-create`: what priogate adds to a pod CREATE through the real kube-apiserver.
 
 One run, one local control plane (etcd, kube-apiserver, kube-controller-manager, kube-scheduler,
-kwok, the priogate webhook), both modes (docs/modes.md), 1 and 8 concurrent creators:
+kwok, the priogate webhook and controller), both modes (docs/modes.md), 1 and 8 concurrent creators:
 
 * **plugin kept**: kube-apiserver keeps its built-in Priority plugin throughout; the arms are
   priogate's webhook configurations (the plugin-kept policy) registered, and deleted.
 * **plugin replaced**: the arms are priogate (plugin disabled, the plugin-replaced policy
-  registered) and the built-in plugin alone (plugin enabled, no configurations), so the figure
+  registered, with the in-process MutatingAdmissionPolicy that resolves the bench's pods from
+  the controller's PriorityClass table, docs/modes.md) and the built-in plugin alone (plugin enabled, no configurations), so the figure
   is what replacing the plugin costs. Switching the plugin needs a kube-apiserver restart.
 
 Method. The arms run in interleaved batches through the same kube-apiserver process, namespace,
@@ -51,6 +52,7 @@ from localcluster.components import ApiServerMode
 from localcluster.procs import progress, wait_until
 from localcluster.webhooks import WEBHOOK_METRIC
 from priogate.kube.client import ApiClient, load_client, resource_path
+from priogate.priority_table import MARKER_ANNOTATION
 from priogate.scope import ENROLLED_LABEL, ENROLLED_VALUE
 from webhook.policy import WebhookPolicy
 
@@ -176,6 +178,21 @@ class Bench:
         self.cluster.webhooks.register(policy)
         self.cluster.webhooks.probe(priority_plugin=plugin)
 
+    def await_policy(self) -> None:
+        """Wait until kube-apiserver's in-process policy resolves the bench's pod (its binding and
+        the controller's table are read through informers): a dry run comes back with a priority
+        and no mark, and calls no webhook."""
+
+        def in_process() -> bool:
+            before = self._calls()
+            got = self.client.create(self.pods_path, pod_body(), dry_run=True)
+            marked = MARKER_ANNOTATION in (got["metadata"].get("annotations") or {})
+            return "priority" in got["spec"] and not marked and self._calls() == before
+
+        wait_until(
+            in_process, timeout=60, what="kube-apiserver resolves the bench's pod in process", interval=0.2
+        )
+
     def unregister(self) -> None:
         """Delete the configurations and wait until a probe pod is no longer sent to any webhook:
         five dry-run creates in a row that add no webhook call."""
@@ -260,14 +277,14 @@ def main() -> int:
     replaced_policy = WebhookPolicy.for_mode(priority_plugin=False)
     results: dict[str, dict[int, tuple[float, float]]] = {}
     with tempfile.TemporaryDirectory(prefix="priogate-bench-pod-create-") as tmp:
-        # The controller is left out: it is not in the admission path, and idle it is only noise.
+        # The controller runs in both arms (idle, it is only noise): with the plugin replaced it
+        # keeps the PriorityClass table kube-apiserver resolves the common pod from.
         cluster = LocalCluster(
             Options(
                 state_dir=Path(tmp),
                 nodes=1,
                 priority_plugin="kept" in modes,
                 webhook_workers=args.webhook_workers,
-                controller=False,
             )
         )
         bench: Bench | None = None
@@ -295,6 +312,7 @@ def main() -> int:
                 def replaced() -> None:
                     bench.restart(False)
                     bench.register(replaced_policy, plugin=False)
+                    bench.await_policy()
 
                 samples = run_mode(bench, "plugin replaced", args.rounds, baseline=builtin, priogate=replaced)
                 results["plugin replaced"] = report("plugin replaced vs the built-in plugin", samples)

@@ -75,7 +75,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--bind", default="0.0.0.0:8080", help="/healthz and /metrics address (default 0.0.0.0:8080)"
     )
     p.add_argument(
-        "--resync-seconds", type=float, default=10.0, help="re-reconcile unfinished groups this often"
+        "--resync-seconds",
+        type=float,
+        default=10.0,
+        help="re-reconcile unfinished groups, and check the PriorityClass table, this often",
     )
     p.add_argument("--reclaim-seconds", type=float, default=30.0, help="sweep every record this often")
     p.add_argument(
