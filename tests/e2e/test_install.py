@@ -34,6 +34,7 @@ import yaml
 from localcluster import LocalCluster
 from localcluster.binaries import REPO, ensure_helm
 from tests.e2e.helpers import Kubectl, wait_for
+from webhook.priority_policy import POLICY_NAME
 
 NAMESPACE = "priogate-system"
 RELEASE = "priogate"
@@ -136,14 +137,20 @@ def test_webhook_configurations_and_cabundle_job_pass_a_server_dry_run(
         "--show-only", "templates/generated/webhookconfigurations.yaml",
         "--show-only", "templates/generated/job-priogate-cabundle.yaml",
     )  # fmt: skip
+    # With the plugin replaced, the in-process policy, its binding and the table's placeholder
+    # (webhook/priority_policy.py) come too; renamed like the configurations, as the session's
+    # cluster registers its own.
+    text = text.replace(f"name: {POLICY_NAME}", f"name: {DRY_RUN_NAME}")
+    text = text.replace(f"policyName: {POLICY_NAME}", f"policyName: {DRY_RUN_NAME}")
     objects = docs(text)
-    assert sorted(d["kind"] for d in objects) == [
-        "Job",
-        "MutatingWebhookConfiguration",
-        "ValidatingWebhookConfiguration",
-    ]
+    policy_kinds = ["ConfigMap", "MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding"]
+    if plugin:
+        policy_kinds = []
+    assert sorted(d["kind"] for d in objects) == sorted(
+        ["Job", "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration", *policy_kinds]
+    )
     out = kubectl("apply", "--server-side", "--dry-run=server", "-n", NAMESPACE, "-f", "-", stdin=text).stdout
-    assert out.count("(server dry run)") == 3, out
+    assert out.count("(server dry run)") == len(objects), out
 
 
 def test_kustomize_base_passes_a_server_side_dry_run(release: str, kubectl: Kubectl) -> None:
