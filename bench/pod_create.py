@@ -7,8 +7,9 @@ kwok, the priogate webhook and controller), both modes (docs/modes.md), 1 and 8 
   priogate's webhook configurations (the plugin-kept policy) registered, and deleted.
 * **plugin replaced**: the arms are priogate (plugin disabled, the plugin-replaced policy
   registered, with the in-process MutatingAdmissionPolicy that resolves the bench's pods from
-  the controller's PriorityClass table, docs/modes.md) and the built-in plugin alone (plugin enabled, no configurations), so the figure
-  is what replacing the plugin costs. Switching the plugin needs a kube-apiserver restart.
+  the controller's PriorityClass table, docs/modes.md) and the built-in plugin alone (plugin
+  enabled, no configurations), so the figure is what replacing the plugin costs. Switching the
+  plugin needs a kube-apiserver restart.
 
 Method. The arms run in interleaved batches through the same kube-apiserver process, namespace,
 client and pod body, in the order A B B A A B ... so slow drift on a shared machine (another

@@ -20,8 +20,8 @@ import time
 import orjson
 
 from priogate.entry_totals import EntryTotals
-from priogate.ledger import LEDGER_DATA_KEY, record_object, record_of
 from priogate.memory_ledger import MemoryLedgerStore
+from priogate.record_codec import LEDGER_DATA_KEY, record_object, record_of
 from tests.builders import SYSTEM_CLASSES, group_review, make_view, podgroup, resource_quota
 from webhook.review import parse_review
 from webhook.rules import podgroup_quota

@@ -3,7 +3,7 @@ record's size, through the real kube-apiserver and etcd.
 
 A turn reads the record (GET) and writes it back (PUT with its resourceVersion), as
 priogate.kube.ledger_store does for each batch of admissions. The record is built as priogate
-writes it (priogate.ledger.record_object, one entry per PodGroup of cpu=1) in priogate's own
+writes it (priogate.record_codec.record_object, one entry per PodGroup of cpu=1) in priogate's own
 namespace, and W watchers (threads of this process, each a watch on the records decoding every
 event, as each quota server worker and the controller do) hear every write. Prints, per record
 size, the wall time of a turn and the CPU milliseconds per turn of each control-plane process and
@@ -27,7 +27,8 @@ from localcluster import LocalCluster, Options
 from localcluster.procs import progress, tree_cpu_seconds
 from priogate.kube import catalogue
 from priogate.kube.client import ApiClient, load_client
-from priogate.ledger import DEFAULT_LEDGER_NAMESPACE, Entry, Record, record_object, record_path, stamp
+from priogate.ledger import Entry, Record, stamp
+from priogate.record_codec import DEFAULT_LEDGER_NAMESPACE, record_object, record_path
 
 
 def _record(entries: int) -> Record:

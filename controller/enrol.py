@@ -19,7 +19,8 @@ import structlog
 from controller.caches import Caches
 from priogate.kube.client import ApiClient, ApiError
 from priogate.kube.namespaces import label_namespace
-from priogate.ledger import DamagedRecord, record_name, record_of
+from priogate.ledger import DamagedRecord
+from priogate.record_codec import record_name, record_of
 from priogate.scope import ENROLLED_LABEL, needs_enrolment
 
 log = structlog.get_logger("priogate.controller.enrol")

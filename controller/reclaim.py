@@ -19,16 +19,8 @@ import structlog
 
 from controller.caches import Caches
 from priogate.kube.ledger_store import LedgerStore
-from priogate.ledger import (
-    DEFAULT_IN_FLIGHT,
-    DamagedRecord,
-    Entry,
-    Reads,
-    Record,
-    covered_namespace,
-    record_name,
-    record_of,
-)
+from priogate.ledger import DEFAULT_IN_FLIGHT, DamagedRecord, Entry, Reads, Record
+from priogate.record_codec import covered_namespace, record_name, record_of
 from priogate.settlement import admitted_time, in_flight, live_charges, resync
 from priogate.stored_groups import entry_of_group
 

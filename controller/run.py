@@ -40,11 +40,12 @@ from priogate.kube.cache import CacheState, Obj
 from priogate.kube.client import ApiClient, load_client
 from priogate.kube.ledger_store import LedgerStore
 from priogate.lease import LEASE_DURATION, RENEW_DEADLINE, RETRY_PERIOD
-from priogate.ledger import DEFAULT_IN_FLIGHT, covered_namespace, record_name
+from priogate.ledger import DEFAULT_IN_FLIGHT
 from priogate.logs import configure_logging
 from priogate.podgroup import FINISHED_PHASES, group_of
 from priogate.preemption import policy as preemption_policy
 from priogate.preemption_record import DEFAULT_MAX_AGE, DEFAULT_RETRY_AFTER
+from priogate.record_codec import covered_namespace, record_name
 
 log = structlog.get_logger("priogate.controller")
 

@@ -12,10 +12,10 @@ from typing import Any
 
 from priogate import podgroup
 from priogate.kube.client import ApiClient, ApiError, resource_path
-from priogate.ledger import (
+from priogate.ledger import Entry
+from priogate.record_codec import (
     DEFAULT_LEDGER_NAMESPACE,
     LEDGER_LABEL,
-    Entry,
     covered_namespace,
     entries_of,
     record_path,

@@ -8,7 +8,8 @@ import threading
 from collections.abc import Callable, Iterator, MutableMapping
 from typing import Any
 
-from priogate.ledger import DEFAULT_LEDGER_NAMESPACE, Decide, Entry, Reads, Record
+from priogate.ledger import Decide, Entry, Reads, Record
+from priogate.record_codec import DEFAULT_LEDGER_NAMESPACE
 from priogate.settlement import resync
 
 

@@ -37,8 +37,8 @@ def make_view(
         "pods": fed_cache("pods", pods, synced=synced),
         "ledgers": fed_cache("ledgers", ledgers, synced=synced),
     }
-    from priogate.ledger import covered_namespace, record_of
     from priogate.memory_ledger import MemoryLedgerStore
+    from priogate.record_codec import covered_namespace, record_of
 
     view = CacheView(caches, ledger_store)
     if ledger_store is None:
@@ -384,7 +384,8 @@ def group_review(
 def ledger(namespace: str = "default", **groups: dict) -> dict:
     """A namespace's reservation record (a ConfigMap in priogate-system) holding one entry per
     keyword: group name -> minResources (the uid is "uid-<group>", minMember 1)."""
-    from priogate.ledger import DEFAULT_LEDGER_NAMESPACE, Entry, Record, record_object
+    from priogate.ledger import Entry, Record
+    from priogate.record_codec import DEFAULT_LEDGER_NAMESPACE, record_object
 
     entries = {
         f"uid-{g}": Entry(g, f"uid-{g}", res, 1, "", "2026-11-22T00:00:00Z") for g, res in groups.items()

@@ -17,7 +17,7 @@ from fractions import Fraction
 
 from priogate import podgroup
 from priogate.kube.client import ApiClient, ApiError, resource_path
-from priogate.ledger import DEFAULT_LEDGER_NAMESPACE, entries_of, record_name, record_path
+from priogate.record_codec import DEFAULT_LEDGER_NAMESPACE, entries_of, record_name, record_path
 from priogate.resources import parse_quantity
 
 

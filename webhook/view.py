@@ -18,18 +18,9 @@ from priogate.kube.catalogue import Source
 from priogate.kube.client import ApiClient, ApiError, resource_path
 from priogate.kube.ledger_store import LedgerStore
 from priogate.kube.namespaces import label_namespace, probe_refusal
-from priogate.ledger import (
-    DEFAULT_IN_FLIGHT,
-    DEFAULT_LEDGER_NAMESPACE,
-    DamagedRecord,
-    Entry,
-    Listing,
-    Record,
-    record_name,
-    record_of,
-    stamp,
-)
+from priogate.ledger import DEFAULT_IN_FLIGHT, DamagedRecord, Entry, Listing, Record, stamp
 from priogate.quota import quota_names
+from priogate.record_codec import DEFAULT_LEDGER_NAMESPACE, record_name, record_of
 from priogate.resources import ResourceList, add, pod_requests
 from priogate.settlement import adopted
 from priogate.slim import group_member_essentials

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 from priogate.kube.cache import DEFAULT_QUIET_SECONDS, OnEvent, Transform, WatchCache
 from priogate.kube.client import ApiClient, resource_path
-from priogate.ledger import DEFAULT_LEDGER_NAMESPACE, LEDGER_LABEL
 from priogate.podgroup import GROUP_VERSION, PLURAL
+from priogate.record_codec import DEFAULT_LEDGER_NAMESPACE, LEDGER_LABEL
 
 
 @dataclass(frozen=True)

@@ -39,19 +39,9 @@ import structlog
 from priogate import podgroup
 from priogate.kube.client import ApiClient, ApiError, resource_path
 from priogate.kube.host_turn import HostTurns
-from priogate.ledger import (
-    DEFAULT_IN_FLIGHT,
-    DEFAULT_LEDGER_NAMESPACE,
-    DamagedRecord,
-    Decide,
-    Listing,
-    Record,
-    record_object,
-    record_of,
-    record_path,
-    stamp,
-)
+from priogate.ledger import DEFAULT_IN_FLIGHT, DamagedRecord, Decide, Listing, Record, stamp
 from priogate.quota_fence import seeded
+from priogate.record_codec import DEFAULT_LEDGER_NAMESPACE, record_object, record_of, record_path
 from priogate.settlement import resync
 from priogate.stored_groups import listing_of
 

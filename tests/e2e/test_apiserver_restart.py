@@ -22,7 +22,8 @@ from localcluster import LocalCluster, Options
 from localcluster.procs import progress
 from priogate.clock import rfc3339
 from priogate.kube.client import ApiClient, ApiError, load_client, resource_path
-from priogate.ledger import DEFAULT_LEDGER_NAMESPACE, Record, entries_of, record_object, record_path
+from priogate.ledger import Record
+from priogate.record_codec import DEFAULT_LEDGER_NAMESPACE, entries_of, record_object, record_path
 from tests.builders import podgroup
 from tests.e2e.helpers import wait_for
 

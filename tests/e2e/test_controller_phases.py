@@ -11,7 +11,7 @@ import pytest
 
 from localcluster import LocalCluster
 from priogate.kube.client import ApiClient, ApiError, load_client, resource_path
-from priogate.ledger import DEFAULT_LEDGER_NAMESPACE, LEDGER_DATA_KEY, entries_of, record_path
+from priogate.record_codec import DEFAULT_LEDGER_NAMESPACE, LEDGER_DATA_KEY, entries_of, record_path
 from tests.builders import pod, podgroup
 from tests.e2e.controller_helpers import delete_pod, groups_path, pod_running, wait_phase
 from tests.e2e.helpers import wait_for

@@ -27,7 +27,8 @@ from localcluster import LocalCluster
 from localcluster.api import update
 from priogate.clock import rfc3339
 from priogate.kube.client import ApiClient, ApiError, load_client, resource_path
-from priogate.ledger import DEFAULT_IN_FLIGHT, DEFAULT_LEDGER_NAMESPACE, entries_of, record_name, record_path
+from priogate.ledger import DEFAULT_IN_FLIGHT
+from priogate.record_codec import DEFAULT_LEDGER_NAMESPACE, entries_of, record_name, record_path
 from tests.builders import pod
 from tests.e2e.helpers import refusal, wait_for
 from tests.e2e.tenant import GROUP, VERSION, Tenant

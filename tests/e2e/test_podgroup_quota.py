@@ -14,7 +14,7 @@ import yaml
 from localcluster import LocalCluster
 from localcluster.binaries import REPO
 from priogate.kube.client import ApiClient, ApiError, load_client, resource_path
-from priogate.ledger import DEFAULT_LEDGER_NAMESPACE, entries_of, record_path
+from priogate.record_codec import DEFAULT_LEDGER_NAMESPACE, entries_of, record_path
 from priogate.resources import parse_quantity
 from priogate.scope import ENROLLED_LABEL, ENROLLED_VALUE
 from tests.builders import pod, podgroup

@@ -26,7 +26,8 @@ from kubernetes.client.rest import ApiException
 from localcluster import LocalCluster
 from localcluster.api import update
 from priogate.kube.client import ApiClient, load_client, resource_path
-from priogate.ledger import DEFAULT_IN_FLIGHT, DEFAULT_LEDGER_NAMESPACE, record_of, record_path
+from priogate.ledger import DEFAULT_IN_FLIGHT
+from priogate.record_codec import DEFAULT_LEDGER_NAMESPACE, record_of, record_path
 from tests.e2e.helpers import refusal, wait_for
 from tests.e2e.tenant import Tenant
 from tests.e2e.test_hostile_tenant_quota import podgroup, quota, reserved_groups

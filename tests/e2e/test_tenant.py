@@ -16,7 +16,7 @@ from kubernetes.client.rest import ApiException
 
 from localcluster import LocalCluster
 from localcluster.binaries import REPO
-from priogate.ledger import DEFAULT_LEDGER_NAMESPACE, LEDGER_DATA_KEY, record_name
+from priogate.record_codec import DEFAULT_LEDGER_NAMESPACE, LEDGER_DATA_KEY, record_name
 from tests.builders import priority_class
 from tests.e2e.helpers import refusal, unique, wait_for
 from tests.e2e.tenant import GROUP, VERSION, Tenant, make_tenant, tenant_fixture

@@ -13,7 +13,8 @@ import orjson
 from priogate import clock
 from priogate.kube.client import resource_path
 from priogate.kube.ledger_store import LedgerStore
-from priogate.ledger import record_object, record_of, record_path, stamp
+from priogate.ledger import stamp
+from priogate.record_codec import record_object, record_of, record_path
 from tests.builders import fed_cache, group_review, podgroup, resource_quota
 from tests.fake_api import FakeApi
 from webhook.review import parse_review

@@ -14,7 +14,8 @@ from pathlib import Path
 
 from priogate.kube.host_turn import HostTurns
 from priogate.kube.ledger_store import LedgerStore
-from priogate.ledger import Entry, Reads, Record, entries_of, record_path, stamp
+from priogate.ledger import Entry, Reads, Record, stamp
+from priogate.record_codec import entries_of, record_path
 from tests.fake_api import FakeApi
 
 

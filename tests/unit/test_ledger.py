@@ -12,6 +12,15 @@ import pytest
 
 from priogate import clock, ledger, settlement, stored_groups
 from priogate.ledger import Charge, Entry, Listing, Record
+from priogate.record_codec import (
+    CHARGES_DATA_KEY,
+    COVERS_LABEL,
+    LEDGER_DATA_KEY,
+    covered_namespace,
+    record_object,
+    record_of,
+    record_path,
+)
 
 NOW = dt.datetime(2026, 11, 22, 12, 0, 0, tzinfo=dt.UTC)
 NOW_STAMP = ledger.stamp(NOW)
@@ -198,21 +207,21 @@ def test_record_roundtrip_lives_in_priogates_namespace():
     )
     assert e.min_resources == {"cpu": "1", "memory": "1Gi"}
     record = Record({e.key: e}, {"r": charge(1)})
-    obj = ledger.record_object("priogate-system", "team-a", record, "42")
+    obj = record_object("priogate-system", "team-a", record, "42")
     assert obj["metadata"]["namespace"] == "priogate-system"
     assert obj["metadata"]["name"] == "podgroup-reservations.team-a"
-    assert ledger.covered_namespace(obj) == "team-a"
+    assert covered_namespace(obj) == "team-a"
     assert obj["metadata"]["resourceVersion"] == "42"
-    assert ledger.record_of(obj) == record
-    assert ledger.record_path("priogate-system", "team-a") == (
+    assert record_of(obj) == record
+    assert record_path("priogate-system", "team-a") == (
         "/api/v1/namespaces/priogate-system/configmaps/podgroup-reservations.team-a"
     )
 
 
 def test_a_relabelled_record_covers_nothing():
-    obj = ledger.record_object("priogate-system", "team-a", Record(), None)
-    obj["metadata"]["labels"][ledger.COVERS_LABEL] = "team-b"
-    assert ledger.covered_namespace(obj) == ""
+    obj = record_object("priogate-system", "team-a", Record(), None)
+    obj["metadata"]["labels"][COVERS_LABEL] = "team-b"
+    assert covered_namespace(obj) == ""
 
 
 T = "2026-11-22T12:00:00Z"
@@ -221,22 +230,22 @@ T = "2026-11-22T12:00:00Z"
 @pytest.mark.parametrize(
     "data",
     [
-        {ledger.LEDGER_DATA_KEY: "not json"},
-        {ledger.LEDGER_DATA_KEY: "[1, 2]"},
-        {ledger.LEDGER_DATA_KEY: '{"u": 5}'},
+        {LEDGER_DATA_KEY: "not json"},
+        {LEDGER_DATA_KEY: "[1, 2]"},
+        {LEDGER_DATA_KEY: '{"u": 5}'},
         {
-            ledger.LEDGER_DATA_KEY: '{"u": {"group": "a", "minResources": {"cpu": "lots"}, "admittedAt": "'
+            LEDGER_DATA_KEY: '{"u": {"group": "a", "minResources": {"cpu": "lots"}, "admittedAt": "'
             + T
             + '"}}'
         },
-        {ledger.LEDGER_DATA_KEY: '{"u": {"group": "a", "minResources": {}, "admittedAt": "yesterday"}}'},
-        {ledger.LEDGER_DATA_KEY: '{"u": {"group": "a", "minMember": -1, "admittedAt": "' + T + '"}}'},
-        {ledger.CHARGES_DATA_KEY: '{"r": {"demand": {"cpu": "x"}, "chargedAt": "' + T + '"}}'},
+        {LEDGER_DATA_KEY: '{"u": {"group": "a", "minResources": {}, "admittedAt": "yesterday"}}'},
+        {LEDGER_DATA_KEY: '{"u": {"group": "a", "minMember": -1, "admittedAt": "' + T + '"}}'},
+        {CHARGES_DATA_KEY: '{"r": {"demand": {"cpu": "x"}, "chargedAt": "' + T + '"}}'},
     ],
 )
 def test_a_damaged_record_is_an_error_never_an_empty_record(data):
     with pytest.raises(ledger.DamagedRecord, match="is not a reservation record"):
-        ledger.record_of({"metadata": {"name": "podgroup-reservations.team-a"}, "data": data})
+        record_of({"metadata": {"name": "podgroup-reservations.team-a"}, "data": data})
 
 
 # ---- a quota lowered below the reservations: the controller says so --------------------------------
@@ -324,7 +333,7 @@ def test_the_record_text_is_the_json_of_its_entries_sorted():
             Entry('odd "name"', "", {}, 0, "", NOW_STAMP),
         )
     }
-    obj = ledger.record_object("priogate-system", "team-a", Record(entries), None)
+    obj = record_object("priogate-system", "team-a", Record(entries), None)
     whole = {key: e.to_json() for key, e in entries.items()}
-    assert obj["data"][ledger.LEDGER_DATA_KEY] == json.dumps(whole, separators=(",", ":"), sort_keys=True)
-    assert ledger.record_of(obj).entries == entries
+    assert obj["data"][LEDGER_DATA_KEY] == json.dumps(whole, separators=(",", ":"), sort_keys=True)
+    assert record_of(obj).entries == entries

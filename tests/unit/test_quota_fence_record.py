@@ -14,8 +14,9 @@ import pytest
 
 from priogate import clock
 from priogate.kube.client import ApiError
-from priogate.ledger import record_object, record_of, stamp
+from priogate.ledger import stamp
 from priogate.quota_fence import FENCE_TTL
+from priogate.record_codec import record_object, record_of
 from tests.builders import fed_cache, resource_quota, review
 from tests.fake_api import FakeApi
 from tests.unit.record_world import NS, QUOTAS, RECORD, admit_group, setup

@@ -16,7 +16,7 @@ import time
 
 import orjson
 
-from priogate.ledger import entries_of, record_of, record_path
+from priogate.record_codec import entries_of, record_of, record_path
 from tests.builders import fed_cache, group_review, pod, podgroup, review
 from tests.fake_api import FakeApi
 from tests.unit.record_world import GROUPS, NS, QUOTAS, RECORD, admit_group, aged, setup, store_group

@@ -12,7 +12,8 @@ from controller.caches import Caches
 from controller.enrol import Enroller
 from priogate.kube.cache import WatchCache
 from priogate.kube.client import ApiError
-from priogate.ledger import Entry, Record, record_object
+from priogate.ledger import Entry, Record
+from priogate.record_codec import record_object
 from priogate.scope import ENROLLED_LABEL, needs_enrolment, reserves
 from tests.builders import podgroup
 

@@ -13,8 +13,9 @@ from controller.caches import Caches
 from controller.reclaim import Reclaimer
 from priogate.kube.cache import WatchCache
 from priogate.kube.client import ApiError
-from priogate.ledger import Entry, Listing, Record, record_object
+from priogate.ledger import Entry, Listing, Record
 from priogate.memory_ledger import MemoryLedgerStore
+from priogate.record_codec import record_object
 from priogate.stored_groups import entry_of_group
 
 LONG_AGO = "2026-01-01T00:00:00Z"
