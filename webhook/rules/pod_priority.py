@@ -58,8 +58,8 @@ def _set(spec: Any, key: str, value: Any) -> dict[str, Any]:
 def _unmark(pod: Any) -> list[dict[str, Any]]:
     """Remove the mark the in-process policy left (webhook/priority_policy.py): the pod is
     resolved now, and the mark must not be stored."""
-    annotations = pod.get("metadata", {}).get("annotations") if isinstance(pod, dict) else None
-    if not isinstance(annotations, dict) or MARKER_ANNOTATION not in annotations:
+    annotations = mapping(mapping(pod, "metadata", "object"), "annotations", "object.metadata")
+    if MARKER_ANNOTATION not in annotations:
         return []
     return [{"op": "remove", "path": "/metadata/annotations/" + escape_pointer(MARKER_ANNOTATION)}]
 
