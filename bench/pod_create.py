@@ -48,14 +48,15 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 from localcluster import LocalCluster, Options
-from localcluster.api import metric_sum
+from localcluster.api import delete_if_present, metric_sum
 from localcluster.components import ApiServerMode
 from localcluster.procs import progress, wait_until
-from localcluster.webhooks import WEBHOOK_METRIC
+from localcluster.webhooks import CONFIG_PATHS, WEBHOOK_METRIC
 from priogate.kube.client import ApiClient, load_client, resource_path
 from priogate.priority_table import MARKER_ANNOTATION
 from priogate.scope import ENROLLED_LABEL, ENROLLED_VALUE
 from webhook.policy import WebhookPolicy
+from webhook.priority_policy import POLICY_NAME
 
 NAMESPACE = "bench-pod-create"
 NOWHERE = "bench-no-such-node"  # no kubelet or scheduler acts on a pod bound here
@@ -194,6 +195,18 @@ class Bench:
             in_process, timeout=60, what="kube-apiserver resolves the bench's pod in process", interval=0.2
         )
 
+    def drop_policy(self) -> None:
+        """Delete the in-process policy's binding and wait until the bench's pod is sent to the
+        pod priority hook again (the policy no longer marks or resolves it)."""
+        delete_if_present(self.client, f"{CONFIG_PATHS['MutatingAdmissionPolicyBinding']}/{POLICY_NAME}")
+
+        def hooked() -> bool:
+            before = self._calls()
+            self._probe_pod()
+            return self._calls() > before
+
+        wait_until(hooked, timeout=60, what="kube-apiserver sends the bench's pod to the hook", interval=0.2)
+
     def unregister(self) -> None:
         """Delete the configurations and wait until a probe pod is no longer sent to any webhook:
         five dry-run creates in a row that add no webhook call."""
@@ -270,6 +283,11 @@ def main() -> int:
         action="store_true",
         help="create the pods in a namespace enrolled for reservations (the pod quota hook is called)",
     )
+    p.add_argument(
+        "--hook-only",
+        action="store_true",
+        help="plugin replaced without the in-process policy: every pod goes through the pod priority hook",
+    )
     args = p.parse_args()
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     if not modes or set(modes) - {"kept", "replaced"}:
@@ -313,7 +331,10 @@ def main() -> int:
                 def replaced() -> None:
                     bench.restart(False)
                     bench.register(replaced_policy, plugin=False)
-                    bench.await_policy()
+                    if args.hook_only:
+                        bench.drop_policy()
+                    else:
+                        bench.await_policy()
 
                 samples = run_mode(bench, "plugin replaced", args.rounds, baseline=builtin, priogate=replaced)
                 results["plugin replaced"] = report("plugin replaced vs the built-in plugin", samples)
