@@ -31,7 +31,8 @@ class PriorityTableWriter:
         self.path = resource_path("v1", "configmaps", namespace, TABLE_NAME)
 
     def sync(self) -> str:
-        """ "written", "created" or "unchanged". Raises TableConflict after ATTEMPTS 409s in a row."""
+        """Make the table equal to the cache: returns "written", "created" or "unchanged"; raises
+        TableConflict after ATTEMPTS 409s in a row (the work queue retries it with backoff)."""
         for _ in range(ATTEMPTS):
             desired = table_data(self.classes())
             try:
