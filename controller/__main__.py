@@ -6,7 +6,7 @@ import argparse
 import os
 import sys
 
-from controller import run, simulate
+from controller import flags, run, simulate
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -25,7 +25,7 @@ def main(argv: list[str] | None = None) -> int:
         description=run.__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    run.add_arguments(run_parser)
+    flags.add_arguments(run_parser)
     args = parser.parse_args(argv)
     if args.command == "simulate":
         return simulate.run(args, sys.stdin, sys.stdout, sys.stderr)

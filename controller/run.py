@@ -14,8 +14,6 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import gc
-import math
-import os
 import signal
 import threading
 import time
@@ -39,12 +37,9 @@ from controller.workqueue import WorkQueue
 from priogate.kube.cache import CacheState, Obj
 from priogate.kube.client import ApiClient, load_client
 from priogate.kube.ledger_store import LedgerStore
-from priogate.lease import LEASE_DURATION, RENEW_DEADLINE, RETRY_PERIOD
-from priogate.ledger import DEFAULT_IN_FLIGHT
 from priogate.logs import configure_logging
 from priogate.podgroup import FINISHED_PHASES, group_of
 from priogate.preemption import policy as preemption_policy
-from priogate.preemption_record import DEFAULT_MAX_AGE, DEFAULT_RETRY_AFTER
 from priogate.record_codec import covered_namespace, record_name
 
 log = structlog.get_logger("priogate.controller")
@@ -52,103 +47,6 @@ log = structlog.get_logger("priogate.controller")
 GROUP_KEY = "podgroup:"
 LEDGER_KEY = "ledger:"
 TABLE_KEY = "priority-table"
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--kubeconfig", default=None, help="kubeconfig file (default: $KUBECONFIG, else in-cluster)"
-    )
-    p.add_argument(
-        "--leader-elect",
-        action=argparse.BooleanOptionalAction,
-        default=True,
-        help="elect a leader (default on)",
-    )
-    p.add_argument("--leader-elect-namespace", default="priogate-system", help="namespace of the Lease")
-    p.add_argument("--leader-elect-name", default="priogate-controller", help="name of the Lease")
-    p.add_argument(
-        "--leader-elect-identity", default=None, help="holderIdentity (default: hostname + suffix)"
-    )
-    p.add_argument("--lease-duration", type=float, default=LEASE_DURATION, help="seconds (default 15)")
-    p.add_argument("--renew-deadline", type=float, default=RENEW_DEADLINE, help="seconds (default 10)")
-    p.add_argument("--retry-period", type=float, default=RETRY_PERIOD, help="seconds (default 2)")
-    p.add_argument(
-        "--bind", default="0.0.0.0:8080", help="/healthz and /metrics address (default 0.0.0.0:8080)"
-    )
-    p.add_argument(
-        "--resync-seconds",
-        type=float,
-        default=10.0,
-        help="re-reconcile unfinished groups, and check the PriorityClass table, this often",
-    )
-    p.add_argument("--reclaim-seconds", type=float, default=30.0, help="sweep every record this often")
-    p.add_argument(
-        "--in-flight-seconds",
-        type=float,
-        default=DEFAULT_IN_FLIGHT.total_seconds(),
-        help="how long an admitted PodGroup may take to be stored; an entry whose group is not"
-        f" stored counts that long (the webhook's --in-flight-seconds;"
-        f" default {DEFAULT_IN_FLIGHT.total_seconds():g})",
-    )
-    p.add_argument(
-        "--ledger-namespace",
-        default=os.environ.get("POD_NAMESPACE") or "priogate-system",
-        help="priogate's own namespace, where the reservation records live"
-        " (default: $POD_NAMESPACE, else priogate-system)",
-    )
-    p.add_argument(
-        "--cache-quiet-seconds",
-        type=_positive_seconds,
-        default=120.0,
-        help="restart a watch that heard nothing, not even a bookmark, for this long; the cache is stale"
-        " (/readyz fails, the worker waits) until a list or watch succeeds. kube-apiserver sends"
-        " bookmarks about every 60 s: keep it above that (default 120)",
-    )
-    p.add_argument("--gang-preemption", action=argparse.BooleanOptionalAction, default=True)
-    p.add_argument(
-        "--pod-preemption",
-        action=argparse.BooleanOptionalAction,
-        default=False,
-        help="preempt for every pending pod kube-scheduler could not place (the preemptor mode: run"
-        " kube-scheduler with DefaultPreemption disabled, manifests/scheduler/; default off)",
-    )
-    preemption_policy.add_arguments(p)
-    p.add_argument(
-        "--preemption-retry-seconds",
-        type=float,
-        default=DEFAULT_RETRY_AFTER,
-        help="wait this long after a gang preemption before deciding another for the same group",
-    )
-    p.add_argument(
-        "--preemption-record-max-age",
-        type=float,
-        default=DEFAULT_MAX_AGE,
-        help="never act on a preemption record older than this many seconds (default 300)",
-    )
-    p.add_argument(
-        "--inqueue-timeout",
-        type=float,
-        default=300.0,
-        help="seconds an Inqueue group may stay with no member bound, members unschedulable and no "
-        "preemption possible before it goes back to Pending (0: never)",
-    )
-    p.add_argument(
-        "--enqueue-backoff",
-        type=float,
-        default=60.0,
-        help="seconds a group rolled back by --inqueue-timeout waits before it may be enqueued again",
-    )
-    p.add_argument("--log-level", default="INFO")
-
-
-def _positive_seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if not 0 < value < math.inf:
-        raise argparse.ArgumentTypeError(f"{text!r}: give a number of seconds above 0")
-    return value
 
 
 class Controller:

@@ -36,7 +36,7 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from controller.run import add_arguments as controller_arguments  # noqa: E402
+from controller.flags import add_arguments as controller_arguments  # noqa: E402
 from webhook.configuration import IN_CLUSTER_SERVICE, policy_objects, webhook_configurations  # noqa: E402
 from webhook.policy import WebhookPolicy  # noqa: E402
 
@@ -193,7 +193,7 @@ def template_controller_deployment(d: dict, mk: Markers) -> None:
     c = container(d["spec"]["template"]["spec"], "controller")
     c["resources"] = mk.value("{{ toJson .Values.controller.resources }}")
     # controller.flags: {name: value} -> --name=value; true/false -> --name / --no-name (the
-    # BooleanOptionalAction spelling controller/run.py uses).
+    # BooleanOptionalAction spelling controller/flags.py uses).
     c["command"].append(
         mk.line(
             lambda i: (
@@ -341,7 +341,7 @@ def values_yaml(objs: list[dict], manifests: Path) -> str:
 
     _, _, repo, tag = kustomize_image(manifests)
     pri, quo = container(wspec, "priority"), container(wspec, "quota")
-    header = HEADER.format(source="manifests/ and controller/run.py")
+    header = HEADER.format(source="manifests/ and controller/flags.py")
     return f"""{header}# The defaults are manifests/'s values: with them the chart renders what
 # `kubectl kustomize manifests/` prints, apart from the differences README.md ("With Helm") lists.
 
@@ -392,7 +392,7 @@ networkPolicy:
 controller:
   replicas: {ctl["spec"]["replicas"]}
   resources: {flow(container(ctl["spec"]["template"]["spec"], "controller")["resources"])}
-  # Flags of `python -m controller run` (controller/run.py), name without the dashes: value.
+  # Flags of `python -m controller run` (controller/flags.py), name without the dashes: value.
   # true/false become --name/--no-name. Defaults:
 {controller_flags_comment()}
   flags: {{}}

@@ -25,7 +25,7 @@ import yaml
 from prometheus_client import Metric
 from prometheus_client.metrics import MetricWrapperBase
 
-from controller.run import add_arguments as controller_arguments
+from controller.flags import add_arguments as controller_arguments
 from controller.serving import Metrics
 from localcluster.binaries import REPO, ensure_helm
 from webhook import metrics as webhook_metrics
