@@ -20,7 +20,7 @@ from localcluster import LocalCluster
 from localcluster.api import metric_sum
 from localcluster.webhooks import PRIOGATE_NAMESPACE, WEBHOOK_METRIC
 from priogate import priority
-from priogate.kube.client import ApiClient, load_client, resource_path
+from priogate.kube.client import ApiClient, ApiError, load_client, resource_path
 from priogate.priority_table import MARKER_ANNOTATION, TABLE_NAME
 from tests.builders import pod, priority_class
 from tests.e2e.conftest import ClassTracker
@@ -160,7 +160,7 @@ def test_a_deleted_class_is_refused_once_the_table_drops_it(admin, tenant: Tenan
                 bound_pod("p", priority_class=name),
                 dry_run=True,
             )
-        except Exception as e:
+        except ApiError as e:
             return f"no PriorityClass with name {name} was found" in str(e)
         return False
 
