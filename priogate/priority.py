@@ -28,7 +28,7 @@ SYSTEM_CLASSES: dict[str, int] = {
 }
 
 _DNS1123_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
-_DNS1123_SUBDOMAIN = re.compile(rf"^{_DNS1123_LABEL}(\.{_DNS1123_LABEL})*$")
+_DNS1123_SUBDOMAIN = re.compile(rf"{_DNS1123_LABEL}(\.{_DNS1123_LABEL})*")
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,7 +127,8 @@ def podgroup_priority_conflict(given: int | None, resolution: Resolution) -> str
 
 
 def is_dns1123_subdomain(name: str) -> bool:
-    return len(name) <= 253 and bool(_DNS1123_SUBDOMAIN.match(name))
+    # fullmatch: `$` would also accept a trailing newline.
+    return len(name) <= 253 and _DNS1123_SUBDOMAIN.fullmatch(name) is not None
 
 
 def system_class_problem(pc: Mapping) -> str | None:

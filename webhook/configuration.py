@@ -15,6 +15,7 @@ from priogate.priority_table import table_object
 from webhook.policy import HookPolicy, WebhookPolicy
 from webhook.priority_policy import priority_policies
 from webhook.registry import RuleSet, load_rule_sets
+from webhook.rules import pod_priority
 
 # The Service port of each server (webhook.registry.SERVERS): one Service, one port per server
 # container, so each rule set reaches the server that answers it.
@@ -122,8 +123,7 @@ def policy_objects(policy: WebhookPolicy, table_namespace: str) -> list[dict[str
     common pod (webhook/priority_policy.py), then the placeholder table it reads until the
     controller writes the real one. Apply the table only where it is absent: it is the
     controller's to fill."""
-    pod_priority = next(rs for rs in load_rule_sets() if rs.name == "pod-priority.priogate.io")
-    if not policy.registers(pod_priority):
+    if not policy.registers(pod_priority.RULE_SET):
         return []
     return [*priority_policies(table_namespace), table_object(table_namespace)]
 

@@ -5,7 +5,6 @@ cache change, not per request."""
 from __future__ import annotations
 
 import datetime as dt
-import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -44,8 +43,6 @@ def sources(ledger_namespace: str = DEFAULT_LEDGER_NAMESPACE) -> dict[str, tuple
 
 
 CACHES = sources()
-# What an object's name may be (apimachinery's IsDNS1123Subdomain), PriorityClasses' included.
-_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 # Namespaces whose cached groups' claims are kept between generations (ClusterView).
 CLAIMS_MEMO_NAMESPACES = 1024
 
@@ -113,7 +110,7 @@ class CacheView:
     def stored_priority_class(self, name: str) -> Mapping | None:
         """The PriorityClass `name` as kube-apiserver stores it (a quorum GET), None when there
         is none or no API server (offline, tests: the cache is all there is)."""
-        if self.client is None or not _DNS_SUBDOMAIN.fullmatch(name) or len(name) > 253:
+        if self.client is None or not priority.is_dns1123_subdomain(name):
             return None  # no API server, or a name no stored object can have (nor a path)
         try:
             return self.client.get(

@@ -43,7 +43,7 @@ def test_a_cached_class_costs_no_read_and_a_missing_one_is_still_missing():
     assert [c.path for c in api.calls] == [f"{CLASSES}/nope"]
 
 
-@pytest.mark.parametrize("name", ["../../../api/v1/secrets", "UPPER", "a" * 254, "sp ace"])
+@pytest.mark.parametrize("name", ["../../../api/v1/secrets", "UPPER", "a" * 254, "sp ace", "trailing\n"])
 def test_a_name_no_class_can_have_is_never_sent_to_the_api_server(name):
     api, view = view_with([])
     with pytest.raises(priority.ClassNotFound):
