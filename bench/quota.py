@@ -8,15 +8,21 @@ resourceVersion precondition, so this measures the ledger under contention.
 
 First, in the same cluster, the same creates with priogate's quota hooks taken out of the
 webhook configuration: the baseline, what this machine's control plane does without the
-ledger (everything else, the controller included, as in the measured run). The CPU seconds
-each component used in each run are printed too, and kube-apiserver's requests per admission in the
-measured run (the record's GETs and PUTs, those lost to a conflict, the quota LISTs). The last line:
-    podgroups: N admissions/s under contention (baseline without the quota hooks B/s), over-admitted: 0
+ledger (everything else, the controller included, as in the measured run). Then the floor: the
+quota hooks still out, and in their place one validating hook, to the same servers through the
+same proxy, whose rule answers at once (podgroup-annotations': no read, no write): what any
+validating webhook on this stack costs, which no ledger design can beat. It admits every group,
+so it stores twice as many as the measured run. The CPU seconds each component used in each run
+are printed too, and kube-apiserver's requests per admission in the measured run (the record's
+GETs and PUTs, those lost to a conflict, the quota LISTs). The last line:
+    podgroups: N admissions/s under contention (baseline without the quota hooks B/s, with a hook
+    that answers at once F/s), over-admitted: 0
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import shutil
 import sys
 import tempfile
@@ -37,6 +43,10 @@ from tests.podgroup_load import LoadResult, create_concurrently
 from tests.replicas import edit_hooks, point_webhook, proxied, start_replicas
 
 QUOTA_HOOKS = ("podgroup-quota.priogate.io", "podgroup-enrolment.priogate.io")
+# The floor's hook: the reservation hook's registration, renamed and sent to a rule that reads
+# and writes nothing for a PodGroup without priogate's annotations (webhook.rules.podgroup_annotations).
+FLOOR_HOOK = "podgroup-floor.bench.priogate.io"
+FLOOR_PATH = "/validate/podgroup-annotations"
 
 
 def _prepare(client: ApiClient, namespace: str, quota_cpu: int) -> None:
@@ -78,6 +88,38 @@ def _set_quota_hooks(client: ApiClient, hooks: list[dict] | None, namespace: str
         what="kube-apiserver to act on the changed webhook configuration",
     )
     return taken
+
+
+def _floor_calls(client: ApiClient) -> float:
+    """How many requests kube-apiserver has sent the floor's hook."""
+    return sum(
+        sample.value
+        for family in text_string_to_metric_families(client.get_text("/metrics"))
+        for sample in family.samples
+        if sample.name == "apiserver_admission_webhook_request_total"
+        and sample.labels.get("name") == FLOOR_HOOK
+    )
+
+
+def _set_floor_hook(client: ApiClient, quota_hooks: list[dict], url: str | None, namespace: str) -> None:
+    """Add the floor's hook, sent to `url` (a copy of the reservation hook in `quota_hooks`), or
+    (url None) take it out. Waits until kube-apiserver calls it: a dry-run create it is sent."""
+    hook = copy.deepcopy(next(h for h in quota_hooks if h["name"] == QUOTA_HOOKS[0]))
+    hook["name"] = FLOOR_HOOK
+    hook["clientConfig"] = {**hook["clientConfig"], "url": f"{url}{FLOOR_PATH}"}
+    edit_hooks(
+        client,
+        lambda current: [h for h in current if h["name"] != FLOOR_HOOK] + ([hook] if url else []),
+    )
+    if url is None:
+        return
+
+    def called() -> bool:
+        before = _floor_calls(client)
+        client.create(resource_path(GROUP_VERSION, PLURAL, namespace), probe_body(), dry_run=True)
+        return _floor_calls(client) > before
+
+    wait_until(called, timeout=30, what="kube-apiserver to call the floor's hook")
 
 
 @dataclass
@@ -172,9 +214,9 @@ def main() -> int:
         cluster.start()
         try:
             client = load_client(str(cluster.kubeconfig), pool_size=args.in_flight + 8)
-            namespace, baseline_namespace = "bench-quota", "bench-baseline"
-            _prepare(client, namespace, args.quota_cpu)
-            _prepare(client, baseline_namespace, args.quota_cpu)
+            namespace, baseline_namespace, floor_namespace = "bench-quota", "bench-baseline", "bench-floor"
+            for each in (namespace, baseline_namespace, floor_namespace):
+                _prepare(client, each, args.quota_cpu)
             replicas = start_replicas(
                 cluster.supervisor,
                 cluster.pki.webhook_crt,
@@ -195,8 +237,13 @@ def main() -> int:
                 hooks = _set_quota_hooks(client, None, namespace)
                 _settle(pids, "taking the quota hooks out")
                 baseline = _load(client, baseline_namespace, args, pids)
-                _set_quota_hooks(client, hooks, namespace)
                 _settle(pids, "the baseline")
+                progress(f"floor: {args.podgroups} PodGroups through a hook that answers at once")
+                _set_floor_hook(client, hooks, proxy.url, floor_namespace)
+                floor = _load(client, floor_namespace, args, pids)
+                _set_floor_hook(client, hooks, None, floor_namespace)
+                _set_quota_hooks(client, hooks, namespace)
+                _settle(pids, "the floor")
                 progress(
                     f"creating {args.podgroups} PodGroups, {args.in_flight} in flight, "
                     f"quota cpu={args.quota_cpu}"
@@ -216,13 +263,15 @@ def main() -> int:
         f"{result.max_stored_cpu} cpu stored ({result.samples} states watched)"
     )
     print(baseline.summary("baseline"))
-    for error in result.errors[:5]:
+    print(floor.summary("floor, a hook that answers at once"))
+    for error in [*result.errors, *floor.result.errors][:5]:
         print(f"error: {error}", file=sys.stderr)
     print(
         f"podgroups: {result.rate:.0f} admissions/s under contention "
-        f"(baseline without the quota hooks {baseline.result.rate:.0f}/s), over-admitted: {over}"
+        f"(baseline without the quota hooks {baseline.result.rate:.0f}/s, "
+        f"with a hook that answers at once {floor.result.rate:.0f}/s), over-admitted: {over}"
     )
-    return 0 if over == 0 and not result.errors else 1
+    return 0 if over == 0 and not result.errors and not floor.result.errors else 1
 
 
 if __name__ == "__main__":
