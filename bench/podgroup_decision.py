@@ -21,7 +21,7 @@ import orjson
 
 from priogate.entry_totals import EntryTotals
 from priogate.memory_ledger import MemoryLedgerStore
-from priogate.record_codec import LEDGER_DATA_KEY, record_object, record_of
+from priogate.record_codec import record_object, record_of
 from tests.builders import SYSTEM_CLASSES, group_review, make_view, podgroup, resource_quota
 from webhook.review import parse_review
 from webhook.rules import podgroup_quota
@@ -110,7 +110,7 @@ def _record_costs(store: MemoryLedgerStore, rounds: int = 50) -> None:
     for _ in range(rounds):
         record_object("priogate-system", NAMESPACE, record, "1")
     written = (time.process_time() - start) / rounds
-    size = len(stored["data"][LEDGER_DATA_KEY])
+    size = len(json.dumps(stored))
     print(
         f"record of {len(record.entries)} entries ({size / 1024:.0f} KiB): read {read * 1e3:.2f} ms CPU, "
         f"written {written * 1e3:.2f} ms CPU"

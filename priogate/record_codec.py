@@ -2,11 +2,28 @@
 what a record is). One ConfigMap per tenant namespace, in priogate's own namespace, where only
 priogate may write: `priogate-system/podgroup-reservations.<namespace>`, labelled with the
 namespace it covers so it is found by label as well as by name.
+
+The entries are stored in SHARDS zlib-compressed JSON objects in binaryData, each holding the
+keys that hash to it (zlib.crc32), not as one JSON text in data:
+- Size: the record holds an entry per PodGroup, about 230 bytes as JSON, and a ConfigMap holds
+  at most 1 MiB (ValidateConfigMap in kubernetes pkg/apis/core/validation, MaxSecretSize): one
+  JSON text fills it at about 4,500 groups, the compressed shards at several times that.
+- Cost: every turn GETs and PUTs the whole record, and every watcher of it (each quota worker,
+  the controller) hears every write; fewer bytes are less for kube-apiserver, etcd and each of
+  them to move and parse. A turn changes a few entries, so most shards are as the last read or
+  write left them: a shard's text and entries are kept by its compressed value (bounded), and
+  only changed shards are compressed, or parsed, again.
+A record written before the shards is read as it is; a sharded record's `reservations.json` holds
+a text that is not JSON, so a priogate from before the shards reads it as damaged and rebuilds
+it from the stored PodGroups (ledger_store), rather than as empty.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
+import zlib
 from collections.abc import Mapping
 from typing import Any
 
@@ -22,6 +39,39 @@ LEDGER_DATA_KEY = "reservations.json"
 CHARGES_DATA_KEY = "charges.json"
 # Quota changes on their way to storage (priogate.quota_fence); written only while there are any.
 FENCES_DATA_KEY = "quota-fences.json"
+SHARDS = 16
+SHARD_KEY_PREFIX = "reservations."
+SHARD_KEY_SUFFIX = ".json.zlib"
+# What a sharded record's LEDGER_DATA_KEY holds: not JSON, so an older reader rebuilds.
+SHARDED_MARKER = f"entries in binaryData {SHARD_KEY_PREFIX}NN{SHARD_KEY_SUFFIX} (zlib-compressed JSON)"
+# kube-apiserver refuses a ConfigMap whose data and binaryData (decoded) hold more bytes than
+# this (core.MaxSecretSize, which ValidateConfigMap applies to ConfigMaps too).
+CONFIGMAP_MAX_BYTES = 1024 * 1024
+# A shard that inflates past this is not one priogate wrote (its entries would never fit the
+# ConfigMap uncompressed, or even compressed 64 times over).
+SHARD_MAX_TEXT_BYTES = 64 * CONFIGMAP_MAX_BYTES
+# zlib's fastest level: each PUT compresses its changed shards, and the ratio it loses against
+# the default level is small for entries this alike.
+COMPRESSION_LEVEL = 1
+_KEPT_SHARDS = 4 * SHARDS * 64  # of each memo below: cleared when full
+
+
+class RecordFull(ValueError):
+    """The record, encoded, would exceed what kube-apiserver stores in one ConfigMap."""
+
+
+def shard_of(key: str) -> int:
+    return zlib.crc32(key.encode()) % SHARDS
+
+
+def shard_key(shard: int) -> str:
+    return f"{SHARD_KEY_PREFIX}{shard:02d}{SHARD_KEY_SUFFIX}"
+
+
+_SHARD_OF_KEY = {shard_key(i): i for i in range(SHARDS)}
+# Compressed (base64) shard values by their JSON text, and parsed entries by compressed value.
+_PACKED: dict[str, str] = {}
+_UNPACKED: dict[str, dict[str, Entry]] = {}
 
 
 def record_name(namespace: str) -> str:
@@ -52,13 +102,17 @@ def record_of(obj: Mapping[str, Any]) -> Record:
     (then it is rebuilt from the stored PodGroups, never guessed at)."""
     data = obj.get("data") or {}
     try:
-        raw_entries = json.loads(data.get(LEDGER_DATA_KEY) or "{}")
+        shards = {k: v for k, v in (obj.get("binaryData") or {}).items() if k.startswith(SHARD_KEY_PREFIX)}
+        text = data.get(LEDGER_DATA_KEY) or "{}"
+        if text == SHARDED_MARKER:
+            entries = _sharded_entries(shards)  # none at all: an empty record
+        elif shards:
+            raise ValueError(f"shards of entries beside {LEDGER_DATA_KEY} as JSON")
+        else:
+            entries = _entries(json.loads(text))  # as written before the shards
         raw_charges = json.loads(data.get(CHARGES_DATA_KEY) or "{}")
-        if not isinstance(raw_entries, dict) or not isinstance(raw_charges, dict):
-            raise ValueError("not a JSON object")
-        entries = {key: Entry.from_json(key, value) for key, value in raw_entries.items()}
-        for entry in entries.values():
-            entry.reservation()
+        if not isinstance(raw_charges, dict):
+            raise ValueError("charges are not a JSON object")
         charges = {key: Charge.from_json(value) for key, value in raw_charges.items()}
         for charge in charges.values():
             charge.amounts()
@@ -66,10 +120,51 @@ def record_of(obj: Mapping[str, Any]) -> Record:
         if not isinstance(raw_fences, list):
             raise ValueError("quota fences are not a JSON list")
         fences = {f.key: f for f in map(QuotaFence.from_json, raw_fences)}
-    except (ValueError, TypeError, AttributeError) as e:
+    except (ValueError, TypeError, AttributeError, zlib.error) as e:
         name = (obj.get("metadata") or {}).get("name", "")
         raise DamagedRecord(f"ConfigMap {name} is not a reservation record ({e})") from None
     return Record(entries, charges, fences)
+
+
+def _entries(raw: Any) -> dict[str, Entry]:
+    if not isinstance(raw, dict):
+        raise ValueError("entries are not a JSON object")
+    entries = {key: Entry.from_json(key, value) for key, value in raw.items()}
+    for entry in entries.values():
+        entry.reservation()
+    return entries
+
+
+def _sharded_entries(shards: Mapping[str, Any]) -> dict[str, Entry]:
+    entries: dict[str, Entry] = {}
+    for name, packed in shards.items():
+        shard = _SHARD_OF_KEY.get(name)
+        if shard is None or not isinstance(packed, str):
+            raise ValueError(f"{name} is not a shard of entries")
+        known = _UNPACKED.get(packed)
+        if known is None:
+            known = _unpacked(shard, name, packed)
+            if len(_UNPACKED) >= _KEPT_SHARDS:
+                _UNPACKED.clear()
+            _UNPACKED[packed] = known
+        entries.update(known)
+    return entries
+
+
+def _unpacked(shard: int, name: str, packed: str) -> dict[str, Entry]:
+    inflater = zlib.decompressobj()
+    try:
+        text = inflater.decompress(base64.b64decode(packed, validate=True), SHARD_MAX_TEXT_BYTES)
+    except binascii.Error as e:
+        raise ValueError(f"{name}: {e}") from None
+    if inflater.unconsumed_tail or not inflater.eof:
+        raise ValueError(f"{name} is truncated or inflates past {SHARD_MAX_TEXT_BYTES} bytes")
+    entries = _entries(json.loads(text))
+    # Each key in the shard it hashes to, so no key is in two.
+    strays = [key for key in entries if shard_of(key) != shard]
+    if strays:
+        raise ValueError(f"{name} holds entries of another shard: {', '.join(strays[:3])}")
+    return entries
 
 
 def entries_of(obj: Mapping[str, Any] | None) -> dict[str, Entry]:
@@ -91,14 +186,38 @@ def record_object(
     }
     if resource_version:
         meta["resourceVersion"] = resource_version
-    # What json.dumps(..., sort_keys=True) writes for the whole map, from each entry's own text.
-    entries = ",".join(f"{json.dumps(key)}:{e.json_text}" for key, e in sorted(record.entries.items()))
     charges = {key: c.to_json() for key, c in sorted(record.charges.items())}
     data = {
-        LEDGER_DATA_KEY: f"{{{entries}}}",
+        LEDGER_DATA_KEY: SHARDED_MARKER,
         CHARGES_DATA_KEY: json.dumps(charges, separators=(",", ":"), sort_keys=True),
     }
     if record.fences:
         fences = [f.to_json() for _, f in sorted(record.fences.items())]
         data[FENCES_DATA_KEY] = json.dumps(fences, separators=(",", ":"), sort_keys=True)
-    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": data}
+    binary = _packed_shards(record.entries)
+    size = sum(len(v) for v in data.values()) + sum(len(v) * 3 // 4 for v in binary.values())
+    if size > CONFIGMAP_MAX_BYTES:
+        raise RecordFull(
+            f"the reservation record of namespace {namespace} would hold {len(record.entries)} "
+            f"PodGroup reservations in about {size} bytes, more than a ConfigMap holds "
+            f"({CONFIGMAP_MAX_BYTES}); delete PodGroups that are no longer needed"
+        )
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": data, "binaryData": binary}
+
+
+def _packed_shards(entries: Mapping[str, Entry]) -> dict[str, str]:
+    by_shard: dict[int, list[str]] = {}
+    for key in sorted(entries):
+        # What json.dumps(..., sort_keys=True) writes for the shard, from each entry's own text.
+        by_shard.setdefault(shard_of(key), []).append(f"{json.dumps(key)}:{entries[key].json_text}")
+    out: dict[str, str] = {}
+    for shard, parts in sorted(by_shard.items()):
+        text = f"{{{','.join(parts)}}}"
+        packed = _PACKED.get(text)
+        if packed is None:
+            packed = base64.b64encode(zlib.compress(text.encode(), COMPRESSION_LEVEL)).decode()
+            if len(_PACKED) >= _KEPT_SHARDS:
+                _PACKED.clear()
+            _PACKED[text] = packed
+        out[shard_key(shard)] = packed
+    return out

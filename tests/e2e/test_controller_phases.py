@@ -5,13 +5,13 @@ localcluster, leader-elected) does the work."""
 from __future__ import annotations
 
 import datetime as dt
-import json
 
 import pytest
 
 from localcluster import LocalCluster
 from priogate.kube.client import ApiClient, ApiError, load_client, resource_path
-from priogate.record_codec import DEFAULT_LEDGER_NAMESPACE, LEDGER_DATA_KEY, entries_of, record_path
+from priogate.ledger import Entry
+from priogate.record_codec import DEFAULT_LEDGER_NAMESPACE, entries_of, record_object, record_of, record_path
 from tests.builders import pod, podgroup
 from tests.e2e.controller_helpers import delete_pod, groups_path, pod_running, wait_phase
 from tests.e2e.helpers import wait_for
@@ -124,16 +124,16 @@ def test_a_finished_gang_is_completed(client: ApiClient, namespace: str):
 
 def _inject_stale_entry(client: ApiClient, namespace: str, key: str) -> dict:
     admitted = (dt.datetime.now(dt.UTC) - dt.timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
-    stale = {"group": "never-stored", "minResources": {"cpu": "1"}, "minMember": 1,
-             "priorityClassName": "", "admittedAt": admitted}  # fmt: skip
+    stale = Entry("never-stored", key, {"cpu": "1"}, 1, "", admitted)
     for _ in range(10):
         ledger = client.get(record_path(DEFAULT_LEDGER_NAMESPACE, namespace))
-        data = json.loads(ledger["data"][LEDGER_DATA_KEY])
-        data[key] = stale
-        ledger["data"][LEDGER_DATA_KEY] = json.dumps(data)
+        record = record_of(ledger)
+        record = record.with_entries({**record.entries, key: stale})
+        version = ledger["metadata"]["resourceVersion"]
         try:
             return client.replace(
-                record_path(DEFAULT_LEDGER_NAMESPACE, namespace), ledger
+                record_path(DEFAULT_LEDGER_NAMESPACE, namespace),
+                record_object(DEFAULT_LEDGER_NAMESPACE, namespace, record, version),
             )  # carries the resourceVersion read
         except ApiError as e:
             if e.status != 409:

@@ -5,7 +5,6 @@ quota, and a PodGroup whose class was deleted can still be updated, deleted and 
 from __future__ import annotations
 
 import copy
-import json
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -16,7 +15,7 @@ from kubernetes.client.rest import ApiException
 
 from localcluster import LocalCluster
 from localcluster.binaries import REPO
-from priogate.record_codec import DEFAULT_LEDGER_NAMESPACE, LEDGER_DATA_KEY, record_name
+from priogate.record_codec import DEFAULT_LEDGER_NAMESPACE, entries_of, record_name
 from tests.builders import priority_class
 from tests.e2e.helpers import refusal, unique, wait_for
 from tests.e2e.tenant import GROUP, VERSION, Tenant, make_tenant, tenant_fixture
@@ -136,7 +135,7 @@ def ledger_groups(core: k8s.CoreV1Api, namespace: str) -> set[str]:
         if e.status == 404:
             return set()
         raise
-    return {e["group"] for e in json.loads(cm.data[LEDGER_DATA_KEY]).values()}
+    return {e.group for e in entries_of(core.api_client.sanitize_for_serialization(cm)).values()}
 
 
 NEGATIVE = [

@@ -4,8 +4,10 @@ confirming, charges, and a damaged record never read as empty."""
 
 from __future__ import annotations
 
+import base64
 import datetime as dt
 import json
+import zlib
 from dataclasses import replace
 
 import pytest
@@ -20,6 +22,8 @@ from priogate.record_codec import (
     record_object,
     record_of,
     record_path,
+    shard_key,
+    shard_of,
 )
 
 NOW = dt.datetime(2026, 11, 22, 12, 0, 0, tzinfo=dt.UTC)
@@ -324,7 +328,7 @@ def test_an_entry_read_again_is_reused_only_for_the_same_values_and_types():
     assert ledger.Entry.from_json("uid-same", raw) is first
 
 
-def test_the_record_text_is_the_json_of_its_entries_sorted():
+def test_each_shard_is_the_json_of_its_entries_sorted():
     entries = {
         e.key: e
         for e in (
@@ -334,6 +338,11 @@ def test_the_record_text_is_the_json_of_its_entries_sorted():
         )
     }
     obj = record_object("priogate-system", "team-a", Record(entries), None)
-    whole = {key: e.to_json() for key, e in entries.items()}
-    assert obj["data"][LEDGER_DATA_KEY] == json.dumps(whole, separators=(",", ":"), sort_keys=True)
+    stored = {}
+    for name, packed in obj["binaryData"].items():
+        text = zlib.decompress(base64.b64decode(packed)).decode()
+        shard = {key: e.to_json() for key, e in entries.items() if shard_key(shard_of(key)) == name}
+        assert text == json.dumps(shard, separators=(",", ":"), sort_keys=True)
+        stored.update(json.loads(text))
+    assert stored == {key: e.to_json() for key, e in entries.items()}
     assert record_of(obj).entries == entries

@@ -9,10 +9,12 @@ DELETE admission, and answered an unreadable ledger with a 503 until someone rep
 
 from __future__ import annotations
 
+import base64
 import datetime as dt
 import json
 import threading
 import time
+import zlib
 
 import orjson
 
@@ -255,7 +257,8 @@ def test_pods_where_nothing_is_reserved_cost_no_api_call():
 def test_the_record_json_is_what_the_readme_says():
     api, view = setup()
     admit_group(view, "a", "6")
-    data = json.loads(api.objects[RECORD]["data"]["reservations.json"])
+    (packed,) = api.objects[RECORD]["binaryData"].values()
+    data = json.loads(zlib.decompress(base64.b64decode(packed)))
     assert set(data["uid-a"]) == {
         "group",
         "minResources",
@@ -306,3 +309,21 @@ def test_a_class_change_counts_both_claims_until_stored():
     assert podgroup_quota.admit(parse_review(orjson.dumps(body)), view).allowed
     assert set(entries_of(api.objects[RECORD])) == {"uid-a", "uid-a/previous"}
     assert not admit_group(view, "b", "3").allowed  # 4 (old class) + 4 (new class) + 3 > 10
+
+
+def test_a_record_too_large_for_its_configmap_refuses_new_groups_by_name(monkeypatch):
+    """Past what one ConfigMap holds, a growing claim is refused with what to do (403, not a
+    503 "retry": a retry fails the same way), and the record keeps what it had."""
+    from priogate import record_codec
+
+    api, view = setup(quota_cpu="100")
+    assert admit_group(view, "a", "1").allowed
+    held = api.objects[RECORD]
+    shards = [base64.b64decode(v) for v in held["binaryData"].values()]
+    size = sum(map(len, held["data"].values())) + sum(map(len, shards))
+    monkeypatch.setattr(record_codec, "CONFIGMAP_MAX_BYTES", size + 10)  # a second entry does not fit
+    refused = admit_group(view, "b", "1")
+    assert not refused.allowed and refused.code == 403
+    assert "PodGroup quota: the reservation record of namespace" in refused.message
+    assert "delete PodGroups that are no longer needed" in refused.message
+    assert {e.group for e in entries_of(api.objects[RECORD]).values()} == {"a"}

@@ -1,0 +1,154 @@
+"""The reservation record's ConfigMap form: entries in zlib-compressed shards, read back exactly,
+the form before the shards still read, a damaged shard never read as empty, unchanged shards
+neither compressed nor parsed again, and a record too large for a ConfigMap refused by name."""
+
+from __future__ import annotations
+
+import base64
+import json
+import uuid
+import zlib
+from typing import Any
+
+import pytest
+
+from priogate import ledger, record_codec
+from priogate.ledger import Entry, Record
+from priogate.record_codec import (
+    LEDGER_DATA_KEY,
+    SHARDED_MARKER,
+    SHARDS,
+    RecordFull,
+    record_object,
+    record_of,
+    shard_key,
+    shard_of,
+)
+
+T = "2026-11-22T12:00:00.000000Z"
+
+
+def entries(count: int, cpu: str = "1") -> dict[str, Entry]:
+    made = (Entry(f"pg-{i:05d}", str(uuid.uuid4()), {"cpu": cpu}, 1, "", T, 1) for i in range(count))
+    return {e.key: e for e in made}
+
+
+def stored(record: Record, namespace: str = "team-a") -> dict[str, Any]:
+    """The record as a GET returns it: through JSON, with a resourceVersion."""
+    return json.loads(json.dumps(record_object("priogate-system", namespace, record, "7")))
+
+
+def pack(text: str) -> str:
+    return base64.b64encode(zlib.compress(text.encode())).decode()
+
+
+@pytest.mark.parametrize("count", [0, 1, 17, 400, 3000])
+def test_a_record_reads_back_as_written(count):
+    record = Record(entries(count))
+    obj = stored(record)
+    assert record_of(obj).entries == record.entries
+    assert obj["data"][LEDGER_DATA_KEY] == SHARDED_MARKER
+    assert len(obj["binaryData"]) <= SHARDS and bool(obj["binaryData"]) == bool(count)
+
+
+def test_an_older_reader_finds_the_marker_damaged_not_empty():
+    # Before the shards, a reader parsed this key as the entries' JSON and read a missing key as
+    # no entries; the marker makes it rebuild from the stored groups instead.
+    with pytest.raises(json.JSONDecodeError):
+        json.loads(SHARDED_MARKER)
+
+
+def test_a_record_written_before_the_shards_is_read():
+    group = Entry("a", "uid-1", {"cpu": "2"}, 1, "", T, 3)
+    text = json.dumps({"uid-1": group.to_json()})
+    obj = {"metadata": {"name": "podgroup-reservations.team-a"}, "data": {LEDGER_DATA_KEY: text}}
+    assert record_of(obj).entries == {"uid-1": group}
+
+
+def shard_of_one(key: str, text: str) -> dict[str, str]:
+    return {shard_key(shard_of(key)): pack(text)}
+
+
+ONE = json.dumps({"uid-1": Entry("a", "uid-1", {"cpu": "1"}, 1, "", T).to_json()})
+OTHER_SHARD = shard_key((shard_of("uid-1") + 1) % SHARDS)
+
+
+@pytest.mark.parametrize(
+    ("data", "binary", "why"),
+    [
+        ({LEDGER_DATA_KEY: SHARDED_MARKER}, {shard_key(0): "not base64!"}, "reservations.00"),
+        ({LEDGER_DATA_KEY: SHARDED_MARKER}, {shard_key(0): base64.b64encode(b"not zlib").decode()}, ""),
+        (
+            {LEDGER_DATA_KEY: SHARDED_MARKER},
+            {shard_key(0): base64.b64encode(zlib.compress(ONE.encode())[:-4]).decode()},
+            "truncated",
+        ),
+        ({LEDGER_DATA_KEY: SHARDED_MARKER}, {shard_key(0): pack("[1, 2]")}, "not a JSON object"),
+        ({LEDGER_DATA_KEY: SHARDED_MARKER}, {shard_key(0): pack('{"u": 5}')}, "not an object"),
+        ({LEDGER_DATA_KEY: SHARDED_MARKER}, {OTHER_SHARD: pack(ONE)}, "another shard"),
+        ({LEDGER_DATA_KEY: SHARDED_MARKER}, {"reservations.99.json.zlib": pack(ONE)}, "not a shard"),
+        ({LEDGER_DATA_KEY: ONE}, shard_of_one("uid-1", ONE), "beside"),
+        ({}, shard_of_one("uid-1", ONE), "beside"),
+    ],
+)
+def test_a_damaged_shard_is_an_error_never_an_empty_record(data, binary, why):
+    obj = {"metadata": {"name": "podgroup-reservations.team-a"}, "data": data, "binaryData": binary}
+    with pytest.raises(ledger.DamagedRecord, match=f"is not a reservation record.*{why}"):
+        record_of(obj)
+
+
+def test_a_shard_that_inflates_past_the_bound_is_damaged(monkeypatch):
+    monkeypatch.setattr(record_codec, "SHARD_MAX_TEXT_BYTES", 1000)
+    bomb = {"uid-1": {"group": "x" * 5000}}
+    obj = {
+        "metadata": {"name": "podgroup-reservations.team-a"},
+        "data": {LEDGER_DATA_KEY: SHARDED_MARKER},
+        "binaryData": shard_of_one("uid-1", json.dumps(bomb)),
+    }
+    with pytest.raises(ledger.DamagedRecord, match="inflates past 1000 bytes"):
+        record_of(obj)
+
+
+def count_calls(monkeypatch: pytest.MonkeyPatch, owner: Any, name: str) -> list[int]:
+    calls = [0]
+    real = getattr(owner, name)
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        calls[0] += 1
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(owner, name, counted)
+    return calls
+
+
+def test_only_changed_shards_are_compressed_and_parsed_again(monkeypatch):
+    held = entries(200)
+    record_of(stored(Record(held)))
+    compressed = count_calls(monkeypatch, record_codec.zlib, "compress")
+    parsed = count_calls(monkeypatch, record_codec, "_unpacked")
+    new = Entry("pg-new", str(uuid.uuid4()), {"cpu": "1"}, 1, "", T)
+    again = stored(Record({**held, new.key: new}))
+    assert record_of(again).entries == {**held, new.key: new}
+    assert compressed[0] == 1 and parsed[0] == 1  # the new entry's shard only
+
+
+def test_a_record_larger_than_a_configmap_is_refused_by_name(monkeypatch):
+    monkeypatch.setattr(record_codec, "CONFIGMAP_MAX_BYTES", 2000)
+    why = r"namespace team-a would hold 300 PodGroup reservations.*delete PodGroups"
+    with pytest.raises(RecordFull, match=why):
+        record_object("priogate-system", "team-a", Record(entries(300)), None)
+
+
+def test_fifteen_thousand_realistic_groups_fit_one_configmap():
+    # What a ConfigMap holds of entries as a training namespace writes them (random uids,
+    # several resources, microsecond stamps): one JSON text stopped at about 4,500.
+    made = {}
+    for i in range(15_000):
+        uid = str(uuid.uuid4())
+        resources = {"cpu": "8", "memory": "32Gi", "nvidia.com/gpu": "8"}
+        stamp = f"2026-11-22T12:{i % 60:02d}:{i * 7 % 60:02d}.{i * 7919 % 1_000_000:06d}Z"
+        made[uid] = Entry(f"training-job-{i:05d}-worker", uid, resources, 8, "high-priority", stamp, 1)
+    obj = record_object("priogate-system", "team-a", Record(made), None)
+    size = sum(len(base64.b64decode(v)) for v in obj["binaryData"].values())
+    assert size < record_codec.CONFIGMAP_MAX_BYTES
+    assert len(",".join(e.json_text for e in made.values())) > 3 * record_codec.CONFIGMAP_MAX_BYTES
