@@ -18,9 +18,11 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import random
 import tempfile
 import threading
 import time
+import uuid
 from pathlib import Path
 
 from localcluster import LocalCluster, Options
@@ -32,9 +34,16 @@ from priogate.record_codec import DEFAULT_LEDGER_NAMESPACE, record_object, recor
 
 
 def _record(entries: int) -> Record:
-    at = stamp(dt.datetime.now(dt.UTC))
-    uids = [f"0b7c1a52-9e3f-4d1a-8c7e-{i:012d}" for i in range(entries)]
-    return Record({uid: Entry(f"bench-{i}", uid, {"cpu": "1"}, 1, "", at, 1) for i, uid in enumerate(uids)})
+    """As a namespace's groups make it: random uids, each group admitted at its own microsecond
+    (the record is compressed, so entries alike would flatter it)."""
+    rng = random.Random(entries)
+    start = dt.datetime.now(dt.UTC)
+    made = {}
+    for i in range(entries):
+        uid = str(uuid.UUID(int=rng.getrandbits(128), version=4))
+        at = stamp(start - dt.timedelta(microseconds=rng.randrange(600_000_000)))
+        made[uid] = Entry(f"bench-{i}", uid, {"cpu": "1"}, 1, "", at, 1)
+    return Record(made)
 
 
 def _watch(client: ApiClient, stop: threading.Event) -> None:
