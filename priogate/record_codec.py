@@ -69,9 +69,10 @@ def shard_key(shard: int) -> str:
 
 
 _SHARD_OF_KEY = {shard_key(i): i for i in range(SHARDS)}
-# Compressed (base64) shard values by their JSON text, and parsed entries by compressed value.
+# Compressed (base64) shard values by their JSON text, and parsed entries by shard and
+# compressed value (the same value under another shard's key is checked again, and refused).
 _PACKED: dict[str, str] = {}
-_UNPACKED: dict[str, dict[str, Entry]] = {}
+_UNPACKED: dict[tuple[int, str], dict[str, Entry]] = {}
 
 
 def record_name(namespace: str) -> str:
@@ -141,12 +142,12 @@ def _sharded_entries(shards: Mapping[str, Any]) -> dict[str, Entry]:
         shard = _SHARD_OF_KEY.get(name)
         if shard is None or not isinstance(packed, str):
             raise ValueError(f"{name} is not a shard of entries")
-        known = _UNPACKED.get(packed)
+        known = _UNPACKED.get((shard, packed))
         if known is None:
             known = _unpacked(shard, name, packed)
             if len(_UNPACKED) >= _KEPT_SHARDS:
                 _UNPACKED.clear()
-            _UNPACKED[packed] = known
+            _UNPACKED[(shard, packed)] = known
         entries.update(known)
     return entries
 

@@ -152,3 +152,14 @@ def test_fifteen_thousand_realistic_groups_fit_one_configmap():
     size = sum(len(base64.b64decode(v)) for v in obj["binaryData"].values())
     assert size < record_codec.CONFIGMAP_MAX_BYTES
     assert len(",".join(e.json_text for e in made.values())) > 3 * record_codec.CONFIGMAP_MAX_BYTES
+
+
+def test_a_shard_read_before_is_refused_under_another_shards_key():
+    held = Record(entries(40))
+    obj = stored(held)
+    record_of(obj)  # its shards are known now
+    name, packed = next(iter(obj["binaryData"].items()))
+    moved = shard_key((record_codec._SHARD_OF_KEY[name] + 1) % SHARDS)
+    obj["binaryData"] = {moved: packed}
+    with pytest.raises(ledger.DamagedRecord, match="another shard"):
+        record_of(obj)
