@@ -24,10 +24,8 @@ from __future__ import annotations
 
 import argparse
 import copy
-import json
 import subprocess
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -37,14 +35,13 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from controller.flags import add_arguments as controller_arguments  # noqa: E402
+from hack.chart_templates import CONFIG_NAME, SPECIAL, Markers, container, dump, flow  # noqa: E402
 from webhook.configuration import IN_CLUSTER_SERVICE, policy_objects, webhook_configurations  # noqa: E402
 from webhook.policy import WebhookPolicy  # noqa: E402
 
 CHART = ROOT / "charts" / "priogate"
 MANIFESTS = ROOT / "manifests"
 NAMESPACE = "priogate-system"
-CONFIG_NAME = "priogate"  # webhook.configuration's default and the caBundle Job's --config-name
-CLIENT_CA_DIR = "/etc/priogate/client-ca"  # docs/hardening.md
 
 # What the chart renders differently from `kubectl kustomize manifests/` with default values,
 # and why. tests/unit/test_chart.py allows these and nothing else.
@@ -59,12 +56,6 @@ DIFFERENCES = {
     "upgrade replaces it rather than patching it",
 }
 
-HOOK_ANNOTATIONS = {
-    # https://helm.sh/docs/topics/charts_hooks/
-    "helm.sh/hook": "post-install,post-upgrade",
-    "helm.sh/hook-delete-policy": "before-hook-creation",
-}
-
 
 def kustomize(manifests: Path = MANIFESTS) -> list[dict[str, Any]]:
     out = subprocess.run(
@@ -77,181 +68,6 @@ def kustomize_image(manifests: Path = MANIFESTS) -> tuple[str, str, str, str]:
     k = yaml.safe_load((manifests / "kustomization.yaml").read_text())
     (image,) = k["images"]
     return image["name"], f"{image['newName']}:{image['newTag']}", image["newName"], str(image["newTag"])
-
-
-class Markers:
-    """Marker strings put into an object before it is dumped, and the template text each becomes.
-
-    value(): the marker replaces a scalar or a whole subtree; after dumping, the quoted marker is
-    replaced by an inline expression (a flow-style JSON/YAML value is valid YAML).
-    line(): the marker is a list item or a key whose whole line is replaced by template lines at
-    the same indentation (for items that exist only under some values)."""
-
-    def __init__(self) -> None:
-        self.inline: dict[str, str] = {}
-        self.lines: dict[str, Callable[[str], str]] = {}
-
-    def value(self, expr: str) -> str:
-        m = f"@@{len(self.inline) + len(self.lines)}@@"
-        self.inline[m] = expr
-        return m
-
-    def line(self, block: Callable[[str], str]) -> str:
-        m = f"@@{len(self.inline) + len(self.lines)}@@"
-        self.lines[m] = block
-        return m
-
-    def apply(self, text: str) -> str:
-        out = []
-        for ln in text.splitlines():
-            hit = next((m for m in self.lines if m in ln), None)
-            if hit is not None:
-                indent = ln[: len(ln) - len(ln.lstrip())]
-                out.append(self.lines[hit](indent))
-                continue
-            for m, expr in self.inline.items():
-                ln = ln.replace(f"'{m}'", expr).replace(m, expr)
-            out.append(ln)
-        return "\n".join(out) + "\n"
-
-
-def dump(obj: Any) -> str:
-    return yaml.safe_dump(obj, sort_keys=False, width=10_000)
-
-
-def flow(obj: Any) -> str:
-    return json.dumps(obj, separators=(", ", ": "))
-
-
-def container(pod_spec: dict, name: str) -> dict:
-    return next(c for c in pod_spec["containers"] if c["name"] == name)
-
-
-def template_webhook_deployment(d: dict, mk: Markers) -> None:
-    d["spec"]["replicas"] = mk.value("{{ .Values.webhook.replicas }}")
-    # kube-score (hack/kube-score/check.sh): with mTLS both probes are TCP checks of the serving
-    # port (below), which its pod-probes-identical test refuses; the justification goes with it.
-    ignored = d["metadata"]["annotations"]["kube-score/ignore"]
-    d["metadata"]["annotations"]["kube-score/ignore"] = mk.line(
-        lambda i: (
-            "{{- if .Values.mtls.clientCASecret }}\n"
-            f"{i}# mTLS: kubelet's probes carry no client certificate, so readiness and liveness are\n"
-            f"{i}# both TCP checks of the serving port; liveness allows 6 failures 10 s apart,\n"
-            f"{i}# readiness 3 failures 5 s apart, so an overloaded server leaves the Service first.\n"
-            f"{i}kube-score/ignore: {ignored},pod-probes-identical\n"
-            "{{- else }}\n"
-            f"{i}kube-score/ignore: {ignored}\n"
-            "{{- end }}"
-        )
-    )
-    spec = d["spec"]["template"]["spec"]
-    for name in ("priority", "quota"):
-        c = container(spec, name)
-        v = f".Values.webhook.{name}"
-        c["resources"] = mk.value(f"{{{{ toJson {v}.resources }}}}")
-        for env in c["env"]:
-            if env["name"] == "PRIOGATE_WORKERS":
-                env["value"] = mk.value(f"{{{{ {v}.workers | quote }}}}")
-        # mTLS (docs/hardening.md): the servers require a client certificate from this CA. kubelet's
-        # HTTPS probes carry none, so the probes become TCP checks on the same ports.
-        c["command"].append(
-            mk.line(
-                lambda i: (
-                    "{{- if .Values.mtls.clientCASecret }}\n"
-                    f"{i}- --client-ca-file={CLIENT_CA_DIR}/{{{{ .Values.mtls.clientCAKey }}}}\n"
-                    "{{- end }}"
-                )
-            )
-        )
-        for probe in ("readinessProbe", "livenessProbe"):
-            tcp = {k: v for k, v in c[probe].items() if k != "httpGet"}
-            tcp = {"tcpSocket": {"port": c[probe]["httpGet"]["port"]}, **tcp}
-            choice = f"{{{{ if .Values.mtls.clientCASecret }}}}{flow(tcp)}{{{{ else }}}}{flow(c[probe])}"
-            c[probe] = mk.value(choice + "{{ end }}")
-        c["volumeMounts"].append(
-            mk.line(
-                lambda i: (
-                    "{{- if .Values.mtls.clientCASecret }}\n"
-                    f"{i}- {{name: client-ca, mountPath: {CLIENT_CA_DIR}, readOnly: true}}\n"
-                    "{{- end }}"
-                )
-            )
-        )
-    spec["volumes"].append(
-        mk.line(
-            lambda i: (
-                "{{- if .Values.mtls.clientCASecret }}\n"
-                f"{i}- {{name: client-ca, secret: {{secretName: {{{{ .Values.mtls.clientCASecret }}}}}}}}\n"
-                "{{- end }}"
-            )
-        )
-    )
-
-
-def template_controller_deployment(d: dict, mk: Markers) -> None:
-    d["spec"]["replicas"] = mk.value("{{ .Values.controller.replicas }}")
-    c = container(d["spec"]["template"]["spec"], "controller")
-    c["resources"] = mk.value("{{ toJson .Values.controller.resources }}")
-    # controller.flags: {name: value} -> --name=value; true/false -> --name / --no-name (the
-    # BooleanOptionalAction spelling controller/flags.py uses).
-    c["command"].append(
-        mk.line(
-            lambda i: (
-                "{{- range $flag, $value := .Values.controller.flags }}\n"
-                '{{- if kindIs "bool" $value }}\n'
-                f'{i}- {{{{ ternary (printf "--%s" $flag) (printf "--no-%s" $flag) $value | quote }}}}\n'
-                "{{- else }}\n"
-                f'{i}- {{{{ printf "--%s=%v" $flag $value | quote }}}}\n'
-                "{{- end }}\n"
-                "{{- end }}"
-            )
-        )
-    )
-
-
-def template_job(d: dict, mk: Markers) -> None:
-    d["metadata"].setdefault("annotations", {}).update(HOOK_ANNOTATIONS)
-    c = container(d["spec"]["template"]["spec"], "cabundle")
-    c["resources"] = mk.value("{{ toJson .Values.cabundleJob.resources }}")
-    c["command"].append(
-        mk.line(
-            lambda i: (
-                f'{{{{- if ne .Values.webhookConfigurations.name "{CONFIG_NAME}" }}}}\n'
-                f"{i}- --config-name={{{{ .Values.webhookConfigurations.name }}}}\n"
-                "{{- end }}"
-            )
-        )
-    )
-
-
-def template_networkpolicy(d: dict, mk: Markers) -> None:
-    (rule,) = d["spec"]["ingress"]
-    assert "from" not in rule, "manifests/networkpolicy.yaml admits every source; values narrow it"
-    rule[
-        mk.line(
-            lambda i: (
-                f"{{{{- with .Values.networkPolicy.from }}}}\n{i}from: {{{{ toJson . }}}}\n{{{{- end }}}}"
-            )
-        )
-    ] = 0
-
-
-def template_cabundle_role(d: dict, mk: Markers) -> None:
-    for rule in d["rules"]:
-        if rule.get("resourceNames") == [CONFIG_NAME]:
-            rule["resourceNames"] = mk.value("[{{ .Values.webhookConfigurations.name | quote }}]")
-
-
-# (kind, name) -> how to template it, the file it goes to, and the condition it is rendered under.
-SPECIAL: dict[tuple[str, str], tuple[Callable[[dict, Markers], None] | None, str | None]] = {
-    ("Deployment", "priogate-webhook"): (template_webhook_deployment, None),
-    ("Deployment", "priogate-controller"): (template_controller_deployment, None),
-    ("Job", "priogate-cabundle"): (template_job, ".Values.webhookConfigurations.create"),
-    ("NetworkPolicy", "priogate-webhook"): (template_networkpolicy, ".Values.networkPolicy.enabled"),
-    ("NetworkPolicy", "priogate-controller"): (None, ".Values.networkPolicy.enabled"),
-    ("NetworkPolicy", "priogate-cabundle"): (None, ".Values.networkPolicy.enabled"),
-    ("ClusterRole", "priogate-cabundle"): (template_cabundle_role, None),
-}
 
 
 # Every container of manifests/ pulls so (render_object checks that none is left behind).
