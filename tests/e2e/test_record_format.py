@@ -1,0 +1,92 @@
+"""The reservation record's form through the real control plane, with a tenant (built-in `edit`
+in one namespace) creating the PodGroups: the record kube-apiserver stores holds their entries in
+compressed shards and the quota holds exactly; and a record in the form before the shards (as an
+upgrade finds it) is read as it is, not rebuilt, and written back in shards."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from localcluster import LocalCluster
+from priogate.kube.client import ApiClient, ApiError, load_client
+from priogate.record_codec import (
+    CHARGES_DATA_KEY,
+    DEFAULT_LEDGER_NAMESPACE,
+    LEDGER_DATA_KEY,
+    SHARDED_MARKER,
+    SHARDS,
+    entries_of,
+    record_path,
+)
+from tests.e2e.helpers import refusal
+from tests.e2e.tenant import Tenant
+from tests.e2e.test_hostile_tenant_quota import podgroup, quota
+
+DAMAGED = "reservation record damaged"
+
+
+@pytest.fixture(scope="module")
+def admin(cluster: LocalCluster) -> ApiClient:
+    return load_client(str(cluster.kubeconfig))
+
+
+def record(admin: ApiClient, namespace: str) -> dict:
+    return admin.get(record_path(DEFAULT_LEDGER_NAMESPACE, namespace))
+
+
+def recorded_groups(admin: ApiClient, namespace: str) -> set[str]:
+    return {e.group for e in entries_of(record(admin, namespace)).values()}
+
+
+def test_a_tenants_groups_are_recorded_in_shards_and_the_quota_holds(tenant: Tenant, admin: ApiClient):
+    quota(admin, tenant.namespace, "10")
+    names = [f"g{i:02d}" for i in range(20)]
+    for name in names:
+        tenant.create_podgroup(podgroup(name, "500m"))
+    got = refusal(lambda: tenant.create_podgroup(podgroup("one-too-many", "500m")))
+    assert got is not None and got[0] == 403 and "limited: cpu=10" in got[1], got
+
+    stored = record(admin, tenant.namespace)
+    assert stored["data"][LEDGER_DATA_KEY] == SHARDED_MARKER
+    assert 1 <= len(stored["binaryData"]) <= SHARDS
+    assert recorded_groups(admin, tenant.namespace) == set(names)
+
+
+def test_a_record_written_before_the_shards_is_read_not_rebuilt(
+    cluster: LocalCluster, tenant: Tenant, admin: ApiClient
+):
+    quota(admin, tenant.namespace, "3")
+    for name in ("a", "b"):
+        tenant.create_podgroup(podgroup(name, "1"))
+    # The admin puts the record back in the form an older priogate wrote: every entry as one
+    # JSON text in data, no shards. Retried on 409 (the controller's sweep may write meanwhile).
+    path = record_path(DEFAULT_LEDGER_NAMESPACE, tenant.namespace)
+    for _ in range(10):
+        current = admin.get(path)
+        entries = {key: e.to_json() for key, e in entries_of(current).items()}
+        current["data"] = {
+            LEDGER_DATA_KEY: json.dumps(entries),
+            CHARGES_DATA_KEY: current["data"].get(CHARGES_DATA_KEY, "{}"),
+        }
+        current.pop("binaryData", None)
+        try:
+            admin.replace(path, current)
+            break
+        except ApiError as e:
+            if e.status != 409:
+                raise
+    else:
+        raise AssertionError("the record kept changing")
+    log = cluster.logs / "webhook.log"
+    damaged_before = log.read_text().count(DAMAGED)
+
+    tenant.create_podgroup(podgroup("c", "1"))
+    got = refusal(lambda: tenant.create_podgroup(podgroup("d", "1")))
+    assert got is not None and got[0] == 403 and "limited: cpu=3" in got[1], got
+
+    stored = record(admin, tenant.namespace)
+    assert stored["data"][LEDGER_DATA_KEY] == SHARDED_MARKER  # written back in shards
+    assert recorded_groups(admin, tenant.namespace) == {"a", "b", "c"}
+    assert log.read_text().count(DAMAGED) == damaged_before
