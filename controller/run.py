@@ -40,7 +40,7 @@ from priogate.kube.ledger_store import LedgerStore
 from priogate.logs import configure_logging
 from priogate.podgroup import FINISHED_PHASES, group_of
 from priogate.preemption import policy as preemption_policy
-from priogate.record_codec import covered_namespace, record_name
+from priogate.record_codec import covered_namespace, record_name, stored_size
 
 log = structlog.get_logger("priogate.controller")
 
@@ -161,6 +161,7 @@ class Controller:
             covered = covered_namespace(obj)
             if covered:
                 self.queue.add(f"{LEDGER_KEY}{covered}")
+                self.record_size(covered, None if event_type == "DELETED" else obj)
         elif cache == "classes":
             self.queue.add(TABLE_KEY)
         elif cache == "namespaces":
@@ -169,6 +170,13 @@ class Controller:
             if name and self.caches.ledgers.get(self.args.ledger_namespace, record_name(name)) is not None:
                 self.queue.add(f"{LEDGER_KEY}{name}")
         self.metrics.queue_depth.set(self.queue.depth())
+
+    def record_size(self, namespace: str, record: Obj | None) -> None:
+        gauge = self.metrics.record_bytes
+        if record is not None:
+            gauge.labels(namespace).set(stored_size(record))
+        else:
+            gauge.remove(namespace)  # a no-op for a namespace never set
 
     def resync(self) -> None:
         self.queue.add(TABLE_KEY)  # also rewrites a table edited or deleted by hand

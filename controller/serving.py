@@ -43,6 +43,15 @@ class Metrics:
             ["cache"],
             registry=self.registry,
         )
+        # Per tenant namespace (not `namespace`, which Prometheus gives the scraped pod's): how
+        # full its record is; past priogate.record_codec.CONFIGMAP_MAX_BYTES, claims are refused.
+        self.record_bytes = Gauge(
+            "priogate_reservation_record_bytes",
+            "Bytes a namespace's reservation record holds, as kube-apiserver counts them against a"
+            " ConfigMap's limit of 1 MiB; past it, PodGroups that claim more are refused",
+            ["tenant_namespace"],
+            registry=self.registry,
+        )
         self.cache_last_event = Gauge(
             "priogate_cache_last_event_timestamp_seconds",
             "When the cache last heard from the API server (LIST, event or bookmark; Unix time)",

@@ -233,6 +233,7 @@ monitoring:
     preemptionsPerMinute: 5
     # Ledger write conflicts per second, sustained.
     ledgerConflictsPerSecond: 1
+    recordFillRatio: 0.8
   # A ConfigMap holding the Grafana dashboard, labelled for Grafana's dashboard sidecar.
   grafanaDashboard:
     enabled: false

@@ -196,7 +196,7 @@ def record_object(
         fences = [f.to_json() for _, f in sorted(record.fences.items())]
         data[FENCES_DATA_KEY] = json.dumps(fences, separators=(",", ":"), sort_keys=True)
     binary = _packed_shards(record.entries)
-    size = sum(len(v) for v in data.values()) + sum(len(v) * 3 // 4 for v in binary.values())
+    size = stored_size({"data": data, "binaryData": binary})
     if size > CONFIGMAP_MAX_BYTES:
         raise RecordFull(
             f"the reservation record of namespace {namespace} would hold {len(record.entries)} "
@@ -204,6 +204,14 @@ def record_object(
             f"({CONFIGMAP_MAX_BYTES}); delete PodGroups that are no longer needed"
         )
     return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": data, "binaryData": binary}
+
+
+def stored_size(obj: Mapping[str, Any]) -> int:
+    """The bytes of a ConfigMap that kube-apiserver counts against CONFIGMAP_MAX_BYTES: its data
+    values and its binaryData decoded (the API carries those base64-encoded)."""
+    text = sum(len(v.encode()) for v in (obj.get("data") or {}).values())
+    binary = sum(len(v) * 3 // 4 - v[-2:].count("=") for v in (obj.get("binaryData") or {}).values())
+    return text + binary
 
 
 def _packed_shards(entries: Mapping[str, Entry]) -> dict[str, str]:

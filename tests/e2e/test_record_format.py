@@ -19,12 +19,15 @@ from priogate.record_codec import (
     SHARDS,
     entries_of,
     record_path,
+    stored_size,
 )
-from tests.e2e.helpers import refusal
+from tests.e2e.controller_helpers import metric
+from tests.e2e.helpers import refusal, wait_for
 from tests.e2e.tenant import Tenant
 from tests.e2e.test_hostile_tenant_quota import podgroup, quota
 
 DAMAGED = "reservation record damaged"
+RECORD_BYTES = "priogate_reservation_record_bytes"
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +43,9 @@ def recorded_groups(admin: ApiClient, namespace: str) -> set[str]:
     return {e.group for e in entries_of(record(admin, namespace)).values()}
 
 
-def test_a_tenants_groups_are_recorded_in_shards_and_the_quota_holds(tenant: Tenant, admin: ApiClient):
+def test_a_tenants_groups_are_recorded_in_shards_and_the_quota_holds(
+    cluster: LocalCluster, tenant: Tenant, admin: ApiClient
+):
     quota(admin, tenant.namespace, "10")
     names = [f"g{i:02d}" for i in range(20)]
     for name in names:
@@ -52,6 +57,17 @@ def test_a_tenants_groups_are_recorded_in_shards_and_the_quota_holds(tenant: Ten
     assert stored["data"][LEDGER_DATA_KEY] == SHARDED_MARKER
     assert 1 <= len(stored["binaryData"]) <= SHARDS
     assert recorded_groups(admin, tenant.namespace) == set(names)
+    # The controller exports how full the record is (its alert fires before claims are refused).
+    ours = {"tenant_namespace": tenant.namespace}
+    wait_for(
+        lambda: (
+            metric(cluster.ports.controller_url, RECORD_BYTES, ours)
+            == stored_size(record(admin, tenant.namespace))
+        ),
+        10,
+        "the controller's gauge shows the record's size",
+        0.2,
+    )
 
 
 def test_a_record_written_before_the_shards_is_read_not_rebuilt(

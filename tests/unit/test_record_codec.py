@@ -163,3 +163,11 @@ def test_a_shard_read_before_is_refused_under_another_shards_key():
     obj["binaryData"] = {moved: packed}
     with pytest.raises(ledger.DamagedRecord, match="another shard"):
         record_of(obj)
+
+
+@pytest.mark.parametrize("length", [0, 1, 2, 3, 100, 1001])
+def test_stored_size_counts_binary_data_decoded(length):
+    raw = bytes(range(256)) * 4
+    value = base64.b64encode(raw[:length]).decode()
+    obj = {"data": {"a": "héllo"}, "binaryData": {"b": value}}
+    assert record_codec.stored_size(obj) == len("héllo".encode()) + length
