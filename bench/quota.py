@@ -34,6 +34,7 @@ from pathlib import Path
 from prometheus_client.parser import text_string_to_metric_families
 
 from localcluster import LocalCluster, Options
+from localcluster.api import metric_sum
 from localcluster.binaries import REPO
 from localcluster.procs import progress, tree_cpu_seconds, wait_until
 from priogate.kube.client import ApiClient, ApiError, load_client, resource_path
@@ -92,13 +93,8 @@ def _set_quota_hooks(client: ApiClient, hooks: list[dict] | None, namespace: str
 
 def _floor_calls(client: ApiClient) -> float:
     """How many requests kube-apiserver has sent the floor's hook."""
-    return sum(
-        sample.value
-        for family in text_string_to_metric_families(client.get_text("/metrics"))
-        for sample in family.samples
-        if sample.name == "apiserver_admission_webhook_request_total"
-        and sample.labels.get("name") == FLOOR_HOOK
-    )
+    text = client.get_text("/metrics")
+    return metric_sum(text, "apiserver_admission_webhook_request_total", {"name": FLOOR_HOOK})
 
 
 def _set_floor_hook(client: ApiClient, quota_hooks: list[dict], url: str | None, namespace: str) -> None:
