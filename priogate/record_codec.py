@@ -53,7 +53,8 @@ SHARD_MAX_TEXT_BYTES = 64 * CONFIGMAP_MAX_BYTES
 # zlib's fastest level: each PUT compresses its changed shards, and the ratio it loses against
 # the default level is small for entries this alike.
 COMPRESSION_LEVEL = 1
-_KEPT_SHARDS = 4 * SHARDS * 64  # of each memo below: cleared when full
+# Records whose shards are kept below: cleared when more (namespaces come and go).
+_KEPT_RECORDS = 4096
 
 
 class RecordFull(ValueError):
@@ -69,10 +70,12 @@ def shard_key(shard: int) -> str:
 
 
 _SHARD_OF_KEY = {shard_key(i): i for i in range(SHARDS)}
-# Compressed (base64) shard values by their JSON text, and parsed entries by shard and
-# compressed value (the same value under another shard's key is checked again, and refused).
-_PACKED: dict[str, str] = {}
-_UNPACKED: dict[tuple[int, str], dict[str, Entry]] = {}
+# Per shard of each record (its name, the shard): the value last read or written and its
+# entries, and the entries last written and their value. A turn changes a few shards, so the next
+# read or write of the record finds the others here. Only the last of each is kept, so memory
+# follows the records, not the turns (a memo by value kept every version of a large shard).
+_READ: dict[tuple[str, int], tuple[str, dict[str, Entry]]] = {}
+_WRITTEN: dict[tuple[str, int], tuple[tuple[tuple[str, Entry], ...], str]] = {}
 
 
 def record_name(namespace: str) -> str:
@@ -106,7 +109,8 @@ def record_of(obj: Mapping[str, Any]) -> Record:
         shards = {k: v for k, v in (obj.get("binaryData") or {}).items() if k.startswith(SHARD_KEY_PREFIX)}
         text = data.get(LEDGER_DATA_KEY) or "{}"
         if text == SHARDED_MARKER:
-            entries = _sharded_entries(shards)  # none at all: an empty record
+            name = (obj.get("metadata") or {}).get("name", "")
+            entries = _sharded_entries(name, shards)  # none at all: an empty record
         elif shards:
             raise ValueError(f"shards of entries beside {LEDGER_DATA_KEY} as JSON")
         else:
@@ -136,20 +140,26 @@ def _entries(raw: Any) -> dict[str, Entry]:
     return entries
 
 
-def _sharded_entries(shards: Mapping[str, Any]) -> dict[str, Entry]:
+def _sharded_entries(record: str, shards: Mapping[str, Any]) -> dict[str, Entry]:
     entries: dict[str, Entry] = {}
     for name, packed in shards.items():
         shard = _SHARD_OF_KEY.get(name)
         if shard is None or not isinstance(packed, str):
             raise ValueError(f"{name} is not a shard of entries")
-        known = _UNPACKED.get((shard, packed))
-        if known is None:
+        last = _READ.get((record, shard))
+        if last is not None and last[0] == packed:
+            known = last[1]
+        else:
             known = _unpacked(shard, name, packed)
-            if len(_UNPACKED) >= _KEPT_SHARDS:
-                _UNPACKED.clear()
-            _UNPACKED[(shard, packed)] = known
+            _keep(_READ, (record, shard), (packed, known))
         entries.update(known)
     return entries
+
+
+def _keep(memo: dict[tuple[str, int], Any], key: tuple[str, int], value: Any) -> None:
+    if len(memo) >= _KEPT_RECORDS * SHARDS and key not in memo:
+        memo.clear()
+    memo[key] = value
 
 
 def _unpacked(shard: int, name: str, packed: str) -> dict[str, Entry]:
@@ -195,7 +205,7 @@ def record_object(
     if record.fences:
         fences = [f.to_json() for _, f in sorted(record.fences.items())]
         data[FENCES_DATA_KEY] = json.dumps(fences, separators=(",", ":"), sort_keys=True)
-    binary = _packed_shards(record.entries)
+    binary = _packed_shards(meta["name"], record.entries)
     size = stored_size({"data": data, "binaryData": binary})
     if size > CONFIGMAP_MAX_BYTES:
         raise RecordFull(
@@ -214,19 +224,24 @@ def stored_size(obj: Mapping[str, Any]) -> int:
     return text + binary
 
 
-def _packed_shards(entries: Mapping[str, Entry]) -> dict[str, str]:
+def _packed_shards(record: str, entries: Mapping[str, Entry]) -> dict[str, str]:
     by_shard: dict[int, list[str]] = {}
     for key in sorted(entries):
-        # What json.dumps(..., sort_keys=True) writes for the shard, from each entry's own text.
-        by_shard.setdefault(shard_of(key), []).append(f"{json.dumps(key)}:{entries[key].json_text}")
+        by_shard.setdefault(shard_of(key), []).append(key)
     out: dict[str, str] = {}
-    for shard, parts in sorted(by_shard.items()):
-        text = f"{{{','.join(parts)}}}"
-        packed = _PACKED.get(text)
-        if packed is None:
+    for shard, keys in sorted(by_shard.items()):
+        # Compared element by element, which is by identity first: a turn's record holds the
+        # same Entry objects as the last for every entry it did not change.
+        pairs = tuple((key, entries[key]) for key in keys)
+        last = _WRITTEN.get((record, shard))
+        if last is not None and last[0] == pairs:
+            packed = last[1]
+        else:
+            # What json.dumps(..., sort_keys=True) writes for the shard, from each entry's text.
+            text = f"{{{','.join(f'{json.dumps(key)}:{entry.json_text}' for key, entry in pairs)}}}"
             packed = base64.b64encode(zlib.compress(text.encode(), COMPRESSION_LEVEL)).decode()
-            if len(_PACKED) >= _KEPT_SHARDS:
-                _PACKED.clear()
-            _PACKED[text] = packed
+            _keep(_WRITTEN, (record, shard), (pairs, packed))
+            # The next GET most likely returns this value: its entries are known already.
+            _keep(_READ, (record, shard), (packed, {key: entries[key] for key in keys}))
         out[shard_key(shard)] = packed
     return out

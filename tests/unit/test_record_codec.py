@@ -127,9 +127,26 @@ def test_only_changed_shards_are_compressed_and_parsed_again(monkeypatch):
     compressed = count_calls(monkeypatch, record_codec.zlib, "compress")
     parsed = count_calls(monkeypatch, record_codec, "_unpacked")
     new = Entry("pg-new", str(uuid.uuid4()), {"cpu": "1"}, 1, "", T)
-    again = stored(Record({**held, new.key: new}))
-    assert record_of(again).entries == {**held, new.key: new}
-    assert compressed[0] == 1 and parsed[0] == 1  # the new entry's shard only
+    before = dict(record_codec._READ)  # what this process knew before the write below
+    grown = stored(Record({**held, new.key: new}))
+    assert compressed[0] == 1  # the new entry's shard only
+    assert record_of(grown).entries == {**held, new.key: new}
+    assert parsed[0] == 0  # what this process wrote it knows already
+    # Written by another process: only the changed shard is parsed.
+    record_codec._READ.clear()
+    record_codec._READ.update(before)
+    assert record_of(grown).entries == {**held, new.key: new}
+    assert parsed[0] == 1
+
+
+def test_the_memo_holds_one_value_per_shard_of_a_record():
+    held = entries(300)
+    for _ in range(20):
+        held = {**held, **entries(1)}
+        record_of(stored(Record(held), namespace="memo"))
+    name = "podgroup-reservations.memo"
+    assert len([k for k in record_codec._READ if k[0] == name]) <= SHARDS
+    assert len([k for k in record_codec._WRITTEN if k[0] == name]) <= SHARDS
 
 
 def test_a_record_larger_than_a_configmap_is_refused_by_name(monkeypatch):
