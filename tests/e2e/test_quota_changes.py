@@ -50,15 +50,19 @@ def fences(admin: ApiClient, namespace: str) -> list:
 
 def test_a_quota_created_a_moment_before_a_create_limits_it(tenant: Tenant, admin: ApiClient):
     """Each round the admin creates a small quota and the tenant at once claims more than it
-    allows: refused by that quota, though the webhook's cache has usually not heard of it."""
-    quota(admin, tenant.namespace, "100")
+    allows: refused by that quota, though the webhook's cache has usually not heard of it.
+    Each round's quota is smaller than the last's and its claim fits the last's: a quota
+    deleted a moment ago may still limit from the cache (as in kube-apiserver's own quota
+    admission, the safe side), and must not be the one that refuses here."""
+    quota(admin, tenant.namespace, "1000")
     tenant.create_podgroup(podgroup("base", "1"))
     for round_ in range(ROUNDS):
+        small = 100 - 10 * round_  # with base's 1, a claim of `small` exceeds only this quota
         admin.create(
             quotas(tenant.namespace),
-            {"metadata": {"name": f"small-{round_}"}, "spec": {"hard": {"cpu": "2"}}},
+            {"metadata": {"name": f"small-{round_}"}, "spec": {"hard": {"cpu": str(small)}}},
         )
-        got = refusal(lambda: tenant.create_podgroup(podgroup(f"late-{round_}", "2")))  # noqa: B023
+        got = refusal(lambda: tenant.create_podgroup(podgroup(f"late-{round_}", str(small))))  # noqa: B023
         assert got is not None and f"exceeded quota: small-{round_}" in got[1], (round_, got)
         admin.request("DELETE", f"{quotas(tenant.namespace)}/small-{round_}")
     assert reserved_groups(admin, tenant.namespace) == {"base"}
