@@ -1,20 +1,25 @@
 """`make bench-quota`: PodGroup admissions per second under contention, through the real control plane.
 
 Starts the local control plane (binaries built by `make controlplane`), then two webhook servers
-of two workers each behind a round-robin proxy (each server with a temporary directory of its
-own, as each pod has), and creates PodGroups of cpu=1 with 32 requests in flight against a quota
-that fits half of them. Every admission reads the namespace's ledger and writes it with a
-resourceVersion precondition, so this measures the ledger under contention.
+of two workers each (each server with a temporary directory of its own, as each pod has) that
+share one port with SO_REUSEPORT, so the kernel spreads kube-apiserver's connections among them
+as a Service's rules spread them among pods (a relaying proxy in this process took CPU and
+latency from the machine measured). It creates PodGroups of cpu=1 with 32 requests in flight
+against a quota that fits half of them. Every admission reads the namespace's ledger and writes
+it with a resourceVersion precondition, so this measures the ledger under contention.
 
-First, in the same cluster, the same creates with priogate's quota hooks taken out of the
-webhook configuration: the baseline, what this machine's control plane does without the
-ledger (everything else, the controller included, as in the measured run). Then the floor: the
-quota hooks still out, and in their place one validating hook, to the same servers through the
-same proxy, whose rule answers at once (podgroup-annotations': no read, no write): what any
-validating webhook on this stack costs, which no ledger design can beat. It admits every group,
-so it stores twice as many as the measured run. The CPU seconds each component used in each run
-are printed too, and kube-apiserver's requests per admission in the measured run (the record's
-GETs and PUTs, those lost to a conflict, the quota LISTs). The last line:
+Each round has three runs in the same cluster, each in fresh namespaces, the cluster quiet
+before each. The baseline: the same creates with priogate's quota hooks taken out of the webhook
+configuration, what this machine's control plane does without the ledger (everything else, the
+controller included, as in the measured run). The floor: the quota hooks still out, and in their
+place one validating hook, to the same servers at the same address, whose rule answers at once
+(podgroup-annotations': no read, no write): what any validating webhook on this stack costs,
+which no ledger design can beat. It admits every group, so it stores twice as many as the
+measured run. Then the measured run. A run lasts a second or two on a fast machine, so one run
+is mostly noise: the figures are each arm's median over `--rounds` (3), and every round's rates
+are printed too. The CPU seconds each component used are printed for each median run, and
+kube-apiserver's requests per admission in the measured one (the record's GETs and PUTs, those
+lost to a conflict, the quota LISTs). The last line:
     podgroups: N admissions/s under contention (baseline without the quota hooks B/s, with a hook
     that answers at once F/s), over-admitted: 0
 """
@@ -36,12 +41,12 @@ from prometheus_client.parser import text_string_to_metric_families
 from localcluster import LocalCluster, Options
 from localcluster.api import metric_sum
 from localcluster.binaries import REPO
-from localcluster.procs import progress, tree_cpu_seconds, wait_until
+from localcluster.procs import free_ports, progress, tree_cpu_seconds, wait_until
 from priogate.kube.client import ApiClient, ApiError, load_client, resource_path
 from priogate.podgroup import GROUP_VERSION, PLURAL
 from priogate.scope import COVERED, ENROLLED_LABEL, ENROLLED_VALUE, probe_body
 from tests.podgroup_load import LoadResult, create_concurrently
-from tests.replicas import edit_hooks, point_webhook, proxied, start_replicas
+from tests.replicas import LOOPBACK, edit_hooks, point_webhook, start_replicas
 
 QUOTA_HOOKS = ("podgroup-quota.priogate.io", "podgroup-enrolment.priogate.io")
 # The floor's hook: the reservation hook's registration, renamed and sent to a rule that reads
@@ -52,7 +57,7 @@ FLOOR_PATH = "/validate/podgroup-annotations"
 
 def _prepare(client: ApiClient, namespace: str, quota_cpu: int) -> None:
     # Enrolled (priogate.scope) as after its first claim: every admission measured goes to the
-    # reservation hook, behind the proxy, not to the once-per-namespace enrolment.
+    # reservation hook, at the replicas, not to the once-per-namespace enrolment.
     enrolled = {ENROLLED_LABEL: ENROLLED_VALUE}
     client.create("/api/v1/namespaces", {"metadata": {"name": namespace, "labels": enrolled}})
     client.create(
@@ -198,22 +203,33 @@ def _load(client: ApiClient, namespace: str, args: argparse.Namespace, pids: dic
     return Run(result, cpu, +requests)
 
 
+def _median(runs: list[Run]) -> Run:
+    """The run of median rate (the lower middle of an even count)."""
+    return sorted(runs, key=lambda run: run.result.rate)[(len(runs) - 1) // 2]
+
+
+def _rates(runs: list[Run]) -> str:
+    return ", ".join(f"{run.result.rate:.0f}" for run in runs)
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--podgroups", type=int, default=400)
     p.add_argument("--in-flight", type=int, default=32)
     p.add_argument("--quota-cpu", type=int, default=200)
+    p.add_argument("--rounds", type=int, default=3, help="rounds of the three runs; medians reported")
     p.add_argument("--keep-logs", type=Path, help="copy the components' logs here before stopping")
     args = p.parse_args()
+    if args.rounds < 1:
+        p.error("--rounds must be at least 1")
+    arms: dict[str, list[Run]] = {"baseline": [], "floor": [], "measured": []}
     with tempfile.TemporaryDirectory(prefix="priogate-bench-quota-") as tmp:
         cluster = LocalCluster(Options(state_dir=Path(tmp), nodes=1, webhook_workers=2))
         cluster.start()
         try:
             client = load_client(str(cluster.kubeconfig), pool_size=args.in_flight + 8)
-            namespace, baseline_namespace, floor_namespace = "bench-quota", "bench-baseline", "bench-floor"
-            for each in (namespace, baseline_namespace, floor_namespace):
-                _prepare(client, each, args.quota_cpu)
-            replicas = start_replicas(
+            shared_port = free_ports(1)[0]
+            start_replicas(
                 cluster.supervisor,
                 cluster.pki.webhook_crt,
                 cluster.pki.webhook_key,
@@ -225,49 +241,77 @@ def main() -> int:
                 repo=REPO,
                 client_ca=cluster.webhook_client_ca,
                 client_cert=cluster.webhook_client_cert,
+                shared_port=shared_port,
             )
+            replicas_url = f"https://{LOOPBACK}:{shared_port}"
             pids = {proc.name: proc.pid for proc in cluster.supervisor.procs}
-            with proxied([port for _, port in replicas]) as proxy:
-                point_webhook(client, "podgroup-quota.priogate.io", proxy.url, "/validate/podgroups")
-                progress(f"baseline: {args.podgroups} PodGroups without priogate's quota hooks")
-                hooks = _set_quota_hooks(client, None, namespace)
-                _settle(pids, "taking the quota hooks out")
-                baseline = _load(client, baseline_namespace, args, pids)
-                _settle(pids, "the baseline")
-                progress(f"floor: {args.podgroups} PodGroups through a hook that answers at once")
-                _set_floor_hook(client, hooks, proxy.url, floor_namespace)
-                floor = _load(client, floor_namespace, args, pids)
-                _set_floor_hook(client, hooks, None, floor_namespace)
-                _set_quota_hooks(client, hooks, namespace)
-                _settle(pids, "the floor")
+            point_webhook(client, QUOTA_HOOKS[0], replicas_url, "/validate/podgroups")
+            for i in range(1, args.rounds + 1):
+                runs = _round(client, args, pids, replicas_url, f"{i}")
+                for arm, run in runs.items():
+                    arms[arm].append(run)
                 progress(
-                    f"creating {args.podgroups} PodGroups, {args.in_flight} in flight, "
-                    f"quota cpu={args.quota_cpu}"
+                    f"round {i}/{args.rounds}: with the quota hooks {runs['measured'].result.rate:.0f}/s, "
+                    f"baseline {runs['baseline'].result.rate:.0f}/s, floor {runs['floor'].result.rate:.0f}/s"
                 )
-                measured = _load(client, namespace, args, pids)
         finally:
             cluster.stop()
             if args.keep_logs:
                 shutil.copytree(cluster.logs, args.keep_logs, dirs_exist_ok=True)
                 progress(f"logs kept in {args.keep_logs}")
-    result = measured.result
-    over = max(0, len(result.admitted) - args.quota_cpu)
-    print(measured.summary("with the quota hooks"))
+    over = max(max(0, len(run.result.admitted) - args.quota_cpu) for run in arms["measured"])
+    errors = [e for arm in ("measured", "floor") for run in arms[arm] for e in run.result.errors]
+    measured, baseline, floor = (_median(arms[arm]) for arm in ("measured", "baseline", "floor"))
+    print(
+        f"rounds: with the quota hooks {_rates(arms['measured'])}/s; baseline {_rates(arms['baseline'])}/s; "
+        f"floor {_rates(arms['floor'])}/s"
+    )
+    print(measured.summary("with the quota hooks, median round"))
     print(measured.per_admission())
+    result = measured.result
     print(
         f"most reserved seen: {result.max_ledger_cpu} cpu in the ledger, "
         f"{result.max_stored_cpu} cpu stored ({result.samples} states watched)"
     )
-    print(baseline.summary("baseline"))
-    print(floor.summary("floor, a hook that answers at once"))
-    for error in [*result.errors, *floor.result.errors][:5]:
+    print(baseline.summary("baseline, median round"))
+    print(floor.summary("floor, a hook that answers at once, median round"))
+    for error in errors[:5]:
         print(f"error: {error}", file=sys.stderr)
     print(
         f"podgroups: {result.rate:.0f} admissions/s under contention "
         f"(baseline without the quota hooks {baseline.result.rate:.0f}/s, "
         f"with a hook that answers at once {floor.result.rate:.0f}/s), over-admitted: {over}"
     )
-    return 0 if over == 0 and not result.errors and not floor.result.errors else 1
+    return 0 if over == 0 and not errors else 1
+
+
+def _round(
+    client: ApiClient, args: argparse.Namespace, pids: dict[str, int], url: str, tag: str
+) -> dict[str, Run]:
+    """One round: the baseline, the floor and the measured run, each in fresh namespaces, the
+    cluster quiet before each; the round's PodGroups deleted after it."""
+    namespaces = {arm: f"bench-{arm}-{tag}" for arm in ("baseline", "floor", "measured")}
+    for namespace in namespaces.values():
+        _prepare(client, namespace, args.quota_cpu)
+    progress(f"round {tag}: baseline, {args.podgroups} PodGroups without priogate's quota hooks")
+    hooks = _set_quota_hooks(client, None, namespaces["measured"])
+    _settle(pids, "taking the quota hooks out")
+    runs = {"baseline": _load(client, namespaces["baseline"], args, pids)}
+    _settle(pids, "the baseline")
+    progress(f"round {tag}: floor, {args.podgroups} PodGroups through a hook that answers at once")
+    _set_floor_hook(client, hooks, url, namespaces["floor"])
+    runs["floor"] = _load(client, namespaces["floor"], args, pids)
+    _set_floor_hook(client, hooks, None, namespaces["floor"])
+    _set_quota_hooks(client, hooks, namespaces["measured"])
+    _settle(pids, "the floor")
+    progress(
+        f"round {tag}: {args.podgroups} PodGroups, {args.in_flight} in flight, quota cpu={args.quota_cpu}"
+    )
+    runs["measured"] = _load(client, namespaces["measured"], args, pids)
+    for namespace in namespaces.values():
+        client.request("DELETE", resource_path(GROUP_VERSION, PLURAL, namespace))
+    _settle(pids, f"round {tag}")
+    return runs
 
 
 if __name__ == "__main__":

@@ -18,7 +18,17 @@ from webhook.registry import SERVERS  # imports neither prometheus_client nor th
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m webhook", description="priogate admission webhook server")
-    p.add_argument("--bind", default=os.environ.get("PRIOGATE_BIND", "0.0.0.0:8443"))
+    p.add_argument(
+        "--bind",
+        default=os.environ.get("PRIOGATE_BIND", "0.0.0.0:8443"),
+        help="HOST:PORT to listen on; several, comma-separated, to listen on each (default 0.0.0.0:8443)",
+    )
+    p.add_argument(
+        "--reuse-port",
+        action="store_true",
+        help="listen with SO_REUSEPORT, so several servers on one host share a port and the kernel"
+        " spreads connections among them, as a Service spreads them among pods (benchmarks, tests)",
+    )
     p.add_argument("--cert-file", default=os.environ.get("PRIOGATE_TLS_CERT", "/etc/priogate/tls/tls.crt"))
     p.add_argument("--key-file", default=os.environ.get("PRIOGATE_TLS_KEY", "/etc/priogate/tls/tls.key"))
     p.add_argument("--kubeconfig", default=os.environ.get("KUBECONFIG"), help="default: in-cluster config")
@@ -125,6 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     configure_logging(args.log_level)
     options = ServerOptions(
         bind=args.bind,
+        reuse_port=args.reuse_port,
         cert_file=args.cert_file,
         key_file=args.key_file,
         kubeconfig=args.kubeconfig,

@@ -30,7 +30,7 @@ TLS12_CIPHERS = "ECDHE+AESGCM:ECDHE+CHACHA20"
 
 @dataclass
 class ServerOptions:
-    bind: str
+    bind: str  # HOST:PORT, or several comma-separated
     cert_file: str
     key_file: str
     kubeconfig: str | None
@@ -60,6 +60,9 @@ class ServerOptions:
     # A client has this long for the TLS handshake and its request head, and a thread serving it
     # waits this long at most for its body (webhook/worker.py).
     client_deadline_seconds: float = DEFAULT_CLIENT_DEADLINE_SECONDS
+    # SO_REUSEPORT: several servers on one host share a port, the kernel spreading connections
+    # among them (in a cluster each pod has its own address, so this is for benchmarks and tests).
+    reuse_port: bool = False
 
 
 class _ContextCache:
@@ -164,7 +167,8 @@ class WebhookServer(BaseApplication):
     def load_config(self) -> None:
         o = self.options
         settings = {
-            "bind": o.bind,
+            "bind": [address.strip() for address in o.bind.split(",") if address.strip()],
+            "reuse_port": o.reuse_port,
             "workers": o.workers,
             "worker_class": GatedThreadWorker,
             "http_protocols": "h1",

@@ -1,0 +1,27 @@
+"""What the webhook server hands gunicorn for the listening options."""
+
+from __future__ import annotations
+
+import pytest
+
+from webhook.server import ServerOptions, WebhookServer
+
+
+@pytest.mark.parametrize(
+    ("bind", "reuse_port", "addresses"),
+    [
+        ("0.0.0.0:8443", False, ["0.0.0.0:8443"]),
+        ("127.0.0.1:9000,127.0.0.1:9001", True, ["127.0.0.1:9000", "127.0.0.1:9001"]),
+        (" 127.0.0.1:9000 , [::1]:9000 ,", False, ["127.0.0.1:9000", "[::1]:9000"]),
+    ],
+)
+def test_each_address_is_listened_on_and_the_port_shared_only_when_asked(
+    bind: str, reuse_port: bool, addresses: list[str]
+) -> None:
+    server = WebhookServer(
+        ServerOptions(
+            bind=bind, cert_file="tls.crt", key_file="tls.key", kubeconfig=None, reuse_port=reuse_port
+        )
+    )
+    assert server.cfg.bind == addresses
+    assert server.cfg.reuse_port is reuse_port
