@@ -27,6 +27,7 @@ import zlib
 from collections.abc import Mapping
 from typing import Any
 
+from priogate import api_json
 from priogate.ledger import Charge, DamagedRecord, Entry, Record
 from priogate.quota_fence import QuotaFence
 
@@ -114,7 +115,7 @@ def record_of(obj: Mapping[str, Any]) -> Record:
         elif shards:
             raise ValueError(f"shards of entries beside {LEDGER_DATA_KEY} as JSON")
         else:
-            entries = _entries(json.loads(text))  # as written before the shards
+            entries = _entries(api_json.loads(text))  # as written before the shards
         raw_charges = json.loads(data.get(CHARGES_DATA_KEY) or "{}")
         if not isinstance(raw_charges, dict):
             raise ValueError("charges are not a JSON object")
@@ -170,7 +171,7 @@ def _unpacked(shard: int, name: str, packed: str) -> dict[str, Entry]:
         raise ValueError(f"{name}: {e}") from None
     if inflater.unconsumed_tail or not inflater.eof:
         raise ValueError(f"{name} is truncated or inflates past {SHARD_MAX_TEXT_BYTES} bytes")
-    entries = _entries(json.loads(text))
+    entries = _entries(api_json.loads(text))
     # Each key in the shard it hashes to, so no key is in two.
     strays = [key for key in entries if shard_of(key) != shard]
     if strays:

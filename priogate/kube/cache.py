@@ -17,7 +17,6 @@ store across failed ListAndWatch attempts and relists only on an expired resourc
 
 from __future__ import annotations
 
-import json
 import random
 import threading
 import time
@@ -28,6 +27,7 @@ from typing import Any
 
 import structlog
 
+from priogate import api_json
 from priogate.kube.client import ApiClient, ApiError
 
 log = structlog.get_logger("priogate.cache")
@@ -325,7 +325,7 @@ class WatchCache:
         for line in lines:
             if self._stop.is_set():
                 return
-            event = json.loads(line)
+            event = api_json.loads(line)
             obj = event.get("object") or {}
             if event.get("type") == "ERROR":
                 if obj.get("code") == 410:

@@ -7,7 +7,6 @@ JSON as dicts. Authentication, TLS and kubeconfig handling stay the official cli
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -16,6 +15,8 @@ from urllib.parse import quote
 
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
+
+from priogate import api_json
 
 JSON = dict[str, Any]
 Timeout = float | tuple[float, float]
@@ -92,7 +93,7 @@ class ApiClient:
         timeout: Timeout | None = 30,
     ) -> JSON:
         data = self._read(method, path, query=query, body=body, content_type=content_type, timeout=timeout)
-        return json.loads(data) if data else {}
+        return api_json.loads(data) if data else {}
 
     def _read(self, method: str, path: str, **kw: Any) -> bytes:
         """The whole response body; an error status raises ApiError."""
@@ -165,7 +166,7 @@ def _api_error(status: int, reason: str, body: bytes | str | None) -> ApiError:
     message = ""
     if body:
         try:
-            doc = json.loads(body)
+            doc = api_json.loads(body)
             message = doc.get("message", "") if isinstance(doc, dict) else str(doc)
         except ValueError:
             message = body.decode(errors="replace") if isinstance(body, bytes) else body
