@@ -19,7 +19,9 @@ measured run. Then the measured run. A run lasts a second or two on a fast machi
 is mostly noise: the figures are each arm's median over `--rounds` (3), and every round's rates
 are printed too. The CPU seconds each component used are printed for each median run, and
 kube-apiserver's requests per admission in the measured one (the record's GETs and PUTs, those
-lost to a conflict, the quota LISTs). The last line:
+lost to a conflict, the quota LISTs), and how many reservation-hook requests each server
+answered (the kernel spreads connections, not requests; the bench fails if a server answered
+none). The last line:
     podgroups: N admissions/s under contention (baseline without the quota hooks B/s, with a hook
     that answers at once F/s), over-admitted: 0
 """
@@ -46,7 +48,7 @@ from priogate.kube.client import ApiClient, ApiError, load_client, resource_path
 from priogate.podgroup import GROUP_VERSION, PLURAL
 from priogate.scope import COVERED, ENROLLED_LABEL, ENROLLED_VALUE, probe_body
 from tests.podgroup_load import LoadResult, create_concurrently
-from tests.replicas import LOOPBACK, edit_hooks, point_webhook, start_replicas
+from tests.replicas import LOOPBACK, edit_hooks, point_webhook, served_count, start_replicas
 
 QUOTA_HOOKS = ("podgroup-quota.priogate.io", "podgroup-enrolment.priogate.io")
 # The floor's hook: the reservation hook's registration, renamed and sent to a rule that reads
@@ -229,7 +231,7 @@ def main() -> int:
         try:
             client = load_client(str(cluster.kubeconfig), pool_size=args.in_flight + 8)
             shared_port = free_ports(1)[0]
-            start_replicas(
+            replicas = start_replicas(
                 cluster.supervisor,
                 cluster.pki.webhook_crt,
                 cluster.pki.webhook_key,
@@ -254,6 +256,11 @@ def main() -> int:
                     f"round {i}/{args.rounds}: with the quota hooks {runs['measured'].result.rate:.0f}/s, "
                     f"baseline {runs['baseline'].result.rate:.0f}/s, floor {runs['floor'].result.rate:.0f}/s"
                 )
+            # The kernel spreads connections, not requests: show that both servers took part.
+            served = [
+                served_count(port, QUOTA_HOOKS[0], cluster.pki.ca_crt, cluster.webhook_client_cert)
+                for _, port in replicas
+            ]
         finally:
             cluster.stop()
             if args.keep_logs:
@@ -268,6 +275,8 @@ def main() -> int:
     )
     print(measured.summary("with the quota hooks, median round"))
     print(measured.per_admission())
+    counts = ", ".join(f"{n:.0f}" for n in served)
+    print(f"reservation hook requests answered by each server, all rounds: {counts}")
     result = measured.result
     print(
         f"most reserved seen: {result.max_ledger_cpu} cpu in the ledger, "
@@ -275,6 +284,8 @@ def main() -> int:
     )
     print(baseline.summary("baseline, median round"))
     print(floor.summary("floor, a hook that answers at once, median round"))
+    if min(served) == 0:
+        errors.append("a server answered no reservation hook request: the kernel gave it no connection")
     for error in errors[:5]:
         print(f"error: {error}", file=sys.stderr)
     print(

@@ -20,7 +20,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
-from localcluster.api import update
+from localcluster.api import metric_sum, update
 from localcluster.procs import Proc, Supervisor, free_ports, wait_until
 from priogate.kube.client import ApiClient
 
@@ -175,6 +175,17 @@ def _ready(session: object, port: int, ca_file: Path) -> bool:
         )
     except OSError:
         return False
+
+
+def served_count(port: int, hook: str, ca_file: Path, client_cert: tuple[Path, Path] | None = None) -> float:
+    """How many requests of `hook` the server on `port` has answered (its own metrics)."""
+    import requests
+
+    session = requests.Session()
+    session.trust_env = False
+    session.cert = (str(client_cert[0]), str(client_cert[1])) if client_cert else None
+    text = session.get(f"https://{LOOPBACK}:{port}/metrics", verify=str(ca_file), timeout=5).text
+    return metric_sum(text, "priogate_webhook_requests_total", {"webhook": hook})
 
 
 @contextlib.contextmanager

@@ -116,6 +116,8 @@ def main(argv: list[str] | None = None) -> int:
             p.error(
                 "--tls-secret rewrites DIR/tls.crt and DIR/tls.key: point --cert-file and --key-file there"
             )
+    if not any(address.strip() for address in args.bind.split(",")):
+        p.error(f"--bind {args.bind!r}: give HOST:PORT, or several comma-separated")
     servers = tuple(s.strip() for s in args.serve.split(",") if s.strip())
     if not servers or set(servers) - set(SERVERS):
         p.error(f"--serve {args.serve!r}: give one or more of {', '.join(SERVERS)}, comma-separated")

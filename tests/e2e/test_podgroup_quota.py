@@ -8,7 +8,6 @@ from collections.abc import Iterator
 from fractions import Fraction
 
 import pytest
-import requests
 import yaml
 
 from localcluster import LocalCluster
@@ -20,7 +19,7 @@ from priogate.scope import ENROLLED_LABEL, ENROLLED_VALUE
 from tests.builders import pod, podgroup
 from tests.e2e.helpers import wait_for
 from tests.podgroup_load import create_concurrently
-from tests.replicas import point_webhook, proxied, start_replicas
+from tests.replicas import point_webhook, proxied, served_count, start_replicas
 
 GROUPS = resource_path("scheduling.volcano.sh/v1beta1", "podgroups")
 QUOTA_HOOK = "podgroup-quota.priogate.io"
@@ -94,20 +93,6 @@ def quota_webhook_at(cluster: LocalCluster, client: ApiClient, url: str) -> Iter
         point_webhook(client, QUOTA_HOOK, cluster.ports.webhook_url, "/validate/podgroups")
 
 
-def served_count(cluster: LocalCluster, port: int) -> float:
-    session = requests.Session()
-    session.trust_env = False
-    cert = cluster.webhook_client_cert
-    session.cert = (str(cert[0]), str(cert[1])) if cert else None
-    url = f"https://127.0.0.1:{port}/metrics"
-    text = session.get(url, verify=str(cluster.pki.ca_crt), timeout=5).text
-    return sum(
-        float(line.rsplit(" ", 1)[1])
-        for line in text.splitlines()
-        if line.startswith("priogate_webhook_requests_total{") and QUOTA_HOOK in line
-    )
-
-
 @pytest.mark.parametrize(
     ("masters", "workers"), [(1, 4), (2, 2)], ids=["one-server-4-workers", "two-servers"]
 )
@@ -166,7 +151,10 @@ def test_concurrent_podgroups_fill_the_quota_exactly(cluster, client, namespace,
         assert {e.group for e in entries} == {g["metadata"]["name"] for g in stored}
         if masters > 1:
             assert all(backends_used.get(p, 0) > 0 for p in ports), backends_used
-            assert all(served_count(cluster, p) > 0 for p in ports)
+            assert all(
+                served_count(p, QUOTA_HOOK, cluster.pki.ca_crt, cluster.webhook_client_cert) > 0
+                for p in ports
+            )
     finally:
         for proc, _ in replicas:
             cluster.supervisor.stop(proc.name)

@@ -25,6 +25,7 @@ def cert_files(tmp_path):
         (["--cache-quiet-seconds", "soon"], "invalid float value"),
         (["--client-ca-file", "/nonexistent/client-ca.crt"], "does not exist"),
         (["--client-deadline-seconds", "0"], "must be positive"),
+        (["--bind", " , "], "give HOST:PORT, or several comma-separated"),
     ],
 )
 def test_bad_flags_are_refused(cert_files, capsys, flags, message):
