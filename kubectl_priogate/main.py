@@ -113,7 +113,7 @@ def _namespace(args: argparse.Namespace, default: str) -> str:
 
 def cmd_reservations(args: argparse.Namespace, source: Source, default_ns: str, out: TextIO) -> int:
     namespace = None if args.all_namespaces else _namespace(args, default_ns)
-    ledgers = source.ledger_entries(namespace)
+    ledgers = source.ledger_records(namespace)
     quotas = source.resource_quotas(namespace)
     groups = source.podgroups(namespace)
     pods = source.pods(namespace)
@@ -125,10 +125,11 @@ def cmd_reservations(args: argparse.Namespace, source: Source, default_ns: str, 
         reservations.namespace_report(
             ns,
             [q for q in quotas if q["metadata"]["namespace"] == ns],
-            ledgers.get(ns, {}),
+            ledgers[ns].entries if ns in ledgers else {},
             [g for g in groups if g["metadata"]["namespace"] == ns],
             [p for p in pods if p["metadata"]["namespace"] == ns],
             now,
+            ledgers[ns].stored_bytes if ns in ledgers else None,
         )
         for ns in names
     ]

@@ -21,11 +21,15 @@ from kubectl_priogate.output import NONE, quantities, quantity, table
 from priogate import podgroup
 from priogate.ledger import Entry
 from priogate.quota import Consumer, hard_limits, quota_applies, quota_names, unconsumed, used
+from priogate.record_codec import CONFIGMAP_MAX_BYTES
 from priogate.resources import ResourceList, add, pod_requests
 from priogate.settlement import stale_entries
 
 ZERO = Fraction(0)
 NO_QUOTA = "<none>"
+# The table names a namespace whose record fills at least this share of its ConfigMap: past the
+# whole of it, new PodGroups with reservations are refused (README, Known limits).
+RECORD_FILL_NOTED = 0.5
 
 
 @dataclass(frozen=True)
@@ -61,6 +65,7 @@ class NamespaceReport:
     rows: tuple[Row, ...]
     holds: tuple[Hold, ...]
     stale: tuple[str, ...]  # groups of ledger entries that no longer count
+    record_bytes: int | None = None  # the record's stored size; None when it could not be read
 
 
 def consumed_by_group(pods: Iterable[Mapping[str, Any]]) -> dict[str, ResourceList]:
@@ -172,6 +177,7 @@ def namespace_report(
     podgroups: Iterable[Mapping[str, Any]],
     pods: Iterable[Mapping[str, Any]],
     now: dt.datetime,
+    record_bytes: int | None = None,
 ) -> NamespaceReport:
     holds, stale = holds_of(entries, podgroups, pods, now)
     quotas = sorted(quotas, key=lambda q: str((q.get("metadata") or {}).get("name", "")))
@@ -180,7 +186,7 @@ def namespace_report(
         rows.extend(quota_rows(namespace, quota, holds))
     if not quotas and holds:
         rows = unlimited_rows(namespace, holds)
-    return NamespaceReport(namespace, tuple(rows), tuple(holds), tuple(stale))
+    return NamespaceReport(namespace, tuple(rows), tuple(holds), tuple(stale), record_bytes)
 
 
 # ---- output ------------------------------------------------------------------------------------
@@ -208,7 +214,19 @@ def render_table(reports: Sequence[NamespaceReport], *, all_namespaces: bool) ->
                 _groups_cell(r.groups),
             ]
             rows.append([r.namespace, *cells] if all_namespaces else cells)
-    return table(headers, rows)
+    return table(headers, rows) + "".join(_record_fill_note(report) for report in reports)
+
+
+def _record_fill_note(report: NamespaceReport) -> str:
+    if report.record_bytes is None or report.record_bytes < RECORD_FILL_NOTED * CONFIGMAP_MAX_BYTES:
+        return ""
+    share = report.record_bytes / CONFIGMAP_MAX_BYTES
+    return (
+        f"\nThe reservation record of namespace {report.namespace} is {share:.0%} full"
+        f" ({report.record_bytes / 1024:.0f} KiB of {CONFIGMAP_MAX_BYTES // 1024} KiB):"
+        " once it is full, new PodGroups with minResources are refused; delete the PodGroups"
+        " that are no longer needed.\n"
+    )
 
 
 def to_json(reports: Sequence[NamespaceReport]) -> dict[str, Any]:
@@ -242,6 +260,9 @@ def to_json(reports: Sequence[NamespaceReport]) -> dict[str, Any]:
                     for h in report.holds
                 ],
                 "staleEntries": list(report.stale),
+                "record": None
+                if report.record_bytes is None
+                else {"bytes": report.record_bytes, "limitBytes": CONFIGMAP_MAX_BYTES},
             }
         )
     return {"namespaces": namespaces}

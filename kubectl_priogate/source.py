@@ -8,6 +8,7 @@ namespace, another object) changes that one function.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from priogate import podgroup
@@ -19,11 +20,22 @@ from priogate.record_codec import (
     covered_namespace,
     entries_of,
     record_path,
+    stored_size,
 )
 from priogate.stored_groups import entry_of_group
 
 JSON = dict[str, Any]
 LIST_TIMEOUT = (5, 60)
+
+
+@dataclass(frozen=True)
+class LedgerRecord:
+    """A namespace's reservation record as the plugin read it."""
+
+    entries: dict[str, Entry]  # by PodGroup uid
+    # The record's size as kube-apiserver counts it against a ConfigMap's 1 MiB; None when the
+    # entries were derived from the stored PodGroups (a user who may not read the record).
+    stored_bytes: int | None
 
 
 class Source:
@@ -83,11 +95,16 @@ class Source:
     # ---- the reservation ledger ----------------------------------------------------------------
 
     def ledger_entries(self, namespace: str | None) -> dict[str, dict[str, Entry]]:
-        """Tenant namespace -> its reservation record's entries (by PodGroup uid); every
-        namespace that has a record when `namespace` is None. The only place that knows where
-        records live: in priogate's own namespace, where a namespace user may not read them. For
-        such a user the entries are derived from the namespace's stored PodGroups, as priogate
-        rebuilds a record (the record only adds admissions still in flight)."""
+        """Tenant namespace -> its reservation record's entries (by PodGroup uid), as
+        ledger_records reads them."""
+        return {ns: record.entries for ns, record in self.ledger_records(namespace).items()}
+
+    def ledger_records(self, namespace: str | None) -> dict[str, LedgerRecord]:
+        """Tenant namespace -> its reservation record; every namespace that has a record when
+        `namespace` is None. The only place that knows where records live: in priogate's own
+        namespace, where a namespace user may not read them. For such a user the entries are
+        derived from the namespace's stored PodGroups, as priogate rebuilds a record (the record
+        only adds admissions still in flight)."""
         if namespace is not None:
             try:
                 record: Mapping[str, Any] | None = self.client.get(
@@ -95,19 +112,19 @@ class Source:
                 )
             except ApiError as e:
                 if e.status == 403:
-                    return {namespace: self._derived(namespace)}
+                    return {namespace: LedgerRecord(self._derived(namespace), None)}
                 if e.status != 404:
                     raise
                 record = None
-            return {namespace: entries_of(record)} if record is not None else {}
-        found: dict[str, dict[str, Entry]] = {}
+            return {namespace: _read(record)} if record is not None else {}
+        found: dict[str, LedgerRecord] = {}
         records = self._list(
             "v1", "configmaps", DEFAULT_LEDGER_NAMESPACE, labelSelector="=".join(LEDGER_LABEL)
         )
         for cm in records:
             covered = covered_namespace(cm)
             if covered:
-                found[covered] = entries_of(cm)
+                found[covered] = _read(cm)
         return found
 
     def _derived(self, namespace: str) -> dict[str, Entry]:
@@ -119,3 +136,7 @@ class Source:
                 continue
             out[entry.key] = entry
         return out
+
+
+def _read(record: Mapping[str, Any]) -> LedgerRecord:
+    return LedgerRecord(entries_of(record), stored_size(record))

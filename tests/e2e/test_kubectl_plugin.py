@@ -19,6 +19,7 @@ import yaml
 
 from localcluster import LocalCluster
 from priogate.kube.client import ApiClient, load_client, resource_path
+from priogate.record_codec import CONFIGMAP_MAX_BYTES, DEFAULT_LEDGER_NAMESPACE, record_path, stored_size
 from tests.builders import pod, podgroup, priority_class
 from tests.e2e.conftest import ClassTracker
 from tests.e2e.controller_helpers import groups_path, pod_running, wait_phase
@@ -121,9 +122,15 @@ def test_reservations_of_a_namespace_with_a_quota_and_podgroups(client: ApiClien
     assert table[1].split() == ["compute", "cpu", "10", "1", "6", "5", "4", "eval=2,train=4"]
     assert table[2].split() == ["compute", "pods", "10", "1", "3", "2", "7", "eval=1,train=2"]
 
+    record = record_path(DEFAULT_LEDGER_NAMESPACE, namespace)
+    before = stored_size(client.get(record))
     data = json.loads(ok(priogate("reservations", "-n", namespace, "-o", "json")))
+    after = stored_size(client.get(record))  # the controller may rewrite it meanwhile
     (ns,) = data["namespaces"]
     assert ns["quotas"][0]["resources"]["cpu"]["free"] == "4"
+    # The record's size as kube-apiserver counts it against the ConfigMap limit.
+    assert ns["record"]["bytes"] in {before, after}
+    assert ns["record"]["limitBytes"] == CONFIGMAP_MAX_BYTES
     assert {g["name"]: g["reservedUnused"].get("cpu") for g in ns["podGroups"]} == {"eval": "2", "train": "3"}
 
     everywhere = ok(priogate("reservations", "-A"))
@@ -275,6 +282,11 @@ def test_a_namespace_user_asks_why_and_sees_reservations(client: ApiClient, tena
     assert "Reservation:    holds minResources cpu=1" in group, group
     table = ok(priogate("reservations", *as_tenant))
     assert table.splitlines()[1].split()[:3] == ["<none>", "cpu", "<none>"], table
+    # The record lives where the tenant may not read it: the entries come from their own
+    # PodGroups, and its size is unknown rather than guessed.
+    (ns,) = json.loads(ok(priogate("reservations", *as_tenant, "-o", "json")))["namespaces"]
+    assert ns["record"] is None
+    assert [g["name"] for g in ns["podGroups"]] == ["train"]
     denied = priogate("simulate", *as_tenant)
     assert denied.returncode == 1 and denied.stderr.startswith("Error from server (Forbidden): "), (
         denied.stderr

@@ -10,6 +10,7 @@ import pytest
 from kubectl_priogate import reservations
 from kubectl_priogate.reservations import NO_QUOTA, namespace_report, render_table, to_json
 from priogate.ledger import Entry
+from priogate.record_codec import CONFIGMAP_MAX_BYTES
 from tests.builders import pod, podgroup, resource_quota
 
 NOW = dt.datetime(2026, 1, 1, 12, tzinfo=dt.UTC)
@@ -183,6 +184,39 @@ def test_table_and_json():
     ]
     assert ns["podGroups"][0]["reserved"] == {"count/pods": "1", "cpu": "4", "pods": "1", "requests.cpu": "4"}
     assert ns["podGroups"][0]["phase"] == "Inqueue"
+
+
+@pytest.mark.parametrize(
+    ("record_bytes", "note"),
+    [
+        (None, None),  # a user who may not read the record: nothing to say
+        (40 * 1024, None),
+        (CONFIGMAP_MAX_BYTES // 2 - 1, None),
+        (CONFIGMAP_MAX_BYTES // 2, "is 50% full (512 KiB of 1024 KiB)"),
+        (CONFIGMAP_MAX_BYTES - 1024, "is 100% full (1023 KiB of 1024 KiB)"),
+    ],
+)
+def test_a_filling_record_is_named_under_the_table_and_its_size_is_in_json(record_bytes, note):
+    report = namespace_report(
+        "team-a",
+        [resource_quota("compute", hard={"cpu": "10"}, used={"cpu": "2"})],
+        ledger(entry("train", {"cpu": "4"})),
+        [podgroup("train", namespace="team-a", phase="Inqueue")],
+        [],
+        NOW,
+        record_bytes,
+    )
+    text = render_table([report], all_namespaces=False)
+    assert text.startswith("QUOTA ")
+    if note is None:
+        assert "reservation record" not in text
+    else:
+        assert f"The reservation record of namespace team-a {note}" in text
+        assert "new PodGroups with minResources are refused" in text
+    (ns,) = to_json([report])["namespaces"]
+    assert ns["record"] == (
+        None if record_bytes is None else {"bytes": record_bytes, "limitBytes": CONFIGMAP_MAX_BYTES}
+    )
 
 
 def test_consumed_by_group_counts_unfinished_members_only():
