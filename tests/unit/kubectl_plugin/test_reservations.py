@@ -8,7 +8,7 @@ from fractions import Fraction
 import pytest
 
 from kubectl_priogate import reservations
-from kubectl_priogate.reservations import NO_QUOTA, namespace_report, render_table, to_json
+from kubectl_priogate.reservations import NO_QUOTA, NamespaceReport, namespace_report, render_table, to_json
 from priogate.ledger import Entry
 from priogate.record_codec import CONFIGMAP_MAX_BYTES
 from tests.builders import pod, podgroup, resource_quota
@@ -150,15 +150,21 @@ def test_stale_entries_are_named_and_holds_carry_the_group_phase():
     assert {h.group: h.phase for h in report.holds} == {"fresh": "", "live": "Pending"}
 
 
-def test_table_and_json():
-    report = namespace_report(
+def team_a_report(record_bytes: int | None = None) -> NamespaceReport:
+    """A namespace with one quota and one group holding 4 of its 10 cpu."""
+    return namespace_report(
         "team-a",
         [resource_quota("compute", hard={"cpu": "10"}, used={"cpu": "2"})],
         ledger(entry("train", {"cpu": "4"})),
         [podgroup("train", namespace="team-a", phase="Inqueue")],
         [],
         NOW,
+        record_bytes,
     )
+
+
+def test_table_and_json():
+    report = team_a_report()
     assert render_table([report], all_namespaces=False) == (
         "QUOTA     RESOURCE   HARD   USED   RESERVED   RESERVED-UNUSED   FREE   PODGROUPS\n"
         "compute   cpu        10     2      4          4                 4      train=4\n"
@@ -197,15 +203,7 @@ def test_table_and_json():
     ],
 )
 def test_a_filling_record_is_named_under_the_table_and_its_size_is_in_json(record_bytes, note):
-    report = namespace_report(
-        "team-a",
-        [resource_quota("compute", hard={"cpu": "10"}, used={"cpu": "2"})],
-        ledger(entry("train", {"cpu": "4"})),
-        [podgroup("train", namespace="team-a", phase="Inqueue")],
-        [],
-        NOW,
-        record_bytes,
-    )
+    report = team_a_report(record_bytes)
     text = render_table([report], all_namespaces=False)
     assert text.startswith("QUOTA ")
     if note is None:
