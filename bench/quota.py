@@ -4,9 +4,12 @@ Starts the local control plane (binaries built by `make controlplane`), then two
 of two workers each (each server with a temporary directory of its own, as each pod has) that
 share one port with SO_REUSEPORT, so the kernel spreads kube-apiserver's connections among them
 as a Service's rules spread them among pods (a relaying proxy in this process took CPU and
-latency from the machine measured). It creates PodGroups of cpu=1 with 32 requests in flight
-against a quota that fits half of them. Every admission reads the namespace's ledger and writes
-it with a resourceVersion precondition, so this measures the ledger under contention.
+latency from the machine measured). As manifests/ deploys priogate, every quota rule set is sent
+to them (each pod's quota container), and the cluster's own webhook is restarted to answer only
+the priority rule sets (each pod's priority container). It creates PodGroups of cpu=1 with 32
+requests in flight against a quota that fits half of them. Every admission reads the
+namespace's ledger and writes it with a resourceVersion precondition, so this measures the
+ledger under contention.
 
 Each round has three runs in the same cluster, each in fresh namespaces, the cluster quiet
 before each. The baseline: the same creates with priogate's quota hooks taken out of the webhook
@@ -48,7 +51,7 @@ from priogate.kube.client import ApiClient, ApiError, load_client, resource_path
 from priogate.podgroup import GROUP_VERSION, PLURAL
 from priogate.scope import COVERED, ENROLLED_LABEL, ENROLLED_VALUE, probe_body
 from tests.podgroup_load import LoadResult, create_concurrently
-from tests.replicas import LOOPBACK, edit_hooks, point_webhook, served_count, start_replicas
+from tests.replicas import LOOPBACK, edit_hooks, point_quota_server, served_count, start_replicas
 
 QUOTA_HOOKS = ("podgroup-quota.priogate.io", "podgroup-enrolment.priogate.io")
 # The floor's hook: the reservation hook's registration, renamed and sent to a rule that reads
@@ -246,8 +249,14 @@ def main() -> int:
                 shared_port=shared_port,
             )
             replicas_url = f"https://{LOOPBACK}:{shared_port}"
+            # As manifests/ deploys priogate: every quota rule set (PodGroup defaults, annotations,
+            # reservations, enrolment, pod quota, quota fences) on the two quota servers, and the
+            # cluster's own webhook answering only the priority rule sets, as a pod's priority
+            # container does. Serving both, it also kept caches of every PodGroup and record,
+            # two more watchers of everything measured than any deployment has.
+            point_quota_server(client, replicas_url)
+            cluster.restart_webhook("--serve=priority")
             pids = {proc.name: proc.pid for proc in cluster.supervisor.procs}
-            point_webhook(client, QUOTA_HOOKS[0], replicas_url, "/validate/podgroups")
             for i in range(1, args.rounds + 1):
                 runs = _round(client, args, pids, replicas_url, f"{i}")
                 for arm, run in runs.items():

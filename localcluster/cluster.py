@@ -236,15 +236,7 @@ class LocalCluster:
             )
             mtls = "requires kube-apiserver's client certificate" if o.mtls else "no client certificates"
             progress(f"starting the priogate webhook on {self.ports.webhook_url} ({mtls})")
-            hook = self.supervisor.start(
-                "webhook",
-                components.webhook(
-                    self.pki, self.kubeconfig, self.ports, o.webhook_workers, *o.quiet_flags(), mtls=o.mtls
-                ),
-                self._log("webhook"),
-                cwd=REPO,
-            )
-            wait_until(self.webhooks.server_ready, timeout=60, what="the webhook's /readyz is 200", proc=hook)
+            hook = self._start_webhook()
             policy = o.policy or WebhookPolicy.for_mode(priority_plugin=o.priority_plugin)
             self.webhooks.register(policy)
             self.timings["webhook-probe"] = self.webhooks.probe(priority_plugin=o.priority_plugin, proc=hook)
@@ -351,6 +343,33 @@ class LocalCluster:
         path = self.state_dir / "admission-configuration.yaml"
         path.write_text(yaml.safe_dump(config, sort_keys=False))
         return path
+
+    def _start_webhook(self, *extra: str) -> Proc:
+        o = self.options
+        if self.webhooks is None:
+            raise RuntimeError("this cluster runs no webhook (Options.webhook)")
+        hook = self.supervisor.start(
+            "webhook",
+            components.webhook(
+                self.pki,
+                self.kubeconfig,
+                self.ports,
+                o.webhook_workers,
+                *o.quiet_flags(),
+                *extra,
+                mtls=o.mtls,
+            ),
+            self._log("webhook"),
+            cwd=REPO,
+        )
+        wait_until(self.webhooks.server_ready, timeout=60, what="the webhook's /readyz is 200", proc=hook)
+        return hook
+
+    def restart_webhook(self, *extra: str) -> Proc:
+        """Stop the webhook and start it again at the same address with more flags (`extra`),
+        such as `--serve=priority` once the quota hooks point elsewhere; waits until it is ready."""
+        self.supervisor.stop("webhook")
+        return self._start_webhook(*extra)
 
     def restart_apiserver(self, mode: ApiServerMode) -> float:
         """Stop kube-apiserver and start it again with other flags; the other components reconnect.

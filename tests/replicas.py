@@ -23,6 +23,7 @@ from pathlib import Path
 from localcluster.api import metric_sum, update
 from localcluster.procs import Proc, Supervisor, free_ports, wait_until
 from priogate.kube.client import ApiClient
+from webhook.registry import load_rule_sets
 
 LOOPBACK = "127.0.0.1"
 
@@ -198,6 +199,7 @@ def proxied(backends: Sequence[int]) -> Iterator[RoundRobinProxy]:
 
 
 HOOKS_PATH = "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations/priogate"
+MUTATING_HOOKS_PATH = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/priogate"
 
 
 def edit_hooks(client: ApiClient, change: Callable[[list[dict]], list[dict]]) -> None:
@@ -216,3 +218,17 @@ def point_webhook(client: ApiClient, hook_name: str, url: str, path: str) -> Non
         return hooks
 
     edit_hooks(client, moved)
+
+
+def point_quota_server(client: ApiClient, url: str) -> None:
+    """Send every hook the quota server answers (the rule sets of server "quota", mutating and
+    validating) to `url`, as manifests/ sends them all to the quota container of each pod."""
+    paths = {rule_set.name: rule_set.path for rule_set in load_rule_sets(servers=("quota",))}
+
+    def moved(config: dict) -> None:
+        for hook in config["webhooks"]:
+            if hook["name"] in paths:
+                hook["clientConfig"]["url"] = url + paths[hook["name"]]
+
+    for path in (MUTATING_HOOKS_PATH, HOOKS_PATH):
+        update(client, path, moved)
