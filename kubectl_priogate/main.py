@@ -121,18 +121,20 @@ def cmd_reservations(args: argparse.Namespace, source: Source, default_ns: str, 
         {namespace} if namespace else {*ledgers, *(str(q["metadata"]["namespace"]) for q in quotas)}
     )
     now = dt.datetime.now(dt.UTC)
-    reports = [
-        reservations.namespace_report(
-            ns,
-            [q for q in quotas if q["metadata"]["namespace"] == ns],
-            ledgers[ns].entries if ns in ledgers else {},
-            [g for g in groups if g["metadata"]["namespace"] == ns],
-            [p for p in pods if p["metadata"]["namespace"] == ns],
-            now,
-            ledgers[ns].stored_bytes if ns in ledgers else None,
+    reports = []
+    for ns in names:
+        record = ledgers.get(ns)
+        reports.append(
+            reservations.namespace_report(
+                ns,
+                [q for q in quotas if q["metadata"]["namespace"] == ns],
+                record.entries if record else {},
+                [g for g in groups if g["metadata"]["namespace"] == ns],
+                [p for p in pods if p["metadata"]["namespace"] == ns],
+                now,
+                record.stored_bytes if record else None,
+            )
         )
-        for ns in names
-    ]
     reports = [r for r in reports if r.rows or r.holds]
     if args.output:
         out.write(render(reservations.to_json(reports), args.output))
