@@ -117,7 +117,9 @@ class Controller:
         )
         in_flight = dt.timedelta(seconds=args.in_flight_seconds)
         self.reclaimer = Reclaimer(
-            LedgerStore(client, ledger_namespace=args.ledger_namespace, in_flight=in_flight),
+            LedgerStore(
+                client, ledger_namespace=args.ledger_namespace, in_flight=in_flight, writer="controller"
+            ),
             self.caches,
             in_flight,
         )

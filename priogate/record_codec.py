@@ -185,7 +185,12 @@ def entries_of(obj: Mapping[str, Any] | None) -> dict[str, Entry]:
 
 
 def record_object(
-    ledger_namespace: str, namespace: str, record: Record, resource_version: str | None
+    ledger_namespace: str,
+    namespace: str,
+    record: Record,
+    resource_version: str | None,
+    *,
+    annotations: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     meta: dict[str, Any] = {
         "name": record_name(namespace),
@@ -196,6 +201,8 @@ def record_object(
             COVERS_LABEL: namespace,
         },
     }
+    if annotations:
+        meta["annotations"] = dict(annotations)
     if resource_version:
         meta["resourceVersion"] = resource_version
     charges = {key: c.to_json() for key, c in sorted(record.charges.items())}

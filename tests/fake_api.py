@@ -4,7 +4,8 @@ kube-apiserver gives it, and a log of every call.
 
 - GET of an object or a collection; a collection's items are the objects stored under it.
 - POST stores the object (409 AlreadyExists for a taken name; generateName is honoured).
-- PUT replaces it, with metadata.resourceVersion as a precondition when given (409).
+- POST gives the object a uid; PUT replaces it, keeping its uid (422 for another), with
+  metadata.resourceVersion as a precondition when given (409).
 - PATCH merges annotations, and for a status PATCH conditions by type (as a strategic merge
   does); metadata.resourceVersion is a precondition (409) and metadata.uid immutable (422).
 - DELETE honours a uid precondition (409) and answers 404 for what is gone.
@@ -43,6 +44,7 @@ class FakeApi(ApiClient):
         given = [(o.get("metadata") or {}).get("resourceVersion", "") for o in self.objects.values()]
         self._version = max([int(v) for v in given if str(v).isdigit()], default=0)
         self._names = itertools.count(1)
+        self._uids = itertools.count(1)
         self._lock = threading.RLock()
 
     @property
@@ -120,8 +122,15 @@ class FakeApi(ApiClient):
             if method == "PATCH":
                 self._patch(current, path, body)
             elif method == "PUT":
+                uid = current["metadata"].get("uid")
+                if meta.get("uid", uid) != uid:
+                    raise ApiError(
+                        422, "Invalid", f'metadata.uid: Invalid value: "{meta["uid"]}": field is immutable'
+                    )
                 current.clear()
                 current.update(copy.deepcopy(body))
+                if uid is not None:  # kept from the stored object, as kube-apiserver does
+                    current["metadata"]["uid"] = uid
             else:
                 raise ApiError(405, "MethodNotAllowed", method)
             current["metadata"]["resourceVersion"] = self._next_version()
@@ -136,6 +145,7 @@ class FakeApi(ApiClient):
         if item in self.objects:
             raise ApiError(409, "AlreadyExists", f"{meta['name']} already exists")
         meta["resourceVersion"] = self._next_version()
+        meta.setdefault("uid", f"00000000-0000-4000-8000-{next(self._uids):012d}")
         self.objects[item] = stored
         return copy.deepcopy(stored)
 

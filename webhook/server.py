@@ -118,6 +118,7 @@ def build_view(
     from priogate.kube.client import load_client
     from priogate.kube.host_turn import HostTurns
     from priogate.kube.ledger_store import LedgerStore
+    from priogate.kube.watched_record import WatchedRecords
     from webhook.metrics import CACHE_LAST_EVENT, CACHE_STALE, LEDGER_CONFLICTS
     from webhook.registry import load_rule_sets
     from webhook.view import CacheView, memory_view, sources
@@ -143,12 +144,15 @@ def build_view(
         cache.on_state = export
         export(cache.state())
         caches[name] = cache.start()
+    turns = HostTurns(f"{client.host}/{ledger_namespace}")
     store = LedgerStore(
         client,
         ledger_namespace=ledger_namespace,
         in_flight=in_flight,
         on_conflict=LEDGER_CONFLICTS.inc,
-        host_turns=HostTurns(f"{client.host}/{ledger_namespace}"),
+        host_turns=turns,
+        # Rule sets that write records watch them too (RuleSet.needs): turns start from there.
+        watched=WatchedRecords(caches["ledgers"], ledger_namespace, turns) if "ledgers" in caches else None,
     )
     return CacheView(caches, store, client, ledger_namespace=ledger_namespace, in_flight=in_flight)
 

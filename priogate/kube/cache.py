@@ -94,6 +94,7 @@ class WatchCache:
         self.on_state: Callable[[CacheState], None] | None = None
         self._by_namespace: dict[str, MappingProxyType[str, Obj]] = {}
         self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)  # notified whenever `generation` bumps
         self._listed = threading.Event()  # a LIST succeeded once: the contents mean something
         self._synced = threading.Event()  # listed, and current (not stale)
         self._reason = "not listed yet"
@@ -138,6 +139,12 @@ class WatchCache:
     def stale(self) -> bool:
         """Listed once, but not current now: the contents may be behind the API server."""
         return self._listed.is_set() and not self._synced.is_set()
+
+    def wait_changed(self, generation: int, timeout: float) -> None:
+        """Return once `generation` has moved on from the one given, or after `timeout` s."""
+        with self._changed:
+            if self.generation == generation and timeout > 0:
+                self._changed.wait(timeout)
 
     def wait_synced(self, timeout: float) -> bool:
         return self._synced.wait(timeout)
@@ -186,6 +193,7 @@ class WatchCache:
             self.resource_version = resource_version
             self.generation += 1
             self._relist_generation = self.generation
+            self._changed.notify_all()
         self._listed.set()
         self._heard()
         self._mark_synced()
@@ -237,6 +245,7 @@ class WatchCache:
             self.resource_version = meta.get("resourceVersion", self.resource_version)
             self.generation += 1
             self._namespace_generation[namespace] = self.generation
+            self._changed.notify_all()
 
     # ---- freshness ---------------------------------------------------------------------
 

@@ -9,6 +9,11 @@ other held it. The lock is only an optimization: a turn that cannot have it with
 goes ahead without it, and the record's precondition still decides every race, so a process that
 hangs holding it delays nobody for long and can never make two decisions agree wrongly. The
 kernel releases the lock when its holder exits.
+
+Beside each lock, the pod keeps a note of the last write it landed on the record (the record's
+uid and the turn stamp's sequence number, priogate/turn_order.py), so whichever of its workers
+takes the next turn knows what the pod wrote last. Like the lock, the note only saves requests:
+a missing or stale note costs a wait or a GET.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import contextlib
 import fcntl
 import hashlib
 import os
+import socket
 import tempfile
 import time
 from collections.abc import Iterator
@@ -41,6 +47,35 @@ class HostTurns:
         self.directory = directory or Path(tempfile.gettempdir()) / "priogate-ledger-turns"
         self.scope = _digest(scope)
         self.usable = True
+        # The notes while the directory is not usable: then each process keeps its own.
+        self._notes: dict[str, tuple[str, int]] = {}
+
+    @property
+    def identity(self) -> str:
+        """Who writes, for the turn stamps: this host's processes, in this directory."""
+        return _digest(f"{socket.gethostname()}:{self.directory.resolve()}:{self.scope}")[:12]
+
+    def last_written(self, namespace: str) -> tuple[str, int]:
+        """(the record's uid, the sequence number) of the last write the pod noted; ("", -1)
+        when none is known."""
+        if not self.usable:
+            return self._notes.get(namespace, ("", -1))
+        try:
+            uid, _, seq = self._path(namespace).with_suffix(".last").read_text().partition(" ")
+            return uid, int(seq)
+        except (OSError, ValueError):
+            return "", -1
+
+    def note_written(self, namespace: str, uid: str, seq: int) -> None:
+        """Called holding the namespace's host turn, after a write landed."""
+        self._notes[namespace] = (uid, seq)
+        if not self.usable:
+            return
+        try:
+            self._path(namespace).with_suffix(".last").write_text(f"{uid} {seq}")
+        except OSError as e:
+            self.usable = False
+            log.warning("ledger turns are not shared between worker processes", error=str(e))
 
     def _path(self, namespace: str) -> Path:
         return self.directory / f"{self.scope}-{_digest(namespace)}.lock"

@@ -1,9 +1,11 @@
 """The reservation record's authoritative copy: one ConfigMap per tenant namespace in priogate's
-own namespace, read fresh and written with a resourceVersion precondition. Every webhook replica
-and worker serializes its reservation decisions (PodGroups, and pods in namespaces with live
-reservations) through that object, as kube-apiserver's ResourceQuota admission serializes
-through a quota's status (plugin/pkg/admission/resourcequota controller.go): a decision made on
-a stale read fails with 409 and is made again.
+own namespace, written with a resourceVersion precondition. Every webhook replica and worker
+serializes its reservation decisions (PodGroups, and pods in namespaces with live reservations)
+through that object, as kube-apiserver's ResourceQuota admission serializes through a quota's
+status (plugin/pkg/admission/resourcequota controller.go): a decision made on a stale copy fails
+with 409 and is made again on a GET. A turn starts from the watch's copy where the turn stamps
+say it is current (priogate/turn_order.py), else from a GET; a decision that writes nothing is
+made on a GET in any case, since no precondition then proves its copy current.
 
 Within one process, concurrent requests for a namespace are batched (again as kube-apiserver's
 quota admission does): whoever holds the namespace's turn decides every waiting request in
@@ -39,11 +41,13 @@ import structlog
 from priogate import podgroup
 from priogate.kube.client import ApiClient, ApiError, resource_path
 from priogate.kube.host_turn import HostTurns
+from priogate.kube.watched_record import WatchedRecords
 from priogate.ledger import DEFAULT_IN_FLIGHT, DamagedRecord, Decide, Listing, Record, stamp
 from priogate.quota_fence import seeded
 from priogate.record_codec import DEFAULT_LEDGER_NAMESPACE, record_object, record_of, record_path
 from priogate.settlement import resync
 from priogate.stored_groups import listing_of
+from priogate.turn_order import TURN_ANNOTATION, UNSTAMPED, Turn, turn_of
 
 log = structlog.get_logger("priogate.ledger")
 
@@ -126,6 +130,19 @@ class _Request(Generic[R]):
     error: BaseException | None = None
 
 
+@dataclass(frozen=True)
+class _Copy:
+    """A copy of a record a turn decides on: `version` None when there is no record, `fresh`
+    when read by a GET in this turn (else the watch's copy), `rebuilt` when made from the
+    stored PodGroups because the stored record was missing or damaged."""
+
+    record: Record
+    version: str | None
+    turn: Turn
+    fresh: bool = True
+    rebuilt: bool = False
+
+
 @dataclass
 class _Namespace:
     turn: threading.Lock = field(default_factory=threading.Lock)
@@ -144,7 +161,12 @@ class LedgerStore:
         on_conflict: Callable[[], None] = lambda: None,
         clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC),
         host_turns: HostTurns | None = None,
+        watched: WatchedRecords | None = None,
+        writer: str = "priogate",
     ) -> None:
+        """`watched`: turns start from the watch's copy of a record where it is current
+        (priogate/turn_order.py), else from a GET. `writer` names this process's writes in
+        their turn stamps (the watched records' writer when there are any)."""
         self.client = client
         self.ledger_namespace = ledger_namespace
         self.in_flight = in_flight
@@ -152,6 +174,8 @@ class LedgerStore:
         self.on_conflict = on_conflict
         self.clock = clock
         self.host_turns = host_turns
+        self.watched = watched
+        self.writer = watched.writer if watched is not None else writer
         self._namespaces: dict[str, _Namespace] = {}
         self._lock = threading.Lock()
 
@@ -228,10 +252,9 @@ class LedgerStore:
         for request in batch:
             request.done.set()
 
-    def read(self, namespace: str, reads: QuorumReads) -> tuple[Record, str | None, bool]:
-        """(the record, its resourceVersion or None when there is none, whether it was rebuilt).
-        A missing or damaged record is rebuilt from the stored PodGroups: a missing record never
-        means that nothing is reserved."""
+    def read(self, namespace: str, reads: QuorumReads) -> _Copy:
+        """The record by a GET. A missing or damaged record is rebuilt from the stored
+        PodGroups: a missing record never means that nothing is reserved."""
         try:
             current: dict[str, Any] | None = self.client.get(
                 record_path(self.ledger_namespace, namespace), timeout=CALL_TIMEOUT
@@ -243,10 +266,10 @@ class LedgerStore:
         if current is not None:
             version = (current.get("metadata") or {}).get("resourceVersion")
             try:
-                return record_of(current), version, False
+                return _Copy(record_of(current), version, turn_of(current))
             except DamagedRecord as e:
                 log.warning("reservation record damaged; rebuilding it", namespace=namespace, error=str(e))
-                return self._rebuilt(reads), version, True
+                return _Copy(self._rebuilt(reads), version, UNSTAMPED, rebuilt=True)
         listing = reads.podgroups()
         if listing.groups:
             log.warning(
@@ -254,7 +277,20 @@ class LedgerStore:
                 namespace=namespace,
                 groups=sorted(e.group for e in listing.groups.values()),
             )
-        return self._rebuilt(reads), None, True
+        return _Copy(self._rebuilt(reads), None, UNSTAMPED, rebuilt=True)
+
+    def _watched_copy(self, namespace: str, deadline: float) -> _Copy | None:
+        if self.watched is None:
+            return None
+        started = self.watched.start_copy(namespace, deadline)
+        if started is None:
+            return None
+        obj, turn = started
+        try:
+            record = record_of(obj)
+        except DamagedRecord:
+            return None  # the GET finds it damaged too, and rebuilds it
+        return _Copy(record, (obj.get("metadata") or {}).get("resourceVersion"), turn, fresh=False)
 
     def _rebuilt(self, reads: QuorumReads) -> Record:
         """The record the stored PodGroups and quotas make; the quotas as fences, since this
@@ -272,28 +308,44 @@ class LedgerStore:
         item = record_path(self.ledger_namespace, namespace)
         reads = QuorumReads(self.client, namespace, self.clock)
         attempt = 0
+        copy = self._watched_copy(namespace, holder.deadline)
         while True:
             attempt += 1
             if attempt > 1:
                 with state.waiting_lock:
                     batch.extend(state.waiting)
                     state.waiting.clear()
-            record, version, rebuilt = self.read(namespace, reads)
-            changed = rebuilt and not all(r.dry_run for r in batch)
+            current = copy or self.read(namespace, reads)
+            copy = None  # a conflict, or a decision to confirm, reads the record again
+            record = current.record
+            changed = current.rebuilt and not all(r.dry_run for r in batch)
             for request in batch:
                 new_record, request.result = request.decide(record, reads)
                 if new_record is not None and not request.dry_run:
                     record, changed = new_record, True
             if not changed:
+                if not current.fresh:
+                    # No write, so no precondition proves the watch's copy current: decide
+                    # again on a GET (the same decisions, unless the record has moved on).
+                    continue
                 return
-            body = record_object(self.ledger_namespace, namespace, record, version)
+            turn = current.turn.next(self.writer)
+            body = record_object(
+                self.ledger_namespace,
+                namespace,
+                record,
+                current.version,
+                annotations={TURN_ANNOTATION: turn.annotation()},
+            )
             try:
-                if version is None:
-                    self.client.request(
+                if current.version is None:
+                    stored = self.client.request(
                         "POST", record_path(self.ledger_namespace), body=body, timeout=CALL_TIMEOUT
                     )
                 else:
-                    self.client.request("PUT", item, body=body, timeout=CALL_TIMEOUT)
+                    stored = self.client.request("PUT", item, body=body, timeout=CALL_TIMEOUT)
+                if self.watched is not None:
+                    self.watched.written(namespace, stored, turn)
                 return
             except ApiError as e:
                 if e.status != 409:

@@ -4,6 +4,8 @@ gunicorn workers and across webhook replicas, and reserved resources kept from o
 from __future__ import annotations
 
 import contextlib
+import itertools
+import threading
 from collections.abc import Iterator
 from fractions import Fraction
 
@@ -16,6 +18,7 @@ from priogate.kube.client import ApiClient, ApiError, load_client, resource_path
 from priogate.record_codec import DEFAULT_LEDGER_NAMESPACE, entries_of, record_path
 from priogate.resources import parse_quantity
 from priogate.scope import ENROLLED_LABEL, ENROLLED_VALUE
+from priogate.turn_order import TURN_ANNOTATION
 from tests.builders import pod, podgroup
 from tests.e2e.helpers import wait_for
 from tests.podgroup_load import create_concurrently
@@ -93,10 +96,45 @@ def quota_webhook_at(cluster: LocalCluster, client: ApiClient, url: str) -> Iter
         point_webhook(client, QUOTA_HOOK, cluster.ports.webhook_url, "/validate/podgroups")
 
 
+@contextlib.contextmanager
+def forging_turn_stamps(client: ApiClient, namespace: str, every: float = 0.05) -> Iterator[list[int]]:
+    """Rewrite the record's turn stamp (priogate.turn_order) while the block runs, as someone
+    allowed to write in priogate's namespace might: higher, lower, another writer's, garbled.
+    Yields the count of stamps written."""
+    path = record_path(DEFAULT_LEDGER_NAMESPACE, namespace)
+    stamps = ["999999 forged", "0 forged", "1", "not-a-number x", ""]
+    stop = threading.Event()
+    written = [0]
+
+    def forge() -> None:
+        for i in itertools.count():
+            if stop.wait(every):
+                return
+            body = {"metadata": {"annotations": {TURN_ANNOTATION: stamps[i % len(stamps)]}}}
+            try:
+                client.request("PATCH", path, body=body, content_type="application/merge-patch+json")
+                written[0] += 1
+            except ApiError as e:
+                if e.status != 404:  # the record is written by the first admission
+                    raise
+
+    thread = threading.Thread(target=forge, daemon=True)
+    thread.start()
+    try:
+        yield written
+    finally:
+        stop.set()
+        thread.join(5)
+
+
 @pytest.mark.parametrize(
-    ("masters", "workers"), [(1, 4), (2, 2)], ids=["one-server-4-workers", "two-servers"]
+    ("masters", "workers", "forged_stamps"),
+    [(1, 4, False), (2, 2, False), (2, 2, True)],
+    ids=["one-server-4-workers", "two-servers", "two-servers-forged-turn-stamps"],
 )
-def test_concurrent_podgroups_fill_the_quota_exactly(cluster, client, namespace, masters, workers):
+def test_concurrent_podgroups_fill_the_quota_exactly(
+    cluster, client, namespace, masters, workers, forged_stamps
+):
     create_quota(client, namespace, "10")
     # Enrolled (priogate.scope) up front, as after a first claim: every PodGroup then goes to the
     # reservation hook, which the replicas behind the proxy answer (test_hook_scope.py covers
@@ -137,8 +175,12 @@ def test_concurrent_podgroups_fill_the_quota_exactly(cluster, client, namespace,
                 return refused and proxy.connections.total() > 0
 
             settled(replicas_refuse_too_big, "the replicas answer PodGroup validation and see the quota")
-            result = create_concurrently(client, namespace, 200, cpu="1", in_flight=32)
+            # Forged stamps may cost waits and GETs, never a decision: the precondition decides.
+            forging = forging_turn_stamps(client, namespace) if forged_stamps else contextlib.nullcontext([0])
+            with forging as forged:
+                result = create_concurrently(client, namespace, 200, cpu="1", in_flight=32)
             backends_used = dict(proxy.connections)
+        assert not forged_stamps or forged[0] > 0
         assert not result.errors, result.errors[:5]
         assert len(result.admitted) == 10, f"admitted {len(result.admitted)} of 200 against cpu=10"
         assert result.denials["exceeded quota"] == 190

@@ -240,3 +240,22 @@ def test_a_watch_that_opens_resets_the_backoff(server: FakeServer) -> None:
         )  # margin for a loaded machine; without the reset the gaps double
     finally:
         cache.stop()
+
+
+def test_a_wait_for_a_change_ends_with_the_change_or_its_timeout() -> None:
+    cache = WatchCache.static("ledgers", [])
+    generation = cache.generation
+    started = time.monotonic()
+    cache.wait_changed(generation, 0.05)  # nothing changes
+    assert time.monotonic() - started >= 0.05
+    obj = {"metadata": {"name": "r", "namespace": "priogate-system", "resourceVersion": "2"}}
+    timer = threading.Timer(0.01, cache.apply_event, ("ADDED", obj))
+    timer.start()
+    started = time.monotonic()
+    cache.wait_changed(generation, 5.0)
+    assert time.monotonic() - started < 1.0
+    assert cache.get("priogate-system", "r") == obj
+    started = time.monotonic()
+    cache.wait_changed(generation, 5.0)  # already moved on: no wait at all
+    assert time.monotonic() - started < 0.5
+    timer.join()

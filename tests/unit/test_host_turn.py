@@ -106,3 +106,23 @@ def test_without_host_turns_the_same_load_races(tmp_path: Path) -> None:
     results = [_claims(tmp_path, host_turns=False) for _ in range(3)]
     assert all(len(entries) == 16 for _, entries in results)
     assert any(conflicts > 0 for conflicts, _ in results)
+
+
+def test_the_pods_note_of_its_last_write_is_shared_by_its_processes_and_no_one_else(tmp_path: Path) -> None:
+    worker_a, worker_b = HostTurns("cluster-a", tmp_path), HostTurns("cluster-a", tmp_path)
+    assert worker_b.last_written("team-a") == ("", -1)
+    worker_a.note_written("team-a", "uid-1", 4)
+    assert worker_b.last_written("team-a") == ("uid-1", 4)
+    assert worker_b.last_written("team-b") == ("", -1)
+    assert HostTurns("cluster-b", tmp_path).last_written("team-a") == ("", -1)
+    assert worker_a.identity == worker_b.identity != HostTurns("cluster-a", tmp_path / "other").identity
+
+
+def test_without_a_usable_directory_each_process_keeps_its_own_note(tmp_path: Path) -> None:
+    blocked = tmp_path / "not-a-directory"
+    blocked.write_text("")
+    turns = HostTurns("cluster-a", blocked)
+    with turns.turn("team-a", time.monotonic() + 1):
+        turns.note_written("team-a", "uid-1", 4)
+    assert turns.last_written("team-a") == ("uid-1", 4)
+    assert HostTurns("cluster-a", blocked).last_written("team-a") == ("", -1)

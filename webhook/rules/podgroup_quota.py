@@ -305,7 +305,8 @@ RULE_SET = RuleSet(
     operations=("CREATE", "UPDATE"),
     side_effects="NoneOnDryRun",
     timeout_seconds=10,
-    needs=("resourcequotas", "podgroups"),
+    # The records too: a turn starts from the watch's copy (priogate/kube/watched_record.py).
+    needs=("resourcequotas", "podgroups", "ledgers"),
     # Enrolled namespaces only; a namespace's first claim goes through
     # webhook.rules.podgroup_enrolment, which enrols it before deciding the claim the same way.
     namespace_labels=((ENROLLED_LABEL, "In", (ENROLLED_VALUE,)),),

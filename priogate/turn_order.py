@@ -1,0 +1,81 @@
+"""Which copy of a reservation record a turn starts from: the watch's, or a fresh GET.
+
+A turn decides on a copy of the record and writes with that copy's resourceVersion as a
+precondition, so a decision made on a stale copy fails with 409 and is made again on a GET:
+whatever copy a turn starts from, it can only land on the current record. The copy only decides
+what a turn costs. Starting every turn with a GET cost a request per turn, and two servers that
+each began a turn as soon as their last write landed raced each other all the time (a third of
+their writes lost to 409s). Starting from the last copy held, without more, was tried and lost
+to conflicts: the other server had nearly always written since.
+
+So each write carries a turn stamp (TURN_ANNOTATION): a sequence number one above the copy it
+was decided on, and the writer (a pod: its worker processes share one identity and one note of
+the last sequence number the pod wrote, see priogate/kube/host_turn.py). A turn then starts from
+the watch's copy when that copy is newer than anything its pod wrote. When the newest copy is the
+pod's own last write and another writer was active a moment ago, the turn waits a little for that
+writer's next write (the pods take turns instead of racing), then starts from the newest copy.
+When the watch has not shown the pod's last write yet, the turn waits for it, then GETs.
+
+The stamp is a hint, like the resourceVersion read by a client of optimistic concurrency in
+kube-apiserver (API concepts, "Resource versions"): a forged or garbled stamp costs a wait or a
+GET, never a wrong decision.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+TURN_ANNOTATION = "priogate.io/turn"
+
+
+@dataclass(frozen=True)
+class Turn:
+    """The stamp of the write that made a copy: `seq` -1 when there is none (a record written
+    before the stamps, or by hand)."""
+
+    seq: int
+    writer: str
+
+    def next(self, writer: str) -> Turn:
+        """The stamp of a write decided on this copy."""
+        return Turn(max(self.seq, -1) + 1, writer)
+
+    def annotation(self) -> str:
+        return f"{self.seq} {self.writer}"
+
+
+UNSTAMPED = Turn(-1, "")
+
+
+def turn_of(obj: Mapping[str, Any]) -> Turn:
+    """The stamp a record ConfigMap carries; UNSTAMPED when it carries none that parses."""
+    annotations = (obj.get("metadata") or {}).get("annotations") or {}
+    text = annotations.get(TURN_ANNOTATION)
+    if not isinstance(text, str):
+        return UNSTAMPED
+    seq, _, writer = text.partition(" ")
+    if not seq.isdigit() or not writer:
+        return UNSTAMPED
+    return Turn(int(seq), writer)
+
+
+class Start(enum.Enum):
+    COPY = "copy"  # decide on the watch's copy
+    WAIT = "wait"  # wait for the watch to show another write
+    GET = "get"  # decide on a fresh GET
+
+
+def start_from(copy: Turn, ours: int, others_active: bool, waited_out: bool) -> Start:
+    """Where a turn starts, given the watch's copy's stamp, the last sequence number the pod
+    wrote on this record (-1: none known), whether another writer wrote a moment ago, and
+    whether the turn has waited as long as it may."""
+    if ours < 0 or copy.seq > ours:
+        return Start.COPY  # newer than anything the pod wrote, or nothing better known
+    if copy.seq == ours:
+        # The pod's own last write is the newest copy: let a busy other writer have its turn.
+        return Start.COPY if waited_out or not others_active else Start.WAIT
+    # The watch has not shown the pod's last write yet (or the copy lost its stamp).
+    return Start.GET if waited_out else Start.WAIT
