@@ -66,13 +66,29 @@ def resync(
                 out[key] = entry
             continue
         if done:
-            out[key] = replace(stored, admitted_at=entry.admitted_at)
+            # The entry itself where it already is the stored claim: the same object keeps the
+            # sums moved by identity (priogate.entry_totals) from summing it again.
+            out[key] = (
+                entry if _is_stored_claim(entry, stored) else replace(stored, admitted_at=entry.admitted_at)
+            )
         else:
             out[key] = merge(stored, entry) if entry.priority_class == stored.priority_class else entry
     for uid, stored in listing.groups.items():
         if uid not in out:
             out[uid] = stored
     return out
+
+
+def _is_stored_claim(entry: Entry, stored: Entry) -> bool:
+    """Whether `entry` equals the stored claim given its admission stamp."""
+    return (
+        entry.min_resources == stored.min_resources
+        and entry.min_member == stored.min_member
+        and entry.priority_class == stored.priority_class
+        and entry.generation == stored.generation
+        and entry.group == stored.group
+        and entry.uid == stored.uid
+    )
 
 
 def stale_entries(

@@ -166,6 +166,19 @@ def test_once_settled_is_the_stored_truth_with_nothing_in_flight():
     }
 
 
+def test_a_settled_entry_that_is_the_stored_claim_stays_the_same_object():
+    """The sums of priogate.entry_totals move by identity: an equal new object would be summed
+    again, and every refusal near a full quota settles every entry."""
+    same, grown = entry("a", "u1", 1), entry("b", "u2", 1, cpu="6")
+    got = settlement.once_settled(
+        {"u1": same, "u2": grown}, listing(stored("a", "u1"), stored("b", "u2", cpu="2"))
+    )
+    assert got["u1"] is same
+    assert got["u2"] == replace(stored("b", "u2", cpu="2"), admitted_at=grown.admitted_at)
+    other_generation = replace(same, generation=3)
+    assert settlement.once_settled({"u1": other_generation}, listing(stored("a", "u1")))["u1"] == same
+
+
 def test_a_claim_is_stamped_to_the_microsecond_and_old_stamps_still_read():
     """Whole seconds would make a claim look up to a second older than it is, against a bound
     of a few seconds."""
