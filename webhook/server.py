@@ -151,7 +151,9 @@ def build_view(
         in_flight=in_flight,
         on_conflict=LEDGER_CONFLICTS.inc,
         host_turns=turns,
-        # Rule sets that write records watch them too (RuleSet.needs): turns start from there.
+        # Where the records are watched (the pod quota rule set reads them, so the quota server
+        # does), turns start from that copy. Not a need of the PodGroup rule sets: the copy only
+        # saves a GET, so a stale watch of the records must not refuse their admissions.
         watched=WatchedRecords(caches["ledgers"], ledger_namespace, turns) if "ledgers" in caches else None,
     )
     return CacheView(caches, store, client, ledger_namespace=ledger_namespace, in_flight=in_flight)

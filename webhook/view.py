@@ -204,7 +204,7 @@ class CacheView:
 
     def reservations(self, namespace: str) -> NamespaceReservations:
         """What the caches show of the namespace's reservations (admission of PodGroups, and of
-        pods where something is reserved, reads the record fresh instead)."""
+        pods where something is reserved, decides on the record in a ledger turn instead)."""
         ledgers, pods, groups = self.caches["ledgers"], self.caches["pods"], self.caches["podgroups"]
         key = (
             ledgers.namespace_generation(self.ledger_namespace),

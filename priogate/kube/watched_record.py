@@ -38,6 +38,8 @@ class WatchedRecords:
         """The watch's copy of the namespace's record and its stamp, to start a turn from, or
         None: start from a GET. Waits for the watch at most WAIT_SECONDS, and never past
         `deadline` (time.monotonic())."""
+        if not self.cache.synced:
+            return None  # a watch that may be behind would only cost a wait and a lost write
         uid, seq = self.notes.last_written(namespace)
         give_up = min(deadline, time.monotonic() + WAIT_SECONDS)
         while True:

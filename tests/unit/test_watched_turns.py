@@ -45,9 +45,9 @@ def refuse(seen: list[set[str]]):
 
 
 class World:
-    def __init__(self, tmp_path: Path) -> None:
+    def __init__(self, tmp_path: Path, cache: WatchCache | None = None) -> None:
         self.api = FakeApi()
-        self.cache = WatchCache.static("ledgers", [])
+        self.cache = cache if cache is not None else WatchCache.static("ledgers", [])
         self.notes = HostTurns("cluster-a", tmp_path)
         self.watched = WatchedRecords(self.cache, LEDGER_NS, self.notes)
         self.store = LedgerStore(self.api, watched=self.watched)  # type: ignore[arg-type]
@@ -161,3 +161,10 @@ def test_a_missing_watched_record_means_a_get_and_a_rebuilt_record(world: World)
     assert [c.method for c in world.api.calls] == ["GET", "GET", "GET", "POST"]
     turn, groups = world.stored()
     assert (turn.seq, groups) == (0, {"g1"})
+
+
+def test_a_watch_of_the_records_that_is_not_current_is_not_started_from(tmp_path: Path):
+    world = World(tmp_path, WatchCache.static("ledgers", None))  # never listed: not current
+    world.written_by("pod-b", 3, ("g0",))
+    assert world.store.update(NS, claim("g1")) == "admitted"
+    assert [c.method for c in world.api.calls] == ["GET", "PUT"]

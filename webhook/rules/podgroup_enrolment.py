@@ -165,7 +165,7 @@ RULE_SET = RuleSet(
     operations=("CREATE", "UPDATE"),
     side_effects="NoneOnDryRun",
     timeout_seconds=10,
-    needs=("resourcequotas", "podgroups", "ledgers"),
+    needs=("resourcequotas", "podgroups"),
     namespace_labels=((ENROLLED_LABEL, "NotIn", (ENROLLED_VALUE,)),),
     # A PodGroup that reserves nothing needs no enrolment: most PodGroups in most namespaces
     # never reach priogate's quota hooks. The CRD's structural schema prunes a null

@@ -1,10 +1,11 @@
 """Validating PodGroups: PodGroupMinResources. The summed minResources of a namespace's
 PodGroups never exceed its ResourceQuotas.
 
-Each decision is made against a fresh read of the namespace's reservation record (in priogate's
-own namespace, where tenants cannot write) and recorded with a resourceVersion precondition, so
-concurrent admissions on any number of replicas and workers are serialized by the API server:
-exactly as many groups are admitted as fit. A decision counts the cached quotas and the quota
+Each decision is made on the namespace's reservation record (in priogate's own namespace, where
+tenants cannot write) and recorded with a resourceVersion precondition, so concurrent admissions
+on any number of replicas and workers are serialized by the API server: a decision made on a
+copy that is no longer current fails with 409 and is made again on a GET, and exactly as many
+groups are admitted as fit. A decision counts the cached quotas and the quota
 changes the record holds as fences (priogate.quota_fence, written by webhook.rules.quota_fence
 before kube-apiserver stores a change), so a quota created or lowered before the request
 arrived limits it without a read of the quotas. Dry-run requests decide but write nothing.
@@ -305,8 +306,7 @@ RULE_SET = RuleSet(
     operations=("CREATE", "UPDATE"),
     side_effects="NoneOnDryRun",
     timeout_seconds=10,
-    # The records too: a turn starts from the watch's copy (priogate/kube/watched_record.py).
-    needs=("resourcequotas", "podgroups", "ledgers"),
+    needs=("resourcequotas", "podgroups"),
     # Enrolled namespaces only; a namespace's first claim goes through
     # webhook.rules.podgroup_enrolment, which enrols it before deciding the claim the same way.
     namespace_labels=((ENROLLED_LABEL, "In", (ENROLLED_VALUE,)),),
