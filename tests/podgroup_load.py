@@ -137,8 +137,17 @@ class _Monitor:
 
 
 def create_concurrently(
-    client: ApiClient, namespace: str, count: int, *, cpu: str = "1", in_flight: int = 32, prefix: str = "pg"
+    client: ApiClient,
+    namespace: str,
+    count: int,
+    *,
+    cpu: str = "1",
+    in_flight: int = 32,
+    prefix: str = "pg",
+    monitor_client: ApiClient | None = None,
 ) -> LoadResult:
+    """`monitor_client`: who watches the record and the groups meanwhile, when `client` (a
+    tenant) may not read the record."""
     result = LoadResult()
     path = resource_path(podgroup.GROUP_VERSION, podgroup.PLURAL, namespace)
     lock = threading.Lock()
@@ -157,7 +166,7 @@ def create_concurrently(
         with lock:
             result.admitted.append(name)
 
-    monitor = _Monitor(client, namespace, result)
+    monitor = _Monitor(monitor_client or client, namespace, result)
     monitor.start()
     started = time.monotonic()
     with ThreadPoolExecutor(max_workers=in_flight) as pool:

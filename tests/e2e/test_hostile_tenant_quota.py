@@ -32,6 +32,7 @@ from priogate.record_codec import DEFAULT_LEDGER_NAMESPACE, entries_of, record_n
 from tests.builders import pod
 from tests.e2e.helpers import refusal, wait_for
 from tests.e2e.tenant import GROUP, VERSION, Tenant
+from tests.podgroup_load import create_concurrently
 
 HOLD = "example.com/hold"
 RECORDS = DEFAULT_LEDGER_NAMESPACE
@@ -345,3 +346,24 @@ def test_a_quota_lowered_a_moment_before_a_create_limits_it(tenant: Tenant, admi
         time.sleep(0.3)  # the webhook's cache hears of the higher quota again
     assert reserved_groups(admin, tenant.namespace) == {"base"}
     tenant.create_podgroup(podgroup("fits", "2"))  # nothing refused left a claim holding the quota
+
+
+def test_forty_concurrent_podgroups_of_a_tenant_fill_the_quota_exactly(
+    tenant: Tenant, admin: ApiClient, cluster: LocalCluster
+):
+    """A tenant racing their own PodGroups through the webhook's two workers: each turn starts
+    from the watched copy of the record where its turn stamps say it is current
+    (priogate/turn_order.py), and still exactly as many groups as fit are admitted. The first
+    claim is made alone: it enrols the namespace (priogate.scope), and concurrent first claims
+    are told to retry by design."""
+    quota(admin, tenant.namespace, "10")
+    tenant.create_podgroup(podgroup("first", "1"))
+    as_tenant = load_client(str(cluster.kubeconfig), pool_size=24)
+    as_tenant.set_default_header("Impersonate-User", tenant.user)
+    result = create_concurrently(as_tenant, tenant.namespace, 40, cpu="1", in_flight=16, monitor_client=admin)
+    assert not result.errors, result.errors[:5]
+    assert len(result.admitted) == 9 and result.denials["exceeded quota"] == 31, result
+    stored = admin.get(resource_path(f"{GROUP}/{VERSION}", "podgroups", tenant.namespace))["items"]
+    assert sorted(g["metadata"]["name"] for g in stored) == sorted(["first", *result.admitted])
+    assert reserved_groups(admin, tenant.namespace) == {"first", *result.admitted}
+    assert result.max_stored_cpu <= 10 and result.max_ledger_cpu <= 10
