@@ -46,12 +46,36 @@ def _record(entries: int) -> Record:
     return Record(made)
 
 
-def _watch(client: ApiClient, stop: threading.Event) -> None:
-    source = catalogue.LEDGERS
-    for line in client.stream_lines(source.path, query=(*source.query, ("watch", "1"))):
-        json.loads(line)
-        if stop.is_set():
-            return
+class _Watcher(threading.Thread):
+    """One watch on the records, decoding every event; counts them, and keeps the error that
+    ended it, so a watcher that died is reported rather than measured as one that heard
+    nothing."""
+
+    def __init__(self, client: ApiClient, stop: threading.Event) -> None:
+        super().__init__(daemon=True)
+        self.client, self.stop, self.events = client, stop, 0
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        source = catalogue.LEDGERS
+        try:
+            for line in self.client.stream_lines(source.path, query=(*source.selectors, ("watch", "1"))):
+                json.loads(line)
+                self.events += 1
+                if self.stop.is_set():
+                    return
+        except BaseException as e:  # reported by _check_heard
+            self.error = e
+
+
+def _check_heard(watchers: list[_Watcher], before: list[int], writes: int) -> None:
+    for watcher, seen in zip(watchers, before, strict=True):
+        heard = watcher.events - seen
+        if watcher.error is not None or heard < writes:
+            raise SystemExit(
+                f"a watcher heard {heard} of {writes} record writes (error: {watcher.error!r}); "
+                "the figures would not include the watchers, so none are printed"
+            )
 
 
 def _turns(client: ApiClient, namespace: str, turns: int) -> None:
@@ -76,9 +100,9 @@ def main() -> int:
         try:
             client = load_client(str(cluster.kubeconfig))
             pids = {proc.name: proc.pid for proc in cluster.supervisor.procs}
-            for _ in range(args.watchers):
-                watcher = load_client(str(cluster.kubeconfig))
-                threading.Thread(target=_watch, args=(watcher, stop), daemon=True).start()
+            watchers = [_Watcher(load_client(str(cluster.kubeconfig)), stop) for _ in range(args.watchers)]
+            for watcher in watchers:
+                watcher.start()
             for entries in args.entries:
                 namespace = f"bench-{entries}"
                 body = record_object(DEFAULT_LEDGER_NAMESPACE, namespace, _record(entries), None)
@@ -87,11 +111,13 @@ def main() -> int:
                 progress(f"{args.turns} turns on a record of {entries} entries ({size / 1024:.1f} KiB)")
                 time.sleep(1)  # the create's watch events delivered
                 before = {name: tree_cpu_seconds(pid) for name, pid in pids.items()}
+                heard = [watcher.events for watcher in watchers]
                 own, started = time.process_time(), time.monotonic()
                 _turns(client, namespace, args.turns)
                 wall = time.monotonic() - started
                 time.sleep(1)  # the last writes' watch events delivered
                 own = time.process_time() - own
+                _check_heard(watchers, heard, args.turns)
                 spent = {name: tree_cpu_seconds(pid) - before[name] for name, pid in pids.items()}
                 parts = [
                     f"{name} {1000 * s / args.turns:.2f}" for name, s in sorted(spent.items()) if s >= 0.01
