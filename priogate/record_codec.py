@@ -3,8 +3,8 @@ what a record is). One ConfigMap per tenant namespace, in priogate's own namespa
 priogate may write: `priogate-system/podgroup-reservations.<namespace>`, labelled with the
 namespace it covers so it is found by label as well as by name.
 
-The entries are stored in SHARDS zlib-compressed JSON objects in binaryData, each holding the
-keys that hash to it (zlib.crc32), not as one JSON text in data:
+The entries are stored in SHARDS zlib-compressed JSON objects, base64 text in `data`, each
+holding the keys that hash to it (zlib.crc32), not as one JSON text:
 - Size: the record holds an entry per PodGroup, about 230 bytes as JSON, and a ConfigMap holds
   at most 1 MiB (ValidateConfigMap in kubernetes pkg/apis/core/validation, MaxSecretSize): one
   JSON text fills it at about 4,500 groups, the compressed shards at several times that.
@@ -13,9 +13,15 @@ keys that hash to it (zlib.crc32), not as one JSON text in data:
   them to move and parse. A turn changes a few entries, so most shards are as the last read or
   write left them: a shard's text and entries are kept by its compressed value (bounded), and
   only changed shards are compressed, or parsed, again.
-A record written before the shards is read as it is; a sharded record's `reservations.json` holds
-a text that is not JSON, so a priogate from before the shards reads it as damaged and rebuilds
-it from the stored PodGroups (ledger_store), rather than as empty.
+- Text, not binaryData: on every update kube-apiserver compares the old and the new object with
+  a reflective DeepEqual (the field manager's IgnoreManagedFieldsTimestampsTransformer, in
+  k8s.io/apiserver pkg/endpoints/handlers/fieldmanager), which walks a []byte element by element
+  but compares a string at once; binaryData made a record PUT cost kube-apiserver about a
+  quarter more CPU. base64 text counts a third more against the 1 MiB than the bytes it holds.
+Records in the two earlier forms are read as they are (entries as one JSON text, or shards in
+binaryData) and written in this one. A reader of an earlier form finds `reservations.json`
+holding a text that is not JSON, so it reads the record as damaged and rebuilds it from the
+stored PodGroups (ledger_store), rather than as empty.
 """
 
 from __future__ import annotations
@@ -42,9 +48,14 @@ CHARGES_DATA_KEY = "charges.json"
 FENCES_DATA_KEY = "quota-fences.json"
 SHARDS = 16
 SHARD_KEY_PREFIX = "reservations."
-SHARD_KEY_SUFFIX = ".json.zlib"
+SHARD_KEY_SUFFIX = ".json.zlib.base64"
 # What a sharded record's LEDGER_DATA_KEY holds: not JSON, so an older reader rebuilds.
-SHARDED_MARKER = f"entries in binaryData {SHARD_KEY_PREFIX}NN{SHARD_KEY_SUFFIX} (zlib-compressed JSON)"
+SHARDED_MARKER = f"entries in data {SHARD_KEY_PREFIX}NN{SHARD_KEY_SUFFIX} (base64 of zlib-compressed JSON)"
+# The form before: the same shards as binaryData, under these keys and this marker (read only).
+BINARY_SHARD_KEY_SUFFIX = ".json.zlib"
+BINARY_SHARDED_MARKER = (
+    f"entries in binaryData {SHARD_KEY_PREFIX}NN{BINARY_SHARD_KEY_SUFFIX} (zlib-compressed JSON)"
+)
 # kube-apiserver refuses a ConfigMap whose data and binaryData (decoded) hold more bytes than
 # this (core.MaxSecretSize, which ValidateConfigMap applies to ConfigMaps too).
 CONFIGMAP_MAX_BYTES = 1024 * 1024
@@ -66,11 +77,18 @@ def shard_of(key: str) -> int:
     return zlib.crc32(key.encode()) % SHARDS
 
 
-def shard_key(shard: int) -> str:
-    return f"{SHARD_KEY_PREFIX}{shard:02d}{SHARD_KEY_SUFFIX}"
+def shard_key(shard: int, suffix: str = SHARD_KEY_SUFFIX) -> str:
+    return f"{SHARD_KEY_PREFIX}{shard:02d}{suffix}"
 
 
-_SHARD_OF_KEY = {shard_key(i): i for i in range(SHARDS)}
+# By each form's marker: its shards' keys -> shard.
+_SHARD_OF_KEY = {
+    marker: {shard_key(i, suffix): i for i in range(SHARDS)}
+    for marker, suffix in (
+        (SHARDED_MARKER, SHARD_KEY_SUFFIX),
+        (BINARY_SHARDED_MARKER, BINARY_SHARD_KEY_SUFFIX),
+    )
+}
 # Per shard of each record (its name, the shard): the value last read or written and its
 # entries, and the entries last written and their value. A turn changes a few shards, so the next
 # read or write of the record finds the others here. Only the last of each is kept, so memory
@@ -107,12 +125,16 @@ def record_of(obj: Mapping[str, Any]) -> Record:
     (then it is rebuilt from the stored PodGroups, never guessed at)."""
     data = obj.get("data") or {}
     try:
-        shards = {k: v for k, v in (obj.get("binaryData") or {}).items() if k.startswith(SHARD_KEY_PREFIX)}
         text = data.get(LEDGER_DATA_KEY) or "{}"
-        if text == SHARDED_MARKER:
+        as_text = {k: v for k, v in data.items() if k.startswith(SHARD_KEY_PREFIX) and k != LEDGER_DATA_KEY}
+        binary = {k: v for k, v in (obj.get("binaryData") or {}).items() if k.startswith(SHARD_KEY_PREFIX)}
+        if text in _SHARD_OF_KEY:
+            shards, others = (as_text, binary) if text == SHARDED_MARKER else (binary, as_text)
+            if others:
+                raise ValueError(f"{next(iter(others))} is not where this record's shards are")
             name = (obj.get("metadata") or {}).get("name", "")
-            entries = _sharded_entries(name, shards)  # none at all: an empty record
-        elif shards:
+            entries = _sharded_entries(name, shards, _SHARD_OF_KEY[text])  # none: an empty record
+        elif as_text or binary:
             raise ValueError(f"shards of entries beside {LEDGER_DATA_KEY} as JSON")
         else:
             entries = _entries(api_json.loads(text))  # as written before the shards
@@ -141,10 +163,12 @@ def _entries(raw: Any) -> dict[str, Entry]:
     return entries
 
 
-def _sharded_entries(record: str, shards: Mapping[str, Any]) -> dict[str, Entry]:
+def _sharded_entries(
+    record: str, shards: Mapping[str, Any], shard_of_key: Mapping[str, int]
+) -> dict[str, Entry]:
     entries: dict[str, Entry] = {}
     for name, packed in shards.items():
-        shard = _SHARD_OF_KEY.get(name)
+        shard = shard_of_key.get(name)
         if shard is None or not isinstance(packed, str):
             raise ValueError(f"{name} is not a shard of entries")
         last = _READ.get((record, shard))
@@ -213,15 +237,15 @@ def record_object(
     if record.fences:
         fences = [f.to_json() for _, f in sorted(record.fences.items())]
         data[FENCES_DATA_KEY] = json.dumps(fences, separators=(",", ":"), sort_keys=True)
-    binary = _packed_shards(meta["name"], record.entries)
-    size = stored_size({"data": data, "binaryData": binary})
+    data.update(_packed_shards(meta["name"], record.entries))
+    size = stored_size({"data": data})
     if size > CONFIGMAP_MAX_BYTES:
         raise RecordFull(
             f"the reservation record of namespace {namespace} would hold {len(record.entries)} "
             f"PodGroup reservations in about {size} bytes, more than a ConfigMap holds "
             f"({CONFIGMAP_MAX_BYTES}); delete PodGroups that are no longer needed"
         )
-    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": data, "binaryData": binary}
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": data}
 
 
 def stored_size(obj: Mapping[str, Any]) -> int:

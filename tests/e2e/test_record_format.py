@@ -1,7 +1,8 @@
 """The reservation record's form through the real control plane, with a tenant (built-in `edit`
 in one namespace) creating the PodGroups: the record kube-apiserver stores holds their entries in
-compressed shards and the quota holds exactly; and a record in the form before the shards (as an
-upgrade finds it) is read as it is, not rebuilt, and written back in shards."""
+compressed shards (base64 text in data) and the quota holds exactly; and a record in either earlier
+form (one JSON text, or shards in binaryData), as an upgrade finds it, is read as it is, not
+rebuilt, and written back in the current form."""
 
 from __future__ import annotations
 
@@ -12,9 +13,13 @@ import pytest
 from localcluster import LocalCluster
 from priogate.kube.client import ApiClient, ApiError, load_client
 from priogate.record_codec import (
+    BINARY_SHARD_KEY_SUFFIX,
+    BINARY_SHARDED_MARKER,
     CHARGES_DATA_KEY,
     DEFAULT_LEDGER_NAMESPACE,
     LEDGER_DATA_KEY,
+    SHARD_KEY_PREFIX,
+    SHARD_KEY_SUFFIX,
     SHARDED_MARKER,
     SHARDS,
     entries_of,
@@ -55,7 +60,8 @@ def test_a_tenants_groups_are_recorded_in_shards_and_the_quota_holds(
 
     stored = record(admin, tenant.namespace)
     assert stored["data"][LEDGER_DATA_KEY] == SHARDED_MARKER
-    assert 1 <= len(stored["binaryData"]) <= SHARDS
+    assert "binaryData" not in stored
+    assert 1 <= len(shards_of(stored)) <= SHARDS
     assert recorded_groups(admin, tenant.namespace) == set(names)
     # The controller exports how full the record is (its alert fires before claims are refused).
     ours = {"tenant_namespace": tenant.namespace}
@@ -70,23 +76,40 @@ def test_a_tenants_groups_are_recorded_in_shards_and_the_quota_holds(
     )
 
 
-def test_a_record_written_before_the_shards_is_read_not_rebuilt(
-    cluster: LocalCluster, tenant: Tenant, admin: ApiClient
+def shards_of(stored: dict) -> dict[str, str]:
+    return {
+        k: v for k, v in stored["data"].items() if k.startswith(SHARD_KEY_PREFIX) and k != LEDGER_DATA_KEY
+    }
+
+
+def in_earlier_form(current: dict, form: str) -> dict:
+    """The record as an older priogate wrote it: every entry as one JSON text in data, or the
+    same shards as binaryData."""
+    charges = {CHARGES_DATA_KEY: current["data"].get(CHARGES_DATA_KEY, "{}")}
+    if form == "one JSON text":
+        entries = {key: e.to_json() for key, e in entries_of(current).items()}
+        current["data"] = {LEDGER_DATA_KEY: json.dumps(entries), **charges}
+        current.pop("binaryData", None)
+    else:
+        shards = shards_of(current)
+        current["data"] = {LEDGER_DATA_KEY: BINARY_SHARDED_MARKER, **charges}
+        suffixed = {k.removesuffix(SHARD_KEY_SUFFIX) + BINARY_SHARD_KEY_SUFFIX: v for k, v in shards.items()}
+        current["binaryData"] = suffixed
+    return current
+
+
+@pytest.mark.parametrize("form", ["one JSON text", "shards in binaryData"])
+def test_a_record_in_an_earlier_form_is_read_not_rebuilt(
+    cluster: LocalCluster, tenant: Tenant, admin: ApiClient, form: str
 ):
     quota(admin, tenant.namespace, "3")
     for name in ("a", "b"):
         tenant.create_podgroup(podgroup(name, "1"))
-    # The admin puts the record back in the form an older priogate wrote: every entry as one
-    # JSON text in data, no shards. Retried on 409 (the controller's sweep may write meanwhile).
+    # The admin puts the record back in a form an older priogate wrote. Retried on 409 (the
+    # controller's sweep may write meanwhile).
     path = record_path(DEFAULT_LEDGER_NAMESPACE, tenant.namespace)
     for _ in range(10):
-        current = admin.get(path)
-        entries = {key: e.to_json() for key, e in entries_of(current).items()}
-        current["data"] = {
-            LEDGER_DATA_KEY: json.dumps(entries),
-            CHARGES_DATA_KEY: current["data"].get(CHARGES_DATA_KEY, "{}"),
-        }
-        current.pop("binaryData", None)
+        current = in_earlier_form(admin.get(path), form)
         try:
             admin.replace(path, current)
             break
@@ -103,6 +126,7 @@ def test_a_record_written_before_the_shards_is_read_not_rebuilt(
     assert got is not None and got[0] == 403 and "limited: cpu=3" in got[1], got
 
     stored = record(admin, tenant.namespace)
-    assert stored["data"][LEDGER_DATA_KEY] == SHARDED_MARKER  # written back in shards
+    assert stored["data"][LEDGER_DATA_KEY] == SHARDED_MARKER  # written back in the current form
+    assert "binaryData" not in stored
     assert recorded_groups(admin, tenant.namespace) == {"a", "b", "c"}
     assert log.read_text().count(DAMAGED) == damaged_before

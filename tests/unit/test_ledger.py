@@ -352,7 +352,9 @@ def test_each_shard_is_the_json_of_its_entries_sorted():
     }
     obj = record_object("priogate-system", "team-a", Record(entries), None)
     stored = {}
-    for name, packed in obj["binaryData"].items():
+    for name, packed in obj["data"].items():
+        if name in (LEDGER_DATA_KEY, CHARGES_DATA_KEY):
+            continue
         text = zlib.decompress(base64.b64decode(packed)).decode()
         shard = {key: e.to_json() for key, e in entries.items() if shard_key(shard_of(key)) == name}
         assert text == json.dumps(shard, separators=(",", ":"), sort_keys=True)

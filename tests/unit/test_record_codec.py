@@ -15,7 +15,10 @@ import pytest
 from priogate import ledger, record_codec
 from priogate.ledger import Entry, Record
 from priogate.record_codec import (
+    BINARY_SHARD_KEY_SUFFIX,
+    BINARY_SHARDED_MARKER,
     LEDGER_DATA_KEY,
+    SHARD_KEY_SUFFIX,
     SHARDED_MARKER,
     SHARDS,
     RecordFull,
@@ -48,14 +51,16 @@ def test_a_record_reads_back_as_written(count):
     obj = stored(record)
     assert record_of(obj).entries == record.entries
     assert obj["data"][LEDGER_DATA_KEY] == SHARDED_MARKER
-    assert len(obj["binaryData"]) <= SHARDS and bool(obj["binaryData"]) == bool(count)
+    assert "binaryData" not in obj  # text: kube-apiserver compares a []byte byte by byte
+    assert len(text_shards(obj)) <= SHARDS and bool(text_shards(obj)) == bool(count)
 
 
-def test_an_older_reader_finds_the_marker_damaged_not_empty():
+@pytest.mark.parametrize("marker", [SHARDED_MARKER, BINARY_SHARDED_MARKER])
+def test_an_older_reader_finds_the_marker_damaged_not_empty(marker):
     # Before the shards, a reader parsed this key as the entries' JSON and read a missing key as
     # no entries; the marker makes it rebuild from the stored groups instead.
     with pytest.raises(json.JSONDecodeError):
-        json.loads(SHARDED_MARKER)
+        json.loads(marker)
 
 
 def test_a_record_written_before_the_shards_is_read():
@@ -65,46 +70,84 @@ def test_a_record_written_before_the_shards_is_read():
     assert record_of(obj).entries == {"uid-1": group}
 
 
-def shard_of_one(key: str, text: str) -> dict[str, str]:
-    return {shard_key(shard_of(key)): pack(text)}
+# The two sharded forms: shards as base64 text in data (written now), and as binaryData (read).
+FORMS = {
+    "data": (SHARDED_MARKER, SHARD_KEY_SUFFIX),
+    "binaryData": (BINARY_SHARDED_MARKER, BINARY_SHARD_KEY_SUFFIX),
+}
+
+
+def record_in(form: str, shards: dict[int | str, str], text: str | None = None) -> dict[str, Any]:
+    """A record ConfigMap in `form` with these shards (by number, or by key as given) and, by
+    default, that form's marker."""
+    marker, suffix = FORMS[form]
+    data: dict[str, str] = {} if text == "" else {LEDGER_DATA_KEY: marker if text is None else text}
+    values = {shard_key(k, suffix) if isinstance(k, int) else k: v for k, v in shards.items()}
+    obj: dict[str, Any] = {"metadata": {"name": "podgroup-reservations.team-a"}, "data": data}
+    if form == "data":
+        data.update(values)
+    else:
+        obj["binaryData"] = values
+    return obj
+
+
+def text_shards(obj: dict[str, Any]) -> dict[str, str]:
+    return {k: v for k, v in obj["data"].items() if k.startswith("reservations.") and k != LEDGER_DATA_KEY}
 
 
 ONE = json.dumps({"uid-1": Entry("a", "uid-1", {"cpu": "1"}, 1, "", T).to_json()})
-OTHER_SHARD = shard_key((shard_of("uid-1") + 1) % SHARDS)
+
+
+@pytest.mark.parametrize("form", FORMS)
+def test_a_record_in_either_sharded_form_is_read(form):
+    group = Entry("a", "uid-1", {"cpu": "1"}, 1, "", T)
+    assert record_of(record_in(form, {shard_of("uid-1"): pack(ONE)})).entries == {"uid-1": group}
+
+
+@pytest.mark.parametrize("form", FORMS)
+@pytest.mark.parametrize(
+    ("shards", "text", "why"),
+    [
+        ({0: "not base64!"}, None, "reservations.00"),
+        ({0: base64.b64encode(b"not zlib").decode()}, None, ""),
+        ({0: base64.b64encode(zlib.compress(ONE.encode())[:-4]).decode()}, None, "truncated"),
+        ({0: pack("[1, 2]")}, None, "not a JSON object"),
+        ({0: pack('{"u": 5}')}, None, "not an object"),
+        ({(shard_of("uid-1") + 1) % SHARDS: pack(ONE)}, None, "another shard"),
+        ({"reservations.99.json.zlib": pack(ONE)}, None, "not a shard"),
+        ({"reservations.99.json.zlib.base64": pack(ONE)}, None, "not a shard"),
+        ({shard_of("uid-1"): pack(ONE)}, ONE, "beside"),
+        ({shard_of("uid-1"): pack(ONE)}, "", "beside"),
+    ],
+)
+def test_a_damaged_shard_is_an_error_never_an_empty_record(form, shards, text, why):
+    with pytest.raises(ledger.DamagedRecord, match=f"is not a reservation record.*{why}"):
+        record_of(record_in(form, shards, text))
 
 
 @pytest.mark.parametrize(
-    ("data", "binary", "why"),
-    [
-        ({LEDGER_DATA_KEY: SHARDED_MARKER}, {shard_key(0): "not base64!"}, "reservations.00"),
-        ({LEDGER_DATA_KEY: SHARDED_MARKER}, {shard_key(0): base64.b64encode(b"not zlib").decode()}, ""),
-        (
-            {LEDGER_DATA_KEY: SHARDED_MARKER},
-            {shard_key(0): base64.b64encode(zlib.compress(ONE.encode())[:-4]).decode()},
-            "truncated",
-        ),
-        ({LEDGER_DATA_KEY: SHARDED_MARKER}, {shard_key(0): pack("[1, 2]")}, "not a JSON object"),
-        ({LEDGER_DATA_KEY: SHARDED_MARKER}, {shard_key(0): pack('{"u": 5}')}, "not an object"),
-        ({LEDGER_DATA_KEY: SHARDED_MARKER}, {OTHER_SHARD: pack(ONE)}, "another shard"),
-        ({LEDGER_DATA_KEY: SHARDED_MARKER}, {"reservations.99.json.zlib": pack(ONE)}, "not a shard"),
-        ({LEDGER_DATA_KEY: ONE}, shard_of_one("uid-1", ONE), "beside"),
-        ({}, shard_of_one("uid-1", ONE), "beside"),
-    ],
+    ("form", "marker"), [("data", BINARY_SHARDED_MARKER), ("binaryData", SHARDED_MARKER)]
 )
-def test_a_damaged_shard_is_an_error_never_an_empty_record(data, binary, why):
-    obj = {"metadata": {"name": "podgroup-reservations.team-a"}, "data": data, "binaryData": binary}
-    with pytest.raises(ledger.DamagedRecord, match=f"is not a reservation record.*{why}"):
+def test_shards_where_the_marker_does_not_put_them_are_an_error(form, marker):
+    obj = record_in(form, {shard_of("uid-1"): pack(ONE)}, marker)
+    with pytest.raises(ledger.DamagedRecord, match="not where this record's shards are"):
         record_of(obj)
+
+
+def test_a_record_in_binary_data_is_written_again_as_text():
+    held = entries(30)
+    shards = text_shards(stored(Record(held)))
+    obj = record_in("binaryData", {k.removesuffix(".base64"): v for k, v in shards.items()})
+    read = record_of(obj)
+    assert read.entries == held
+    again = stored(read)
+    assert "binaryData" not in again and text_shards(again) == shards
 
 
 def test_a_shard_that_inflates_past_the_bound_is_damaged(monkeypatch):
     monkeypatch.setattr(record_codec, "SHARD_MAX_TEXT_BYTES", 1000)
     bomb = {"uid-1": {"group": "x" * 5000}}
-    obj = {
-        "metadata": {"name": "podgroup-reservations.team-a"},
-        "data": {LEDGER_DATA_KEY: SHARDED_MARKER},
-        "binaryData": shard_of_one("uid-1", json.dumps(bomb)),
-    }
+    obj = record_in("data", {shard_of("uid-1"): pack(json.dumps(bomb))})
     with pytest.raises(ledger.DamagedRecord, match="inflates past 1000 bytes"):
         record_of(obj)
 
@@ -166,8 +209,7 @@ def test_fifteen_thousand_realistic_groups_fit_one_configmap():
         stamp = f"2026-11-22T12:{i % 60:02d}:{i * 7 % 60:02d}.{i * 7919 % 1_000_000:06d}Z"
         made[uid] = Entry(f"training-job-{i:05d}-worker", uid, resources, 8, "high-priority", stamp, 1)
     obj = record_object("priogate-system", "team-a", Record(made), None)
-    size = sum(len(base64.b64decode(v)) for v in obj["binaryData"].values())
-    assert size < record_codec.CONFIGMAP_MAX_BYTES
+    assert record_codec.stored_size(obj) < record_codec.CONFIGMAP_MAX_BYTES
     assert len(",".join(e.json_text for e in made.values())) > 3 * record_codec.CONFIGMAP_MAX_BYTES
 
 
@@ -175,9 +217,9 @@ def test_a_shard_read_before_is_refused_under_another_shards_key():
     held = Record(entries(40))
     obj = stored(held)
     record_of(obj)  # its shards are known now
-    name, packed = next(iter(obj["binaryData"].items()))
-    moved = shard_key((record_codec._SHARD_OF_KEY[name] + 1) % SHARDS)
-    obj["binaryData"] = {moved: packed}
+    name, packed = next(iter(text_shards(obj).items()))
+    moved = shard_key((record_codec._SHARD_OF_KEY[SHARDED_MARKER][name] + 1) % SHARDS)
+    obj["data"] = {LEDGER_DATA_KEY: SHARDED_MARKER, moved: packed}
     with pytest.raises(ledger.DamagedRecord, match="another shard"):
         record_of(obj)
 
