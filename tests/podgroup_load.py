@@ -6,7 +6,6 @@ are in flight, the admitted PodGroups' summed minResources never exceed the quot
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from collections import Counter
@@ -15,7 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from fractions import Fraction
 
-from priogate import podgroup
+from priogate import api_json, podgroup
 from priogate.kube.client import ApiClient, ApiError, resource_path
 from priogate.record_codec import DEFAULT_LEDGER_NAMESPACE, entries_of, record_name, record_path
 from priogate.resources import parse_quantity
@@ -52,7 +51,8 @@ Fold = Callable[[str, dict], None]
 class _Monitor:
     """Follows the stored PodGroups and the ledger with watches while the load runs: every state
     either goes through is seen (a poll would only sample them, and its LISTs of every group
-    would load the API server it measures)."""
+    would load the API server it measures). The record's states are decoded once the load is
+    done, in the order seen: decoding each write meanwhile took CPU from the machine measured."""
 
     def __init__(self, client: ApiClient, namespace: str, result: LoadResult) -> None:
         self.client, self.namespace, self.result = client, namespace, result
@@ -75,6 +75,7 @@ class _Monitor:
                 ),
             )
         ]
+        self.ledger_states: list[tuple[str, dict]] = []
         self.stored: dict[str, Fraction] = {}
         # Their sum, kept as events come: summing every group per event made the monitor's CPU
         # grow with the square of the groups, taken from the machine it measures.
@@ -87,6 +88,8 @@ class _Monitor:
     def join(self, timeout: float) -> None:
         for thread in self.threads:
             thread.join(timeout)
+        for kind, obj in self.ledger_states:
+            self._ledger_state(kind, obj)
 
     def _groups(self, kind: str, obj: dict) -> None:
         uid = obj["metadata"]["uid"]
@@ -99,6 +102,10 @@ class _Monitor:
             self.result.samples += 1
 
     def _ledger(self, kind: str, obj: dict) -> None:
+        with self.lock:
+            self.ledger_states.append((kind, obj))
+
+    def _ledger_state(self, kind: str, obj: dict) -> None:
         entries = entries_of(obj).values() if kind != "DELETED" else []
         cpu = sum((parse_quantity(e.min_resources.get("cpu", 0)) for e in entries), Fraction(0))
         with self.lock:
@@ -125,7 +132,7 @@ class _Monitor:
             last = self.done.is_set()
             watch = [*query, ("watch", "true"), ("resourceVersion", version), ("timeoutSeconds", "1")]
             for line in self.client.stream_lines(path, query=watch, timeout=(5, 10)):
-                event = json.loads(line)
+                event = api_json.loads(line)
                 if event["type"] == "ERROR":
                     version = ""
                     break
@@ -145,9 +152,11 @@ def create_concurrently(
     in_flight: int = 32,
     prefix: str = "pg",
     monitor_client: ApiClient | None = None,
+    on_created: Callable[[], None] | None = None,
 ) -> LoadResult:
     """`monitor_client`: who watches the record and the groups meanwhile, when `client` (a
-    tenant) may not read the record."""
+    tenant) may not read the record. `on_created` is called once every create is answered,
+    before the monitor's last watch and its decoding (a bench's measured window ends there)."""
     result = LoadResult()
     path = resource_path(podgroup.GROUP_VERSION, podgroup.PLURAL, namespace)
     lock = threading.Lock()
@@ -172,6 +181,8 @@ def create_concurrently(
     with ThreadPoolExecutor(max_workers=in_flight) as pool:
         list(pool.map(create, range(count)))
     result.seconds = time.monotonic() - started
+    if on_created is not None:
+        on_created()
     monitor.done.set()
     monitor.join(15)
     return result
