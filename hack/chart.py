@@ -54,7 +54,12 @@ DIFFERENCES = {
     "Job priogate-cabundle": "a post-install/post-upgrade hook (annotations helm.sh/hook*): it injects the "
     "caBundle into configurations that must exist first, and a Job's pod template is immutable, so each "
     "upgrade replaces it rather than patching it",
+    "MutatingAdmissionPolicy, MutatingAdmissionPolicyBinding": "no metadata.namespace: they are "
+    "cluster-scoped, and kustomize versions that do not know the kinds set the base's namespace on "
+    "them (kube-apiserver ignores it on a cluster-scoped object)",
 }
+# Cluster-scoped kinds kustomize may not know (DIFFERENCES).
+CLUSTER_SCOPED_POLICY_KINDS = ("MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding")
 
 
 def kustomize(manifests: Path = MANIFESTS) -> list[dict[str, Any]]:
@@ -102,7 +107,7 @@ def webhook_configuration_template() -> str:
         configs = webhook_configurations(None, b"", policy=policy, service=IN_CLUSTER_SERVICE)
         for c in configs:
             c["metadata"]["name"] = mk.value("{{ .Values.webhookConfigurations.name }}")
-        # With the plugin replaced, the in-process policy and its table (webhook/priority_policy.py).
+        # The in-process policies and their table (webhook/priority_policy.py).
         configs += policy_objects(policy, NAMESPACE)
         text = "---\n".join(mk.apply(dump(c)) for c in configs)
         return text.replace(NAMESPACE, "{{ .Release.Namespace }}")
@@ -247,9 +252,15 @@ def generate(manifests: Path = MANIFESTS, chart: Path = CHART) -> dict[Path, str
     _, image_ref, _, _ = kustomize_image(manifests)
     files: dict[Path, str] = {chart / "values.yaml": values_yaml(objs, manifests)}
     gen = chart / "templates" / "generated"
+    # Rendered per mode with the webhook configurations, below.
+    policies = {
+        (o["kind"], o["metadata"]["name"])
+        for plugin in (True, False)
+        for o in policy_objects(WebhookPolicy.for_mode(plugin), NAMESPACE)
+    }
     for obj in objs:
         kind, name = obj["kind"], obj["metadata"]["name"]
-        if kind == "Namespace" or kind.endswith("WebhookConfiguration"):
+        if kind == "Namespace" or kind.endswith("WebhookConfiguration") or (kind, name) in policies:
             continue  # Helm's --create-namespace; the webhook configurations come from the registry
         if kind == "CustomResourceDefinition":
             files[chart / "crds" / f"{name}.yaml"] = HEADER.format(source="manifests/crds/") + dump(obj)

@@ -47,9 +47,14 @@ PODGROUP_PROBE: dict[str, Any] = {
     "apiVersion": "scheduling.volcano.sh/v1beta1",
     "kind": "PodGroup",
     # The annotation hook is called only for writes that carry a `priogate.io/` annotation (its
-    # matchConditions); it refuses this one, which proves the call. minResources: the enrolment
-    # hook is called only for PodGroups that reserve something.
-    "metadata": {"generateName": "probe-", "annotations": {"priogate.io/probe": "1"}},
+    # matchConditions); it refuses this one, which proves the call. Marked as the in-process
+    # policy marks a group it leaves to the defaults hook (webhook/priority_policy.py): an
+    # unmarked one it may resolve without a call. minResources: the enrolment hook is called
+    # only for PodGroups that reserve something.
+    "metadata": {
+        "generateName": "probe-",
+        "annotations": {"priogate.io/probe": "1", MARKER_ANNOTATION: "true"},
+    },
     "spec": {"minMember": 1, "minResources": {"cpu": "0"}},
 }
 PROBES: dict[tuple[str, str], list[tuple[str, dict[str, Any]]]] = {
@@ -148,7 +153,7 @@ class Webhooks:
         from webhook.configuration import policy_objects
 
         configs = self.configurations(policy, resources)
-        extra = policy_objects(policy, PRIOGATE_NAMESPACE) if resources is None or "pods" in resources else []
+        extra = policy_objects(policy, PRIOGATE_NAMESPACE, resources)
         for obj in [*configs, *extra]:
             if obj["kind"] == "ConfigMap":  # the priority table: the controller's once written
                 create_if_absent(self.api, resource_path("v1", "configmaps", PRIOGATE_NAMESPACE), obj)

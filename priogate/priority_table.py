@@ -7,7 +7,9 @@ resolves the common pod in kube-apiserver itself: no class or a known class, no 
 `priority` or `preemptionPolicy`. Its parameter is this table, a ConfigMap the controller keeps
 equal to its PriorityClass cache (controller/priority_table.py). Every other pod (an unknown
 class, a preset value, a table not yet complete) is marked with MARKER_ANNOTATION and left to the
-pod priority hook, which resolves it as before and removes the mark.
+pod priority hook, which resolves it as before and removes the mark. A second policy does the
+same for the common PodGroup's defaults and class, in either mode, and leaves the rest, marked,
+to the PodGroup defaults hook.
 
 The table lags the classes by the controller's watch and one write, as upstream's plugin lags
 them by its informer: a class created a moment ago is not in it yet (its pods go to the hook,

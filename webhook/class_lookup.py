@@ -11,11 +11,16 @@ that are refused anyway.
 
 from __future__ import annotations
 
+from typing import Any
+
 import structlog
 
 from priogate import priority
 from priogate.kube.client import ApiError
+from priogate.priority_table import MARKER_ANNOTATION
+from webhook.objects import mapping
 from webhook.registry import ClusterView
+from webhook.review import escape_pointer
 
 log = structlog.get_logger("priogate.priority")
 
@@ -36,3 +41,12 @@ def resolve(class_name: str | None, view: ClusterView) -> priority.Resolution:
         if stored is None:
             raise
         return priority.resolve(class_name, {class_name or "": stored}, view.default_priority_class())
+
+
+def unmark(obj: Any) -> list[dict[str, Any]]:
+    """The patch that removes the mark an in-process policy left (webhook/priority_policy.py)
+    on an object it left to a hook: resolved now, the mark must not be stored."""
+    annotations = mapping(mapping(obj, "metadata", "object"), "annotations", "object.metadata")
+    if MARKER_ANNOTATION not in annotations:
+        return []
+    return [{"op": "remove", "path": "/metadata/annotations/" + escape_pointer(MARKER_ANNOTATION)}]

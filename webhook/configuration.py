@@ -8,14 +8,14 @@ with the code (service reference).
 from __future__ import annotations
 
 import base64
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from priogate.priority_table import table_object
 from webhook.policy import HookPolicy, WebhookPolicy
-from webhook.priority_policy import priority_policies
+from webhook.priority_policy import podgroup_policies, priority_policies
 from webhook.registry import RuleSet, load_rule_sets
-from webhook.rules import pod_priority
+from webhook.rules import pod_priority, podgroup_defaults
 
 # The Service port of each server (webhook.registry.SERVERS): one Service, one port per server
 # container, so each rule set reaches the server that answers it.
@@ -117,15 +117,24 @@ def webhook_configurations(
     return configs
 
 
-def policy_objects(policy: WebhookPolicy, table_namespace: str) -> list[dict[str, Any]]:
-    """What registers with the webhook configurations in this mode besides them: with the pod
-    priority hook registered (the plugin replaced), the in-process policy that spares it the
-    common pod (webhook/priority_policy.py), then the placeholder table it reads until the
-    controller writes the real one. Apply the table only where it is absent: it is the
-    controller's to fill."""
-    if not policy.registers(pod_priority.RULE_SET):
-        return []
-    return [*priority_policies(table_namespace), table_object(table_namespace)]
+def policy_objects(
+    policy: WebhookPolicy, table_namespace: str, resources: Collection[str] | None = None
+) -> list[dict[str, Any]]:
+    """What registers with the webhook configurations in this mode besides them
+    (webhook/priority_policy.py): the in-process policy that spares the PodGroup defaults hook the
+    common group; with the pod priority hook registered (the plugin replaced), the one that
+    spares it the common pod; then the placeholder table they read until the controller writes
+    the real one. Apply the table only where it is absent: it is the controller's to fill.
+    `resources` keeps only the policies for those resources, as the hooks are kept."""
+    wanted = lambda resource: resources is None or resource in resources  # noqa: E731
+    out: list[dict[str, Any]] = []
+    if wanted("podgroups") and policy.registers(podgroup_defaults.RULE_SET):
+        out += podgroup_policies(
+            table_namespace, policy.for_rule_set(podgroup_defaults.RULE_SET).exempt_namespaces
+        )
+    if wanted("pods") and policy.registers(pod_priority.RULE_SET):
+        out += priority_policies(table_namespace)
+    return [*out, table_object(table_namespace)] if out else []
 
 
 IN_CLUSTER_SERVICE = {"namespace": "priogate-system", "name": "priogate-webhook"}
@@ -141,6 +150,7 @@ def in_cluster_manifest() -> str:
     # off): the priority hooks fail open to it, the quota hooks have no fallback and fail closed.
     policy = WebhookPolicy.for_mode(priority_plugin=True)
     configs = webhook_configurations(None, b"", policy=policy, service=IN_CLUSTER_SERVICE)
+    configs += policy_objects(policy, IN_CLUSTER_SERVICE["namespace"])
     header = "# Generated from the registered rule sets by `make manifests`; do not edit by hand.\n"
     return header + yaml.safe_dump_all(configs, sort_keys=False)
 

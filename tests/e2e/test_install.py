@@ -34,7 +34,7 @@ import yaml
 from localcluster import LocalCluster
 from localcluster.binaries import REPO, ensure_helm
 from tests.e2e.helpers import Kubectl, wait_for
-from webhook.priority_policy import POLICY_NAME
+from webhook.priority_policy import PODGROUP_POLICY_NAME, POLICY_NAME
 
 NAMESPACE = "priogate-system"
 RELEASE = "priogate"
@@ -137,15 +137,15 @@ def test_webhook_configurations_and_cabundle_job_pass_a_server_dry_run(
         "--show-only", "templates/generated/webhookconfigurations.yaml",
         "--show-only", "templates/generated/job-priogate-cabundle.yaml",
     )  # fmt: skip
-    # With the plugin replaced, the in-process policy, its binding and the table's placeholder
-    # (webhook/priority_policy.py) come too; renamed like the configurations, as the session's
-    # cluster registers its own.
-    text = text.replace(f"name: {POLICY_NAME}", f"name: {DRY_RUN_NAME}")
-    text = text.replace(f"policyName: {POLICY_NAME}", f"policyName: {DRY_RUN_NAME}")
+    # The in-process policies, their bindings and the table's placeholder
+    # (webhook/priority_policy.py) come too: the PodGroup one in both modes, the pod one with the
+    # plugin replaced; renamed like the configurations, as the session's cluster registers its own.
+    for name in (POLICY_NAME, PODGROUP_POLICY_NAME):
+        text = text.replace(f"name: {name}\n", f"name: {DRY_RUN_NAME}-{name}\n")
+        text = text.replace(f"policyName: {name}\n", f"policyName: {DRY_RUN_NAME}-{name}\n")
     objects = docs(text)
-    policy_kinds = ["ConfigMap", "MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding"]
-    if plugin:
-        policy_kinds = []
+    policies = 1 if plugin else 2
+    policy_kinds = ["ConfigMap", *["MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding"] * policies]
     assert sorted(d["kind"] for d in objects) == sorted(
         ["Job", "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration", *policy_kinds]
     )

@@ -31,6 +31,7 @@ from localcluster.binaries import REPO, ensure_helm
 from webhook import metrics as webhook_metrics
 from webhook.configuration import IN_CLUSTER_SERVICE, policy_objects, webhook_configurations
 from webhook.policy import WebhookPolicy
+from webhook.priority_policy import PODGROUP_POLICY_NAME, POLICY_NAME
 
 CHART = REPO / "charts" / "priogate"
 NAMESPACE = "priogate-system"
@@ -99,8 +100,15 @@ def assert_same_objects(chart: dict[Key, dict], base: dict[Key, dict]) -> None:
     # The only object the chart leaves out: Helm's --create-namespace makes it (DIFFERENCES).
     assert set(base) - set(chart) == {("Namespace", NAMESPACE)}
     assert set(chart) == set(base) - {("Namespace", NAMESPACE)}
+    cluster_scoped = load_generator().CLUSTER_SCOPED_POLICY_KINDS
     for key, obj in chart.items():
-        assert without_helm_hook(obj) == base[key], f"{key} differs from kubectl kustomize manifests/"
+        expected = base[key]
+        if key[0] in cluster_scoped:
+            expected = {
+                **expected,
+                "metadata": {k: v for k, v in expected["metadata"].items() if k != "namespace"},
+            }
+        assert without_helm_hook(obj) == expected, f"{key} differs from kubectl kustomize manifests/"
 
 
 def test_defaults_render_the_kustomize_base_object_by_object() -> None:
@@ -172,9 +180,11 @@ def test_mode_selects_the_policy_of_webhook_policy(plugin: bool) -> None:
     else:
         assert pod_priority[0]["failurePolicy"] == "Fail"
         assert "namespaceSelector" not in pod_priority[0]
-    # The in-process policy and its table come with the hook, in the release's namespace.
+    # The in-process policies and their table come with their hooks, in the release's namespace:
+    # the PodGroup one in both modes, the pod one with the pod priority hook.
     expected_policies = policy_objects(WebhookPolicy.for_mode(plugin), NAMESPACE)
-    assert bool(expected_policies) is not plugin
+    names = {o["metadata"]["name"] for o in expected_policies if o["kind"] == "MutatingAdmissionPolicy"}
+    assert names == {PODGROUP_POLICY_NAME} | (set() if plugin else {POLICY_NAME})
     for obj in expected_policies:
         key = (obj["kind"], obj["metadata"]["name"])
         assert objs[key] == obj

@@ -9,8 +9,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+from priogate.priority_table import TABLE_NAME
 from webhook.configuration import in_cluster_manifest
 from webhook.policy import WebhookPolicy
+from webhook.priority_policy import PODGROUP_POLICY_NAME
 from webhook.registry import load_rule_sets
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -19,13 +21,19 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_webhook_configurations_match_the_registry():
     on_disk = (ROOT / "manifests" / "webhook-configurations.yaml").read_text()
     assert on_disk == in_cluster_manifest(), "run `make manifests` and commit the result"
-    paths = {
-        h["clientConfig"]["service"]["path"] for doc in yaml.safe_load_all(on_disk) for h in doc["webhooks"]
-    }
+    docs = list(yaml.safe_load_all(on_disk))
+    paths = {h["clientConfig"]["service"]["path"] for doc in docs for h in doc.get("webhooks", [])}
     # The shipped mode keeps the built-in Priority plugin: the hooks that could only agree with
     # it are not registered (webhook.policy).
     policy = WebhookPolicy.for_mode(priority_plugin=True)
     assert paths == {r.path for r in load_rule_sets() if policy.registers(r)}
+    # With the PodGroup defaults hook comes the in-process policy that spares it the common group
+    # (its matchConditions count on it), and the table that policy reads.
+    assert [(d["kind"], d["metadata"]["name"]) for d in docs if "webhooks" not in d] == [
+        ("MutatingAdmissionPolicy", PODGROUP_POLICY_NAME),
+        ("MutatingAdmissionPolicyBinding", PODGROUP_POLICY_NAME),
+        ("ConfigMap", TABLE_NAME),
+    ]
 
 
 def kustomize_build() -> dict[tuple[str, str], dict]:

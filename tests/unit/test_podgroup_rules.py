@@ -16,6 +16,7 @@ from priogate import quota
 from priogate.kube.ledger_store import LedgerBusy
 from priogate.ledger import Entry
 from priogate.memory_ledger import MemoryLedgerStore
+from priogate.priority_table import MARKER_ANNOTATION
 from priogate.resources import parse_resource_list
 from tests.builders import SYSTEM_CLASSES, group_review, make_view, podgroup, priority_class, resource_quota
 from webhook.review import Decision, parse_review
@@ -107,6 +108,18 @@ def test_create_still_resolves(class_name, want):
 def test_create_with_a_missing_class_is_refused():
     got = decide(podgroup_defaults, group(priorityClassName="gone"))
     assert not got.allowed and got.message == "no PriorityClass with name gone was found"
+
+
+@pytest.mark.parametrize("others", [{}, {"team": "a"}])
+def test_a_create_the_policy_left_marked_is_resolved_and_unmarked(others):
+    # webhook/priority_policy.py marks what its table cannot resolve; the stored group must not
+    # keep the mark (the annotation guard would refuse the create with it).
+    obj = group(meta={"annotations": {MARKER_ANNOTATION: "true", **others}}, minMember=2, queue="q")
+    decision = decide(podgroup_defaults, obj)
+    assert decision.allowed, decision.message
+    stored = jsonpatch.apply_patch(obj, decision.patch)
+    assert stored["metadata"]["annotations"] == others
+    assert stored["spec"] == {"minMember": 2, "queue": "q", "priorityClassName": "batch"}
 
 
 def test_update_defaults_still_apply():

@@ -11,9 +11,11 @@ from typing import Any
 
 import pytest
 
+from priogate.priority_table import TABLE_NAME
 from priogate.scope import ENROLLED_LABEL, ENROLLED_VALUE
-from webhook.configuration import webhook_configurations
+from webhook.configuration import policy_objects, webhook_configurations
 from webhook.policy import BUILTIN_EQUIVALENT_HOOKS, PRIORITY_HOOKS, HookPolicy, WebhookPolicy
+from webhook.priority_policy import PODGROUP_POLICY_NAME, POLICY_NAME
 from webhook.registry import load_rule_sets
 
 SYSTEM = ["kube-system", "priogate-system"]
@@ -54,8 +56,10 @@ HOOKS: dict[str, dict[bool, tuple[list[str], list[dict[str, Any]], list[str], li
         REPLACED: ([], ANY, [], ["CREATE", "UPDATE", "DELETE"], "Fail"),
         KEPT: (SYSTEM, ANY, [], ["CREATE", "UPDATE", "DELETE"], "Ignore"),
     },
+    # A CREATE only when the in-process policy marked it or no policy made it complete (the test
+    # below: the policy comes with the hook); an UPDATE only for a missing default or a new class.
     "podgroup-defaults.priogate.io": {
-        mode: (SYSTEM, ANY, ["create-or-defaults-or-class-change"], ["CREATE", "UPDATE"], "Fail")
+        mode: (SYSTEM, ANY, ["marked-or-defaults-missing-or-class-change"], ["CREATE", "UPDATE"], "Fail")
         for mode in (KEPT, REPLACED)
     },
     "podgroup-annotations.priogate.io": {
@@ -167,3 +171,27 @@ def test_match_conditions_are_well_formed():
 def test_an_unknown_failure_policy_is_refused():
     with pytest.raises(ValueError, match="Fail or Ignore"):
         HookPolicy((), "Maybe")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("priority_plugin", [KEPT, REPLACED], ids=["plugin-kept", "plugin-replaced"])
+def test_the_hooks_that_count_on_an_in_process_policy_come_with_it(priority_plugin):
+    """The pod priority and PodGroup defaults hooks skip the CREATEs their policy resolved: each
+    registered hook comes with its policy, bound where the hook is called (the same exempt
+    namespaces), reading the table that comes with them, and refusing while that table is
+    missing where a skipped policy would let a complete object through unchecked."""
+    policy = WebhookPolicy.for_mode(priority_plugin=priority_plugin)
+    registered = hooks(priority_plugin)
+    objects = {(o["kind"], o["metadata"]["name"]): o for o in policy_objects(policy, "priogate-system")}
+    pairs = {"podgroup-defaults.priogate.io": PODGROUP_POLICY_NAME, "pod-priority.priogate.io": POLICY_NAME}
+    for hook_name, policy_name in pairs.items():
+        if hook_name not in registered:
+            assert ("MutatingAdmissionPolicy", policy_name) not in objects
+            continue
+        binding = objects["MutatingAdmissionPolicyBinding", policy_name]["spec"]
+        assert objects["MutatingAdmissionPolicy", policy_name]["spec"]["failurePolicy"] == "Fail"
+        assert binding["paramRef"]["name"] == TABLE_NAME
+        selector = binding.get("matchResources", {}).get("namespaceSelector")
+        assert selector == registered[hook_name].get("namespaceSelector")
+    assert ("ConfigMap", TABLE_NAME) in objects
+    defaults = objects["MutatingAdmissionPolicyBinding", PODGROUP_POLICY_NAME]["spec"]["paramRef"]
+    assert defaults["parameterNotFoundAction"] == "Deny"

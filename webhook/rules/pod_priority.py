@@ -17,7 +17,7 @@ from priogate.priority_table import MARKER_ANNOTATION
 from webhook import class_lookup
 from webhook.objects import mapping, new_object, object_name, old_object, optional_int, optional_str
 from webhook.registry import ClusterView, RuleSet
-from webhook.review import AdmissionRequest, Decision, allow, deny, escape_pointer, set_field
+from webhook.review import AdmissionRequest, Decision, allow, deny, set_field
 
 
 def _admit_create(request: AdmissionRequest, view: ClusterView) -> Decision:
@@ -43,7 +43,7 @@ def _admit_create(request: AdmissionRequest, view: ClusterView) -> Decision:
         patch.append(_set(spec, "preemptionPolicy", resolution.preemption_policy))
     if resolution.defaulted:
         patch.append(_set(spec, "priorityClassName", resolution.class_name))
-    return allow(patch + _unmark(pod))
+    return allow(patch + class_lookup.unmark(pod))
 
 
 def _forbidden(pod: Any, message: str) -> Decision:
@@ -55,15 +55,6 @@ def _set(spec: Any, key: str, value: Any) -> dict[str, Any]:
     return set_field({"spec": spec}, ("spec", key), value)
 
 
-def _unmark(pod: Any) -> list[dict[str, Any]]:
-    """Remove the mark the in-process policy left (webhook/priority_policy.py): the pod is
-    resolved now, and the mark must not be stored."""
-    annotations = mapping(mapping(pod, "metadata", "object"), "annotations", "object.metadata")
-    if MARKER_ANNOTATION not in annotations:
-        return []
-    return [{"op": "remove", "path": "/metadata/annotations/" + escape_pointer(MARKER_ANNOTATION)}]
-
-
 def _admit_update(request: AdmissionRequest) -> Decision:
     # Preserve, never recompute (as admitPod on UPDATE); the class may have changed since the pod was created.
     spec = mapping(new_object(request), "spec", "object")
@@ -73,7 +64,7 @@ def _admit_update(request: AdmissionRequest) -> Decision:
         for key in ("priority", "preemptionPolicy")
         if spec.get(key) is None and old_spec.get(key) is not None
     ]
-    return allow(patch + _unmark(new_object(request)))
+    return allow(patch + class_lookup.unmark(new_object(request)))
 
 
 def admit(request: AdmissionRequest, view: ClusterView) -> Decision:

@@ -11,13 +11,19 @@ carries the stored value over on UPDATE). Resolving again would fail closed once
 deleted (every later write of the group refused: the controller's status record, finalizer
 removal, namespace deletion) and would silently move a classless group into a globalDefault
 created since, with a fresh quota check. Only an update that names a different class looks it
-up, because that is a new claim the quota rule checks again."""
+up, because that is a new claim the quota rule checks again.
+
+A CREATE reaches this hook only when the in-process policy left it here (webhook/priority_policy.py:
+a class its table lacks, a table not yet complete; marked) or when it is still incomplete (no
+policy ran: a missing minMember or queue). It is resolved in full as before, and the mark
+removed."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from priogate import podgroup, priority
+from priogate.priority_table import MARKER_ANNOTATION
 from webhook import class_lookup
 from webhook.objects import mapping, new_object, old_object, optional_int, optional_str
 from webhook.registry import ClusterView, RuleSet
@@ -58,7 +64,7 @@ def admit(request: AdmissionRequest, view: ClusterView) -> Decision:
         return deny(str(e))
     if resolution.defaulted:
         patch.append(set_field(doc, ("spec", "priorityClassName"), resolution.class_name))
-    return allow(patch)
+    return allow(patch + (class_lookup.unmark(group) if request.operation == "CREATE" else []))
 
 
 RULE_SET = RuleSet(
@@ -75,17 +81,22 @@ RULE_SET = RuleSet(
     # while the watch is down: a stale class list is the lesser harm (README, Reliability).
     answers_from_stale=True,
     server="quota",
-    # An UPDATE is patched or checked only when a default is missing (minMember, queue) or the
-    # class differs from the stored one (dropped: carried over; changed: resolved). An update
-    # that keeps all three, as the controller's and most clients' do, never needs a call.
+    # A CREATE the in-process policy resolved (webhook/priority_policy.py) is complete and
+    # unmarked: nothing left to do. An UPDATE is patched or checked only when a default is
+    # missing (minMember, queue) or the class differs from the stored one (dropped: carried
+    # over; changed: resolved). An update that keeps all three, as the controller's and most
+    # clients' do, never needs a call.
     match_conditions=(
         (
-            "create-or-defaults-or-class-change",
-            "request.operation != 'UPDATE' || !has(object.spec) || !has(object.spec.minMember)"
+            "marked-or-defaults-missing-or-class-change",
+            "!has(object.spec) || !has(object.spec.minMember)"
             " || !has(object.spec.queue) || object.spec.queue == ''"
-            " || (has(object.spec.priorityClassName) ? object.spec.priorityClassName : '')"
+            " || (request.operation == 'CREATE' && has(object.metadata.annotations)"
+            f" && '{MARKER_ANNOTATION}' in object.metadata.annotations)"
+            " || (request.operation == 'UPDATE'"
+            " && (has(object.spec.priorityClassName) ? object.spec.priorityClassName : '')"
             " != (has(oldObject.spec) && has(oldObject.spec.priorityClassName)"
-            " ? oldObject.spec.priorityClassName : '')",
+            " ? oldObject.spec.priorityClassName : ''))",
         ),
     ),
 )
