@@ -18,6 +18,7 @@ from kubernetes.client.rest import ApiException
 
 from localcluster import LocalCluster, Options
 from localcluster.webhooks import PROBE_NAMESPACE
+from priogate.kube.client import ApiClient, load_client
 from tests.e2e.helpers import Admission, Kubectl, delete_namespace, ensure_namespace, unique
 from tests.e2e.preemptor_side import Side
 from tests.e2e.tenant import Tenant, tenant_fixture
@@ -101,6 +102,12 @@ def tenant(cluster: LocalCluster, core: k8s.CoreV1Api, rbac: k8s.RbacAuthorizati
 @pytest.fixture(scope="session")
 def kubectl(cluster: LocalCluster) -> Kubectl:
     return Kubectl(cluster.kubeconfig)
+
+
+@pytest.fixture(scope="session")
+def admin(cluster: LocalCluster) -> ApiClient:
+    """priogate's own JSON client as the cluster admin (enough connections for the races)."""
+    return load_client(str(cluster.kubeconfig), pool_size=32)
 
 
 @pytest.fixture(scope="session")

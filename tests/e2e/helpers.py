@@ -20,6 +20,9 @@ import yaml
 from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
 
+from localcluster.api import metric_sum
+from localcluster.webhooks import WEBHOOK_METRIC
+from priogate.kube.client import ApiClient
 from tests import builders
 
 KUBECTL = "/usr/bin/kubectl"
@@ -37,6 +40,11 @@ def wait_for(check: Callable[[], bool], timeout: float, what: str, interval: flo
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout:.0f} s waiting until {what}")
         time.sleep(interval)
+
+
+def hook_creates(admin: ApiClient, hook: str) -> float:
+    """The CREATEs kube-apiserver has sent `hook` so far (its own counter)."""
+    return metric_sum(admin.get_text("/metrics"), WEBHOOK_METRIC, {"name": hook, "operation": "CREATE"})
 
 
 def api_error(e: ApiException) -> tuple[int, str]:

@@ -21,13 +21,12 @@ from __future__ import annotations
 import threading
 import time
 
-import pytest
 import requests
 
 from localcluster import LocalCluster
 from localcluster.api import metric_sum
 from localcluster.webhooks import WEBHOOK_METRIC
-from priogate.kube.client import ApiClient, load_client
+from priogate.kube.client import ApiClient
 from priogate.scope import COVERED, ENROLLED_LABEL, PROBE_NAME, enrolled
 from tests.builders import pod
 from tests.e2e.helpers import refusal, wait_for
@@ -38,11 +37,6 @@ POD_QUOTA = "pod-quota.priogate.io"
 PODGROUP_QUOTA = "podgroup-quota.priogate.io"
 ENROLMENT = "podgroup-enrolment.priogate.io"
 MERGE = "application/merge-patch+json"
-
-
-@pytest.fixture(scope="module")
-def admin(cluster: LocalCluster) -> ApiClient:
-    return load_client(str(cluster.kubeconfig), pool_size=32)
 
 
 def answered(cluster: LocalCluster, hook: str) -> float:

@@ -47,11 +47,6 @@ def podgroup(name: str, cpu: str) -> dict[str, Any]:
     }
 
 
-@pytest.fixture(scope="module")
-def admin(cluster: LocalCluster) -> ApiClient:
-    return load_client(str(cluster.kubeconfig), pool_size=32)
-
-
 def quota(admin: ApiClient, namespace: str, cpu: str) -> None:
     """A ResourceQuota (created by the admin, as a tenant cannot), once kube-controller-manager
     has filled its status.used (the built-in ResourceQuota plugin refuses pods until then)."""

@@ -16,15 +16,13 @@ from typing import Any
 import pytest
 from kubernetes.client.rest import ApiException
 
-from localcluster import LocalCluster
-from localcluster.api import metric_sum
-from localcluster.webhooks import PRIOGATE_NAMESPACE, WEBHOOK_METRIC
+from localcluster.webhooks import PRIOGATE_NAMESPACE
 from priogate import podgroup, priority
-from priogate.kube.client import ApiClient, ApiError, load_client, resource_path
+from priogate.kube.client import ApiClient, ApiError, resource_path
 from priogate.priority_table import MARKER_ANNOTATION, TABLE_NAME
 from tests.builders import priority_class
 from tests.e2e.conftest import ClassTracker
-from tests.e2e.helpers import wait_for
+from tests.e2e.helpers import hook_creates, wait_for
 from tests.e2e.tenant import Tenant
 from webhook.priority_policy import PODGROUP_POLICY_NAME
 
@@ -33,17 +31,6 @@ DEFAULTS_HOOK = "podgroup-defaults.priogate.io"
 TABLE = resource_path("v1", "configmaps", PRIOGATE_NAMESPACE, TABLE_NAME)
 # The fields whose absence alone would send a group to the hook.
 COMPLETE = {"minMember": 1, "queue": "q"}
-
-
-@pytest.fixture(scope="module")
-def admin(cluster: LocalCluster) -> ApiClient:
-    return load_client(str(cluster.kubeconfig))
-
-
-def hook_creates(admin: ApiClient) -> float:
-    return metric_sum(
-        admin.get_text("/metrics"), WEBHOOK_METRIC, {"name": DEFAULTS_HOOK, "operation": "CREATE"}
-    )
 
 
 def group(name: str, annotations: dict[str, str] | None = None, **spec: Any) -> dict[str, Any]:
@@ -56,12 +43,12 @@ def group(name: str, annotations: dict[str, str] | None = None, **spec: Any) -> 
 def resolved_in_process(admin: ApiClient, namespace: str, body: dict[str, Any], class_name: str) -> bool:
     """kube-apiserver's policy has the table as it is now: a dry run comes back with the class
     and unmarked, without a hook call."""
-    before = hook_creates(admin)
+    before = hook_creates(admin, DEFAULTS_HOOK)
     path = resource_path(podgroup.GROUP_VERSION, podgroup.PLURAL, namespace)
     got = admin.create(path, body, dry_run=True)
     marked = MARKER_ANNOTATION in (got["metadata"].get("annotations") or {})
     named = got["spec"].get("priorityClassName", "")
-    return not marked and named == class_name and hook_creates(admin) == before
+    return not marked and named == class_name and hook_creates(admin, DEFAULTS_HOOK) == before
 
 
 def known_class(admin: ApiClient, classes: ClassTracker, tenant: Tenant, **kw: Any) -> str:
@@ -93,10 +80,10 @@ def test_a_tenants_common_groups_get_the_hooks_defaults_without_a_call(
     admin, tenant: Tenant, classes: ClassTracker
 ):
     name = known_class(admin, classes, tenant)
-    before = hook_creates(admin)
+    before = hook_creates(admin, DEFAULTS_HOOK)
     bare = tenant.create_podgroup(group("bare", minResources={"cpu": "1"}))
     named = tenant.create_podgroup(group("named", priorityClassName=name, minMember=4, queue="q"))
-    assert hook_creates(admin) == before, "a group the policy resolves was sent to the hook"
+    assert hook_creates(admin, DEFAULTS_HOOK) == before, "a group the policy resolves was sent to the hook"
 
     default = current_default(admin)
     assert bare["spec"] == {
@@ -113,13 +100,13 @@ def test_a_tenants_common_groups_get_the_hooks_defaults_without_a_call(
 def test_a_class_the_table_lacks_goes_to_the_hook_however_complete_the_group(
     admin, tenant: Tenant, classes: ClassTracker
 ):
-    before = hook_creates(admin)
+    before = hook_creates(admin, DEFAULTS_HOOK)
     with pytest.raises(ApiException) as e:
         tenant.create_podgroup(
             group("missing", priorityClassName="e2e-no-such-class", minMember=1, queue="q")
         )
     assert e.value.status == 403 and "no PriorityClass with name e2e-no-such-class was found" in e.value.body
-    assert hook_creates(admin) == before + 1
+    assert hook_creates(admin, DEFAULTS_HOOK) == before + 1
     # Created a moment before the group: the table may not have it yet; the hook reads it.
     for round_ in range(3):
         name = classes.name(f"pg-fresh{round_}")
@@ -141,22 +128,22 @@ def test_a_new_global_default_reaches_class_less_groups_in_process(
         timeout=30,
         what="kube-apiserver's policy reads the table with the default",
     )
-    before = hook_creates(admin)
+    before = hook_creates(admin, DEFAULTS_HOOK)
     # Complete but for the class: the policy names the default, as the hook would.
     got = tenant.create_podgroup(group("defaulted", minMember=2, queue="q"))
     assert got["spec"] == {"priorityClassName": name, "minMember": 2, "queue": "q"}
-    assert hook_creates(admin) == before
+    assert hook_creates(admin, DEFAULTS_HOOK) == before
 
 
 def test_a_tenant_who_sets_the_mark_only_sends_their_group_to_the_hook(
     admin, tenant: Tenant, classes: ClassTracker
 ):
     name = known_class(admin, classes, tenant)
-    before = hook_creates(admin)
+    before = hook_creates(admin, DEFAULTS_HOOK)
     got = tenant.create_podgroup(
         group("marked", {MARKER_ANNOTATION: "x", "team": "a"}, priorityClassName=name, minMember=1, queue="q")
     )
-    assert hook_creates(admin) == before + 1
+    assert hook_creates(admin, DEFAULTS_HOOK) == before + 1
     assert got["metadata"]["annotations"] == {"team": "a"}
     assert got["spec"]["priorityClassName"] == name
 

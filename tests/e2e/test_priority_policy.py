@@ -16,32 +16,19 @@ from typing import Any
 import pytest
 from kubernetes.client.rest import ApiException
 
-from localcluster import LocalCluster
-from localcluster.api import metric_sum
-from localcluster.webhooks import PRIOGATE_NAMESPACE, WEBHOOK_METRIC
+from localcluster.webhooks import PRIOGATE_NAMESPACE
 from priogate import priority
-from priogate.kube.client import ApiClient, ApiError, load_client, resource_path
+from priogate.kube.client import ApiClient, ApiError, resource_path
 from priogate.priority_table import MARKER_ANNOTATION, TABLE_NAME
 from tests.builders import pod, priority_class
 from tests.e2e.conftest import ClassTracker
-from tests.e2e.helpers import wait_for
+from tests.e2e.helpers import hook_creates, wait_for
 from tests.e2e.tenant import Tenant
 
 PRIORITY_CLASSES = "/apis/scheduling.k8s.io/v1/priorityclasses"
 POD_PRIORITY = "pod-priority.priogate.io"
 TABLE = resource_path("v1", "configmaps", PRIOGATE_NAMESPACE, TABLE_NAME)
 NOWHERE = "e2e-nowhere"  # a node that does not exist: nothing schedules or runs these pods
-
-
-@pytest.fixture(scope="module")
-def admin(cluster: LocalCluster) -> ApiClient:
-    return load_client(str(cluster.kubeconfig))
-
-
-def hook_creates(admin: ApiClient) -> float:
-    return metric_sum(
-        admin.get_text("/metrics"), WEBHOOK_METRIC, {"name": POD_PRIORITY, "operation": "CREATE"}
-    )
 
 
 def table(admin: ApiClient) -> dict[str, str]:
@@ -51,10 +38,10 @@ def table(admin: ApiClient) -> dict[str, str]:
 def resolved_in_process(admin: ApiClient, namespace: str, body: dict[str, Any]) -> bool:
     """kube-apiserver's policy has the table as it is now: a dry run comes back resolved and
     unmarked without a hook call."""
-    before = hook_creates(admin)
+    before = hook_creates(admin, POD_PRIORITY)
     got = admin.create(resource_path("v1", "pods", namespace), body, dry_run=True)
     marked = MARKER_ANNOTATION in (got["metadata"].get("annotations") or {})
-    return not marked and "priority" in got["spec"] and hook_creates(admin) == before
+    return not marked and "priority" in got["spec"] and hook_creates(admin, POD_PRIORITY) == before
 
 
 def bound_pod(name: str, **kw: Any) -> dict[str, Any]:
@@ -87,10 +74,10 @@ def test_a_tenants_pods_of_a_known_class_and_of_none_are_resolved_without_a_hook
     admin, tenant: Tenant, classes: ClassTracker
 ):
     name = known_class(admin, classes, tenant, 4321, preemption_policy="Never")
-    before = hook_creates(admin)
+    before = hook_creates(admin, POD_PRIORITY)
     named = create_as(tenant, bound_pod("named", priority_class=name))
     plain = create_as(tenant, bound_pod("plain"))
-    assert hook_creates(admin) == before, "a pod the policy resolves was sent to the hook"
+    assert hook_creates(admin, POD_PRIORITY) == before, "a pod the policy resolves was sent to the hook"
 
     assert (named.spec.priority, named.spec.preemption_policy, named.spec.priority_class_name) == (
         4321,
@@ -127,14 +114,14 @@ def test_a_tenants_preset_value_still_meets_the_plugins_checks(
     admin, tenant: Tenant, classes: ClassTracker, preset, message
 ):
     name = known_class(admin, classes, tenant, 700)
-    before = hook_creates(admin)
+    before = hook_creates(admin, POD_PRIORITY)
     got = refusal(tenant, bound_pod("preset", priority_class=name, **preset))
     assert message in got
-    assert hook_creates(admin) == before + 1
+    assert hook_creates(admin, POD_PRIORITY) == before + 1
     # A preset value equal to the class's passes, through the hook.
     ok = create_as(tenant, bound_pod("equal", priority_class=name, priority=700))
     assert ok.spec.priority == 700
-    assert hook_creates(admin) == before + 2
+    assert hook_creates(admin, POD_PRIORITY) == before + 2
 
 
 def test_a_class_the_table_lacks_goes_to_the_hook(admin, tenant: Tenant, classes: ClassTracker):
@@ -183,19 +170,19 @@ def test_a_new_global_default_reaches_class_less_pods_in_process(
         timeout=30,
         what="kube-apiserver's policy reads the table with the default",
     )
-    before = hook_creates(admin)
+    before = hook_creates(admin, POD_PRIORITY)
     got = create_as(tenant, bound_pod("defaulted"))
     assert (got.spec.priority_class_name, got.spec.priority) == (name, -3)
-    assert hook_creates(admin) == before
+    assert hook_creates(admin, POD_PRIORITY) == before
 
 
 def test_a_tenant_who_sets_the_mark_only_sends_their_pod_to_the_hook(
     admin, tenant: Tenant, classes: ClassTracker
 ):
     name = known_class(admin, classes, tenant, 55)
-    before = hook_creates(admin)
+    before = hook_creates(admin, POD_PRIORITY)
     got = create_as(tenant, bound_pod("marked", priority_class=name, annotations={MARKER_ANNOTATION: "x"}))
-    assert hook_creates(admin) == before + 1
+    assert hook_creates(admin, POD_PRIORITY) == before + 1
     assert got.spec.priority == 55
     assert MARKER_ANNOTATION not in (got.metadata.annotations or {})
 

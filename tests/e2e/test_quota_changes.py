@@ -25,7 +25,7 @@ from kubernetes.client.rest import ApiException
 
 from localcluster import LocalCluster
 from localcluster.api import update
-from priogate.kube.client import ApiClient, load_client, resource_path
+from priogate.kube.client import ApiClient, resource_path
 from priogate.ledger import DEFAULT_IN_FLIGHT
 from priogate.record_codec import DEFAULT_LEDGER_NAMESPACE, record_of, record_path
 from tests.e2e.helpers import refusal, wait_for
@@ -33,11 +33,6 @@ from tests.e2e.tenant import Tenant
 from tests.e2e.test_hostile_tenant_quota import podgroup, quota, reserved_groups
 
 ROUNDS = 8
-
-
-@pytest.fixture(scope="module")
-def admin(cluster: LocalCluster) -> ApiClient:
-    return load_client(str(cluster.kubeconfig))
 
 
 def quotas(namespace: str) -> str:

@@ -11,7 +11,7 @@ import json
 import pytest
 
 from localcluster import LocalCluster
-from priogate.kube.client import ApiClient, ApiError, load_client
+from priogate.kube.client import ApiClient, ApiError
 from priogate.record_codec import (
     BINARY_SHARD_KEY_SUFFIX,
     BINARY_SHARDED_MARKER,
@@ -33,11 +33,6 @@ from tests.e2e.test_hostile_tenant_quota import podgroup, quota
 
 DAMAGED = "reservation record damaged"
 RECORD_BYTES = "priogate_reservation_record_bytes"
-
-
-@pytest.fixture(scope="module")
-def admin(cluster: LocalCluster) -> ApiClient:
-    return load_client(str(cluster.kubeconfig))
 
 
 def record(admin: ApiClient, namespace: str) -> dict:
