@@ -123,8 +123,9 @@ def policy_objects(
     """What registers with the webhook configurations in this mode besides them
     (webhook/priority_policy.py): the in-process policy that spares the PodGroup defaults hook the
     common group; with the pod priority hook registered (the plugin replaced), the one that
-    spares it the common pod; then the placeholder table they read until the controller writes
-    the real one. Apply the table only where it is absent: it is the controller's to fill.
+    spares it the common pod; and, before them, the placeholder table they read until the
+    controller writes the real one. Apply the table only where it is absent: it is the
+    controller's to fill.
     `resources` keeps only the policies for those resources, as the hooks are kept."""
     wanted = lambda resource: resources is None or resource in resources  # noqa: E731
     out: list[dict[str, Any]] = []
@@ -134,7 +135,8 @@ def policy_objects(
         )
     if wanted("pods") and policy.registers(pod_priority.RULE_SET):
         out += priority_policies(table_namespace)
-    return [*out, table_object(table_namespace)] if out else []
+    # The table first: the PodGroup policy's binding refuses creates while it is missing.
+    return [table_object(table_namespace), *out] if out else []
 
 
 IN_CLUSTER_SERVICE = {"namespace": "priogate-system", "name": "priogate-webhook"}

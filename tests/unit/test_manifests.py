@@ -30,9 +30,9 @@ def test_webhook_configurations_match_the_registry():
     # With the PodGroup defaults hook comes the in-process policy that spares it the common group
     # (its matchConditions count on it), and the table that policy reads.
     assert [(d["kind"], d["metadata"]["name"]) for d in docs if "webhooks" not in d] == [
+        ("ConfigMap", TABLE_NAME),
         ("MutatingAdmissionPolicy", PODGROUP_POLICY_NAME),
         ("MutatingAdmissionPolicyBinding", PODGROUP_POLICY_NAME),
-        ("ConfigMap", TABLE_NAME),
     ]
 
 
