@@ -86,24 +86,31 @@ def groups_path(namespace: str) -> str:
     return resource_path("scheduling.volcano.sh/v1beta1", "podgroups", namespace)
 
 
+# What kube-apiserver answers (503) while it has not loaded the PodGroup CRD's schema, for a few
+# seconds after it starts: the in-process PodGroup policy (webhook/priority_policy.py) cannot run.
+SCHEMA_NOT_LOADED = "There can be a delay between when CustomResourceDefinitions are created"
+
+
 def create_group(api: ApiClient, name: str, cpu: str, namespace: str = NAMESPACE) -> str | None:
-    """None when admitted, else the refusal's message."""
+    """None when admitted, else the refusal's message (with its status)."""
     body = podgroup(name, namespace=None, min_member=1, min_resources={"cpu": cpu})
     try:
         api.create(groups_path(namespace), body)
     except ApiError as e:
-        return e.message
+        return f"{e.status} {e.message}"
     return None
 
 
 def decided(api: ApiClient, name: str, cpu: str, namespace: str = NAMESPACE) -> str | None:
     """As create_group, but a 'stale, retry' or 'starting' refusal (a worker whose caches are
-    not current yet) is retried: the answer is a decision."""
+    not current yet), and kube-apiserver's 503 before it has the CRD's schema, are retried: the
+    answer is a decision."""
     answer: list[str | None] = []
 
     def got_decision() -> bool:
         message = create_group(api, name, cpu, namespace)
-        if message is not None and ("retry" in message or "connection refused" in message):
+        transient = ("retry", "connection refused", SCHEMA_NOT_LOADED)
+        if message is not None and any(t in message for t in transient):
             return False
         answer.append(message)
         return True
