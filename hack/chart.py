@@ -181,8 +181,9 @@ image:
 priorityPlugin: true
 
 webhookConfigurations:
-  # false: register no hooks and run no caBundle Job (you provide the serving Secret
-  # <namespace>/priogate-webhook-tls and the configurations yourself).
+  # false: register no hooks, no in-process policies and no caBundle Job (you provide the serving
+  # Secret <namespace>/priogate-webhook-tls, the configurations and, with them, the policies and
+  # their table: the hooks skip what the policies resolve; docs/modes.md).
   create: true
   # The MutatingWebhookConfiguration's and ValidatingWebhookConfiguration's name.
   name: {CONFIG_NAME}
