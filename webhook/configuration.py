@@ -127,13 +127,13 @@ def policy_objects(
     controller writes the real one. Apply the table only where it is absent: it is the
     controller's to fill.
     `resources` keeps only the policies for those resources, as the hooks are kept."""
-    wanted = lambda resource: resources is None or resource in resources  # noqa: E731
+    wanted = set(resources) if resources is not None else {"pods", "podgroups"}
     out: list[dict[str, Any]] = []
-    if wanted("podgroups") and policy.registers(podgroup_defaults.RULE_SET):
+    if "podgroups" in wanted and policy.registers(podgroup_defaults.RULE_SET):
         out += podgroup_policies(
             table_namespace, policy.for_rule_set(podgroup_defaults.RULE_SET).exempt_namespaces
         )
-    if wanted("pods") and policy.registers(pod_priority.RULE_SET):
+    if "pods" in wanted and policy.registers(pod_priority.RULE_SET):
         out += priority_policies(table_namespace)
     # The table first: the PodGroup policy's binding refuses creates while it is missing.
     return [table_object(table_namespace), *out] if out else []
