@@ -9,7 +9,8 @@ kwok, the priogate webhook and controller), both modes (docs/modes.md), 1 and 8 
   registered, with the in-process MutatingAdmissionPolicy that resolves the bench's pods from
   the controller's PriorityClass table, docs/modes.md) and the built-in plugin alone (plugin
   enabled, no configurations), so the figure is what replacing the plugin costs. Switching the
-  plugin needs a kube-apiserver restart.
+  plugin needs a kube-apiserver restart. `--floor` adds a third arm: no priogate configuration,
+  only a constant MutatingAdmissionPolicy (floor_policy), the least an add-on can do in process.
 
 Method. The arms run in interleaved batches through the same kube-apiserver process, namespace,
 client and pod body, in the order A B B A A B ... so slow drift on a shared machine (another
@@ -31,6 +32,10 @@ The namespace holds no reservations and is not enrolled (priogate.scope), so wit
 kept no priogate hook is called for its pods: the common case. `--enrolled` measures a
 namespace where reservations exist, whose pod creates go through the pod quota hook.
 
+Beside the client's latencies, each arm's time in kube-apiserver's mutating admission step per
+create (its own apiserver_admission_step_admission_duration_seconds), which the client's
+machine-wide noise does not reach.
+
 stderr: progress; stdout: the figures, the last line
     pod create: p50 ratio X, p99 ratio Y (8 creators, plugin kept)
 where a ratio is priogate's latency over the baseline's at that percentile.
@@ -43,22 +48,24 @@ import multiprocessing
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
+from bench.interleaved import Counters, Ratios, apiserver_counters, report, run_interleaved
 from localcluster import LocalCluster, Options
 from localcluster.api import delete_if_present, metric_sum
 from localcluster.components import ApiServerMode
 from localcluster.procs import progress, wait_until
 from localcluster.webhooks import CONFIG_PATHS, WEBHOOK_METRIC
 from priogate.kube.client import ApiClient, load_client, resource_path
+from priogate.priority import PREEMPT_LOWER_PRIORITY
 from priogate.priority_table import MARKER_ANNOTATION
 from priogate.scope import ENROLLED_LABEL, ENROLLED_VALUE
 from webhook.policy import WebhookPolicy
 from webhook.priority_policy import POLICY_NAME
 
 NAMESPACE = "bench-pod-create"
+CLASS_VALUE = 1000  # bench-high's value
 NOWHERE = "bench-no-such-node"  # no kubelet or scheduler acts on a pod bound here
 CREATORS = (1, 8)
 
@@ -82,6 +89,39 @@ def pod_body() -> dict:
     }
 
 
+def floor_policy() -> list[dict]:
+    """`--floor`: the least any component outside kube-apiserver can do in process to give a pod
+    its priority, a MutatingAdmissionPolicy with no params, no variables and no condition that
+    sets the bench class's two values as constants. What it costs over the built-in plugin
+    bounds from below what replacing the plugin can cost (README, bench-pod-create)."""
+    api = "admissionregistration.k8s.io/v1"
+    name = "bench-floor-constant-priority"
+    patch = (
+        f"[JSONPatch{{op: 'add', path: '/spec/priority', value: {CLASS_VALUE}}},"
+        f" JSONPatch{{op: 'add', path: '/spec/preemptionPolicy', value: '{PREEMPT_LOWER_PRIORITY}'}}]"
+    )
+    rule = {"apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"], "operations": ["CREATE"]}
+    return [
+        {
+            "apiVersion": api,
+            "kind": "MutatingAdmissionPolicy",
+            "metadata": {"name": name},
+            "spec": {
+                "matchConstraints": {"resourceRules": [{**rule, "scope": "Namespaced"}]},
+                "failurePolicy": "Fail",
+                "reinvocationPolicy": "Never",
+                "mutations": [{"patchType": "JSONPatch", "jsonPatch": {"expression": patch}}],
+            },
+        },
+        {
+            "apiVersion": api,
+            "kind": "MutatingAdmissionPolicyBinding",
+            "metadata": {"name": name},
+            "spec": {"policyName": name},
+        },
+    ]
+
+
 _clients: dict[str, ApiClient] = {}
 
 
@@ -100,11 +140,6 @@ def _creator(job: tuple[str, str, int]) -> list[float]:
     return out
 
 
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
-
-
 class Bench:
     def __init__(self, cluster: LocalCluster, creates: int, warmup: int, enrolled: bool = False) -> None:
         assert cluster.kubeconfig
@@ -116,6 +151,7 @@ class Bench:
         # only then does kube-apiserver call the pod quota hook for its pods.
         self.enrolled = enrolled
         self.pods_path = resource_path("v1", "pods", NAMESPACE)
+        self.floor_applied = False
         # Started once, before any measurement: spawn, as the parent runs threads (the supervisor).
         self.pool = ProcessPoolExecutor(max(CREATORS), mp_context=multiprocessing.get_context("spawn"))
 
@@ -133,7 +169,7 @@ class Bench:
                 "apiVersion": "scheduling.k8s.io/v1",
                 "kind": "PriorityClass",
                 "metadata": {"name": "bench-high"},
-                "value": 1000,
+                "value": CLASS_VALUE,
             },
         )
 
@@ -158,14 +194,18 @@ class Bench:
             what="the batch's pods are gone",
         )
 
-    def batch(self) -> dict[int, list[float]]:
-        """One measured batch per creator count, each after unmeasured warm-up creates."""
+    def batch(self) -> tuple[dict[int, list[float]], Counters]:
+        """One measured batch per creator count, each after unmeasured warm-up creates; and
+        kube-apiserver's counters over the measured creates."""
         out = {}
+        total = Counters()
         for creators in CREATORS:
             self._create_batch(creators, self.warmup)
+            before = apiserver_counters(self.client)
             out[creators] = self._create_batch(creators, self.creates)
+            total += apiserver_counters(self.client) - before
             self._clean()
-        return out
+        return out, total
 
     # Switching the arms -----------------------------------------------------------------------
 
@@ -177,6 +217,7 @@ class Bench:
 
     def register(self, policy: WebhookPolicy, plugin: bool) -> None:
         assert self.cluster.webhooks
+        self.remove_floor()
         self.cluster.webhooks.register(policy)
         self.cluster.webhooks.probe(priority_plugin=plugin)
 
@@ -195,6 +236,27 @@ class Bench:
             in_process, timeout=60, what="kube-apiserver resolves the bench's pod in process", interval=0.2
         )
 
+    def apply_floor(self) -> None:
+        for obj in floor_policy():
+            path = CONFIG_PATHS[obj["kind"]]
+            delete_if_present(self.client, f"{path}/{obj['metadata']['name']}")
+            self.client.create(path, obj)
+        self.floor_applied = True
+
+    def remove_floor(self) -> None:
+        for obj in floor_policy() if self.floor_applied else ():
+            delete_if_present(self.client, f"{CONFIG_PATHS[obj['kind']]}/{obj['metadata']['name']}")
+        self.floor_applied = False
+
+    def await_resolved(self) -> None:
+        """Wait until a dry-run create of the bench's pod comes back with its priority."""
+        wait_until(
+            lambda: "priority" in self.client.create(self.pods_path, pod_body(), dry_run=True)["spec"],
+            timeout=60,
+            what="kube-apiserver gives the bench's pod its priority",
+            interval=0.2,
+        )
+
     def drop_policy(self) -> None:
         """Delete the in-process policy's binding and wait until the bench's pod is sent to the
         pod priority hook again (the policy no longer marks or resolves it)."""
@@ -211,6 +273,7 @@ class Bench:
         """Delete the configurations and wait until a probe pod is no longer sent to any webhook:
         five dry-run creates in a row that add no webhook call."""
         assert self.cluster.webhooks
+        self.remove_floor()
         self.cluster.webhooks.unregister()
         quiet = 0
 
@@ -233,44 +296,6 @@ class Bench:
         )
 
 
-def run_mode(
-    bench: Bench, name: str, rounds: int, baseline: Callable[[], None], priogate: Callable[[], None]
-) -> dict[str, dict[int, list[float]]]:
-    samples: dict[str, dict[int, list[float]]] = {
-        "baseline": {c: [] for c in CREATORS},
-        "priogate": {c: [] for c in CREATORS},
-    }
-    arms = {"baseline": baseline, "priogate": priogate}
-    order = []
-    for i in range(rounds):
-        order += ["baseline", "priogate"] if i % 2 == 0 else ["priogate", "baseline"]
-    for i, arm in enumerate(order):
-        arms[arm]()
-        progress(
-            f"[{name}] batch {i + 1}/{len(order)}: {arm}, "
-            f"{bench.creates} creates at each of {CREATORS} creators"
-        )
-        for creators, values in bench.batch().items():
-            samples[arm][creators] += values
-    return samples
-
-
-def report(name: str, samples: dict[str, dict[int, list[float]]]) -> dict[int, tuple[float, float]]:
-    ratios = {}
-    for creators in CREATORS:
-        base, ours = samples["baseline"][creators], samples["priogate"][creators]
-        b50, b99 = percentile(base, 0.5) * 1e3, percentile(base, 0.99) * 1e3
-        p50, p99 = percentile(ours, 0.5) * 1e3, percentile(ours, 0.99) * 1e3
-        ratios[creators] = (p50 / b50, p99 / b99)
-        print(
-            f"{name}, {creators} creator(s): "
-            f"baseline p50 {b50:.2f} ms p99 {b99:.2f} ms (n={len(base)}); "
-            f"priogate p50 {p50:.2f} ms p99 {p99:.2f} ms (n={len(ours)}); "
-            f"ratio p50 {p50 / b50:.2f}, p99 {p99 / b99:.2f}"
-        )
-    return ratios
-
-
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--creates", type=int, default=400, help="measured creates per batch and creator count")
@@ -288,13 +313,18 @@ def main() -> int:
         action="store_true",
         help="plugin replaced without the in-process policy: every pod goes through the pod priority hook",
     )
+    p.add_argument(
+        "--floor",
+        action="store_true",
+        help="plugin replaced: a third arm, a constant in-process policy (the least any add-on can do)",
+    )
     args = p.parse_args()
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     if not modes or set(modes) - {"kept", "replaced"}:
         p.error("--modes takes kept, replaced or kept,replaced")
     kept_policy = WebhookPolicy.for_mode(priority_plugin=True)
     replaced_policy = WebhookPolicy.for_mode(priority_plugin=False)
-    results: dict[str, dict[int, tuple[float, float]]] = {}
+    results: dict[str, Ratios] = {}
     with tempfile.TemporaryDirectory(prefix="priogate-bench-pod-create-") as tmp:
         # The controller runs in both arms (idle, it is only noise): with the plugin replaced it
         # keeps the PriorityClass table kube-apiserver resolves the common pod from.
@@ -311,17 +341,16 @@ def main() -> int:
         try:
             bench = Bench(cluster, args.creates, args.warmup, enrolled=args.enrolled)
             bench.setup()
+            what = f"{args.creates} creates at each of {CREATORS} creators"
             if "kept" in modes:
                 if not cluster.mode.priority_plugin:
                     bench.restart(True)
-                samples = run_mode(
-                    bench,
-                    "plugin kept",
-                    args.rounds,
-                    baseline=bench.unregister,
-                    priogate=lambda: bench.register(kept_policy, plugin=True),
-                )
-                results["plugin kept"] = report("plugin kept", samples)
+                kept_arms = {
+                    "without priogate": bench.unregister,
+                    "priogate": lambda: bench.register(kept_policy, plugin=True),
+                }
+                samples, counters = run_interleaved("plugin kept", args.rounds, kept_arms, bench.batch, what)
+                results["plugin kept"] = report("plugin kept", samples, counters)["priogate"]
             if "replaced" in modes:
 
                 def builtin() -> None:
@@ -336,8 +365,17 @@ def main() -> int:
                     else:
                         bench.await_policy()
 
-                samples = run_mode(bench, "plugin replaced", args.rounds, baseline=builtin, priogate=replaced)
-                results["plugin replaced"] = report("plugin replaced vs the built-in plugin", samples)
+                def floor() -> None:
+                    bench.unregister()
+                    bench.restart(False)
+                    bench.apply_floor()
+                    bench.await_resolved()
+
+                arms = {"built-in plugin": builtin, "priogate": replaced}
+                if args.floor:
+                    arms["constant policy"] = floor
+                samples, counters = run_interleaved("plugin replaced", args.rounds, arms, bench.batch, what)
+                results["plugin replaced"] = report("plugin replaced", samples, counters)["priogate"]
         finally:
             if bench is not None:
                 bench.pool.shutdown()

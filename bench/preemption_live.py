@@ -47,7 +47,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench.pod_create import percentile
+from bench.interleaved import percentile
 from localcluster import LocalCluster, Options
 from localcluster.cluster import NODE_PREFIX
 from localcluster.procs import ComponentFailed, progress, wait_until

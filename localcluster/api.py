@@ -74,7 +74,7 @@ def metric_sum(text: str, name: str, labels: Mapping[str, str]) -> float:
     total = 0.0
     wanted = [f'{k}="{v}"' for k, v in labels.items()]
     for line in text.splitlines():
-        if not line.startswith(name + "{"):
+        if not line.startswith((name + "{", name + " ")):  # labelled, or a sample without labels
             continue
         label_part, _, value = line.rpartition(" ")
         if all(w in label_part for w in wanted):
