@@ -9,6 +9,7 @@ latency ratio follows, without the latencies' scheduling noise.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import astuple, dataclass
 
@@ -20,6 +21,12 @@ from priogate.kube.client import ApiClient
 MUTATING_STEP = "apiserver_admission_step_admission_duration_seconds"
 MUTATING_STEP_LABELS = {"operation": "CREATE", "type": "admit"}
 CPU = "process_cpu_seconds_total"
+
+# After each switch, before the batch: a switch leaves work behind (kube-apiserver compiles a new
+# configuration's CEL and reconnects, a restart warms its caches; the arms' own proofs differ in
+# length: a registration is proven by the first call, a removal by five quiet probes), and in
+# one arm's batch but not the other's it would be measured as that arm's cost per create.
+SETTLE_SECONDS = 3.0
 
 Samples = dict[str, dict[int, list[float]]]  # arm -> concurrency -> seconds per request
 Ratios = dict[int, tuple[float, float]]  # concurrency -> (p50 ratio, p99 ratio)
@@ -61,10 +68,11 @@ def run_interleaved(
     arms: Mapping[str, Callable[[], None]],
     batch: Callable[[], tuple[dict[int, list[float]], Counters]],
     what: str,
+    settle: float = SETTLE_SECONDS,
 ) -> tuple[Samples, dict[str, Counters]]:
-    """`rounds` batches of every arm (the first is the baseline), each after its switch; the
-    samples per arm and concurrency, and kube-apiserver's counters per arm. `what` says what a
-    batch is, for the progress lines."""
+    """`rounds` batches of every arm (the first is the baseline), each `settle` seconds after
+    its switch; the samples per arm and concurrency, and kube-apiserver's counters per arm.
+    `what` says what a batch is, for the progress lines."""
     samples: Samples = {arm: {} for arm in arms}
     counters = {arm: Counters() for arm in arms}
     order: list[str] = []
@@ -72,6 +80,7 @@ def run_interleaved(
         order += list(arms) if i % 2 == 0 else list(reversed(list(arms)))
     for i, arm in enumerate(order):
         arms[arm]()
+        time.sleep(settle)
         progress(f"[{name}] batch {i + 1}/{len(order)}: {arm}, {what}")
         values, batch_counters = batch()
         for concurrency, latencies in values.items():

@@ -21,7 +21,8 @@ both modes (with the plugin replaced the pod priority hook exempts no namespace)
 toggle the switch is proven, not assumed: kube-apiserver reads webhook configurations through an
 informer, so a batch starts only once a dry-run probe shows the hooks are called (registered)
 or no longer called (deleted), read from kube-apiserver's apiserver_admission_webhook_request_total.
-After a restart, and after every toggle, unmeasured creates warm the connections up.
+After a restart, and after every toggle, the batch waits a few seconds for the switch's own work to
+end (bench/interleaved.py), and unmeasured creates warm the connections up.
 
 Pods name a node that does not exist (spec.nodeName), so neither kube-scheduler nor kwok acts
 on them and the only work per request is the create itself; every batch's pods are deleted
