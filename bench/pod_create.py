@@ -13,16 +13,17 @@ kwok, the priogate webhook and controller), both modes (docs/modes.md), 1 and 8 
   only a constant MutatingAdmissionPolicy (floor_policy), the least an add-on can do in process.
 
 Method. The arms run in interleaved batches through the same kube-apiserver process, namespace,
-client and pod body, in the order A B B A A B ... so slow drift on a shared machine (another
-job, a compaction, a GC) falls on both arms alike. Toggling the configurations, rather than
-comparing kube-system with a user namespace, keeps everything but the webhooks equal (a
-namespace differs in its quota, service account and limit-range admission work), and it works in
-both modes (with the plugin replaced the pod priority hook exempts no namespace). After each
-toggle the switch is proven, not assumed: kube-apiserver reads webhook configurations through an
-informer, so a batch starts only once a dry-run probe shows the hooks are called (registered)
-or no longer called (deleted), read from kube-apiserver's apiserver_admission_webhook_request_total.
-After a restart, and after every toggle, the batch waits a few seconds for the switch's own work to
-end (bench/interleaved.py), and unmeasured creates warm the connections up.
+client and pod body, in the order A B B A A B ... (A B C C B A ... with `--floor`), so slow drift
+on a shared machine (another job, a compaction, a GC) falls on every arm alike. Toggling the
+configurations, rather than comparing kube-system with a user namespace, keeps everything but the
+webhooks equal (a namespace differs in its quota, service account and limit-range admission work),
+and it works in both modes (with the plugin replaced the pod priority hook exempts no namespace).
+After each toggle the switch is proven, not assumed: kube-apiserver reads webhook configurations
+through an informer, so a batch starts only once a dry-run probe shows the hooks are called
+(registered) or no longer called (deleted), read from kube-apiserver's
+apiserver_admission_webhook_request_total. After a restart, and after every toggle, the batch
+waits a few seconds for the switch's own work to end (bench/interleaved.py), and unmeasured
+creates warm the connections up.
 
 Pods name a node that does not exist (spec.nodeName), so neither kube-scheduler nor kwok acts
 on them and the only work per request is the create itself; every batch's pods are deleted
@@ -33,9 +34,9 @@ The namespace holds no reservations and is not enrolled (priogate.scope), so wit
 kept no priogate hook is called for its pods: the common case. `--enrolled` measures a
 namespace where reservations exist, whose pod creates go through the pod quota hook.
 
-Beside the client's latencies, each arm's time in kube-apiserver's mutating admission step per
-create (its own apiserver_admission_step_admission_duration_seconds), which the client's
-machine-wide noise does not reach.
+Beside the client's latencies, each arm reports kube-apiserver's own mutating admission step
+time and CPU per create (bench/interleaved.py), which the latencies' scheduling noise does not
+reach.
 
 stderr: progress; stdout: the figures, the last line
     pod create: p50 ratio X, p99 ratio Y (8 creators, plugin kept)
