@@ -18,7 +18,7 @@ from typing import NoReturn, TextIO
 
 import urllib3
 
-from kubectl_priogate import reservations, simulation, why
+from kubectl_priogate import reservations, simulation, why, why_report
 from kubectl_priogate.output import FORMATS, render
 from kubectl_priogate.source import Source
 from priogate.clock import rfc3339
@@ -214,13 +214,13 @@ def cmd_why(args: argparse.Namespace, source: Source, default_ns: str, out: Text
     else:
         report = _why_pod(source, namespace, name)
     if args.output:
-        out.write(render(why.to_json(report), args.output))
+        out.write(render(why_report.to_json(report), args.output))
     else:
-        out.write(why.render_text(report, time.time()))
+        out.write(why_report.render_text(report, time.time()))
     return 0
 
 
-def _why_pod(source: Source, namespace: str, name: str) -> why.Report:
+def _why_pod(source: Source, namespace: str, name: str) -> why_report.Report:
     try:
         pod = source.get("v1", "pods", namespace, name)
     except ApiError as e:

@@ -16,10 +16,10 @@ A refusal at admission leaves no object and no Event: kubectl printed it when it
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
-from kubectl_priogate.output import NONE, human_duration, table
+from kubectl_priogate.output import NONE
+from kubectl_priogate.why_report import EventLine, Report, condition_text
 from priogate.clock import epoch_seconds
 from priogate.ledger import Entry
 from priogate.phase import SCHEDULED, UNSCHEDULABLE
@@ -53,29 +53,6 @@ def parse_target(target: str) -> tuple[str, str]:
     raise ValueError(f'the plugin explains pods and podgroups, not "{kind}"')
 
 
-@dataclass(frozen=True)
-class EventLine:
-    type: str
-    reason: str
-    at: float | None  # epoch seconds of the last occurrence
-    source: str
-    note: str
-    count: int
-
-
-@dataclass(frozen=True)
-class Report:
-    kind: str
-    namespace: str
-    name: str
-    state: str
-    summary: str
-    conditions: tuple[Mapping[str, Any], ...] = ()
-    details: tuple[tuple[str, str], ...] = ()
-    members: tuple[Mapping[str, str], ...] = ()
-    events: tuple[EventLine, ...] = field(default=())
-
-
 # ---- reading the pieces ------------------------------------------------------------------------
 
 
@@ -84,15 +61,6 @@ def condition(obj: Mapping[str, Any] | None, type_: str) -> Mapping[str, Any] | 
         if isinstance(c, Mapping) and c.get("type") == type_:
             return c
     return None
-
-
-def _condition_text(c: Mapping[str, Any]) -> str:
-    text = f"{c.get('type')}={c.get('status')}"
-    if c.get("reason"):
-        text += f" ({c['reason']})"
-    if c.get("message"):
-        text += f": {c['message']}"
-    return text
 
 
 def _reason_message(c: Mapping[str, Any], *, lower: bool = False) -> str:
@@ -246,7 +214,7 @@ def pod_report(
         state, summary = "Gone", "the pod no longer exists; its Events below say what happened to it"
     elif terminating:
         state = "Terminating"
-        summary = "being deleted" + (f": {_condition_text(disruption)}" if disruption else "")
+        summary = "being deleted" + (f": {condition_text(disruption)}" if disruption else "")
     elif status.get("phase") in (PodPhase.SUCCEEDED, PodPhase.FAILED):
         state = str(status["phase"])
         summary = "finished" + (f": {status.get('reason')}" if status.get("reason") else "")
@@ -408,70 +376,4 @@ def _member_row(pod: Mapping[str, Any]) -> dict[str, str]:
         "node": str(spec.get("nodeName") or NONE),
         "nominated": str(status.get("nominatedNodeName") or NONE),
         "scheduling": scheduling,
-    }
-
-
-# ---- output ------------------------------------------------------------------------------------
-
-
-def render_text(report: Report, now: float) -> str:
-    """kubectl describe's shape: labelled lines, then Conditions, Members and Events."""
-    out = [f"{report.kind}:".ljust(16) + f"{report.namespace}/{report.name}"]
-    out.append("State:".ljust(16) + report.state)
-    out.append("Why:".ljust(16) + report.summary)
-    out.extend(f"{label}:".ljust(16) + text for label, text in report.details)
-    text = "\n".join(out) + "\n"
-    if report.conditions:
-        text += "Conditions:\n" + "".join(f"  {_condition_text(c)}\n" for c in report.conditions)
-    if report.members:
-        text += "Members:\n" + _indent(
-            table(
-                ["name", "phase", "node", "nominated", "scheduling"],
-                [[m["name"], m["phase"], m["node"], m["nominated"], m["scheduling"]] for m in report.members],
-            )
-        )
-    if report.events:
-        rows = [
-            [
-                e.type,
-                e.reason,
-                NONE
-                if e.at is None
-                else human_duration(now - e.at) + (f" (x{e.count})" if e.count > 1 else ""),
-                e.source or NONE,
-                e.note,
-            ]
-            for e in report.events
-        ]
-        text += "Events:\n" + _indent(table(["type", "reason", "age", "from", "message"], rows))
-    else:
-        text += "Events:         <none>\n"
-    return text
-
-
-def _indent(text: str) -> str:
-    return "".join(f"  {line}\n" for line in text.splitlines())
-
-
-def to_json(report: Report) -> dict[str, Any]:
-    return {
-        "kind": report.kind,
-        "namespace": report.namespace,
-        "name": report.name,
-        "state": report.state,
-        "why": report.summary,
-        "conditions": [dict(c) for c in report.conditions],
-        "details": [{"name": label, "value": text} for label, text in report.details],
-        "members": [dict(m) for m in report.members],
-        "events": [
-            {
-                "type": e.type,
-                "reason": e.reason,
-                "lastSeen": None if e.at is None else iso(e.at),
-                "from": e.source,
-                "count": e.count,
-                "note": e.note,
-            }
-            for e in report.events
-        ],
     }

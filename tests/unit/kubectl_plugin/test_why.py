@@ -5,15 +5,8 @@ from __future__ import annotations
 import pytest
 
 from kubectl_priogate.output import render
-from kubectl_priogate.why import (
-    event_lines,
-    parse_target,
-    pod_report,
-    podgroup_report,
-    records_naming,
-    render_text,
-    to_json,
-)
+from kubectl_priogate.why import event_lines, parse_target, pod_report, podgroup_report, records_naming
+from kubectl_priogate.why_report import render_text, to_json
 from priogate.ledger import Entry
 from priogate.preemption_record import RecordedDecision, Victim
 from tests.builders import pod, podgroup
