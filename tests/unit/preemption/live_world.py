@@ -15,6 +15,7 @@ from priogate.preemption.units import UnitIndex, _build
 from tests.builders import EPOCH
 
 KINDS = ("nodes", "pods", "podgroups", "pdbs", "classes")
+ARGUMENT = {kind: "priority_classes" if kind == "classes" else kind for kind in KINDS}
 GROUPS = ("g0", "g1")
 NODES = ("n0", "n1", "n2", "n3")  # n3 starts absent: pods may be bound to it before it exists
 GPU = "example.com/gpu"
@@ -30,26 +31,18 @@ class World:
     def put(self, kind: str, key: str, obj: dict[str, Any], bad: bool = False) -> None:
         self.objects[kind][key] = (obj, bad)
 
+    def _by_argument(self, keep_malformed: bool) -> dict[str, list[dict[str, Any]]]:
+        """The objects per keyword of Snapshot.from_objects and LiveClusterState."""
+        return {
+            ARGUMENT[kind]: [o for o, bad in objects.values() if keep_malformed or not bad]
+            for kind, objects in self.objects.items()
+        }
+
     def fresh(self) -> ClusterState:
-        good = {k: [o for o, bad in v.values() if not bad] for k, v in self.objects.items()}
-        snapshot = Snapshot.from_objects(
-            nodes=good["nodes"],
-            pods=good["pods"],
-            podgroups=good["podgroups"],
-            pdbs=good["pdbs"],
-            priority_classes=good["classes"],
-        )
-        return prepare(snapshot)
+        return prepare(Snapshot.from_objects(**self._by_argument(keep_malformed=False)))
 
     def live(self) -> LiveClusterState:
-        every = {k: [o for o, _ in v.values()] for k, v in self.objects.items()}
-        return LiveClusterState(
-            nodes=every["nodes"],
-            pods=every["pods"],
-            podgroups=every["podgroups"],
-            pdbs=every["pdbs"],
-            priority_classes=every["classes"],
-        )
+        return LiveClusterState(**self._by_argument(keep_malformed=True))
 
 
 def _normalized(index: UnitIndex) -> tuple:
