@@ -10,7 +10,7 @@ latency ratio follows, without the latencies' scheduling noise.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import astuple, dataclass
 
 from localcluster.api import metric_sum
@@ -96,8 +96,7 @@ def report(name: str, samples: Samples, counters: Mapping[str, Counters]) -> dic
     ratios: dict[str, Ratios] = {}
     for arm in others:
         ratios[arm] = {}
-        concurrencies: Sequence[int] = sorted(samples[baseline])
-        for n in concurrencies:
+        for n in sorted(samples[baseline]):
             base, ours = samples[baseline][n], samples[arm][n]
             b50, b99 = percentile(base, 0.5) * 1e3, percentile(base, 0.99) * 1e3
             p50, p99 = percentile(ours, 0.5) * 1e3, percentile(ours, 0.99) * 1e3

@@ -55,7 +55,7 @@ from pathlib import Path
 
 from bench.interleaved import Counters, Ratios, apiserver_counters, report, run_interleaved
 from localcluster import LocalCluster, Options
-from localcluster.api import delete_if_present, metric_sum
+from localcluster.api import create_or_replace, delete_if_present, metric_sum
 from localcluster.components import ApiServerMode
 from localcluster.procs import progress, wait_until
 from localcluster.webhooks import CONFIG_PATHS, WEBHOOK_METRIC
@@ -240,9 +240,7 @@ class Bench:
 
     def apply_floor(self) -> None:
         for obj in floor_policy():
-            path = CONFIG_PATHS[obj["kind"]]
-            delete_if_present(self.client, f"{path}/{obj['metadata']['name']}")
-            self.client.create(path, obj)
+            create_or_replace(self.client, CONFIG_PATHS[obj["kind"]], obj)
         self.floor_applied = True
 
     def remove_floor(self) -> None:
