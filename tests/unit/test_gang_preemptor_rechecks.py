@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import time
+from functools import partial
 from typing import Any
 
 import pytest
@@ -43,9 +44,10 @@ def victims_untouched(c: Cluster, *names: str) -> bool:
     return not touched and all(pod_path(n) in c.client.objects for n in names)
 
 
-def unapplied(victims: tuple[Victim, ...], decided_at: float | None = None) -> RecordedDecision:
-    at = time.time() - 5 if decided_at is None else decided_at
-    return RecordedDecision("forged", at, victims, {"g0": "n1"}, "written by someone")
+def unapplied(victims: tuple[Victim, ...], age: float = 5) -> RecordedDecision:
+    """Decided `age` seconds ago: tables pass it as a partial, so a slow suite does not age a
+    record made at collection past max_age."""
+    return RecordedDecision("forged", time.time() - age, victims, {"g0": "n1"}, "written by someone")
 
 
 def with_pod(c: Cluster, obj: dict) -> None:
@@ -66,32 +68,32 @@ LOW1 = Victim(NS, "low1", "uid-low1", "n1")
 @pytest.mark.parametrize(
     ("case", "decision", "extra_pod", "victim_name", "why"),
     [
-        ("record too old", unapplied((LOW1,), decided_at=time.time() - 3600), None, "low1", "old, more than"),
-        ("record from the future", unapplied((LOW1,), decided_at=time.time() + 3600), None, "low1", "future"),
+        ("record too old", partial(unapplied, (LOW1,), age=3600), None, "low1", "old, more than"),
+        ("record from the future", partial(unapplied, (LOW1,), age=-3600), None, "low1", "future"),
         (
             "uid differs",
-            unapplied((Victim(NS, "low1", "uid-other", "n1"),)),
+            partial(unapplied, (Victim(NS, "low1", "uid-other", "n1"),)),
             None,
             "low1",
             "not the recorded pod",
         ),
         (
             "victim of equal priority",
-            unapplied((Victim(NS, "peer", "uid-peer", "n1"),)),
+            partial(unapplied, (Victim(NS, "peer", "uid-peer", "n1"),)),
             protected_pod("peer", priority=100),
             "peer",
             "not lower than the PodGroup's 100",
         ),
         (
             "victim of higher priority (a kube-system pod)",
-            unapplied((Victim("kube-system", "etcd", "uid-etcd", "n1"),)),
+            partial(unapplied, (Victim("kube-system", "etcd", "uid-etcd", "n1"),)),
             None,
             "",
             "",
         ),
         (
             "DaemonSet pod",
-            unapplied((Victim(NS, "ds", "uid-ds", "n1"),)),
+            partial(unapplied, (Victim(NS, "ds", "uid-ds", "n1"),)),
             protected_pod(
                 "ds",
                 ownerReferences=[{"kind": "DaemonSet", "name": "d", "uid": "x", "apiVersion": "apps/v1"}],
@@ -101,14 +103,14 @@ LOW1 = Victim(NS, "low1", "uid-low1", "n1")
         ),
         (
             "mirror pod",
-            unapplied((Victim(NS, "static", "uid-static", "n1"),)),
+            partial(unapplied, (Victim(NS, "static", "uid-static", "n1"),)),
             protected_pod("static", annotations={"kubernetes.io/config.mirror": "x"}),
             "static",
             "a mirror pod",
         ),
         (
             "opted out (hard mode)",
-            unapplied((Victim(NS, "shy", "uid-shy", "n1"),)),
+            partial(unapplied, (Victim(NS, "shy", "uid-shy", "n1"),)),
             protected_pod("shy", labels={"priogate.io/allow-preemption": "false"}),
             "shy",
             "opted out",
@@ -116,6 +118,7 @@ LOW1 = Victim(NS, "low1", "uid-low1", "n1")
     ],
 )
 def test_a_recorded_decision_failing_a_recheck_is_stopped(case, decision, extra_pod, victim_name, why):
+    decision = decision()
     c = cluster(gang_group(decision))
     if case.startswith("victim of higher priority"):
         etcd = protected_pod("etcd", priority=2_000_000_000)
