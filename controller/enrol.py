@@ -13,6 +13,8 @@ against its reservations. README, "Upgrading", labels the first case before the 
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
+from typing import Any
 
 import structlog
 
@@ -21,7 +23,7 @@ from priogate.kube.client import ApiClient, ApiError
 from priogate.kube.namespaces import label_namespace
 from priogate.ledger import DamagedRecord
 from priogate.record_codec import record_name, record_of
-from priogate.scope import ENROLLED_LABEL, needs_enrolment
+from priogate.scope import ENROLLED_LABEL, claim_of, needs_enrolment
 
 log = structlog.get_logger("priogate.controller.enrol")
 
@@ -34,20 +36,17 @@ class Enroller:
         self.caches = caches
         self.ledger_namespace = ledger_namespace
 
-    def claims(self, namespace: str) -> list[dict[str, str]]:
-        """What the caches show the namespace reserves: its record's entries and its stored
-        PodGroups' minResources (a damaged record shows only the latter)."""
-        out = [
-            dict((g.get("spec") or {}).get("minResources") or {})
-            for g in self.caches.podgroups.namespace(namespace).values()
-        ]
+    def claims(self, namespace: str) -> list[tuple[Mapping[str, Any], int]]:
+        """What the caches show the namespace reserves, as (minResources, minMember): its
+        record's entries and its stored PodGroups (a damaged record shows only the latter)."""
+        out = [claim_of(g.get("spec") or {}) for g in self.caches.podgroups.namespace(namespace).values()]
         cached = self.caches.ledgers.get(self.ledger_namespace, record_name(namespace))
         try:
             record = record_of(cached) if cached is not None else None
         except DamagedRecord:
             record = None  # the stored groups above still count; the sweep rebuilds the record
         if record is not None:
-            out += [dict(e.min_resources) for e in record.entries.values()]
+            out += [(e.min_resources, e.min_member) for e in record.entries.values()]
         return out
 
     def enrol(self, namespace: str) -> bool:

@@ -11,6 +11,9 @@ demand can be compared with `spec.hard` and `status.used` directly.
 
 from __future__ import annotations
 
+import json
+import math
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
@@ -26,48 +29,122 @@ from priogate.resources import (
     positive_total,
 )
 
-# Standard resources a quota tracks both bare and as requests.<name>.
+# Resources a quota tracks both bare and as requests.<name>: the quota evaluator charges a pod's
+# request of one of these to both names (pkg/quota/v1/evaluator/core/pods.go,
+# podComputeUsageHelper; hugepages by their prefix). Any other resource is tracked only as
+# requests.<name> (extended resources).
 _BARE_AND_REQUESTS = ("cpu", "memory", "ephemeral-storage")
+_HUGEPAGES = "hugepages-"
+REQUESTS = "requests."
+LIMITS = "limits."
+POD_COUNTS = ("pods", "count/pods")
 ZERO = Fraction(0)
 
 
+def _tracked_bare(base: str) -> bool:
+    return base in _BARE_AND_REQUESTS or base.startswith(_HUGEPAGES)
+
+
+def resource_key(name: str) -> str:
+    """The one resource a minResources or quota name stands for: `cpu` and `requests.cpu` are
+    one, `pods` and `count/pods` are one, `limits.cpu` is its own."""
+    if name in POD_COUNTS:
+        return "pods"
+    if name.startswith(LIMITS):
+        return name
+    return name.removeprefix(REQUESTS)
+
+
 def quota_names(requests: Mapping[str, Fraction], pods: int) -> ResourceList:
-    """Map requested resources (and a pod count) onto the names a ResourceQuota tracks:
-    cpu to cpu and requests.cpu, an extended resource to requests.<name>, pods to pods and
-    count/pods. limits.* are not requests and are left to the built-in ResourceQuota plugin.
+    """Map requested resources (a pod's requests, or a PodGroup's minResources) and a pod count
+    onto the names a ResourceQuota tracks: cpu to cpu and requests.cpu, an extended resource to
+    requests.<name>, pods to pods and count/pods, limits.<name> to itself (summed against
+    limits.* hards, as Volcano's quota check compares them when a group names them).
+
+    Names that stand for one resource (resource_key: Volcano's job controller writes cpu and
+    requests.cpu, pods and count/pods, with equal amounts) count once, the larger amount when
+    they differ (admission refuses that: min_resources_problem). A pod count named in the
+    resources counts as the larger of it and `pods` (minMember for a group).
 
     A negative amount counts as 0. Admission refuses negative minResources, but a ledger entry
     recorded before that check (or edited by hand) may hold one, and summed with the rest it
-    would lower the total and let another group over-admit; cpu: 110 beside requests.cpu: -100
-    would even shrink one group's own claim to 10. Clamped rather than treated as an error: an
-    error makes the whole ledger unreadable and refuses every PodGroup in the namespace, while
-    0 is the least a claim can honestly mean, so a clamped sum is never below what the groups
-    really claim (too much reserved, never too little)."""
+    would lower the total and let another group over-admit. Clamped rather than treated as an
+    error: an error makes the whole ledger unreadable and refuses every PodGroup in the
+    namespace, while 0 is the least a claim can honestly mean (too much reserved, never too
+    little)."""
     out: ResourceList = {}
+    count = Fraction(max(pods, 0))
     for name, amount in requests.items():
-        base = name.removeprefix("requests.")
-        if base.startswith("limits.") or base in ("pods", "count/pods") or amount < 0:
+        if amount < 0:
             continue
-        if base in _BARE_AND_REQUESTS:
-            out[base] = out.get(base, ZERO) + amount
-        out[f"requests.{base}"] = out.get(f"requests.{base}", ZERO) + amount
-    if pods:
-        out["pods"] = Fraction(pods)
-        out["count/pods"] = Fraction(pods)
+        key = resource_key(name)
+        if key == "pods":
+            count = max(count, Fraction(math.ceil(amount)))
+            continue
+        if key.startswith(LIMITS):
+            names: tuple[str, ...] = (key,)
+        elif _tracked_bare(key):
+            names = (key, REQUESTS + key)
+        else:
+            names = (REQUESTS + key,)
+        for quota_name in names:
+            out[quota_name] = max(out.get(quota_name, ZERO), amount)
+    if count:
+        out["pods"] = count
+        out["count/pods"] = count
     return out
 
 
 def min_resources_of(raw: Mapping[str, object] | None) -> ResourceList:
-    """spec.minResources as plain resource names: requests.cpu counts as cpu; limits.* and pod
-    counts are left to the webhook's quota check. A negative amount counts as 0, as in
-    quota_names: cpu: 110 beside requests.cpu: -100 must not shrink the claim to 10."""
+    """spec.minResources as plain resource names, what nodes must hold: requests.cpu counts as
+    cpu (once, the larger, as in quota_names); limits.* and pod counts are left to the quota
+    checks. A negative amount counts as 0, as in quota_names."""
     out: ResourceList = {}
     for name, amount in parse_resource_list(raw, context="spec.minResources").items():
-        base = name.removeprefix("requests.")
-        if base.startswith("limits.") or base in ("pods", "count/pods") or amount < 0:
+        key = resource_key(name)
+        if key.startswith(LIMITS) or key == "pods" or amount < 0:
             continue
-        out[base] = out.get(base, ZERO) + amount
+        out[key] = max(out.get(key, ZERO), amount)
     return out
+
+
+# A resource name, as kube-apiserver validates a container's or a quota's: a qualified name
+# (k8s.io/apimachinery/pkg/util/validation IsQualifiedName: an optional DNS-1123 subdomain
+# prefix and "/", then at most 63 alphanumerics, '-', '_' or '.', starting and ending
+# alphanumeric).
+_NAME_PART = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
+_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+
+
+def valid_resource_name(name: str) -> bool:
+    prefix, slash, part = name.rpartition("/")
+    if slash and not (0 < len(prefix) <= 253 and _SUBDOMAIN.match(prefix)):
+        return False
+    return 0 < len(part) <= 63 and _NAME_PART.match(part) is not None
+
+
+def min_resources_problem(raw: Mapping[str, Any]) -> str | None:
+    """Why spec.minResources cannot be a claim (every amount already parses), or None: a name
+    that is not a resource name, or two names of one resource (resource_key) with different
+    amounts. The text quotes names as JSON, so no control character reaches a terminal."""
+    for name in sorted(raw):
+        if not valid_resource_name(name):
+            return (
+                f"spec.minResources: Invalid value: {json.dumps(name)}: not a valid resource name "
+                "(a qualified name such as cpu, requests.memory or example.com/gpu)"
+            )
+    amounts = parse_resource_list(raw, context="spec.minResources")
+    first: dict[str, str] = {}
+    for name in sorted(amounts):
+        key = resource_key(name)
+        other = first.setdefault(key, name)
+        if other != name and amounts[other] != amounts[name]:
+            return (
+                f"spec.minResources: {other}={format_quantity(amounts[other])} and "
+                f"{name}={format_quantity(amounts[name])} name one resource with two amounts "
+                "(a ResourceQuota charges both from one request): give one name, or equal amounts"
+            )
+    return None
 
 
 # ---- which quotas apply ---------------------------------------------------------------------

@@ -51,7 +51,7 @@ def is_probe(name: str, dry_run: bool) -> bool:
 
 def probe_body() -> dict[str, Any]:
     """The probe PodGroup. It claims something, so the enrolment hook's matchConditions (which
-    skip PodGroups that reserve nothing) let it through."""
+    skip PodGroups that claim nothing) let it through."""
     return {
         "apiVersion": podgroup.GROUP_VERSION,
         "kind": "PodGroup",
@@ -77,9 +77,12 @@ def enrolled(labels: Mapping[str, str] | None) -> bool:
     return (labels or {}).get(ENROLLED_LABEL) == ENROLLED_VALUE
 
 
-def reserves(min_resources: Mapping[str, Any]) -> bool:
-    """Whether a claim reserves anything (an amount that does not parse counts: it is refused
-    elsewhere, and enrolling for it costs only a round trip)."""
+def reserves(min_resources: Mapping[str, Any], min_member: int) -> bool:
+    """Whether a claim reserves anything: a pod (minMember, counted against a quota's pods) or a
+    positive amount (one that does not parse counts: it is refused elsewhere, and enrolling for
+    it costs only a round trip)."""
+    if min_member > 0:
+        return True
     for value in min_resources.values():
         try:
             if parse_quantity(value) > 0:
@@ -89,8 +92,21 @@ def reserves(min_resources: Mapping[str, Any]) -> bool:
     return False
 
 
-def needs_enrolment(labels: Mapping[str, str] | None, claims: Iterable[Mapping[str, Any]]) -> bool:
+def claim_of(spec: Mapping[str, Any]) -> tuple[Mapping[str, Any], int]:
+    """A PodGroup spec's claim for reserves(): its minResources and minMember (absent: the
+    default; not a count: 1, so that it enrols and is refused where it is read)."""
+    min_resources = spec.get("minResources")
+    min_member = spec.get("minMember", podgroup.DEFAULT_MIN_MEMBER)
+    if not isinstance(min_member, int) or isinstance(min_member, bool):
+        min_member = 1
+    return (min_resources if isinstance(min_resources, Mapping) else {}), min_member
+
+
+def needs_enrolment(
+    labels: Mapping[str, str] | None, claims: Iterable[tuple[Mapping[str, Any], int]]
+) -> bool:
     """A namespace that holds a reservation (the claims: its record's entries and its stored
-    groups' minResources) but lacks the label: one that reserved before enrolment existed, or
-    whose label someone removed. The controller's backstop enrols it (controller/enrol.py)."""
-    return not enrolled(labels) and any(reserves(c) for c in claims)
+    groups, as (minResources, minMember)) but lacks the label: one that reserved before
+    enrolment existed, or whose label someone removed. The controller's backstop enrols it
+    (controller/enrol.py)."""
+    return not enrolled(labels) and any(reserves(*c) for c in claims)

@@ -75,7 +75,7 @@ HOOKS: dict[str, dict[bool, tuple[list[str], list[dict[str, Any]], list[str], li
     },
     # Only a namespace's first claims: nowhere enrolled, and only PodGroups that reserve.
     "podgroup-enrolment.priogate.io": {
-        mode: (SYSTEM, NOT_ENROLLED, ["reserves-something"], ["CREATE", "UPDATE"], "Fail")
+        mode: (SYSTEM, NOT_ENROLLED, ["claims-something"], ["CREATE", "UPDATE"], "Fail")
         for mode in (KEPT, REPLACED)
     },
     # Every namespace, enrolled or not (one may be enrolled before the next PodGroup), but only

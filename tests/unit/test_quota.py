@@ -30,13 +30,30 @@ def res(group, demand, cls=""):
         ({"memory": "1Gi"}, 0, {"memory": F(2**30), "requests.memory": F(2**30)}),
         ({"requests.cpu": "500m"}, 0, {"cpu": F(1, 2), "requests.cpu": F(1, 2)}),
         ({"nvidia.com/gpu": "2"}, 0, {"requests.nvidia.com/gpu": F(2)}),
-        ({"hugepages-2Mi": "4Mi"}, 0, {"requests.hugepages-2Mi": F(4 * 2**20)}),
+        # The quota evaluator charges hugepages bare and as requests. (podComputeUsageHelper).
+        (
+            {"hugepages-2Mi": "4Mi"},
+            0,
+            {"hugepages-2Mi": F(4 * 2**20), "requests.hugepages-2Mi": F(4 * 2**20)},
+        ),
         (
             {"ephemeral-storage": "1G"},
             0,
             {"ephemeral-storage": F(10**9), "requests.ephemeral-storage": F(10**9)},
         ),
-        ({"limits.cpu": "4"}, 0, {}),  # limits are the built-in quota's business
+        # limits.* count under their own names, against limits.* hards (Volcano's quota check).
+        ({"limits.cpu": "4"}, 0, {"limits.cpu": F(4)}),
+        # Volcano's job controller writes both names of one resource, equal: counted once.
+        (
+            {"cpu": "3", "requests.cpu": "3", "memory": "1Gi", "requests.memory": "1Gi"},
+            0,
+            {"cpu": F(3), "requests.cpu": F(3), "memory": F(2**30), "requests.memory": F(2**30)},
+        ),
+        # Differing amounts (refused at admission; a stored entry may hold them): the larger.
+        ({"cpu": "2", "requests.cpu": "3"}, 0, {"cpu": F(3), "requests.cpu": F(3)}),
+        # A pod count in minResources: the larger of it and minMember, once under each name.
+        ({"pods": "4", "count/pods": "4"}, 2, {"pods": F(4), "count/pods": F(4)}),
+        ({"pods": "1"}, 3, {"pods": F(3), "count/pods": F(3)}),
         ({}, 3, {"pods": F(3), "count/pods": F(3)}),
         (
             {"cpu": "1.5", "memory": "100M", "example.com/fpga": "1"},
@@ -55,6 +72,32 @@ def res(group, demand, cls=""):
 )
 def test_quota_names(requests, pods, want):
     assert quota.quota_names(parse_resource_list(requests), pods) == want
+
+
+@pytest.mark.parametrize(
+    ("raw", "want"),
+    [
+        ({"cpu": "3", "requests.cpu": "3", "pods": "2", "count/pods": "2"}, None),
+        ({"cpu": "3000m", "requests.cpu": "3"}, None),  # equal amounts, written differently
+        ({"nvidia.com/gpu": "1", "requests.nvidia.com/gpu": "1", "limits.cpu": "2"}, None),
+        ({"hugepages-2Mi": "2Mi", "count/foo.example.com": "1"}, None),
+        ({"cpu": "2", "requests.cpu": "3"}, "cpu=2 and requests.cpu=3 name one resource"),
+        ({"pods": "2", "count/pods": "3"}, "count/pods=3 and pods=2 name one resource"),
+        ({"cpu\n\x1b[2J": "1"}, 'Invalid value: "cpu\\n\\u001b[2J": not a valid resource name'),
+        ({"Bad_Prefix/gpu": "1"}, "not a valid resource name"),
+        ({"-cpu": "1"}, "not a valid resource name"),
+        ({"x" * 64: "1"}, "not a valid resource name"),
+        ({"example.com/": "1"}, "not a valid resource name"),
+    ],
+)
+def test_min_resources_problem(raw, want):
+    raw = {name.encode().decode("unicode_escape"): q for name, q in raw.items()}
+    problem = quota.min_resources_problem(raw)
+    if want is None:
+        assert problem is None
+    else:
+        assert problem is not None and want in problem, problem
+        assert "\x1b" not in problem and "\n" not in problem
 
 
 @pytest.mark.parametrize(

@@ -167,13 +167,17 @@ RULE_SET = RuleSet(
     timeout_seconds=10,
     needs=("resourcequotas", "podgroups"),
     namespace_labels=((ENROLLED_LABEL, "NotIn", (ENROLLED_VALUE,)),),
-    # A PodGroup that reserves nothing needs no enrolment: most PodGroups in most namespaces
-    # never reach priogate's quota hooks. The CRD's structural schema prunes a null
-    # minResources before admission, so `has` then `size` cannot fail on one.
+    # A PodGroup that claims nothing (minMember 0 and no minResources) needs no enrolment and
+    # no quota can refuse it. Every other one claims at least its minMember pods, which a
+    # quota on pods, or one scoped to its PriorityClass, limits whatever its minResources
+    # (Volcano's webhook defaults minMember to 1, as the PodGroup defaults do here). The CRD's
+    # structural schema prunes a null field before admission, so `has` then `size` cannot
+    # fail on one.
     match_conditions=(
         (
-            "reserves-something",
-            "has(object.spec) && has(object.spec.minResources) && size(object.spec.minResources) > 0",
+            "claims-something",
+            "!has(object.spec) || !has(object.spec.minMember) || object.spec.minMember > 0"
+            " || (has(object.spec.minResources) && size(object.spec.minResources) > 0)",
         ),
     ),
     server="quota",

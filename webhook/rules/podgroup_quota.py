@@ -40,7 +40,7 @@ import structlog
 from priogate import podgroup
 from priogate.entry_totals import EntryTotals, TotalsByNamespace
 from priogate.ledger import SHADOW_SUFFIX, Entry, Listing, Reads, Record, normalize, stamp
-from priogate.quota import check_podgroup
+from priogate.quota import check_podgroup, min_resources_problem
 from priogate.quota_fence import limiting_quotas
 from priogate.resources import parse_quantity
 from priogate.scope import COVERED, ENROLLED_LABEL, ENROLLED_VALUE, is_probe
@@ -144,10 +144,23 @@ def _parsed(request: AdmissionRequest, now: dt.datetime) -> tuple[Entry, Entry |
     return entry, previous
 
 
+def _misnamed(obj: Mapping[str, Any], old: Mapping[str, Any] | None) -> str | None:
+    """The field error for resource names this request sets that are not one (or name one
+    resource twice with two amounts): priogate.quota.min_resources_problem. An UPDATE that
+    leaves minResources as stored is not refused again, as in _negative."""
+    amounts = mapping(mapping(obj, "spec", "object"), "minResources", "object.spec")
+    if old is not None and amounts == mapping(
+        mapping(old, "spec", "oldObject"), "minResources", "oldObject.spec"
+    ):
+        return None
+    return min_resources_problem(amounts)
+
+
 def _invalid(request: AdmissionRequest, entry: Entry, previous: Entry | None) -> Decision | None:
-    negative = _negative(new_object(request), request.old_object if previous else None)
-    if negative:
-        return deny(f'PodGroup.scheduling.volcano.sh "{entry.group}" is invalid: {negative}', code=422)
+    old = request.old_object if previous else None
+    problem = _negative(new_object(request), old) or _misnamed(new_object(request), old)
+    if problem:
+        return deny(f'PodGroup.scheduling.volcano.sh "{entry.group}" is invalid: {problem}', code=422)
     return None
 
 

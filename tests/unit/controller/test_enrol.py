@@ -14,35 +14,52 @@ from priogate.kube.cache import WatchCache
 from priogate.kube.client import ApiError
 from priogate.ledger import Entry, Record
 from priogate.record_codec import record_object
-from priogate.scope import ENROLLED_LABEL, needs_enrolment, reserves
+from priogate.scope import ENROLLED_LABEL, claim_of, needs_enrolment, reserves
 from tests.builders import podgroup
 
 LONG_AGO = "2026-01-01T00:00:00Z"
 
 
 @pytest.mark.parametrize(
-    ("min_resources", "want"),
+    ("min_resources", "min_member", "want"),
     [
-        ({}, False),
-        ({"cpu": "0"}, False),
-        ({"cpu": "0", "memory": "1Gi"}, True),
-        ({"cpu": "-1"}, False),
-        ({"cpu": "10m"}, True),
-        ({"cpu": "bogus"}, True),
+        ({}, 0, False),
+        ({"cpu": "0"}, 0, False),
+        ({"cpu": "0", "memory": "1Gi"}, 0, True),
+        ({"cpu": "-1"}, 0, False),
+        ({"cpu": "10m"}, 0, True),
+        ({"cpu": "bogus"}, 0, True),
+        # A group claims its minMember as pods, whatever its minResources.
+        ({}, 1, True),
+        ({"cpu": "0"}, 6, True),
     ],
 )
-def test_reserves(min_resources, want):
-    assert reserves(min_resources) is want
+def test_reserves(min_resources, min_member, want):
+    assert reserves(min_resources, min_member) is want
+
+
+@pytest.mark.parametrize(
+    ("spec", "want"),
+    [
+        ({}, ({}, 1)),
+        ({"minMember": 0}, ({}, 0)),
+        ({"minMember": 3, "minResources": {"cpu": "1"}}, ({"cpu": "1"}, 3)),
+        ({"minMember": "3", "minResources": "x"}, ({}, 1)),
+    ],
+)
+def test_claim_of(spec, want):
+    assert claim_of(spec) == want
 
 
 @pytest.mark.parametrize(
     ("labels", "claims", "want"),
     [
-        (None, [{"cpu": "1"}], True),
-        ({ENROLLED_LABEL: "false"}, [{"cpu": "1"}], True),
-        ({ENROLLED_LABEL: "true"}, [{"cpu": "1"}], False),
+        (None, [({"cpu": "1"}, 0)], True),
+        ({ENROLLED_LABEL: "false"}, [({"cpu": "1"}, 0)], True),
+        ({ENROLLED_LABEL: "true"}, [({"cpu": "1"}, 0)], False),
         (None, [], False),
-        (None, [{}, {"cpu": "0"}], False),
+        (None, [({}, 0), ({"cpu": "0"}, 0)], False),
+        (None, [({}, 0), ({}, 2)], True),
     ],
 )
 def test_needs_enrolment(labels, claims, want):
@@ -89,7 +106,8 @@ def enroller(
 
 
 RESERVING = podgroup("g", namespace="team-a", min_resources={"cpu": "2"})
-EMPTY = podgroup("e", namespace="team-a")
+EMPTY = podgroup("e", namespace="team-a", min_member=0)
+MEMBERS_ONLY = podgroup("m", namespace="team-a")  # claims its default minMember (1 pod)
 ENTRY = {"uid-r": Entry("r", "uid-r", {"cpu": "4"}, 1, "", LONG_AGO)}
 
 
@@ -100,9 +118,10 @@ ENTRY = {"uid-r": Entry("r", "uid-r", {"cpu": "4"}, 1, "", LONG_AGO)}
         ({"team": "a"}, [], ENTRY, True, True),  # the record's entry alone (group not cached yet)
         ({ENROLLED_LABEL: "true"}, [RESERVING], ENTRY, True, False),
         (None, [EMPTY], {}, True, False),  # reserves nothing: stays off the quota hooks
+        (None, [MEMBERS_ONLY], {}, True, True),  # no minResources, but a pod a quota may limit
         (None, [RESERVING], None, False, False),  # not in the cache: its event comes later
     ],
-    ids=["stored-group", "record-entry", "already", "nothing-reserved", "unknown"],
+    ids=["stored-group", "record-entry", "already", "nothing-reserved", "members-only", "unknown"],
 )
 def test_a_reserving_namespace_without_the_label_is_labelled(labels, groups, entries, known, enrolled):
     e, client = enroller(labels, groups, entries, namespace_known=known)
