@@ -21,6 +21,7 @@ import structlog
 
 from priogate.clock import micro_time
 from priogate.kube.client import ApiClient, resource_path
+from priogate.text import escape_untrusted
 
 log = structlog.get_logger("priogate.controller.events")
 
@@ -88,7 +89,9 @@ class EventRecorder:
             "reportingInstance": self.instance[:128],
             "action": action,
             "reason": reason,
-            "note": note[:NOTE_LIMIT],
+            # Escaped before the cut: a note can carry tenant text (a condition's message, a
+            # refusal's reason), and kubectl describe and `kubectl priogate why` print notes.
+            "note": escape_untrusted(note)[:NOTE_LIMIT],
             "type": type_,
             "regarding": {
                 "apiVersion": api_version,

@@ -19,7 +19,7 @@ from typing import NoReturn, TextIO
 import urllib3
 
 from kubectl_priogate import reservations, simulation, why, why_report
-from kubectl_priogate.output import FORMATS, render
+from kubectl_priogate.output import FORMATS, render, shown
 from kubectl_priogate.source import Source
 from priogate.clock import rfc3339
 from priogate.kube.client import ApiError
@@ -266,12 +266,14 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None, err: Text
     try:
         connection = connect(args.kubeconfig, args.context, as_user=args.as_user)
         return COMMANDS[args.command](args, Source(connection.client), connection.namespace, out)
+    # Messages are shown escaped: the server's can quote what a tenant wrote (an admission
+    # refusal names the field it refused), a CLI error an object read from the cluster.
     except ApiError as e:
         reason = _REASONS.get(e.status, e.reason or str(e.status))
-        err.write(f"Error from server ({reason}): {e.message or e.reason}\n")
+        err.write(f"Error from server ({shown(reason)}): {shown(e.message or e.reason)}\n")
     except (CliError, KubeconfigError) as e:
-        err.write(f"error: {e}\n")
+        err.write(f"error: {shown(e)}\n")
     except urllib3.exceptions.HTTPError as e:
         # The API server cannot be reached: kubectl's own wording names the server too.
-        err.write(f"error: cannot reach the API server: {e}\n")
+        err.write(f"error: cannot reach the API server: {shown(e)}\n")
     return EXIT_ERROR

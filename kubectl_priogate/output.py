@@ -1,4 +1,9 @@
-"""Rendering, kubectl's way: tables for people, JSON or YAML for scripts. Pure."""
+"""Rendering, kubectl's way: tables for people, JSON or YAML for scripts. Pure.
+
+Text for people shows object-derived strings (condition messages, Event notes, resource
+names) through shown(): tenants write them, and a control character in one would drive the
+reader's terminal (priogate.text). JSON and YAML need nothing more: json.dumps (ensure_ascii)
+and yaml.safe_dump (allow_unicode off) write every such character as an escape."""
 
 from __future__ import annotations
 
@@ -11,6 +16,7 @@ from typing import Any
 import yaml
 
 from priogate.resources import format_quantity
+from priogate.text import escape_untrusted
 
 FORMATS = ("json", "yaml")
 NONE = "<none>"  # what kubectl prints for an empty cell
@@ -20,9 +26,16 @@ _PADDING = 3
 _MIN_WIDTH = 6
 
 
+def shown(text: object) -> str:
+    """An object-derived string as a terminal may show it: its control, bidi and line-separator
+    characters escaped (priogate.text.escape_untrusted)."""
+    return escape_untrusted(str(text))
+
+
 def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    """Upper-case headers, left-aligned columns, the last one unpadded; ends with a newline."""
-    cells = [[h.upper() for h in headers], *[[c if c != "" else NONE for c in row] for row in rows]]
+    """Upper-case headers, left-aligned columns, the last one unpadded; ends with a newline.
+    Cells are escaped (shown) before they are measured, so a forged newline cannot start a row."""
+    cells = [[h.upper() for h in headers], *[[shown(c) if c != "" else NONE for c in row] for row in rows]]
     widths = [max(_MIN_WIDTH, max(len(row[i]) for row in cells) + _PADDING) for i in range(len(headers))]
     lines = []
     for row in cells:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
-from kubectl_priogate.output import NONE, quantities, quantity, table
+from kubectl_priogate.output import NONE, quantities, quantity, shown, table
 from priogate import podgroup
 from priogate.ledger import Entry
 from priogate.quota import Consumer, hard_limits, quota_applies, quota_names, unconsumed, used
@@ -222,7 +222,7 @@ def _record_fill_note(report: NamespaceReport) -> str:
         return ""
     share = report.record_bytes / CONFIGMAP_MAX_BYTES
     return (
-        f"\nThe reservation record of namespace {report.namespace} is {share:.0%} full"
+        f"\nThe reservation record of namespace {shown(report.namespace)} is {share:.0%} full"
         f" ({report.record_bytes / 1024:.0f} KiB of {CONFIGMAP_MAX_BYTES // 1024} KiB):"
         " once it is full, new PodGroups with minResources are refused; delete the PodGroups"
         " that are no longer needed.\n"

@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from kubectl_priogate.output import NONE, table
+from kubectl_priogate.output import NONE, shown, table
 from priogate.podgroup import Phase
 from priogate.preemption.engine import Result, simulate
 from priogate.preemption.policy import DEFAULT_POLICY, PreemptionPolicy
@@ -181,7 +181,7 @@ def render_table(data: Mapping[str, Any]) -> str:
         text = "No preemption needed: no pending pod or PodGroup needs victims.\n"
     explained = [d for d in (*data["decisions"], *data["unresolved"]) if d.get("nodes")]
     for d in explained:
-        text += f"\n{d['preemptor']}: other nodes\n"
+        text += f"\n{shown(d['preemptor'])}: other nodes\n"
         text += table(["node", "why"], [[n, why] for n, why in sorted(d["nodes"].items())])
     stats = data["stats"]
     text += f"\n{stats['nodes']} nodes, {stats['pods']} pods, decided in {stats['decisionSeconds']:.3f} s\n"

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from kubectl_priogate.output import NONE, human_duration, table
+from kubectl_priogate.output import NONE, human_duration, shown, table
 from priogate.preemption.outcome import iso
 
 
@@ -44,14 +44,16 @@ def condition_text(c: Mapping[str, Any]) -> str:
 
 
 def render_text(report: Report, now: float) -> str:
-    """kubectl describe's shape: labelled lines, then Conditions, Members and Events."""
-    out = [f"{report.kind}:".ljust(16) + f"{report.namespace}/{report.name}"]
-    out.append("State:".ljust(16) + report.state)
-    out.append("Why:".ljust(16) + report.summary)
-    out.extend(f"{label}:".ljust(16) + text for label, text in report.details)
+    """kubectl describe's shape: labelled lines, then Conditions, Members and Events. Every
+    value is shown escaped (output.shown): the report repeats tenant-written text, which must
+    not forge a line (a second "State:") or clear the screen; the tables escape their cells."""
+    out = [f"{report.kind}:".ljust(16) + shown(f"{report.namespace}/{report.name}")]
+    out.append("State:".ljust(16) + shown(report.state))
+    out.append("Why:".ljust(16) + shown(report.summary))
+    out.extend(f"{label}:".ljust(16) + shown(text) for label, text in report.details)
     text = "\n".join(out) + "\n"
     if report.conditions:
-        text += "Conditions:\n" + "".join(f"  {condition_text(c)}\n" for c in report.conditions)
+        text += "Conditions:\n" + "".join(f"  {shown(condition_text(c))}\n" for c in report.conditions)
     if report.members:
         text += "Members:\n" + _indent(
             table(

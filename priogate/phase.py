@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from priogate.podgroup import FINISHED_PHASES, Phase, PodPhase
+from priogate.text import escape_untrusted
 
 SCHEDULED = "Scheduled"
 UNSCHEDULABLE = "Unschedulable"
@@ -88,7 +89,16 @@ def next_phase(current: str, min_member: int, members: Members, enqueue: Enqueue
 
 
 def _condition(type_: str, status: bool, reason: str, message: str) -> dict[str, str]:
-    return {"type": type_, "status": "True" if status else "False", "reason": reason, "message": message}
+    """Every condition the controller writes on a PodGroup is made here, so its message is
+    escaped here: it can carry tenant text (a minResources name in a quota or capacity verdict),
+    and `kubectl describe` and `kubectl priogate why` print it. Idempotent, so a status
+    recomputed from the written one is equal to it and not written again."""
+    return {
+        "type": type_,
+        "status": "True" if status else "False",
+        "reason": reason,
+        "message": escape_untrusted(message),
+    }
 
 
 def desired_conditions(

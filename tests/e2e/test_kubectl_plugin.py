@@ -19,6 +19,7 @@ import yaml
 
 from localcluster import LocalCluster
 from priogate.kube.client import ApiClient, load_client, resource_path
+from priogate.podgroup import GROUP_VERSION
 from priogate.record_codec import CONFIGMAP_MAX_BYTES, DEFAULT_LEDGER_NAMESPACE, record_path, stored_size
 from tests.builders import pod, podgroup, priority_class
 from tests.e2e.conftest import ClassTracker
@@ -291,3 +292,88 @@ def test_a_namespace_user_asks_why_and_sees_reservations(client: ApiClient, tena
     assert denied.returncode == 1 and denied.stderr.startswith("Error from server (Forbidden): "), (
         denied.stderr
     )
+
+
+# A line break, a screen clear, the cursor sent home and a forged line: what a terminal obeys.
+FORGED = "\n\x1b[2J\x1b[H State: Running"
+FORGED_SHOWN = "\\n\\x1b[2J\\x1b[H State: Running"
+
+
+def test_control_characters_a_tenant_writes_reach_the_admin_escaped(client: ApiClient, tenant, priogate):
+    """A tenant (built-in `edit` role) writes control characters where priogate repeats them to
+    the admin: a minResources name, which the controller's capacity verdict names in the group's
+    Unschedulable condition and its phase Event, and the note of an Event the tenant writes
+    about the group itself. The admin's `kubectl priogate why` shows each escaped, never a
+    screen clear or a second State line; the condition and the controller's Event are written
+    escaped. The Event note is out of every priogate hook's reach, as messages copied from other
+    objects are; the minResources name is the path the controller repeats, for as long as
+    admission takes such a name (and for groups stored before it refused them)."""
+    assert tenant.can("create", "events"), "the built-in edit role writes core Events"
+    created = tenant.create_podgroup(
+        podgroup("forged", namespace=None, min_member=1, min_resources={f"cpu{FORGED}": "1"})
+    )
+    tenant.kubectl(
+        "create",
+        "-f",
+        "-",
+        stdin=json.dumps(
+            {
+                "apiVersion": "v1",
+                "kind": "Event",
+                "metadata": {"name": "forged.tenant", "namespace": tenant.namespace},
+                "involvedObject": {
+                    "apiVersion": GROUP_VERSION,
+                    "kind": "PodGroup",
+                    "namespace": tenant.namespace,
+                    "name": "forged",
+                    "uid": created["metadata"]["uid"],
+                },
+                "type": "Normal",
+                "reason": "Running",
+                "message": f"all members running{FORGED}",
+                "source": {"component": "tenant"},
+            }
+        ),
+    )
+
+    def unschedulable() -> str:
+        got = client.get(groups_path(tenant.namespace, "forged"))
+        return next(
+            (
+                c.get("message") or ""
+                for c in (got.get("status") or {}).get("conditions") or []
+                if c["type"] == "Unschedulable" and c["status"] == "True"
+            ),
+            "",
+        )
+
+    wait_for(lambda: bool(unschedulable()), 60, "the controller marks the group Unschedulable")
+
+    def controller_notes() -> list[str]:
+        events = client.get(
+            resource_path("events.k8s.io/v1", "events", tenant.namespace),
+            query=[("fieldSelector", "regarding.kind=PodGroup,regarding.name=forged")],
+        )["items"]
+        return [
+            e.get("note") or "" for e in events if e.get("reportingController") == "priogate.io/controller"
+        ]
+
+    wait_for(lambda: bool(controller_notes()), 60, "the controller records the phase Event")
+
+    # What the admin's terminal receives.
+    text = ok(priogate("why", "podgroup/forged", "-n", tenant.namespace))
+    assert "\x1b" not in text, f"the admin's terminal would obey:\n{text!r}"
+    states = [line for line in text.splitlines() if line.lstrip().startswith("State:")]
+    assert states == ["State:          Pending"], f"a forged State line:\n{text}"
+    shown_key = f"minResources cpu{FORGED_SHOWN}"
+    why = "Why:            not admitted to its queue: NotEnoughResources: cluster capacity insufficient"
+    assert f"{why}: {shown_key}=1 exceed" in text, text
+    assert f"Reservation:    holds {shown_key}=1," in text, text
+    assert f"phase none -> Pending: cluster capacity insufficient: {shown_key}=1" in text, text
+    assert f"all members running{FORGED_SHOWN}" in text, text
+
+    # What the controller wrote, which kubectl describe prints as it is.
+    message = unschedulable()
+    assert f"{shown_key}=1 exceed" in message and "\x1b" not in message, message
+    (note,) = controller_notes()
+    assert note == f"phase none -> Pending: {message}", note

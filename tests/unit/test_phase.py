@@ -143,3 +143,16 @@ def _status(phase: str, unschedulable: str = "") -> dict:
 def test_phase_event(old, new, want):
     event = phase_event(old, new)
     assert (None if event is None else (event.type, event.reason, event.note)) == want
+
+
+def test_a_verdict_with_control_characters_is_escaped_in_the_condition_and_the_event():
+    """The verdict's text can carry a tenant's resource name: what is written and what the
+    Event says show its control characters as escapes, and recomputing changes nothing."""
+    forged = EnqueueVerdict(False, "minResources cpu\n\x1b[2J State: Running\u202e=1 exceed")
+    status = next_status({}, 1, m(), forged, "T1")
+    unschedulable = next(c for c in status["conditions"] if c["type"] == "Unschedulable")
+    assert unschedulable["message"] == "minResources cpu\\n\\x1b[2J State: Running\\u202e=1 exceed"
+    assert next_status(status, 1, m(), forged, "T2") == status
+    event = phase_event(None, status)
+    assert event is not None
+    assert event.note == "phase none -> Pending: " + unschedulable["message"]

@@ -187,3 +187,19 @@ def test_the_enqueue_inputs_kept_across_changes_equal_a_fresh_build():
             decided = kept.enqueue_verdict(kept.demand(g, members))
             assert decided == fresh.enqueue_verdict(fresh.demand(g, members)), (cache, kind)
         assert kept.over_quota("ns") == fresh.over_quota("ns")
+
+
+FORGED_KEY = "cpu\n\x1b[2J\x1b[H State: Running"
+
+
+def test_a_minresources_name_with_control_characters_is_escaped_in_the_condition():
+    """The capacity verdict names the resource short of room; a tenant's name reaches the status,
+    which kubectl prints, escaped, and the status recomputed from it is equal (never rewritten)."""
+    g = podgroup("g", namespace="ns", min_member=1, min_resources={FORGED_KEY: "1"})
+    r = reconciler([], [g])
+    status = r.desired_status(g, [])
+    message = next(c["message"] for c in status["conditions"] if c["type"] == "Unschedulable")
+    assert status["phase"] == "Pending"
+    assert "minResources cpu\\n\\x1b[2J\\x1b[H State: Running=1 exceed" in message, message
+    assert "\x1b" not in message and "\n" not in message
+    assert r.desired_status({**g, "status": status}, []) == status

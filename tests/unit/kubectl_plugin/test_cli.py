@@ -92,6 +92,11 @@ class _Raising:
             "Error from server (Forbidden): pods is forbidden\n",
         ),
         (ApiError(418, "Teapot", ""), "Error from server (Teapot): Teapot\n"),
+        # a message quoting what a tenant wrote is shown escaped, on its one line
+        (
+            ApiError(400, "BadRequest", 'minResources "cpu\n\x1b[2J": invalid'),
+            'Error from server (BadRequest): minResources "cpu\\n\\x1b[2J": invalid\n',
+        ),
     ],
 )
 def test_api_errors_print_as_kubectl_prints_them(monkeypatch, error, line):

@@ -26,6 +26,12 @@ from kubectl_priogate.output import human_duration, quantity, render, table
         (["name", "node"], [["p", ""]], "NAME   NODE\np      <none>\n"),
         # no rows: the headers alone
         (["quota"], [], "QUOTA\n"),
+        # a cell's control characters are escaped, then measured: no forged row, columns aligned
+        (
+            ["resource", "hard"],
+            [["cpu\n\x1b[2Jfake", "1"], ["cpu", "2"]],
+            "RESOURCE           HARD\ncpu\\n\\x1b[2Jfake   1\ncpu                2\n",
+        ),
     ],
 )
 def test_table(headers, rows, expected):

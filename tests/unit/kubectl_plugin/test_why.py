@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+import yaml
 
 from kubectl_priogate.output import render
 from kubectl_priogate.why import event_lines, parse_target, pod_report, podgroup_report, records_naming
@@ -317,3 +318,38 @@ def test_podgroup_text_and_json():
     } in data["details"]
     assert "holds none" in render_text(podgroup_report(GROUP_PENDING, [], [], {}), now=0)
     assert "no ledger" in render_text(podgroup_report(GROUP_PENDING, [], [], None), now=0)
+
+
+FORGED = "cpu\n\x1b[2J\x1b[H State: Running\u202e"
+FORGED_SHOWN = "cpu\\n\\x1b[2J\\x1b[H State: Running\\u202e"
+
+
+def test_tenant_text_is_shown_escaped_in_text_and_kept_exact_in_json_and_yaml():
+    """A minResources name with a forged line reaches the report through the condition, the
+    ledger entry, an Event and a member's condition: text shows it escaped, one line each;
+    JSON and YAML carry it exactly, escaped by their encoders."""
+    group = with_conditions(
+        podgroup("train", namespace="team", phase="Pending", min_member=2),
+        cond("Unschedulable", "True", "NotEnoughResources", f"minResources {FORGED}=1 exceed"),
+    )
+    group["metadata"]["uid"] = "uid-train"
+    ledger = {"uid-train": Entry("train", "uid-train", {FORGED: "1"}, 2, "", "2026-01-01T00:00:00Z")}
+    member = with_conditions(
+        pod("m0", namespace="team", group="train"), cond("PodScheduled", "False", "Unschedulable", FORGED)
+    )
+    events = [event("Pending", f"phase none -> Pending: {FORGED}", kind="PodGroup")]
+    report = podgroup_report(group, [member], events, ledger)
+    text = render_text(report, now=1767225600.0)
+    assert not set(text) & {"\x1b", "\r", "\u202e"}, text
+    forged_lines = [line for line in text.splitlines() if line.lstrip().startswith("State:")]
+    assert forged_lines == ["State:          Pending"], text
+    assert (
+        f"Why:            not admitted to its queue: NotEnoughResources: minResources {FORGED_SHOWN}=1"
+        in text
+    )
+    assert f"Reservation:    holds minResources {FORGED_SHOWN}=1," in text
+    assert text.count(FORGED_SHOWN) == 5  # why, reservation, condition, member, event
+    for fmt in ("json", "yaml"):
+        out = render(to_json(report), fmt)
+        assert not set(out) & {"\x1b", "\r", "\u202e"}, fmt
+        assert yaml.safe_load(out)["events"][0]["note"] == f"phase none -> Pending: {FORGED}", fmt
