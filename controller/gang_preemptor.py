@@ -44,10 +44,14 @@ from priogate import priority as prio
 from priogate.clock import micro_time
 from priogate.kube.client import ApiClient, ApiError, resource_path
 from priogate.podgroup import GROUP_VERSION, PLURAL
+from priogate.preemption.engine import gang_priority
 from priogate.preemption.policy import DEFAULT_POLICY, PreemptionPolicy
 from priogate.preemption_record import RecordedDecision, Step, Victim
 
 log = structlog.get_logger("priogate.controller.preemption")
+
+
+TOLD_KEPT = 10_000  # _tell_priority's memory, cleared when full (an Event again at worst)
 
 
 class Stopped(Exception):
@@ -80,6 +84,7 @@ class GangPreemptor:
         self.max_age = max_age
         self.on_applied = on_applied
         self.writer = VictimWriter(client, caches.pods.get, events, self._guard)
+        self._told: set[tuple[str, str]] = set()  # (group uid, note) told by _tell_priority
 
     def handle(self, group: Mapping[str, Any], members: Sequence[Mapping[str, Any]], scheduled: int) -> str:
         meta = group["metadata"]
@@ -107,6 +112,7 @@ class GangPreemptor:
             return self._applied_or_stopped(group, decision, "resumed")
         if step is not Step.DECIDE:
             return step.value
+        self._tell_priority(group, members)
         foreign = record.foreign_nomination(members, decision)
         if foreign:
             log.info(
@@ -133,15 +139,43 @@ class GangPreemptor:
 
     # ---- re-checking ---------------------------------------------------------------------------
 
-    def _priority(self, group: Mapping[str, Any], members: Sequence[Mapping[str, Any]]) -> int:
-        """The group's priority as the engine ranks it: its class's value; without a (known)
-        class, its members' highest."""
+    def _priority(self, group: Mapping[str, Any], members: Sequence[Mapping[str, Any]]) -> tuple[int, str]:
+        """The group's priority as the engine ranks it (engine.gang_priority): its unplaced
+        members' lowest admitted priority, never above its class's value; and why it is not
+        that value."""
         class_name = (group.get("spec") or {}).get("priorityClassName") or ""
         pc = self.caches.classes.get("", class_name) if class_name else None
-        if pc is not None:
-            return prio.class_value(pc)
-        values = [(m.get("spec") or {}).get("priority") for m in members]
-        return max((v for v in values if isinstance(v, int) and not isinstance(v, bool)), default=0)
+        values = [
+            (m.get("spec") or {}).get("priority")
+            for m in members
+            if not (m.get("spec") or {}).get("nodeName")
+            and not (m.get("metadata") or {}).get("deletionTimestamp")
+        ]
+        return gang_priority(
+            prio.class_value(pc) if pc is not None else None,
+            [v for v in values if isinstance(v, int) and not isinstance(v, bool)],
+        )
+
+    def _tell_priority(self, group: Mapping[str, Any], members: Sequence[Mapping[str, Any]]) -> None:
+        """A Warning Event, once per group and text, when its members' priority is not its
+        class's: the gang preempts at what its members were admitted with, never at a class
+        they were not allowed."""
+        _, note = self._priority(group, members)
+        told = (group["metadata"].get("uid", ""), note)
+        if not note or told in self._told:
+            return
+        if len(self._told) >= TOLD_KEPT:
+            self._told.clear()
+        self._told.add(told)
+        self.events.emit(
+            group,
+            "PodGroup",
+            GROUP_VERSION,
+            type_="Warning",
+            reason="MemberPriority",
+            action="Preempt",
+            note=f"gang preemption: {note}",
+        )
 
     def _refusal(
         self,
@@ -154,7 +188,7 @@ class GangPreemptor:
         return record.refusal(
             decision,
             needs_preemption=needs,
-            preemptor_priority=self._priority(group, members),
+            preemptor_priority=self._priority(group, members)[0],
             pods=pods,
             now=time.time(),
             max_age=self.max_age,

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -113,9 +113,28 @@ def gang_request(group: PodGroupInfo, members: list[PodInfo]) -> GangRequest | N
     pending = sorted((p for p in members if is_pending(p) and not p.gated), key=lambda p: (p.created, p.key))
     if needed <= 0 or not pending:
         return None
-    priority = group.priority if group.priority is not None else max(p.priority for p in members)
+    priority, note = gang_priority(group.priority, [p.priority for p in pending[:needed]])
     never = group.preemption_policy == NEVER or any(p.preemption_policy == NEVER for p in pending[:needed])
-    return GangRequest(group, tuple(pending), needed, priority, never)
+    return GangRequest(group, tuple(pending), needed, priority, never, note)
+
+
+def gang_priority(class_value: int | None, member_priorities: Sequence[int]) -> tuple[int, str]:
+    """The priority a gang preempts at, and why it is not its class's value: the lowest admitted
+    priority of the members it would place, never above its PodGroup's class value. A pod's
+    priority is what admission allowed it (its own class, under the quotas scoped to that
+    class), while a PodGroup's class is only named: members created without the group's class
+    must not borrow it, or a group naming a critical class would let priority-0 pods preempt.
+    `class_value` None: the group names no (known) class."""
+    if not member_priorities:
+        return (class_value or 0), ""
+    lowest = min(member_priorities)
+    if class_value is None or lowest == class_value:
+        return lowest, ""
+    priority = min(lowest, class_value)
+    return priority, (
+        f"members' admitted priority {lowest} differs from the PodGroup's class value {class_value}: "
+        f"ranked at {priority}"
+    )
 
 
 def run(

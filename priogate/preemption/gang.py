@@ -42,8 +42,9 @@ class GangRequest:
     group: PodGroupInfo
     pending: tuple[PodInfo, ...]  # pending members, oldest first
     needed: int  # members still to place to reach minMember
-    priority: int
+    priority: int  # gang_priority: what its members may preempt at
     never: bool  # preemptionPolicy Never on the group's class or a needed member
+    priority_note: str = ""  # the members' priority differs from the group's class value
 
 
 @dataclass(frozen=True)
@@ -230,11 +231,16 @@ def _walk_everything(
     return {n: free_all[n] for n in domain}, units
 
 
+def gang_note(request: GangRequest) -> str:
+    """Why the gang's priority is a guess or not its class's value (engine.gang_priority)."""
+    return "; ".join(n for n in (request.group.priority_note, request.priority_note) if n)
+
+
 def preempt_group(
     state: ClusterState, request: GangRequest, *, policy: PreemptionPolicy, explain: bool
 ) -> Outcome:
     key = GROUP_PREFIX + request.group.key
-    note = request.group.priority_note
+    note = gang_note(request)
     if len(request.pending) < request.needed:
         reason = (
             f"needs {request.needed} more member(s) to reach minMember {request.group.min_member}, "
@@ -309,7 +315,7 @@ def _decision(
     return Outcome(
         preemptor=problem.key,
         status="preempt",
-        reason=with_note(reason, request.group.priority_note),
+        reason=with_note(reason, gang_note(request)),
         placements=dict(sorted(solution.placement.items())),
         victims=victims,
         nodes=nodes,

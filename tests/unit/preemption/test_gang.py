@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from priogate.preemption.engine import PENDING_GROUP
+from priogate.preemption.engine import PENDING_GROUP, gang_priority
 from priogate.preemption.outcome import Outcome
 from priogate.preemption.policy import PreemptionPolicy
 from priogate.preemption.single import NOT_ELIGIBLE_NEVER
@@ -296,3 +296,33 @@ def test_lower_priority_nominations_on_member_nodes_are_cleared():
     # nomination stayed, "later" would find b held and no victim to take.
     assert list(decided(result)) == [GANG]
     assert unresolved(result) == {}
+
+
+@pytest.mark.parametrize(
+    ("class_value", "members", "want", "noted"),
+    [
+        (100, [100, 100], 100, False),
+        (2_000_000_000, [0, 0], 0, True),  # class-less members of a critical group
+        (100, [1000, 50], 50, True),  # the lowest member it would place
+        (100, [1000], 100, True),  # never above the class
+        (None, [7, 3], 3, False),  # no known class: the members alone
+        (100, [], 100, False),
+    ],
+)
+def test_a_gang_preempts_at_its_members_admitted_priority(class_value, members, want, noted):
+    priority, note = gang_priority(class_value, members)
+    assert priority == want
+    assert bool(note) is noted
+
+
+def test_class_less_members_of_a_critical_group_take_no_victim():
+    objects = [
+        node("n1"),
+        pod("busy", priority=1000, cpu="4", node="n1"),
+        priority_class("critical", value=2_000_000_000),
+        podgroup("gang", min_member=1, priority_class="critical", phase="Inqueue"),
+        pod("g0", priority=0, cpu="2", group="gang"),
+    ]
+    d = decision(objects)
+    assert not d.victims
+    assert "members' admitted priority 0 differs from the PodGroup's class value 2000000000" in d.reason
