@@ -24,6 +24,7 @@ PRIORITY_CLASSES = "/apis/scheduling.k8s.io/v1/priorityclasses"
 POD_PRIORITY = "pod-priority.priogate.io"
 PG_DEFAULTS = "podgroup-defaults.priogate.io"
 PG_ANNOTATIONS = "podgroup-annotations.priogate.io"
+PG_ENROLMENT = "podgroup-enrolment.priogate.io"
 
 
 @pytest.fixture(scope="module")
@@ -100,3 +101,26 @@ def test_a_quota_write_reaches_the_fence_hook_only_when_it_creates_or_changes_a_
     assert calls(client, hook, "UPDATE") == updates, "a status or label write was sent to the quota hook"
     patch(client, f"{path}/cond", {"spec": {"hard": {"pods": "6"}}})
     assert calls(client, hook, "UPDATE") == updates + 1
+
+
+@pytest.mark.parametrize(
+    ("spec", "called"),
+    [
+        ({"minMember": 0}, False),  # claims nothing: no quota can refuse it
+        ({"minMember": 0, "minResources": {"cpu": "1"}}, True),
+        ({"minMember": 2}, True),  # claims 2 pods, whatever its minResources
+        ({}, True),  # minMember defaulted: 1 pod
+        ({"minMember": 0, "priorityClassName": "system-cluster-critical"}, False),
+    ],
+    ids=["nothing", "resources", "members", "defaulted", "class-only"],
+)
+def test_a_podgroup_reaches_the_enrolment_hook_when_it_claims_something(client, namespace, spec, called):
+    """In a namespace that is not enrolled, every PodGroup that claims a pod or a resource is
+    judged (a quota on pods, or one scoped to its class, binds it); only a group claiming
+    nothing is spared the round trip."""
+    labels = client.get(f"/api/v1/namespaces/{namespace}")["metadata"].get("labels") or {}
+    assert labels.get("priogate.io/reservations") != "true"
+    before = calls(client, PG_ENROLMENT, "CREATE")
+    body = {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "PodGroup", "metadata": {"name": "g"}}
+    client.create(groups_path(namespace), {**body, "spec": spec})
+    assert calls(client, PG_ENROLMENT, "CREATE") == before + (1 if called else 0), spec
