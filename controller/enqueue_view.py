@@ -61,11 +61,11 @@ _Entry = tuple[Mapping[str, Any], list[Mapping[str, Any]], enqueue.GroupDemand |
 @dataclass(frozen=True)
 class _Namespace:
     """A namespace's unfinished groups' demands, valid while the namespace's snapshots of
-    groups and pods (the caches replace them on every change) and these generations are."""
+    groups and pods (the caches replace them on every change) and the classes are."""
 
     groups_seen: Mapping[str, Any]
     pods_seen: Mapping[str, Any]
-    generations: tuple[int, int]  # the classes cache's and the namespace's quotas'
+    classes_generation: int  # a demand's priority is its class's
     demands: list[enqueue.GroupDemand]
     rolled_back: list[tuple[int, float]]  # (position, time) of those an Inqueue timeout rolled back
     same: dict[str, _Entry]  # by group name: reused while the group and member list are the same
@@ -191,7 +191,7 @@ class EnqueueView:
             self.caches.pods.generation,
             self.caches.podgroups.generation,
             self.caches.nodes.generation,
-            self.caches.quotas.generation,  # whether a waiting group's own quota refuses it
+            self.caches.quotas.generation,  # the quotas the verdicts test
         )
         if self._view is not None and self._view.key == key:
             return self._view
@@ -232,25 +232,25 @@ class EnqueueView:
     def _namespace(self, namespace: str) -> _Namespace:
         groups_seen = self.caches.podgroups.namespace(namespace)
         pods_seen = self.caches.pods.namespace(namespace)
-        generations = (self.caches.classes.generation, self.caches.quotas.namespace_generation(namespace))
+        classes_generation = self.caches.classes.generation
         known = self._namespaces.get(namespace)
         if (
             known is not None
             and known.groups_seen is groups_seen
             and known.pods_seen is pods_seen
-            and known.generations == generations
+            and known.classes_generation == classes_generation
         ):
             return known
         members = self._pods_of(namespace, pods_seen).members
         # The last build's entries: a group whose object and member list are the very ones seen
         # then (the caches replace an object on every change) is not read again.
-        last = known.same if known is not None and known.generations == generations else {}
+        last = known.same if known is not None and known.classes_generation == classes_generation else {}
         demands, rolled_back, same = [], [], {}
         for name, group in groups_seen.items():
             group_members = members.get(name, _NO_MEMBERS)
             entry = last.get(name)
             if entry is None or entry[0] is not group or entry[1] is not group_members:
-                entry = self._group_entry(group, group_members, generations)
+                entry = self._group_entry(group, group_members, classes_generation)
             if entry[2] is None:
                 continue  # finished
             if entry[4]:
@@ -258,35 +258,22 @@ class EnqueueView:
             if entry[3] is not None:
                 rolled_back.append((len(demands), entry[3]))
             demands.append(entry[2])
-        known = _Namespace(groups_seen, pods_seen, generations, demands, rolled_back, same)
+        known = _Namespace(groups_seen, pods_seen, classes_generation, demands, rolled_back, same)
         self._namespaces[namespace] = known
         return known
 
     def _group_entry(
-        self, group: Mapping[str, Any], members: list[Mapping[str, Any]], generations: tuple[int, int]
+        self, group: Mapping[str, Any], members: list[Mapping[str, Any]], classes_generation: int
     ) -> _Entry:
         status = group.get("status") or {}
         if (status.get("phase") or "") in FINISHED_PHASES:
             return (group, members, None, None, True)
         uid, group_version = version(group)
-        memo_key = (group_version, tuple(version(p) for p in members), *generations)
+        memo_key = (group_version, tuple(version(p) for p in members), classes_generation)
         known = self._demand_memo.get(uid)
         versioned = bool(group_version) and all(v for _, v in memo_key[1])  # else no key
         if known is None or known[0] != memo_key or not versioned:
-            known = (memo_key, self._waiting_demand(group, members))
+            known = (memo_key, self.demand(group, members))
             self._demand_memo[uid] = known
         since = enqueue.rolled_back_at(status) if self.enqueue_backoff > 0 else None
         return (group, members, known[1], since, versioned)
-
-    def _waiting_demand(
-        self, group: Mapping[str, Any], members: Sequence[Mapping[str, Any]]
-    ) -> enqueue.GroupDemand:
-        """The group's demand, and for a waiting group whether its own quota refuses it."""
-        demand = self.demand(group, members)
-        if demand.phase in enqueue.WAITING_PHASES and demand.min_resources:
-            try:
-                blocked = enqueue.check_quota(demand, self.quotas(demand.namespace)) is not None
-            except ValueError:
-                blocked = True  # a malformed quota holds it back (the verdict says so)
-            demand = dataclasses.replace(demand, quota_blocked=blocked)
-        return demand

@@ -10,9 +10,10 @@ project's preemption folded in:
    used + what the namespace's other holding groups and the waiting groups ahead of it still
    have to create + what this group still has to create <= hard;
 2. capacity: this group's unconsumed minResources fit in the cluster's allocatable minus what
-   is held by bound pods, other Inqueue/Running groups and the waiting groups ahead of it, *of
-   at least this group's priority*. Lower-priority pods do not count, because the controller's
-   gang preemption can take their place (unless the group's preemptionPolicy is Never).
+   is held by bound pods and other Inqueue/Running groups of any namespace and by the waiting
+   groups of its namespace ahead of it, *of at least this group's priority*. Lower-priority
+   pods do not count, because the controller's gang preemption can take their place (unless
+   the group's preemptionPolicy is Never).
 
 A group's demand is counted once, whatever state its members are in. The built-in
 ResourceQuota admission plugin charges a pod to status.used when the pod is *created*
@@ -23,14 +24,17 @@ is new.
 
 Order: groups are considered by priority, then creation time (first come, first served
 within a priority, as kube-batch's enqueue action pops jobs from a priority queue ordered by
-priority and creation time). When a waiting group is decided, the demand of the waiting groups
-ahead of it counts as held, so a younger group of lower or equal priority never takes what an
-older one waits for. A waiting group that could never fit (its demand alone exceeds a quota's
-hard or the cluster's allocatable) and a group backing off after an Inqueue timeout hold
-nothing, so neither blocks the queue behind it; a group its own namespace's quota refuses now
-holds nothing for other namespaces (one tenant's full quota must not stall another's groups).
-An admitted group is not demoted because a higher-priority one arrived later: groups behind it
-in time do not count in its re-check.
+priority and creation time). Each namespace is a queue of its own: when a waiting group is
+decided, the demand of the waiting groups *of its namespace* ahead of it counts as held, so a
+younger group of lower or equal priority never takes what an older one of its namespace waits
+for; another namespace's waiting group holds nothing, so one tenant's big waiting group does
+not stall every other tenant's. Kueue draws the same line: even a StrictFIFO queue holds back
+only its own workloads (kubernetes-sigs/kueue pkg/queue/cluster_queue_strict_fifo.go), and
+across queues what fits goes in. A waiting group that could never fit (its demand alone
+exceeds a quota's hard or the cluster's allocatable) and a group backing off after an Inqueue
+timeout hold nothing, so neither blocks the queue behind it. An admitted group is not demoted
+because a higher-priority one arrived later: groups behind it in time do not count in its
+re-check.
 """
 
 from __future__ import annotations
@@ -73,10 +77,6 @@ class GroupDemand:
     created_members: int = 0
     created_at: str = ""  # metadata.creationTimestamp (RFC 3339 UTC: sorts as text)
     backing_off: bool = False  # rolled back after an Inqueue timeout, not yet eligible again
-    # Its own namespace's quotas refuse it now (used + its demand > hard): a waiting group then
-    # holds nothing in other namespaces, or a tenant could block everyone's capacity with a
-    # group its own quota never lets in.
-    quota_blocked: bool = False
 
     # Cached: every verdict reads these of every other unfinished group.
     @cached_property
@@ -143,8 +143,8 @@ def capacity_problem(group: GroupDemand, short: Sequence[str], allocatable: Reso
         return None
     return (
         f"cluster capacity insufficient: minResources {format_amounts(short, group.unconsumed)} exceed what "
-        f"is not held by pods and PodGroups of priority >= {group.priority} and older waiting PodGroups "
-        f"(allocatable {format_amounts(short, allocatable)})"
+        f"is not held by pods and PodGroups of priority >= {group.priority} and older waiting PodGroups of "
+        f"its namespace (allocatable {format_amounts(short, allocatable)})"
     )
 
 

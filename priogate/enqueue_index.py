@@ -8,10 +8,10 @@ every sum a verdict reads is over groups picked by a threshold on the enqueue or
 priority, plus the namespace:
 - capacity held by bound pods and holding groups of priority >= p: sums by priority, highest
   first, with running totals;
-- the waiting groups ahead of a waiting group: the eligible ones (waiting, not backing off,
-  with minResources that fit allocatable) before it in the enqueue order, except another
-  namespace's group its own quota refuses, and a same-namespace group that can never fit its
-  quota: running totals in enqueue order, all namespaces and per namespace;
+- the waiting groups ahead of a waiting group: those of its namespace (each namespace is a
+  queue of its own) that are eligible (waiting, not backing off, with minResources that fit
+  allocatable and a demand that can fit the namespace's quotas) and before it in the enqueue
+  order: running totals in enqueue order, per namespace;
 - the quota reservations: per namespace and priority class (a quota's scopes judge the class
   only), the holding groups' sum plus the running totals of the ahead ones.
 A group's own entry in the view is never one of its "others": its part is taken back out.
@@ -70,13 +70,8 @@ class _Namespace:
             add_into(self.holding_sums.setdefault(group.priority, {}), group.unconsumed_nanos)
             add_into(self.holders.setdefault(group.priority_class, {}), group.quota_demand_nanos)
         self.holding = HeldByPriority(self.holding_sums.items())
-        # The waiting groups that can be ahead of another (the others never are), in enqueue
-        # order, with what they count for a group of another namespace: all but those their own
-        # quota refuses now.
-        eligible = [g for g in groups if self._eligible(g)]
-        self.eligible_ids = {id(g) for g in eligible}
-        self.unblocked = Ordered((g, {} if g.quota_blocked else g.unconsumed_nanos) for g in eligible)
-        self.unblocked_count = sum(not g.quota_blocked for g in eligible)
+        # The waiting groups that can be ahead of another of the namespace (the others never are).
+        self.eligible_ids = {id(g) for g in groups if self._eligible(g)}
         self._quota_part: _QuotaPart | None = None
 
     def _eligible(self, group: GroupDemand) -> bool:
@@ -111,8 +106,6 @@ class _Namespace:
         new.holding_sums = {p: dict(sums) for p, sums in self.holding_sums.items()}
         new.holders = {cls: dict(sums) for cls, sums in self.holders.items()}
         new.eligible_ids = set(self.eligible_ids)
-        new.unblocked = self.unblocked.copy()
-        new.unblocked_count = self.unblocked_count
         new._quota_part = self._quota_part.copy() if self._quota_part is not None else None
         for group in removed:
             new._move(group, -1)
@@ -135,11 +128,8 @@ class _Namespace:
             return
         if sign > 0:
             self.eligible_ids.add(id(group))
-            self.unblocked.insert(group, {} if group.quota_blocked else group.unconsumed_nanos)
         else:
             self.eligible_ids.discard(id(group))
-            self.unblocked.remove(group)
-        self.unblocked_count += sign * (not group.quota_blocked)
         if self._quota_part is not None:
             self._quota_part.move(group, sign)
 
@@ -242,7 +232,6 @@ class Verdicts:
         self._holding = HeldByPriority(
             item for part in self._parts.values() for item in part.holding.per_priority.items()
         )
-        self._unblocked = [part for part in self._parts.values() if part.unblocked_count]
 
     def _part(self, namespace: str) -> _Namespace:
         part = self._parts.get(namespace)
@@ -307,21 +296,13 @@ class Verdicts:
         if not demand:
             return EnqueueVerdict(True)
         at_least = group.priority if group.preempts else None  # lower pods count unless it may preempt
-        # Ahead of it: the waiting groups before it of every other namespace but those their own
-        # quota refuses now; of its own namespace, those that can fit the quota.
-        order = group.order
-        others = (
-            [(p.unblocked, p.unblocked.before(order)) for p in self._unblocked if p is not ns]
-            if waiting
-            else []
-        )
-        here = quota.fits.before(order) if waiting else 0
+        # Ahead of it: its namespace's waiting groups before it that can fit the quota; another
+        # namespace's waiting groups never are.
+        here = quota.fits.before(group.order) if waiting else 0
         short = []
         for name, amount in demand.items():
             held = self._bound.held(name, at_least) + self._holding.held(name, at_least)
-            held += sum(ordered.first(count, name) for ordered, count in others) + quota.fits.first(
-                here, name
-            )
+            held += quota.fits.first(here, name)
             for other in own:
                 holds = other.phase in HOLDING_PHASES and (at_least is None or other.priority >= at_least)
                 if holds or (waiting and self._ahead(other, group, ns, quota)):

@@ -1,20 +1,28 @@
 """The controller through the real control plane: PodGroup phases as pods come, run, go and
-finish, and stale reservations reclaimed from the ledger. The session's controller (started by
-localcluster, leader-elected) does the work."""
+finish, one tenant's waiting gang and another tenant's groups, and stale reservations reclaimed
+from the ledger. The session's controller (started by localcluster, leader-elected) does the
+work."""
 
 from __future__ import annotations
 
 import datetime as dt
+import time
+from collections.abc import Iterator
+from fractions import Fraction
 
 import pytest
+from kubernetes import client as k8s
 
 from localcluster import LocalCluster
 from priogate.kube.client import ApiClient, ApiError, load_client, resource_path
 from priogate.ledger import Entry
 from priogate.record_codec import DEFAULT_LEDGER_NAMESPACE, entries_of, record_object, record_of, record_path
+from priogate.resources import parse_quantity
 from tests.builders import pod, podgroup
-from tests.e2e.controller_helpers import delete_pod, groups_path, pod_running, wait_phase
+from tests.e2e.controller_helpers import delete_pod, groups_path, phase, pod_running, wait_phase
 from tests.e2e.helpers import wait_for
+from tests.e2e.preemptor_side import Side, millicpu
+from tests.e2e.tenant import Tenant, tenant_fixture
 from tests.e2e.test_podgroup_quota import create_quota
 
 
@@ -120,6 +128,74 @@ def test_a_finished_gang_is_completed(client: ApiClient, namespace: str):
     group = wait_phase(client, namespace, "batch", "Completed", timeout=90)
     assert group["status"]["succeeded"] == 3
     assert group["status"]["running"] == 0
+
+
+@pytest.fixture
+def other_tenant(
+    cluster: LocalCluster, core: k8s.CoreV1Api, rbac: k8s.RbacAuthorizationV1Api
+) -> Iterator[Tenant]:
+    """A second tenant: another namespace, another user with `edit` there only."""
+    yield from tenant_fixture(cluster, core, rbac)
+
+
+IDLE_PER_NODE = Fraction(2)
+
+
+def tenant_group(name: str, min_member: int, cpu: int) -> dict:
+    """A PodGroup manifest as a user writes it: no uid or creationTimestamp of the builder's."""
+    group = podgroup(name, namespace=None, min_member=min_member, min_resources={"cpu": str(cpu)})
+    group["metadata"] = {"name": name}
+    return group
+
+
+def test_one_tenants_waiting_gang_does_not_stall_another_tenants_group(
+    client: ApiClient, tenant: Tenant, other_tenant: Tenant, default_side: Side
+):
+    # Tenant a's pods fill every kwok node but IDLE_PER_NODE cpus.
+    create_quota(client, tenant.namespace, "100")
+    default_side.settle()
+    fillers = []
+    for i, (node, free) in enumerate(sorted(default_side.free_cpu().items())):
+        filler = pod(
+            f"filler-{i}",
+            namespace=None,
+            cpu=millicpu(free - IDLE_PER_NODE),
+            node_selector={"kubernetes.io/hostname": node},
+        )
+        tenant.core.create_namespaced_pod(tenant.namespace, filler)
+        fillers.append(filler["metadata"]["name"])
+    default_side.wait_running(tenant.namespace, fillers, "the fillers run")
+    nodes = client.get("/api/v1/nodes", query=[("labelSelector", "type=kwok")])["items"]
+    allocatable = sum(parse_quantity(n["status"]["allocatable"]["cpu"]) for n in nodes)
+    idle = IDLE_PER_NODE * len(nodes)
+    big = 20
+    assert idle < big <= allocatable, (idle, allocatable)
+
+    # Tenant a's gang fits the allocatable but not what is idle: it waits.
+    tenant.create_podgroup(tenant_group("big", 4, big))
+    waiting = wait_phase(client, tenant.namespace, "big", "Pending")
+    assert "cluster capacity insufficient" in condition(waiting, "Unschedulable")["message"]
+
+    # Tenant b's small group, created after it in another namespace (kubectl --as tenant b),
+    # fits what is idle: it goes in while tenant a's gang still waits. creationTimestamp counts
+    # whole seconds and equal ones are ordered by namespace/name: a second apart, b's is younger.
+    time.sleep(1.0)
+    other_tenant.kubectl.apply([tenant_group("small", 1, 1)], namespace=other_tenant.namespace)
+    created = client.get(groups_path(other_tenant.namespace, "small"))["metadata"]["creationTimestamp"]
+    assert created > waiting["metadata"]["creationTimestamp"]
+    try:
+        wait_phase(client, other_tenant.namespace, "small", "Inqueue", timeout=45)
+    except AssertionError as e:
+        status = client.get(groups_path(other_tenant.namespace, "small")).get("status") or {}
+        raise AssertionError(f"{e}; its conditions: {status.get('conditions')}") from None
+    assert phase(client, tenant.namespace, "big") == "Pending"
+
+    # Within tenant a's namespace the order holds: its younger small group waits behind the gang.
+    time.sleep(1.0)
+    tenant.create_podgroup(tenant_group("small", 1, 1))
+    behind = wait_phase(client, tenant.namespace, "small", "Pending")
+    assert "older waiting PodGroups of its namespace" in condition(behind, "Unschedulable")["message"]
+    assert phase(client, tenant.namespace, "big") == "Pending"
 
 
 def _inject_stale_entry(client: ApiClient, namespace: str, key: str) -> dict:

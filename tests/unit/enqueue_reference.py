@@ -1,6 +1,7 @@
 """The enqueue verdict as priogate.enqueue computed it before priogate.enqueue_index: one
-group at a time, walking every other unfinished group and every bound pod. Kept verbatim as the
-reference the index must agree with (tests/unit/test_enqueue_index.py)."""
+group at a time, walking every other unfinished group and every bound pod. Kept as the
+reference the index must agree with (tests/unit/test_enqueue_index.py), and moved with the
+policy: only a group's own namespace's waiting groups are ahead of it."""
 
 from __future__ import annotations
 
@@ -20,21 +21,22 @@ def waiting_ahead(
     quotas: Sequence[Mapping[str, Any]],
     allocatable: ResourceList,
 ) -> list[GroupDemand]:
-    """The waiting groups whose demand counts as held when `group` is decided: ahead of it in
-    the enqueue order, not backing off, and able to fit at all. An admitted group has none."""
+    """The waiting groups whose demand counts as held when `group` is decided: of its
+    namespace, ahead of it in the enqueue order, not backing off, and able to fit at all. An
+    admitted group has none."""
     if group.phase not in WAITING_PHASES:
         return []
     ahead = []
     for other in others:
         if other.key == group.key or other.phase not in WAITING_PHASES or other.backing_off:
             continue
+        if other.namespace != group.namespace:
+            continue  # another tenant's queue: what fits goes in whatever waits there
         if not other.min_resources or other.order >= group.order:
             continue
         if any(amount > allocatable.get(name, ZERO) for name, amount in other.unconsumed.items()):
             continue  # can never fit the cluster: it would block everyone behind it for ever
-        if other.quota_blocked and other.namespace != group.namespace:
-            continue  # waits for its own quota: another namespace's queue must not wait with it
-        if other.namespace == group.namespace and (
+        if (
             first_exceeded(quotas, Consumer(other.priority_class), other.quota_demand, [], count_used=False)
             is not None
         ):
@@ -93,8 +95,8 @@ def check_capacity(
     if short:
         return (
             f"cluster capacity insufficient: minResources {format_amounts(short, demand)} exceed what is not "
-            f"held by pods and PodGroups of priority >= {group.priority} and older waiting PodGroups "
-            f"(allocatable {format_amounts(short, allocatable)})"
+            f"held by pods and PodGroups of priority >= {group.priority} and older waiting PodGroups of "
+            f"its namespace (allocatable {format_amounts(short, allocatable)})"
         )
     return None
 

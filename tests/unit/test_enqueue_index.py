@@ -50,7 +50,6 @@ def group(draw: st.DrawFn, namespace: str, name: str) -> GroupDemand:
         created_members=draw(st.integers(0, 3)),
         created_at=draw(TIMES),
         backing_off=draw(st.integers(0, 5)) == 0,
-        quota_blocked=draw(st.booleans()),
     )
 
 
@@ -140,7 +139,6 @@ def test_the_index_decides_as_the_walk(world, data):
                 part[at] = dataclasses.replace(
                     part[at],
                     phase=data.draw(st.sampled_from(PHASES)),
-                    quota_blocked=data.draw(st.booleans()),
                     backing_off=data.draw(st.booleans()),
                 )
             else:
@@ -189,7 +187,6 @@ def test_a_few_thousand_groups_agree_too():
                 created_members=rng.randint(0, 3),
                 created_at=f"2026-01-01T00:00:{rng.randint(0, 20):02d}Z",
                 backing_off=rng.random() < 0.1,
-                quota_blocked=rng.random() < 0.3,
             )
         )
     quotas = {
@@ -273,22 +270,23 @@ def test_a_view_moved_by_what_changed_decides_as_a_fresh_one():
     differ, the other namespace's part is the last view's."""
     quotas: dict[str, list[dict]] = {"a": [], "b": []}
     allocatable = {"cpu": Fraction(4)}
-    older = _pending("a/older", 3, "2026-01-01T00:00:00Z")
+    older = dataclasses.replace(_pending("a/older", 3, "2026-01-01T00:00:00Z"), phase="Inqueue")
     younger = _pending("b/younger", 2, "2026-01-01T00:00:05Z")
     namespaces = {"a": [older], "b": [younger]}
     held = HeldByPriority.of_pods([])
     verdicts = Verdicts(namespaces, held, allocatable, quotas.__getitem__)
-    assert not verdicts.verdict(younger).admitted  # the older group of a waits for 3 of the 4
+    assert not verdicts.verdict(younger).admitted  # the Inqueue group of a holds 3 of the 4
 
     steps = [
-        [dataclasses.replace(older, phase="Inqueue")],  # admitted: holds its 3 now
-        [dataclasses.replace(older, phase="Pending", quota_blocked=True)],  # its quota refuses it
-        [],  # gone
-        [_pending("a/again", 3, "2026-01-01T00:00:01Z")],
+        ([dataclasses.replace(older, phase="Pending")], True),  # waits in a's queue: holds nothing in b
+        ([], True),  # gone
+        ([dataclasses.replace(_pending("a/again", 3, "2026-01-01T00:00:01Z"), phase="Running")], False),
+        ([_pending("a/again", 3, "2026-01-01T00:00:01Z")], True),
     ]
     tiny = _pending("a/tiny", 0, "2026-01-01T00:00:00Z")  # waiting, eligible, needs nothing
-    for step in steps:
+    for step, admitted in steps:
         namespaces = {"a": [tiny, *step], "b": namespaces["b"]}
         verdicts = Verdicts(namespaces, held, allocatable, quotas.__getitem__, previous=verdicts)
         expected = enqueue_reference.verdict(younger, [], allocatable, [], namespaces["a"])
         assert verdicts.verdict(younger) == expected, step
+        assert expected.admitted is admitted, step

@@ -37,7 +37,6 @@ def g(
     created_members: int = 0,
     consumed: int = 0,
     backing_off: bool = False,
-    quota_blocked: bool = False,
 ) -> GroupDemand:
     return GroupDemand(
         key=f"{ns}/{key}",
@@ -53,7 +52,6 @@ def g(
         created_members=created_members,
         created_at=created,
         backing_off=backing_off,
-        quota_blocked=quota_blocked,
     )
 
 
@@ -99,14 +97,26 @@ ALLOC = {"cpu": F(10)}
             True,
         ),
         (
-            "older, another namespace: capacity is shared",
+            "older, waiting in another namespace: its own queue, holds nothing here",
             g("a", 6, created=T0, ns="x"),
             g("b", 6, created=T1),
-            False,
+            True,
+        ),
+        (
+            "higher priority, waiting in another namespace: holds nothing here either",
+            g("a", 6, priority=200, created=T0, ns="x"),
+            g("b", 6, created=T1),
+            True,
         ),
         (
             "older, holding (Inqueue): holds",
             g("a", 6, created=T2, phase="Inqueue"),
+            g("b", 6, created=T1),
+            False,
+        ),
+        (
+            "holding (Inqueue) in another namespace: capacity is shared",
+            g("a", 6, created=T2, phase="Inqueue", ns="x"),
             g("b", 6, created=T1),
             False,
         ),
@@ -130,7 +140,7 @@ def test_capacity_order(case, other, me, admitted):
         ("older waiting, same namespace: ahead", g("a", 5, created=T0), g("b", 5, created=T1), False),
         ("younger waiting: behind", g("a", 5, created=T2), g("b", 5, created=T1), True),
         (
-            "older waiting, another namespace: not this quota",
+            "older waiting, another namespace: not this quota nor this queue",
             g("a", 5, created=T0, ns="x"),
             g("b", 5, created=T1),
             True,
@@ -154,11 +164,43 @@ def test_waiting_ahead_is_in_enqueue_order_only():
         g("high", 1, priority=200, created=T2),
         g("young", 1, created=T2),
         g("low", 1, priority=10, created=T0),
+        g("old", 1, created=T0, ns="x"),  # another namespace's queue
+        g("high", 1, priority=200, created=T2, ns="x"),
     ]
     me = g("me", 1, created=T1)
     assert sorted(o.key for o in waiting_ahead(me, groups, [], ALLOC)) == ["ns/high", "ns/old"]
-    ordered = sorted([*groups, me], key=lambda o: o.order)
+    ordered = sorted([o for o in [*groups, me] if o.namespace == "ns"], key=lambda o: o.order)
     assert [o.key for o in ordered] == ["ns/high", "ns/old", "ns/me", "ns/young", "ns/low"]
+
+
+# ---- one tenant's waiting group and the others' ----------------------------------------------------
+
+# The reported stall: the cluster has 26 cpu, fillers of the same priority hold 20; tenant a's
+# 20-cpu gang fits the allocatable but not the 6 idle, so it waits.
+FILLED = {"cpu": F(26)}
+FILLERS = [BoundPod(100, {"cpu": F(20)})]
+BIG_A = g("big", 20, created=T0, ns="tenant-a")
+
+
+def test_a_waiting_group_of_one_namespace_does_not_hold_another_namespaces_group():
+    assert not verdict(BIG_A, [], FILLED, FILLERS, []).admitted
+    small_b = g("small", 1, created=T1, ns="tenant-b")
+    v = verdict(small_b, [], FILLED, FILLERS, [BIG_A])
+    assert v.admitted, v.reason
+
+
+def test_a_younger_group_of_the_same_namespace_is_still_held_by_an_older_waiting_one():
+    small_a = g("small", 1, created=T1, ns="tenant-a")
+    v = verdict(small_a, [], FILLED, FILLERS, [BIG_A])
+    assert not v.admitted
+    assert v.reason == (
+        "cluster capacity insufficient: minResources cpu=1 exceed what is not held by pods and "
+        "PodGroups of priority >= 100 and older waiting PodGroups of its namespace (allocatable cpu=26)"
+    )
+    assert sorted(o.key for o in waiting_ahead(small_a, [BIG_A], [], FILLED)) == ["tenant-a/big"]
+    # and once the big one is admitted, it holds in every namespace
+    inqueue = g("big", 20, created=T0, ns="tenant-a", phase="Inqueue")
+    assert not verdict(g("small", 1, created=T1, ns="tenant-b"), [], FILLED, FILLERS, [inqueue]).admitted
 
 
 # ---- stranding: the quota plugin charges pods at creation ----------------------------------------

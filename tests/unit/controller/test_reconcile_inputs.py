@@ -88,24 +88,29 @@ def test_other_holding_groups_of_equal_priority_count():
     assert phase_of(reconciler([], [waiting("older", 0), g]), g) == "Pending"
 
 
-def test_a_waiting_group_its_own_quota_refuses_holds_nothing_in_other_namespaces():
-    # An older group in namespace "full" wants 3 of the node's 4 cpus, but its own quota is used
-    # up: it must not hold capacity against a younger group of the same priority elsewhere.
-    quota = {
-        "metadata": {"name": "q", "namespace": "full"},
-        "spec": {"hard": {"cpu": "1"}},
-        "status": {"used": {"cpu": "1"}},
-    }
+def test_a_waiting_group_holds_nothing_in_other_namespaces_and_a_new_quota_is_read():
+    # An older group in namespace "other" wants 3 of the node's 4 cpus and waits: it holds them
+    # against a younger group of its namespace, not against one of "ns".
     older = podgroup(
-        "older", namespace="full", created=0, min_member=1, min_resources={"cpu": "3"}, priority_class="high"
+        "older", namespace="other", created=0, min_member=1, min_resources={"cpu": "3"}, priority_class="high"
     )
     g = podgroup(
         "g", namespace="ns", created=5, min_member=1, min_resources={"cpu": "2"}, priority_class="high"
     )
-    r = reconciler([], [older, g])
-    assert phase_of(r, g) == "Pending"  # without the quota, the older group is ahead
-    r.caches.quotas.apply_event("ADDED", quota)
+    mate = podgroup(
+        "mate", namespace="other", created=5, min_member=1, min_resources={"cpu": "2"}, priority_class="high"
+    )
+    r = reconciler([], [older, g, mate])
     assert phase_of(r, g) == "Inqueue"
+    assert r.desired_status(mate, [])["phase"] == "Pending"
+    # The view is read again when a quota changes: one that refuses g now counts.
+    quota = {
+        "metadata": {"name": "q", "namespace": "ns"},
+        "spec": {"hard": {"cpu": "1"}},
+        "status": {"used": {"cpu": "0"}},
+    }
+    r.caches.quotas.apply_event("ADDED", quota)
+    assert phase_of(r, g) == "Pending"
 
 
 def test_the_enqueue_inputs_kept_across_changes_equal_a_fresh_build():
