@@ -20,6 +20,7 @@ from localcluster import LocalCluster, Options
 from localcluster.webhooks import PROBE_NAMESPACE
 from priogate.kube.client import ApiClient, load_client
 from tests.e2e.helpers import Admission, Kubectl, delete_namespace, ensure_namespace, unique
+from tests.e2e.plugin import install_launcher
 from tests.e2e.preemptor_side import Side
 from tests.e2e.tenant import Tenant, tenant_fixture
 
@@ -97,6 +98,12 @@ def rbac(api_client: k8s.ApiClient) -> k8s.RbacAuthorizationV1Api:
 def tenant(cluster: LocalCluster, core: k8s.CoreV1Api, rbac: k8s.RbacAuthorizationV1Api) -> Iterator[Tenant]:
     """A namespace of its own and a user bound to `edit` there only (tests/e2e/tenant.py)."""
     yield from tenant_fixture(cluster, core, rbac)
+
+
+@pytest.fixture(scope="session")
+def plugin_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A directory holding an executable kubectl-priogate that runs this checkout's plugin."""
+    return install_launcher(tmp_path_factory.mktemp("plugin-bin"))
 
 
 @pytest.fixture(scope="session")

@@ -136,7 +136,12 @@ def test_a_record_present_all_the_same_is_refused_by_the_controller(
     client.create("/apis/scheduling.k8s.io/v1/priorityclasses", priority_class(high, value=1000))
     client.create(groups_path(namespace), podgroup("gang", namespace=None, min_member=1, priority_class=high))
     member = pod(
-        "m0", namespace=None, cpu="100m", group="gang", node_selector={"kubernetes.io/hostname": "nowhere"}
+        "m0",
+        namespace=None,
+        cpu="100m",
+        group="gang",
+        priority_class=high,
+        node_selector={"kubernetes.io/hostname": "nowhere"},
     )
     client.create(resource_path("v1", "pods", namespace), member)
     wait_phase(client, namespace, "gang", "Inqueue")
