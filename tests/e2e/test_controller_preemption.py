@@ -28,7 +28,7 @@ from priogate.kube.client import ApiClient, load_client, resource_path
 from priogate.resources import format_quantity, parse_quantity, pod_requests
 from tests.builders import pod, podgroup, priority_class
 from tests.e2e.conftest import ClassTracker
-from tests.e2e.controller_helpers import groups_path, pod_running, wait_phase
+from tests.e2e.controller_helpers import groups_path, pod_running, stuck_gang, wait_phase
 from tests.e2e.helpers import delete_namespace, ensure_namespace, unique, wait_for
 from tests.e2e.plugin import ok, plugin_runner
 from tests.e2e.preemptor_side import preemptor_cluster
@@ -219,25 +219,7 @@ def test_a_recorded_decision_is_resumed_not_recomputed(
     wait_for(lambda: all(pod_running(client, namespace, n) for n in ("keep", "victim")), 60, "pods run")
     victim_uid = client.get(f"{pods}/victim")["metadata"]["uid"]
 
-    client.create(
-        groups_path(namespace), podgroup("resumed", namespace=None, min_member=1, priority_class=high)
-    )
-    member = pod(
-        "m0",
-        namespace=None,
-        cpu="100m",
-        group="resumed",
-        priority_class=high,
-        node_selector={"kubernetes.io/hostname": "nowhere"},
-    )
-    client.create(pods, member)
-    wait_phase(client, namespace, "resumed", "Inqueue")
-
-    def unschedulable() -> bool:
-        conditions = client.get(f"{pods}/m0")["status"].get("conditions") or []
-        return any(c["type"] == "PodScheduled" and c.get("reason") == "Unschedulable" for c in conditions)
-
-    wait_for(unschedulable, 60, "the scheduler marks the member Unschedulable")
+    stuck_gang(client, namespace, "resumed", high)
     unapplied = {
         "id": "crashed0001",
         "decidedAt": time.time(),
