@@ -1,5 +1,5 @@
 """A namespace user (the built-in `edit` role in one namespace) creating native PodGroups
-(scheduling.k8s.io/v1alpha2) with kube-apiserver's Priority plugin replaced (the session's mode):
+(scheduling.k8s.io/v1alpha2) with kube-apiserver's Priority plugin replaced (the test run's mode):
 priogate resolves their priority exactly as for the admin, and refuses what the plugin refuses,
 whatever the tenant writes (README, Native PodGroups).
 
