@@ -17,7 +17,7 @@ holding the keys that hash to it (zlib.crc32), not as one JSON text:
   a reflective DeepEqual (the field manager's IgnoreManagedFieldsTimestampsTransformer, in
   k8s.io/apiserver pkg/endpoints/handlers/fieldmanager), which walks a []byte element by element
   but compares a string at once, so binaryData made every record PUT cost kube-apiserver more
-  CPU (README). base64 text counts a third more against the 1 MiB than the bytes it holds.
+  CPU (docs/ledger.md). base64 text counts a third more against the 1 MiB than the bytes it holds.
 Records in the two earlier forms are read as they are (entries as one JSON text, or shards in
 binaryData) and written in this one. A reader of an earlier form finds `reservations.json`
 holding a text that is not JSON, so it reads the record as damaged and rebuilds it from the
