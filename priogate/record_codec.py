@@ -17,7 +17,7 @@ holding the keys that hash to it (zlib.crc32), not as one JSON text:
   a reflective DeepEqual (the field manager's IgnoreManagedFieldsTimestampsTransformer, in
   k8s.io/apiserver pkg/endpoints/handlers/fieldmanager), which walks a []byte element by element
   but compares a string at once, so binaryData made every record PUT cost kube-apiserver more
-  CPU (README). base64 text counts a third more against the 1 MiB than the bytes it holds.
+  CPU (docs/ledger.md). base64 text counts a third more against the 1 MiB than the bytes it holds.
 A ConfigMap in any other form (`reservations.json` not the marker below, or shards in
 binaryData) is not a record priogate wrote: it is read as damaged and rebuilt from the stored
 PodGroups (ledger_store), never guessed at.

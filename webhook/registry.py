@@ -99,7 +99,7 @@ class RuleSet:
 # more threads only add queueing and raise tail latency (make bench-webhook --threads N). The
 # quota path blocks on ledger writes, and a namespace's waiting requests share one write, so
 # more threads mean bigger batches and fewer contended admissions time out (make bench-quota).
-# README has the measurements.
+# Both benches are described in docs/benchmarks.md.
 SERVERS = {"priority": 2, "quota": 8}
 
 

@@ -161,7 +161,7 @@ def classes(scheduling: k8s.SchedulingV1Api) -> Iterator[ClassTracker]:
 
 @pytest.fixture(scope="module")
 def default_cluster_side(cluster: LocalCluster) -> Iterator[Side]:
-    """The session's cluster (the default mode: kube-scheduler preempts) as a preemption
+    """The test run's cluster (the default mode: kube-scheduler preempts) as a preemption
     scenario's `Side` (tests/e2e/preemptor_side.py)."""
     side = Side(cluster)
     yield side

@@ -2,7 +2,7 @@
 costs"): a write the rule would pass unchanged is not sent to priogate, and a write the rule
 acts on still is. Counted with kube-apiserver's own apiserver_admission_webhook_request_total.
 
-The session's cluster runs with the built-in Priority plugin disabled (the plugin-replaced
+The test run's cluster runs with the built-in Priority plugin disabled (the plugin-replaced
 policy), where the pod priority hook is registered.
 """
 
