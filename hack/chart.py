@@ -35,7 +35,16 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from controller.flags import add_arguments as controller_arguments  # noqa: E402
-from hack.chart_templates import CONFIG_NAME, SPECIAL, Markers, container, dump, flow  # noqa: E402
+from hack.chart_templates import (  # noqa: E402
+    CERTS,
+    CONFIG_NAME,
+    SPECIAL,
+    Markers,
+    certs_hook_objects,
+    container,
+    dump,
+    flow,
+)
 from webhook.configuration import IN_CLUSTER_SERVICE, policy_objects, webhook_configurations  # noqa: E402
 from webhook.policy import WebhookPolicy  # noqa: E402
 
@@ -54,10 +63,16 @@ DIFFERENCES = {
     "Job priogate-cabundle": "a post-install/post-upgrade hook (annotations helm.sh/hook*): it injects the "
     "caBundle into configurations that must exist first, and a Job's pod template is immutable, so each "
     "upgrade replaces it rather than patching it",
+    f"ServiceAccount, Role, RoleBinding, Job {CERTS}": "only in the chart: pre-install/pre-upgrade hooks "
+    "that create the serving Secret before the webhook's init container waits for it (`helm install "
+    "--wait` runs post-install hooks only once the webhook is ready; chart_templates.certs_hook_objects). "
+    "`kubectl apply -k` applies every object at once, so the base's one Job does both",
     "MutatingAdmissionPolicy, MutatingAdmissionPolicyBinding": "no metadata.namespace: they are "
     "cluster-scoped, and kustomize versions that do not know the kinds set the base's namespace on "
     "them (kube-apiserver ignores it on a cluster-scoped object)",
 }
+# The objects only the chart has (DIFFERENCES).
+CHART_ONLY = {(kind, CERTS) for kind in ("ServiceAccount", "Role", "RoleBinding", "Job")}
 # Cluster-scoped kinds kustomize may not know (DIFFERENCES).
 CLUSTER_SCOPED_POLICY_KINDS = ("MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding")
 
@@ -259,7 +274,7 @@ def generate(manifests: Path = MANIFESTS, chart: Path = CHART) -> dict[Path, str
         for plugin in (True, False)
         for o in policy_objects(WebhookPolicy.for_mode(plugin), NAMESPACE)
     }
-    for obj in objs:
+    for obj in objs + certs_hook_objects(objs):
         kind, name = obj["kind"], obj["metadata"]["name"]
         if kind == "Namespace" or kind.endswith("WebhookConfiguration") or (kind, name) in policies:
             continue  # Helm's --create-namespace; the webhook configurations come from the registry

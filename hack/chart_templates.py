@@ -4,6 +4,7 @@ that places its markers and the condition its template renders under."""
 
 from __future__ import annotations
 
+import copy
 import json
 from collections.abc import Callable
 from typing import Any
@@ -18,6 +19,51 @@ HOOK_ANNOTATIONS = {
     "helm.sh/hook": "post-install,post-upgrade",
     "helm.sh/hook-delete-policy": "before-hook-creation",
 }
+
+# The serving Secret must exist before anything waits for it: the webhook's init container waits
+# for it, and `helm install --wait` (and --atomic, Flux, Argo CD) waits for the webhook to be
+# ready before it runs post-install hooks. So a pre-install/pre-upgrade Job creates it, under a
+# ServiceAccount and Role that are pre-install hooks too (Helm creates hooks in weight order, then
+# kind order, and waits for a Job hook to complete before the next weight and before the release's
+# own objects: https://helm.sh/docs/topics/charts_hooks/#hook-weights). It only creates the
+# Secret: the caBundle goes into configurations that do not exist yet, so that stays the
+# post-install Job's. hook-succeeded removes all four once the Job is done (Helm deletes them
+# after every hook of the phase has succeeded), so `helm uninstall` has nothing of them to leave.
+CERTS = "priogate-certs"
+CERTS_HOOK = "pre-install,pre-upgrade"
+CERTS_DELETE_POLICY = "before-hook-creation,hook-succeeded"
+CERTS_RBAC_WEIGHT, CERTS_JOB_WEIGHT = "-10", "0"
+
+
+def certs_hook_objects(objs: list[dict]) -> list[dict]:
+    """The pre-install hook objects that create the serving Secret, derived from the base's
+    caBundle Job and its namespaced RBAC (manifests/cabundle-job.yaml, manifests/rbac.yaml)."""
+    by = {(o["kind"], o["metadata"]["name"]): o for o in objs}
+
+    def hook(obj: dict, weight: str) -> dict:
+        obj = copy.deepcopy(obj)
+        obj["metadata"]["name"] = CERTS
+        obj["metadata"].setdefault("annotations", {}).update(
+            {
+                "helm.sh/hook": CERTS_HOOK,
+                "helm.sh/hook-weight": weight,
+                "helm.sh/hook-delete-policy": CERTS_DELETE_POLICY,
+            }
+        )
+        return obj
+
+    sa = hook(by["ServiceAccount", "priogate-cabundle"], CERTS_RBAC_WEIGHT)
+    role = hook(by["Role", "priogate-cabundle-certs"], CERTS_RBAC_WEIGHT)
+    binding = hook(by["RoleBinding", "priogate-cabundle-certs"], CERTS_RBAC_WEIGHT)
+    binding["roleRef"]["name"] = CERTS
+    (subject,) = binding["subjects"]
+    subject["name"] = CERTS
+    job = hook(by["Job", "priogate-cabundle"], CERTS_JOB_WEIGHT)
+    spec = job["spec"]["template"]["spec"]
+    spec["serviceAccountName"] = CERTS
+    (c,) = spec["containers"]
+    c["command"].append("--no-inject-ca-bundle")
+    return [sa, role, binding, job]
 
 
 class Markers:
@@ -165,6 +211,11 @@ def template_job(d: dict, mk: Markers) -> None:
     )
 
 
+def template_certs_job(d: dict, mk: Markers) -> None:
+    c = container(d["spec"]["template"]["spec"], "cabundle")
+    c["resources"] = mk.value("{{ toJson .Values.cabundleJob.resources }}")
+
+
 def template_networkpolicy(d: dict, mk: Markers) -> None:
     (rule,) = d["spec"]["ingress"]
     assert "from" not in rule, "manifests/networkpolicy.yaml admits every source; values narrow it"
@@ -188,6 +239,10 @@ SPECIAL: dict[tuple[str, str], tuple[Callable[[dict, Markers], None] | None, str
     ("Deployment", "priogate-webhook"): (template_webhook_deployment, None),
     ("Deployment", "priogate-controller"): (template_controller_deployment, None),
     ("Job", "priogate-cabundle"): (template_job, ".Values.webhookConfigurations.create"),
+    ("Job", CERTS): (template_certs_job, ".Values.webhookConfigurations.create"),
+    ("ServiceAccount", CERTS): (None, ".Values.webhookConfigurations.create"),
+    ("Role", CERTS): (None, ".Values.webhookConfigurations.create"),
+    ("RoleBinding", CERTS): (None, ".Values.webhookConfigurations.create"),
     ("NetworkPolicy", "priogate-webhook"): (template_networkpolicy, ".Values.networkPolicy.enabled"),
     ("NetworkPolicy", "priogate-controller"): (None, ".Values.networkPolicy.enabled"),
     ("NetworkPolicy", "priogate-cabundle"): (None, ".Values.networkPolicy.enabled"),

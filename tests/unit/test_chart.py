@@ -99,9 +99,13 @@ def test_generated_files_are_up_to_date() -> None:
 def assert_same_objects(chart: dict[Key, dict], base: dict[Key, dict]) -> None:
     # The only object the chart leaves out: Helm's --create-namespace makes it (DIFFERENCES).
     assert set(base) - set(chart) == {("Namespace", NAMESPACE)}
-    assert set(chart) == set(base) - {("Namespace", NAMESPACE)}
-    cluster_scoped = load_generator().CLUSTER_SCOPED_POLICY_KINDS
+    # The only ones it adds: the pre-install hooks that create the serving Secret (DIFFERENCES).
+    generator = load_generator()
+    assert set(chart) == set(base) - {("Namespace", NAMESPACE)} | generator.CHART_ONLY
+    cluster_scoped = generator.CLUSTER_SCOPED_POLICY_KINDS
     for key, obj in chart.items():
+        if key in generator.CHART_ONLY:
+            continue
         expected = base[key]
         if key[0] in cluster_scoped:
             expected = {
@@ -152,17 +156,68 @@ def test_a_manifests_change_reaches_the_chart_by_regenerating_it(tmp_path: Path)
     assert render(chart=chart, namespace="gate")["Role", "priogate-ledger"]["metadata"]["namespace"] == "gate"
 
 
-def test_the_only_annotations_helm_adds_are_the_caBundle_job_hook() -> None:
-    hooked = {
-        k
-        for k, o in defaults().items()
-        if any(a.startswith("helm.sh/") for a in o["metadata"].get("annotations", {}))
-    }
-    assert hooked == {("Job", "priogate-cabundle")}
-    assert (
-        defaults()["Job", "priogate-cabundle"]["metadata"]["annotations"]["helm.sh/hook"]
-        == "post-install,post-upgrade"
+def hook_of(obj: dict) -> tuple[set[str], int]:
+    """The Helm hook events an object is created for (none: an ordinary release object) and its
+    weight (https://helm.sh/docs/topics/charts_hooks/)."""
+    annotations = obj["metadata"].get("annotations", {})
+    events = {e.strip() for e in annotations.get("helm.sh/hook", "").split(",") if e.strip()}
+    return events, int(annotations.get("helm.sh/hook-weight", "0"))
+
+
+def test_the_only_annotations_helm_adds_are_the_certs_and_caBundle_job_hooks() -> None:
+    hooked = {k for k, o in defaults().items() if hook_of(o)[0]}
+    certs = {(kind, "priogate-certs") for kind in ("ServiceAccount", "Role", "RoleBinding", "Job")}
+    assert hooked == {("Job", "priogate-cabundle")} | certs
+    assert hook_of(defaults()["Job", "priogate-cabundle"])[0] == {"post-install", "post-upgrade"}
+
+
+def _creates_the_serving_secret(obj: dict) -> bool:
+    return any(
+        c["command"][:4] == ["python", "-m", "certs", "bootstrap"]
+        and "--no-create-secret" not in c["command"]
+        for c in _containers(obj)
     )
+
+
+def _waits_for_the_serving_secret(obj: dict) -> bool:
+    return any("--no-create-secret" in c["command"] for c in _containers(obj))
+
+
+@pytest.mark.parametrize("plugin", [True, False])
+def test_the_serving_secret_exists_before_anything_waits_for_it(plugin: bool) -> None:
+    """`helm install --wait` waits for the release's objects to be ready before it runs the
+    post-install hooks (https://helm.sh/docs/topics/charts_hooks/#the-hook-lifecycle); the webhook's
+    init container waits for the Secret. So the Job that creates it, its ServiceAccount and the
+    RBAC binding that account must all be pre-install and pre-upgrade hooks, the RBAC at a lower
+    weight than the Job, and nothing that waits for the Secret may be a post-install hook."""
+    objs = render(f"priorityPlugin={str(plugin).lower()}")
+    waiting = [k for k, o in objs.items() if _waits_for_the_serving_secret(o)]
+    assert waiting == [("Deployment", "priogate-webhook")]
+    for key in waiting:
+        assert hook_of(objs[key])[0] == set(), f"{key} waits for the Secret but is a hook"
+    first = [
+        (k, hook_of(o))
+        for k, o in objs.items()
+        if _creates_the_serving_secret(o) and {"pre-install", "pre-upgrade"} <= hook_of(o)[0]
+    ]
+    creators = {k: sorted(hook_of(o)[0]) for k, o in objs.items() if _creates_the_serving_secret(o)}
+    assert first, f"no pre-install hook creates the serving Secret; its creators' hooks: {creators}"
+    ((job_key, (_, job_weight)),) = first
+    account = objs[job_key]["spec"]["template"]["spec"]["serviceAccountName"]
+    needed = [("ServiceAccount", account)]
+    for key, o in objs.items():
+        if key[0] in ("RoleBinding", "ClusterRoleBinding") and any(
+            s["kind"] == "ServiceAccount" and s["name"] == account for s in o["subjects"]
+        ):
+            needed += [key, (o["roleRef"]["kind"], o["roleRef"]["name"])]
+    assert len(needed) == 3, needed
+    for key in needed:
+        events, weight = hook_of(objs[key])
+        assert {"pre-install", "pre-upgrade"} <= events, f"{key} is needed by {job_key} but hooks {events}"
+        assert weight < job_weight, f"{key} (weight {weight}) is not created before {job_key}"
+    # The Role grants what creating the Secret takes (certs/bootstrap.py).
+    role = objs[needed[2]]
+    assert any("create" in r["verbs"] and r["resources"] == ["secrets"] for r in role["rules"])
 
 
 @pytest.mark.parametrize("plugin", [True, False])
