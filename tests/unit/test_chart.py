@@ -254,6 +254,21 @@ def test_release_namespace_replaces_priogate_system_everywhere() -> None:
     assert {h["clientConfig"]["service"]["namespace"] for h in hooks} == {"gate"}
 
 
+@pytest.mark.parametrize("namespace", [NAMESPACE, "gate"])
+def test_the_webhook_knows_the_controllers_identity_in_the_release_namespace(namespace: str) -> None:
+    """The quota server refuses priogate.io/ annotation writes from anyone but
+    --controller-username, whose built-in default is priogate-system's controller: in any other
+    namespace the controller's preemption PATCH would be refused."""
+    objs = render(namespace=namespace)
+    controller_sa = objs["Deployment", "priogate-controller"]["spec"]["template"]["spec"][
+        "serviceAccountName"
+    ]
+    identity = f"system:serviceaccount:{namespace}:{controller_sa}"
+    quota = container(objs, "priogate-webhook", "quota")["command"]
+    given = [a.split("=", 1)[1] for a in quota if a.startswith("--controller-username=")]
+    assert given == [identity], f"the quota server is not told the controller is {identity}: {quota}"
+
+
 def test_replicas_resources_workers_image() -> None:
     objs = render(
         "webhook.replicas=3",
