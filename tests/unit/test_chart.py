@@ -456,3 +456,59 @@ def test_readme_documents_every_value() -> None:
     readme = (REPO / "README.md").read_text()
     missing = [k for k in leaves(_values()) if f"`{k}`" not in readme]
     assert not missing, f"README.md's values table lacks {missing}"
+
+
+# --- kubeVersion: the oldest Kubernetes that serves every object the chart renders by default ---
+
+# The Kubernetes minor version each rendered (apiVersion, kind) needs, from the API's or the
+# field's graduation (https://kubernetes.io/docs/reference/using-api/deprecation-guide/ and the
+# release notes): webhooks' matchConditions are GA in 1.30; MutatingAdmissionPolicy (KEP-3962)
+# is served as admissionregistration.k8s.io/v1 from 1.36.
+MINIMUM_MINOR = {
+    ("v1", "ConfigMap"): 0,
+    ("v1", "Service"): 0,
+    ("v1", "ServiceAccount"): 0,
+    ("apps/v1", "Deployment"): 9,
+    ("batch/v1", "Job"): 0,
+    ("networking.k8s.io/v1", "NetworkPolicy"): 7,
+    ("policy/v1", "PodDisruptionBudget"): 21,
+    ("rbac.authorization.k8s.io/v1", "ClusterRole"): 8,
+    ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"): 8,
+    ("rbac.authorization.k8s.io/v1", "Role"): 8,
+    ("rbac.authorization.k8s.io/v1", "RoleBinding"): 8,
+    ("apiextensions.k8s.io/v1", "CustomResourceDefinition"): 16,
+    ("admissionregistration.k8s.io/v1", "MutatingWebhookConfiguration"): 30,
+    ("admissionregistration.k8s.io/v1", "ValidatingWebhookConfiguration"): 30,
+    ("admissionregistration.k8s.io/v1", "MutatingAdmissionPolicy"): 36,
+    ("admissionregistration.k8s.io/v1", "MutatingAdmissionPolicyBinding"): 36,
+}
+
+
+def _kube_version_floor() -> int:
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    m = re.fullmatch(r">=\s*1\.(\d+)\.0-0", chart["kubeVersion"])
+    assert m, f"kubeVersion {chart['kubeVersion']!r}: expected '>=1.N.0-0'"
+    return int(m.group(1))
+
+
+@pytest.mark.parametrize("plugin", [True, False])
+def test_kube_version_is_true_to_what_the_default_install_renders(plugin: bool) -> None:
+    objs = render(f"priorityPlugin={str(plugin).lower()}")
+    kinds = {(o["apiVersion"], o["kind"]) for o in objs.values()}
+    assert kinds <= set(MINIMUM_MINOR), f"add the minimum version of {kinds - set(MINIMUM_MINOR)}"
+    needed = max(MINIMUM_MINOR[k] for k in kinds)
+    assert _kube_version_floor() == needed, (
+        f"Chart.yaml kubeVersion allows 1.{_kube_version_floor()}, "
+        f"but the chart renders {[k for k in kinds if MINIMUM_MINOR[k] > _kube_version_floor()]}, "
+        f"which need 1.{needed}"
+    )
+
+
+def test_helm_refuses_a_cluster_older_than_kube_version() -> None:
+    floor = _kube_version_floor()
+    base = [str(helm()), "template", "priogate", str(CHART), "-n", NAMESPACE]
+    old = subprocess.run([*base, "--kube-version", f"1.{floor - 1}.9"], capture_output=True, text=True)
+    assert old.returncode != 0 and "chart requires kubeVersion" in old.stderr, old.stderr
+    new = subprocess.run([*base, "--kube-version", f"1.{floor}.0"], capture_output=True, text=True)
+    assert new.returncode == 0, new.stderr
+    assert "kind: MutatingAdmissionPolicy\n" in new.stdout
