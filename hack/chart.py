@@ -118,7 +118,7 @@ def webhook_configuration_template() -> str:
 
     def mode(priority_plugin: bool) -> str:
         mk = Markers()
-        policy = WebhookPolicy.for_mode(priority_plugin)
+        policy = WebhookPolicy.in_cluster(priority_plugin, NAMESPACE)
         configs = webhook_configurations(None, b"", policy=policy, service=IN_CLUSTER_SERVICE)
         for c in configs:
             c["metadata"]["name"] = mk.value("{{ .Values.webhookConfigurations.name }}")
@@ -191,8 +191,11 @@ image:
 
 # Keep (true) or replace (false) kube-apiserver's built-in Priority admission plugin
 # (docs/modes.md). true: the priority hooks exempt kube-system and the release namespace and fail
-# open (Ignore). false: they exempt nothing and fail closed (Fail); run kube-apiserver with
-# --disable-admission-plugins=Priority. The quota hooks are the same in both modes.
+# open (Ignore). false: they fail closed (Fail) and exempt only the release namespace, so that
+# priogate's own pods can start while no webhook answers; those pods carry their priority
+# integer themselves, and nothing else should run in that namespace (no priority is resolved
+# there). Run kube-apiserver with --disable-admission-plugins=Priority. The quota hooks are the
+# same in both modes.
 priorityPlugin: true
 
 webhookConfigurations:
@@ -272,7 +275,7 @@ def generate(manifests: Path = MANIFESTS, chart: Path = CHART) -> dict[Path, str
     policies = {
         (o["kind"], o["metadata"]["name"])
         for plugin in (True, False)
-        for o in policy_objects(WebhookPolicy.for_mode(plugin), NAMESPACE)
+        for o in policy_objects(WebhookPolicy.in_cluster(plugin, NAMESPACE), NAMESPACE)
     }
     for obj in objs + certs_hook_objects(objs):
         kind, name = obj["kind"], obj["metadata"]["name"]

@@ -114,8 +114,31 @@ def container(pod_spec: dict, name: str) -> dict:
     return next(c for c in pod_spec["containers"] if c["name"] == name)
 
 
+# The built-in classes' values (k8s.io/kubernetes pkg/apis/scheduling/types.go,
+# SystemCriticalPriority and the node-critical class above it).
+SYSTEM_CLASS_VALUES = {"system-cluster-critical": 2_000_000_000, "system-node-critical": 2_000_001_000}
+
+
+def own_priority(pod_spec: dict, mk: Markers) -> None:
+    """With the Priority plugin replaced, the priority hooks exempt the release namespace
+    (webhook.policy.WebhookPolicy.in_cluster), so nothing there resolves a pod's priority: the
+    pod template carries its class's integer itself, or the scheduler would read 0. With the
+    plugin kept, the plugin fills it in."""
+    value = SYSTEM_CLASS_VALUES[pod_spec["priorityClassName"]]
+    pod_spec[
+        mk.line(
+            lambda i: (
+                "{{- if not .Values.priorityPlugin }}\n"
+                f"{i}priority: {value}\n{i}preemptionPolicy: PreemptLowerPriority\n"
+                "{{- end }}"
+            )
+        )
+    ] = 0
+
+
 def template_webhook_deployment(d: dict, mk: Markers) -> None:
     d["spec"]["replicas"] = mk.value("{{ .Values.webhook.replicas }}")
+    own_priority(d["spec"]["template"]["spec"], mk)
     # kube-score (hack/kube-score/check.sh): with mTLS both probes are TCP checks of the serving
     # port (below), which its pod-probes-identical test refuses; the justification goes with it.
     ignored = d["metadata"]["annotations"]["kube-score/ignore"]
@@ -177,6 +200,7 @@ def template_webhook_deployment(d: dict, mk: Markers) -> None:
 
 def template_controller_deployment(d: dict, mk: Markers) -> None:
     d["spec"]["replicas"] = mk.value("{{ .Values.controller.replicas }}")
+    own_priority(d["spec"]["template"]["spec"], mk)
     c = container(d["spec"]["template"]["spec"], "controller")
     c["resources"] = mk.value("{{ toJson .Values.controller.resources }}")
     # controller.flags: {name: value} -> --name=value; true/false -> --name / --no-name (the

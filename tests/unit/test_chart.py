@@ -224,7 +224,7 @@ def test_the_serving_secret_exists_before_anything_waits_for_it(plugin: bool) ->
 def test_mode_selects_the_policy_of_webhook_policy(plugin: bool) -> None:
     objs = render(f"priorityPlugin={str(plugin).lower()}")
     expected = webhook_configurations(
-        None, b"", policy=WebhookPolicy.for_mode(plugin), service=IN_CLUSTER_SERVICE
+        None, b"", policy=WebhookPolicy.in_cluster(plugin, NAMESPACE), service=IN_CLUSTER_SERVICE
     )
     for config in expected:
         assert objs[config["kind"], "priogate"] == config
@@ -232,17 +232,59 @@ def test_mode_selects_the_policy_of_webhook_policy(plugin: bool) -> None:
     pod_priority = [h for h in hooks if h["name"].startswith("pod-priority")]
     if plugin:  # the built-in plugin resolves first: the hook could only agree, so it is left out
         assert pod_priority == []
-    else:
+    else:  # exempt: the release namespace only (WebhookPolicy.in_cluster)
         assert pod_priority[0]["failurePolicy"] == "Fail"
-        assert "namespaceSelector" not in pod_priority[0]
+        assert pod_priority[0]["namespaceSelector"]["matchExpressions"] == [
+            {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": [NAMESPACE]}
+        ]
     # The in-process policies and their table come with their hooks, in the release's namespace:
     # the PodGroup one in both modes, the pod one with the pod priority hook.
-    expected_policies = policy_objects(WebhookPolicy.for_mode(plugin), NAMESPACE)
+    expected_policies = policy_objects(WebhookPolicy.in_cluster(plugin, NAMESPACE), NAMESPACE)
     names = {o["metadata"]["name"] for o in expected_policies if o["kind"] == "MutatingAdmissionPolicy"}
     assert names == {PODGROUP_POLICY_NAME} | (set() if plugin else {POLICY_NAME})
     for obj in expected_policies:
         key = (obj["kind"], obj["metadata"]["name"])
         assert objs[key] == obj
+
+
+def _exempts(hook: dict, namespace: str) -> bool:
+    return any(
+        e["key"] == "kubernetes.io/metadata.name" and e["operator"] == "NotIn" and namespace in e["values"]
+        for e in hook.get("namespaceSelector", {}).get("matchExpressions", [])
+    )
+
+
+def _sees_pod_creates(hook: dict) -> bool:
+    return any(
+        "pods" in r["resources"] and "" in r["apiGroups"] and {"CREATE", "*"} & set(r["operations"])
+        for r in hook["rules"]
+    )
+
+
+@pytest.mark.parametrize("plugin", [True, False])
+@pytest.mark.parametrize("namespace", [NAMESPACE, "gate"])
+def test_no_fail_hook_holds_the_releases_own_pods(plugin: bool, namespace: str) -> None:
+    """The webhook's pods are served by nothing while none runs: a fresh install, or every replica
+    gone. A failurePolicy Fail hook that sees their namespace's pod creates would refuse them
+    for want of an endpoint, the deadlock docs/modes.md describes, so every such hook exempts the
+    release namespace. Exempt from the priority hooks with the plugin replaced, the pods resolve
+    no priority: each carries its class's integer itself."""
+    objs = render(f"priorityPlugin={str(plugin).lower()}", namespace=namespace)
+    hooks = [h for k, o in objs.items() if k[0].endswith("WebhookConfiguration") for h in o["webhooks"]]
+    holding = [
+        h["name"]
+        for h in hooks
+        if h["failurePolicy"] == "Fail" and _sees_pod_creates(h) and not _exempts(h, namespace)
+    ]
+    assert not holding, f"Fail hooks on pod creates in {namespace}, served from there: {holding}"
+    classes = {"system-cluster-critical": 2000000000, "system-node-critical": 2000001000}
+    for key, obj in objs.items():
+        spec = obj.get("spec", {}).get("template", {}).get("spec", {})
+        if "priorityClassName" in spec and not plugin:
+            assert spec.get("priority") == classes[spec["priorityClassName"]], key
+            assert spec.get("preemptionPolicy") == "PreemptLowerPriority", key
+        elif "priorityClassName" in spec:  # the plugin sets them; a preset value is checked by it
+            assert "priority" not in spec, key
 
 
 def test_release_namespace_replaces_priogate_system_everywhere() -> None:
