@@ -35,12 +35,17 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from controller.flags import add_arguments as controller_arguments  # noqa: E402
+from hack.chart_readme import readme  # noqa: E402
 from hack.chart_templates import (  # noqa: E402
     CERTS,
     CONFIG_NAME,
     SPECIAL,
+    STANDARD_LABELS,
     Markers,
     certs_hook_objects,
+    extra_excluded_namespaces,
+    hook_overrides,
+    standard_labels,
     container,
     dump,
     flow,
@@ -67,6 +72,10 @@ DIFFERENCES = {
     "that create the serving Secret before the webhook's init container waits for it (`helm install "
     "--wait` runs post-install hooks only once the webhook is ready; chart_templates.certs_hook_objects). "
     "`kubectl apply -k` applies every object at once, so the base's one Job does both",
+    "labels": "every object carries Helm's recommended labels (app.kubernetes.io/name, instance, "
+    "version, managed-by, helm.sh/chart; https://helm.sh/docs/chart_best_practices/labels/); selectors "
+    "keep the base's",
+    "PodDisruptionBudget": "rendered only with more than 1 replica: minAvailable 1 of 1 blocks every drain",
     "MutatingAdmissionPolicy, MutatingAdmissionPolicyBinding": "no metadata.namespace: they are "
     "cluster-scoped, and kustomize versions that do not know the kinds set the base's namespace on "
     "them (kube-apiserver ignores it on a cluster-scoped object)",
@@ -100,6 +109,7 @@ def render_object(obj: dict, image_ref: str) -> tuple[str, str | None]:
     fn, cond = SPECIAL.get((obj["kind"], obj["metadata"]["name"]), (None, None))
     if fn:
         fn(obj, mk)
+    standard_labels(obj, mk)
     text = mk.apply(dump(obj))
     text = text.replace(f"image: {image_ref}", 'image: {{ include "priogate.image" . }}')
     text = text.replace(f"imagePullPolicy: {PULL_POLICY}", "imagePullPolicy: {{ .Values.image.pullPolicy }}")
@@ -122,8 +132,12 @@ def webhook_configuration_template() -> str:
         configs = webhook_configurations(None, b"", policy=policy, service=IN_CLUSTER_SERVICE)
         for c in configs:
             c["metadata"]["name"] = mk.value("{{ .Values.webhookConfigurations.name }}")
+            hook_overrides(c, mk)
         # The in-process policies and their table (webhook/priority_policy.py).
         configs += policy_objects(policy, NAMESPACE)
+        for c in configs:
+            extra_excluded_namespaces(c, mk)
+            standard_labels(c, mk)
         text = "---\n".join(mk.apply(dump(c)) for c in configs)
         return text.replace(NAMESPACE, "{{ .Release.Namespace }}")
 
@@ -179,15 +193,25 @@ def values_yaml(objs: list[dict], manifests: Path) -> str:
     pri, quo = container(wspec, "priority"), container(wspec, "quota")
     header = HEADER.format(source="manifests/ and controller/flags.py")
     return f"""{header}# The defaults are manifests/'s values: with them the chart renders what
-# `kubectl kustomize manifests/` prints, apart from the differences README.md ("With Helm") lists.
+# `kubectl kustomize manifests/` prints, apart from the differences hack/chart.py DIFFERENCES lists.
+# charts/priogate/README.md is generated from this file's comments (hack/chart_readme.py).
 
 image:
+  # The image of every container (webhook, controller, Jobs, the test pod).
   repository: {repo}
+  # The tag; appVersion in Chart.yaml is the version it holds.
   tag: {flow(tag)}
   # sha256:... pins the image by digest; it then wins over the tag.
   digest: ""
   # IfNotPresent: the image is pinned, and a webhook must restart while the registry is down.
   pullPolicy: {PULL_POLICY}
+
+# Secrets for pulling the image from a private registry, e.g. [{{name: regcred}}]; every pod.
+imagePullSecrets: []
+# Every pod's nodeSelector (the Deployments' and the Jobs').
+nodeSelector: {{}}
+# Every pod's tolerations, e.g. [{{key: node-role.kubernetes.io/control-plane, effect: NoSchedule}}].
+tolerations: []
 
 # Keep (true) or replace (false) kube-apiserver's built-in Priority admission plugin
 # (docs/modes.md). true: the priority hooks exempt kube-system and the release namespace and fail
@@ -205,14 +229,32 @@ webhookConfigurations:
   create: true
   # The MutatingWebhookConfiguration's and ValidatingWebhookConfiguration's name.
   name: {CONFIG_NAME}
+  # Per hook, by its name without .priogate.io (pod-priority, priorityclasses, podgroup-quota,
+  # ...): failurePolicy (Fail|Ignore) and timeoutSeconds (1 to 30) over the mode's, e.g.
+  #   podgroup-quota: {{failurePolicy: Ignore, timeoutSeconds: 10}}
+  # Ignore on a quota hook admits what it would refuse while priogate is down (docs/modes.md).
+  hooks: {{}}
+  # More namespaces every hook and in-process policy leaves alone, next to the mode's own
+  # exemptions (kube-system and the release namespace).
+  excludeNamespaces: []
 
+# The webhook Deployment: two servers (priority, quota) in each pod.
 webhook:
+  # With 1 replica no PodDisruptionBudget is rendered (minAvailable 1 would block every drain).
   replicas: {web["spec"]["replicas"]}
+  # The Deployment's update strategy; {{type: Recreate}} stops the old pods before the new start.
+  strategy: {{}}
+  # The webhook pods' topologySpreadConstraints (select app.kubernetes.io/component: webhook).
+  topologySpreadConstraints: []
   priority:
+    # Worker processes of the priority server (PriorityClass rules; pure CPU).
     workers: {workers(pri)}
+    # The priority container's resources (no CPU limit: throttling adds to every admission).
     resources: {flow(pri["resources"])}
   quota:
+    # Worker processes of the quota server (PodGroup quota, record writes).
     workers: {workers(quo)}
+    # The quota container's resources; its PodGroup cache grows with the cluster.
     resources: {flow(quo["resources"])}
 
 # Require a client certificate from kube-apiserver (docs/hardening.md): the name of a Secret in
@@ -229,8 +271,15 @@ networkPolicy:
   enabled: true
   from: []
 
+# The gang-preemption controller (docs/controller.md); one replica leads through a Lease.
 controller:
+  # With 1 replica no PodDisruptionBudget is rendered.
   replicas: {ctl["spec"]["replicas"]}
+  # The Deployment's update strategy, as webhook.strategy.
+  strategy: {{}}
+  # The controller pods' topologySpreadConstraints (app.kubernetes.io/component: controller).
+  topologySpreadConstraints: []
+  # The controller container's resources; its caches grow with the cluster.
   resources: {flow(container(ctl["spec"]["template"]["spec"], "controller")["resources"])}
   # Flags of `python -m controller run` (controller/flags.py), name without the dashes: value.
   # true/false become --name/--no-name. Defaults:
@@ -238,12 +287,14 @@ controller:
   flags: {{}}
 
 cabundleJob:
+  # The resources of the certs and caBundle Jobs' container.
   resources: {flow(container(job["spec"]["template"]["spec"], "cabundle")["resources"])}
 
 monitoring:
   # A PrometheusRule (prometheus-operator's CRD) with priogate's alerts.
   prometheusRule:
     enabled: false
+    # Extra labels, e.g. the one your Prometheus' ruleSelector matches.
     labels: {{}}
     # Alert when the serving certificate expires in less than this many days.
     certificateExpiryDays: 30
@@ -257,10 +308,12 @@ monitoring:
     preemptionsPerMinute: 5
     # Ledger write conflicts per second, sustained.
     ledgerConflictsPerSecond: 1
+    # A reservation record's size as a share of a ConfigMap's 1 MiB.
     recordFillRatio: 0.8
   # A ConfigMap holding the Grafana dashboard, labelled for Grafana's dashboard sidecar.
   grafanaDashboard:
     enabled: false
+    # The labels Grafana's dashboard sidecar looks for.
     labels: {{grafana_dashboard: "1"}}
 """
 
@@ -269,7 +322,8 @@ def generate(manifests: Path = MANIFESTS, chart: Path = CHART) -> dict[Path, str
     """The generated files of `chart` (path -> text) from the kustomize base `manifests`."""
     objs = kustomize(manifests)
     _, image_ref, _, _ = kustomize_image(manifests)
-    files: dict[Path, str] = {chart / "values.yaml": values_yaml(objs, manifests)}
+    values = values_yaml(objs, manifests)
+    files: dict[Path, str] = {chart / "values.yaml": values, chart / "README.md": readme(values)}
     gen = chart / "templates" / "generated"
     # Rendered per mode with the webhook configurations, below.
     policies = {

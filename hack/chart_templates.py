@@ -139,6 +139,8 @@ def own_priority(pod_spec: dict, mk: Markers) -> None:
 def template_webhook_deployment(d: dict, mk: Markers) -> None:
     d["spec"]["replicas"] = mk.value("{{ .Values.webhook.replicas }}")
     own_priority(d["spec"]["template"]["spec"], mk)
+    pod_scheduling(d["spec"]["template"]["spec"], mk, "webhook")
+    deployment_strategy(d, mk, "webhook")
     # kube-score (hack/kube-score/check.sh): with mTLS both probes are TCP checks of the serving
     # port (below), which its pod-probes-identical test refuses; the justification goes with it.
     ignored = d["metadata"]["annotations"]["kube-score/ignore"]
@@ -201,6 +203,8 @@ def template_webhook_deployment(d: dict, mk: Markers) -> None:
 def template_controller_deployment(d: dict, mk: Markers) -> None:
     d["spec"]["replicas"] = mk.value("{{ .Values.controller.replicas }}")
     own_priority(d["spec"]["template"]["spec"], mk)
+    pod_scheduling(d["spec"]["template"]["spec"], mk, "controller")
+    deployment_strategy(d, mk, "controller")
     c = container(d["spec"]["template"]["spec"], "controller")
     c["resources"] = mk.value("{{ toJson .Values.controller.resources }}")
     # controller.flags: {name: value} -> --name=value; true/false -> --name / --no-name (the
@@ -222,6 +226,7 @@ def template_controller_deployment(d: dict, mk: Markers) -> None:
 
 def template_job(d: dict, mk: Markers) -> None:
     d["metadata"].setdefault("annotations", {}).update(HOOK_ANNOTATIONS)
+    pod_scheduling(d["spec"]["template"]["spec"], mk, None)
     c = container(d["spec"]["template"]["spec"], "cabundle")
     c["resources"] = mk.value("{{ toJson .Values.cabundleJob.resources }}")
     c["command"].append(
@@ -235,7 +240,90 @@ def template_job(d: dict, mk: Markers) -> None:
     )
 
 
+# Helm's and Kubernetes' recommended labels on every object
+# (https://helm.sh/docs/chart_best_practices/labels/,
+# https://kubernetes.io/docs/concepts/overview/working-with-objects/common-labels/); _helpers.tpl
+# "priogate.labels" gives them. Objects and pod templates only: selectors keep the base's
+# name/component pair, as a Deployment's selector is immutable.
+STANDARD_LABELS = (
+    "app.kubernetes.io/name",
+    "app.kubernetes.io/instance",
+    "app.kubernetes.io/version",
+    "app.kubernetes.io/managed-by",
+    "helm.sh/chart",
+)
+
+
+def standard_labels(obj: dict, mk: Markers) -> None:
+    labels = obj["metadata"].setdefault("labels", {})
+    helper = "priogate.labels" if "app.kubernetes.io/name" not in labels else "priogate.labelsWithoutName"
+    labels[mk.line(lambda i: f'{{{{- include "{helper}" . | nindent {len(i)} }}}}')] = 0
+
+
+def extra_excluded_namespaces(obj: Any, mk: Markers) -> None:
+    """webhookConfigurations.excludeNamespaces joins every namespace exemption (hooks' and
+    policy bindings' namespaceSelector NotIn kubernetes.io/metadata.name)."""
+    if isinstance(obj, dict):
+        if obj.get("key") == "kubernetes.io/metadata.name" and obj.get("operator") == "NotIn":
+            obj["values"].append(
+                mk.line(
+                    lambda i: (
+                        "{{- range .Values.webhookConfigurations.excludeNamespaces }}\n"
+                        f"{i}- {{{{ . | quote }}}}\n"
+                        "{{- end }}"
+                    )
+                )
+            )
+            return
+        for v in obj.values():
+            extra_excluded_namespaces(v, mk)
+    elif isinstance(obj, list):
+        for v in obj:
+            extra_excluded_namespaces(v, mk)
+
+
+def hook_overrides(config: dict, mk: Markers) -> None:
+    """webhookConfigurations.hooks.<hook>.failurePolicy / timeoutSeconds, by the hook's name
+    without .priogate.io; unset, the mode's (webhook.policy)."""
+    for hook in config["webhooks"]:
+        short = hook["name"].removesuffix(".priogate.io")
+        for field in ("failurePolicy", "timeoutSeconds"):
+            default = hook[field]
+            hook[field] = mk.value(
+                f'{{{{ dig "{short}" "{field}" {json.dumps(default)} .Values.webhookConfigurations.hooks }}}}'
+            )
+
+
+def pod_scheduling(pod_spec: dict, mk: Markers, component: str | None) -> None:
+    """imagePullSecrets, nodeSelector and tolerations for every pod; topologySpreadConstraints
+    per Deployment (they select the component's own pods)."""
+    fields = [("imagePullSecrets", ".Values.imagePullSecrets"), ("nodeSelector", ".Values.nodeSelector")]
+    fields.append(("tolerations", ".Values.tolerations"))
+    if component:
+        fields.append(("topologySpreadConstraints", f".Values.{component}.topologySpreadConstraints"))
+    for field, value in fields:
+        assert field not in pod_spec, f"the base sets {field}; template it from its value"
+        pod_spec[
+            mk.line(
+                lambda i, f=field, v=value: f"{{{{- with {v} }}}}\n{i}{f}: {{{{ toJson . }}}}\n{{{{- end }}}}"
+            )
+        ] = 0
+
+
+def deployment_strategy(d: dict, mk: Markers, component: str) -> None:
+    """An upgrade's rollout (`strategy: {type: Recreate}` stops the old pods first)."""
+    assert "strategy" not in d["spec"]
+    d["spec"][
+        mk.line(
+            lambda i: (
+                f"{{{{- with .Values.{component}.strategy }}}}\n{i}strategy: {{{{ toJson . }}}}\n{{{{- end }}}}"
+            )
+        )
+    ] = 0
+
+
 def template_certs_job(d: dict, mk: Markers) -> None:
+    pod_scheduling(d["spec"]["template"]["spec"], mk, None)
     c = container(d["spec"]["template"]["spec"], "cabundle")
     c["resources"] = mk.value("{{ toJson .Values.cabundleJob.resources }}")
 
@@ -271,4 +359,7 @@ SPECIAL: dict[tuple[str, str], tuple[Callable[[dict, Markers], None] | None, str
     ("NetworkPolicy", "priogate-controller"): (None, ".Values.networkPolicy.enabled"),
     ("NetworkPolicy", "priogate-cabundle"): (None, ".Values.networkPolicy.enabled"),
     ("ClusterRole", "priogate-cabundle"): (template_cabundle_role, None),
+    # With one replica a PodDisruptionBudget of minAvailable 1 would block every node drain.
+    ("PodDisruptionBudget", "priogate-webhook"): (None, "gt (int .Values.webhook.replicas) 1"),
+    ("PodDisruptionBudget", "priogate-controller"): (None, "gt (int .Values.controller.replicas) 1"),
 }

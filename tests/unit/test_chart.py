@@ -84,6 +84,28 @@ def without_helm_hook(obj: dict) -> dict:
     return obj
 
 
+STANDARD_LABELS = (
+    "app.kubernetes.io/name",
+    "app.kubernetes.io/instance",
+    "app.kubernetes.io/version",
+    "app.kubernetes.io/managed-by",
+    "helm.sh/chart",
+)
+
+
+def without_standard_labels(obj: dict, base: dict) -> dict:
+    """The chart's object without the recommended labels the base does not carry (DIFFERENCES)."""
+    obj = copy.deepcopy(obj)
+    labels = obj["metadata"].get("labels", {})
+    kept = base["metadata"].get("labels", {})
+    for k in STANDARD_LABELS:
+        if k not in kept:
+            labels.pop(k, None)
+    if not labels:
+        obj["metadata"].pop("labels", None)
+    return obj
+
+
 def container(objs: dict[Key, dict], deployment: str, name: str) -> dict:
     spec = objs["Deployment", deployment]["spec"]["template"]["spec"]
     return next(c for c in spec["containers"] if c["name"] == name)
@@ -112,6 +134,7 @@ def assert_same_objects(chart: dict[Key, dict], base: dict[Key, dict]) -> None:
                 **expected,
                 "metadata": {k: v for k, v in expected["metadata"].items() if k != "namespace"},
             }
+        obj = without_standard_labels(obj, expected)
         assert without_helm_hook(obj) == expected, f"{key} differs from kubectl kustomize manifests/"
 
 
@@ -227,7 +250,7 @@ def test_mode_selects_the_policy_of_webhook_policy(plugin: bool) -> None:
         None, b"", policy=WebhookPolicy.in_cluster(plugin, NAMESPACE), service=IN_CLUSTER_SERVICE
     )
     for config in expected:
-        assert objs[config["kind"], "priogate"] == config
+        assert without_standard_labels(objs[config["kind"], "priogate"], config) == config
     hooks = objs["MutatingWebhookConfiguration", "priogate"]["webhooks"]
     pod_priority = [h for h in hooks if h["name"].startswith("pod-priority")]
     if plugin:  # the built-in plugin resolves first: the hook could only agree, so it is left out
@@ -244,7 +267,7 @@ def test_mode_selects_the_policy_of_webhook_policy(plugin: bool) -> None:
     assert names == {PODGROUP_POLICY_NAME} | (set() if plugin else {POLICY_NAME})
     for obj in expected_policies:
         key = (obj["kind"], obj["metadata"]["name"])
-        assert objs[key] == obj
+        assert without_standard_labels(objs[key], obj) == obj
 
 
 def _exempts(hook: dict, namespace: str) -> bool:
@@ -495,9 +518,18 @@ def test_readme_documents_every_value() -> None:
                 out.append(prefix + k)
         return out
 
-    readme = (REPO / "README.md").read_text()
-    missing = [k for k in leaves(_values()) if f"`{k}`" not in readme]
-    assert not missing, f"README.md's values table lacks {missing}"
+    readme = (CHART / "README.md").read_text()
+    missing = [k for k in leaves(_values()) if f"| `{k}` |" not in readme]
+    assert not missing, f"charts/priogate/README.md's values table lacks {missing}"
+    undocumented = [r for r in load_readme_rows() if not r[2]]
+    assert not undocumented, f"values.yaml has no comment above {undocumented}"
+
+
+def load_readme_rows() -> list[tuple[str, str, str]]:
+    sys.path.insert(0, str(REPO))
+    from hack.chart_readme import rows
+
+    return rows((CHART / "values.yaml").read_text())
 
 
 # --- kubeVersion: the oldest Kubernetes that serves every object the chart renders by default ---
@@ -554,3 +586,103 @@ def test_helm_refuses_a_cluster_older_than_kube_version() -> None:
     new = subprocess.run([*base, "--kube-version", f"1.{floor}.0"], capture_output=True, text=True)
     assert new.returncode == 0, new.stderr
     assert "kind: MutatingAdmissionPolicy\n" in new.stdout
+
+
+# --- values an install needs beyond the base ------------------------------------------------------
+
+
+def test_every_object_carries_the_recommended_labels() -> None:
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    expected = {
+        "app.kubernetes.io/name": "priogate",
+        "app.kubernetes.io/instance": "rel",
+        "app.kubernetes.io/version": chart["appVersion"],
+        "app.kubernetes.io/managed-by": "Helm",
+        "helm.sh/chart": f"priogate-{chart['version']}",
+    }
+    args = [str(helm()), "template", "rel", str(CHART), "-n", NAMESPACE]
+    sets = ["--set", "priorityPlugin=false", "--set", "monitoring.prometheusRule.enabled=true"]
+    sets += [
+        "--set",
+        "monitoring.grafanaDashboard.enabled=true",
+        "--set",
+        "monitoring.podMonitor.enabled=true",
+    ]
+    objs = index(subprocess.run([*args, *sets], capture_output=True, text=True, check=True).stdout)
+    objs |= index(subprocess.run(args, capture_output=True, text=True, check=True).stdout)
+    missing = {
+        f"{k[0]}/{k[1]}": {
+            label: v for label, v in expected.items() if o["metadata"].get("labels", {}).get(label) != v
+        }
+        for k, o in objs.items()
+    }
+    missing = {k: v for k, v in missing.items() if v}
+    assert not missing, f"{len(missing)} of {len(objs)} objects lack recommended labels: {missing}"
+
+
+@pytest.mark.parametrize("component", ["webhook", "controller"])
+def test_a_pod_disruption_budget_only_with_more_than_one_replica(component: str) -> None:
+    key = ("PodDisruptionBudget", f"priogate-{component}")
+    assert key not in render(f"{component}.replicas=1"), "minAvailable 1 of 1 replica blocks every drain"
+    assert render(f"{component}.replicas=3")[key]["spec"]["minAvailable"] == 1
+
+
+def test_strategy_and_pod_scheduling_values_reach_every_pod() -> None:
+    toleration = [{"key": "dedicated", "operator": "Exists", "effect": "NoSchedule"}]
+    spread = [
+        {
+            "maxSkew": 1,
+            "topologyKey": "topology.kubernetes.io/zone",
+            "whenUnsatisfiable": "ScheduleAnyway",
+            "labelSelector": {"matchLabels": {"app.kubernetes.io/component": "webhook"}},
+        }
+    ]
+    objs = render(
+        'webhook.strategy={"type":"Recreate"}',
+        'imagePullSecrets=[{"name":"regcred"}]',
+        'nodeSelector={"pool":"system"}',
+        f"tolerations={json.dumps(toleration)}",
+        f"webhook.topologySpreadConstraints={json.dumps(spread)}",
+    )
+    assert objs["Deployment", "priogate-webhook"]["spec"]["strategy"] == {"type": "Recreate"}
+    assert "strategy" not in objs["Deployment", "priogate-controller"]["spec"]
+    pods = {k: o["spec"]["template"]["spec"] for k, o in objs.items() if k[0] in ("Deployment", "Job")}
+    assert len(pods) == 4
+    for key, spec in pods.items():
+        assert spec["imagePullSecrets"] == [{"name": "regcred"}], key
+        assert spec["nodeSelector"] == {"pool": "system"}, key
+        assert spec["tolerations"] == toleration, key
+    assert pods["Deployment", "priogate-webhook"]["topologySpreadConstraints"] == spread
+    assert "topologySpreadConstraints" not in pods["Deployment", "priogate-controller"]
+
+
+@pytest.mark.parametrize("plugin", [True, False])
+def test_hook_overrides_and_extra_excluded_namespaces(plugin: bool) -> None:
+    objs = render(
+        f"priorityPlugin={str(plugin).lower()}",
+        'webhookConfigurations.hooks={"podgroup-quota":{"failurePolicy":"Ignore","timeoutSeconds":12}}',
+        'webhookConfigurations.excludeNamespaces=["batch-system","ci"]',
+    )
+    hooks = {
+        h["name"]: h for k, o in objs.items() if k[0].endswith("WebhookConfiguration") for h in o["webhooks"]
+    }
+    assert (
+        hooks["podgroup-quota.priogate.io"]["failurePolicy"],
+        hooks["podgroup-quota.priogate.io"]["timeoutSeconds"],
+    ) == (
+        "Ignore",
+        12,
+    )
+    defaults_by_name = {
+        h["name"]: h
+        for k, o in render(f"priorityPlugin={str(plugin).lower()}").items()
+        if k[0].endswith("WebhookConfiguration")
+        for h in o["webhooks"]
+    }
+    for name, hook in hooks.items():
+        if name != "podgroup-quota.priogate.io":
+            assert hook["failurePolicy"] == defaults_by_name[name]["failurePolicy"]
+            assert hook["timeoutSeconds"] == defaults_by_name[name]["timeoutSeconds"]
+        if "namespaceSelector" in defaults_by_name[name]:
+            assert _exempts(hook, "batch-system") and _exempts(hook, "ci"), name
+            assert _exempts(hook, NAMESPACE), name
