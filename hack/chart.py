@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -72,6 +73,7 @@ DIFFERENCES = {
     "that create the serving Secret before the webhook's init container waits for it (`helm install "
     "--wait` runs post-install hooks only once the webhook is ready; chart_templates.certs_hook_objects). "
     "`kubectl apply -k` applies every object at once, so the base's one Job does both",
+    "Pod <release>-test-webhook-ready": "only in the chart: `helm test` (templates/tests/)",
     "labels": "every object carries Helm's recommended labels (app.kubernetes.io/name, instance, "
     "version, managed-by, helm.sh/chart; https://helm.sh/docs/chart_best_practices/labels/); selectors "
     "keep the base's",
@@ -82,6 +84,8 @@ DIFFERENCES = {
 }
 # The objects only the chart has (DIFFERENCES).
 CHART_ONLY = {(kind, CERTS) for kind in ("ServiceAccount", "Role", "RoleBinding", "Job")}
+# templates/tests/, named after the release (`helm template priogate ...` in the tests).
+CHART_ONLY |= {("Pod", "priogate-test-webhook-ready")}
 # Cluster-scoped kinds kustomize may not know (DIFFERENCES).
 CLUSTER_SCOPED_POLICY_KINDS = ("MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding")
 
@@ -310,6 +314,17 @@ monitoring:
     ledgerConflictsPerSecond: 1
     # A reservation record's size as a share of a ConfigMap's 1 MiB.
     recordFillRatio: 0.8
+  # A PodMonitor (prometheus-operator's CRD) scraping the controller's and both webhook servers'
+  # /metrics (the webhook's over HTTPS, verified with the serving Secret's CA).
+  podMonitor:
+    enabled: false
+    # Extra labels, e.g. the one your Prometheus' podMonitorSelector matches.
+    labels: {{}}
+    # How often to scrape.
+    interval: 30s
+    # More of the webhook endpoints' tlsConfig, e.g. a client certificate (cert, keySecret)
+    # when mtls.clientCASecret is set.
+    webhookTLSConfig: {{}}
   # A ConfigMap holding the Grafana dashboard, labelled for Grafana's dashboard sidecar.
   grafanaDashboard:
     enabled: false
@@ -318,12 +333,72 @@ monitoring:
 """
 
 
+# values.schema.json (https://helm.sh/docs/topics/charts/#schema-files): Helm validates the
+# values of every install, upgrade, lint and template against it. Inferred from the defaults,
+# with these refinements; a map whose keys are free is open, every other map closed, so a typo
+# (an unknown key) fails instead of being ignored.
+FREE_FORM = ("resources", "labels", "flags", "nodeSelector", "strategy", "webhookTLSConfig")
+HOOK_OVERRIDE = {
+    "type": "object",
+    "additionalProperties": False,
+    "properties": {
+        "failurePolicy": {"enum": ["Fail", "Ignore"]},
+        # admissionregistration.k8s.io/v1: 1 to 30 seconds.
+        "timeoutSeconds": {"type": "integer", "minimum": 1, "maximum": 30},
+    },
+}
+SCHEMA_OVERRIDES: dict[str, dict[str, Any]] = {
+    "image.tag": {"type": ["string", "number"]},
+    "image.digest": {"type": "string", "pattern": "^(sha256:[0-9a-f]{64})?$"},
+    "image.pullPolicy": {"enum": ["Always", "IfNotPresent", "Never"]},
+    "webhook.replicas": {"type": "integer", "minimum": 1},
+    "controller.replicas": {"type": "integer", "minimum": 1},
+    "webhook.priority.workers": {"type": "integer", "minimum": 1},
+    "webhook.quota.workers": {"type": "integer", "minimum": 1},
+    "webhookConfigurations.hooks": {"type": "object", "additionalProperties": HOOK_OVERRIDE},
+    "webhookConfigurations.excludeNamespaces": {"type": "array", "items": {"type": "string"}},
+    "networkPolicy.from": {"type": "array", "items": {"type": "object"}},
+    "monitoring.prometheusRule.certificateExpiryDays": {"type": "number", "minimum": 0},
+}
+
+
+def schema(values: Any, path: str = "") -> dict[str, Any]:
+    if path in SCHEMA_OVERRIDES:
+        return SCHEMA_OVERRIDES[path]
+    key = path.rsplit(".", 1)[-1]
+    if isinstance(values, dict):
+        if key in FREE_FORM:
+            return {"type": "object"}
+        props = {k: schema(v, f"{path}.{k}".lstrip(".")) for k, v in values.items()}
+        return {"type": "object", "additionalProperties": False, "properties": props}
+    if isinstance(values, bool):
+        return {"type": "boolean"}
+    if isinstance(values, int | float):
+        return {"type": "number"}
+    if isinstance(values, str):
+        return {"type": "string"}
+    if isinstance(values, list):
+        return {"type": "array"}
+    raise TypeError(f"{path}: a default of type {type(values).__name__}")
+
+
+def values_schema(values_text: str) -> str:
+    doc = {"$schema": "https://json-schema.org/draft-07/schema#", **schema(yaml.safe_load(values_text))}
+    # Helm adds `global` to every chart's values (subcharts share it).
+    doc["properties"]["global"] = {"type": "object"}
+    return json.dumps(doc, indent=2) + "\n"
+
+
 def generate(manifests: Path = MANIFESTS, chart: Path = CHART) -> dict[Path, str]:
     """The generated files of `chart` (path -> text) from the kustomize base `manifests`."""
     objs = kustomize(manifests)
     _, image_ref, _, _ = kustomize_image(manifests)
     values = values_yaml(objs, manifests)
-    files: dict[Path, str] = {chart / "values.yaml": values, chart / "README.md": readme(values)}
+    files: dict[Path, str] = {
+        chart / "values.yaml": values,
+        chart / "values.schema.json": values_schema(values),
+        chart / "README.md": readme(values),
+    }
     gen = chart / "templates" / "generated"
     # Rendered per mode with the webhook configurations, below.
     policies = {

@@ -112,6 +112,12 @@ def docs(text: str) -> list[dict]:
 
 def test_helm_install_creates_every_object_of_the_release(release: str, helm: Helm, kubectl: Kubectl) -> None:
     assert "STATUS: deployed" in release
+    # NOTES.txt: where it went, how to check it, how the kubectl plugin finds the records.
+    notes = release.split("NOTES:", 1)[1]
+    assert f"installed in namespace {NAMESPACE} (release {RELEASE})" in notes
+    assert f"helm test {RELEASE} -n {NAMESPACE}" in notes
+    assert f"--priogate-namespace {NAMESPACE}" in notes
+    assert "webhookConfigurations.create=false" in notes
     manifest = docs(helm("get", "manifest", RELEASE, "-n", NAMESPACE).stdout)
     kinds = {d["kind"] for d in manifest}
     assert {"Deployment", "ServiceAccount", "ClusterRole", "NetworkPolicy", "PodDisruptionBudget"} <= kinds

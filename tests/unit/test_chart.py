@@ -190,7 +190,9 @@ def hook_of(obj: dict) -> tuple[set[str], int]:
 def test_the_only_annotations_helm_adds_are_the_certs_and_caBundle_job_hooks() -> None:
     hooked = {k for k, o in defaults().items() if hook_of(o)[0]}
     certs = {(kind, "priogate-certs") for kind in ("ServiceAccount", "Role", "RoleBinding", "Job")}
-    assert hooked == {("Job", "priogate-cabundle")} | certs
+    test = {("Pod", "priogate-test-webhook-ready")}
+    assert hooked == {("Job", "priogate-cabundle")} | certs | test
+    assert hook_of(defaults()["Pod", "priogate-test-webhook-ready"])[0] == {"test"}
     assert hook_of(defaults()["Job", "priogate-cabundle"])[0] == {"post-install", "post-upgrade"}
 
 
@@ -540,6 +542,7 @@ def load_readme_rows() -> list[tuple[str, str, str]]:
 # is served as admissionregistration.k8s.io/v1 from 1.36.
 MINIMUM_MINOR = {
     ("v1", "ConfigMap"): 0,
+    ("v1", "Pod"): 0,
     ("v1", "Service"): 0,
     ("v1", "ServiceAccount"): 0,
     ("apps/v1", "Deployment"): 9,
@@ -686,3 +689,76 @@ def test_hook_overrides_and_extra_excluded_namespaces(plugin: bool) -> None:
         if "namespaceSelector" in defaults_by_name[name]:
             assert _exempts(hook, "batch-system") and _exempts(hook, "ci"), name
             assert _exempts(hook, NAMESPACE), name
+
+
+@pytest.mark.parametrize(
+    ("value", "error"),
+    [
+        ("webhook.replicas=abc", "at '/webhook/replicas': got string, want integer"),
+        ("replicas=2", "additional properties 'replicas' not allowed"),
+        ("webhook.replica=2", "additional properties 'replica' not allowed"),
+        ('webhookConfigurations.hooks={"pod-quota":{"failurePolicy":"Maybe"}}', "failurePolicy"),
+        ('webhookConfigurations.hooks={"pod-quota":{"timeoutSeconds":31}}', "timeoutSeconds"),
+        ("image.pullPolicy=Sometimes", "pullPolicy"),
+    ],
+)
+def test_values_schema_refuses_wrong_types_and_unknown_keys(value: str, error: str) -> None:
+    with pytest.raises(subprocess.CalledProcessError) as failed:
+        render(value)
+    assert "values don't meet the specifications of the schema" in failed.value.stderr
+    assert error in failed.value.stderr, failed.value.stderr
+
+
+def test_pod_monitor_scrapes_ports_the_pods_have() -> None:
+    assert not {k for k in defaults() if k[0] == "PodMonitor"}
+    objs = render("monitoring.podMonitor.enabled=true", 'monitoring.podMonitor.labels={"release":"kp"}')
+    monitor = objs["PodMonitor", "priogate"]
+    assert monitor["metadata"]["labels"]["release"] == "kp"
+    ports = {
+        p["name"]
+        for k, o in objs.items()
+        if k[0] == "Deployment"
+        for c in o["spec"]["template"]["spec"]["containers"]
+        for p in c.get("ports", [])
+    }
+    endpoints = monitor["spec"]["podMetricsEndpoints"]
+    assert {e["port"] for e in endpoints} == ports == {"metrics", "priority", "quota"}
+    for e in endpoints:
+        assert e["path"] == "/metrics"
+        if e["port"] != "metrics":
+            assert e["scheme"] == "https"
+            assert e["tlsConfig"]["ca"]["secret"] == {"name": "priogate-webhook-tls", "key": "ca.crt"}
+
+
+@pytest.mark.parametrize("mtls", [False, True])
+def test_helm_test_pod_checks_both_webhook_ports_through_the_service(mtls: bool) -> None:
+    objs = render(*(["mtls.clientCASecret=apiserver-client-ca"] if mtls else []), namespace="gate")
+    pod = objs["Pod", "priogate-test-webhook-ready"]
+    assert hook_of(pod)[0] == {"test"}
+    service = objs["Service", "priogate-webhook"]
+    (c,) = pod["spec"]["containers"]
+    env = {e["name"]: e["value"] for e in c["env"]}
+    assert env["SERVICE"] == f"{service['metadata']['name']}.gate.svc"
+    assert env["MTLS"] == ("1" if mtls else "")
+    script = c["command"][2]
+    assert {p["port"] for p in service["spec"]["ports"]} == {443, 8444}
+    assert "for port in (443, 8444):" in script and "/readyz" in script
+    compile(script, "webhook-ready", "exec")
+    assert pod["spec"]["volumes"][0]["secret"]["secretName"] == "priogate-webhook-tls"
+
+
+def test_uninstall_removes_the_webhook_configurations() -> None:
+    """`helm uninstall` deletes the release's objects but never its hooks' (or anything annotated
+    helm.sh/resource-policy: keep; https://helm.sh/docs/topics/charts_hooks/#hook-resources-are-not-managed-with-corresponding-releases):
+    the configurations and the in-process policies must be ordinary release objects, or they
+    would outlive the webhook they call and, failing closed, refuse every PodGroup write."""
+    for plugin in (True, False):
+        objs = render(f"priorityPlugin={str(plugin).lower()}")
+        admission = [
+            k for k in objs if k[0].endswith(("WebhookConfiguration", "AdmissionPolicy", "PolicyBinding"))
+        ]
+        assert len(admission) >= 4
+        for key in admission:
+            annotations = objs[key]["metadata"].get("annotations", {})
+            assert not hook_of(objs[key])[0], f"{key} is a hook: helm uninstall would leave it"
+            assert annotations.get("helm.sh/resource-policy") != "keep", key
