@@ -36,6 +36,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from controller.flags import add_arguments as controller_arguments  # noqa: E402
+from priogate import __version__  # noqa: E402
 from hack.chart_readme import readme  # noqa: E402
 from hack.chart_templates import (  # noqa: E402
     CERTS,
@@ -437,10 +438,27 @@ def write(files: dict[Path, str], chart: Path = CHART) -> None:
         f.write_text(t)
 
 
+def version_mismatches(manifests: Path = MANIFESTS, chart: Path = CHART) -> list[str]:
+    """Where the chart or the base names another version than priogate.__version__, the one
+    place it lives (Chart.yaml is written by hand; values.yaml's tag comes from kustomization)."""
+    wrong = []
+    app_version = str(yaml.safe_load((chart / "Chart.yaml").read_text())["appVersion"])
+    if app_version != __version__:
+        wrong.append(f"{chart.name}/Chart.yaml appVersion {app_version}")
+    _, _, _, tag = kustomize_image(manifests)
+    if tag != __version__:
+        wrong.append(f"manifests/kustomization.yaml newTag {tag}")
+    return wrong
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--check", action="store_true", help="fail if the chart is not what would be written")
     args = p.parse_args()
+    versions = version_mismatches()
+    if versions:
+        print(f"not priogate.__version__ {__version__}: " + ", ".join(versions), file=sys.stderr)
+        return 1
     files = generate()
     stale = stale_files(files)
     if args.check:

@@ -22,6 +22,7 @@ import urllib3
 from kubectl_priogate import reservations, simulation, why, why_report
 from kubectl_priogate.output import FORMATS, render, shown
 from kubectl_priogate.source import RecordNamespaceNotFound, Source
+from priogate import __version__
 from priogate.clock import rfc3339
 from priogate.kube.client import ApiError
 from priogate.kube.kubeconfig import KubeconfigError, connect
@@ -88,6 +89,7 @@ def _common(parser: argparse.ArgumentParser, *, suppress: bool) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog=PROG, description="Show what priogate reserves, would preempt, and why.")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     _common(parser, suppress=False)
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     commands.required = True
