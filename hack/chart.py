@@ -251,6 +251,10 @@ webhook:
   strategy: {{}}
   # The webhook pods' topologySpreadConstraints (select app.kubernetes.io/component: webhook).
   topologySpreadConstraints: []
+  # The webhook pods' PriorityClass: it must run when everything else is short of room. With
+  # priorityPlugin=false only system-cluster-critical or system-node-critical (their integer is
+  # written into the pod, as nothing resolves a class in the release namespace).
+  priorityClassName: {wspec["priorityClassName"]}
   priority:
     # Worker processes of the priority server (PriorityClass rules; pure CPU).
     workers: {workers(pri)}
@@ -284,6 +288,8 @@ controller:
   strategy: {{}}
   # The controller pods' topologySpreadConstraints (app.kubernetes.io/component: controller).
   topologySpreadConstraints: []
+  # The controller pods' PriorityClass, as webhook.priorityClassName.
+  priorityClassName: {ctl["spec"]["template"]["spec"]["priorityClassName"]}
   # The controller container's resources; its caches grow with the cluster.
   resources: {flow(container(ctl["spec"]["template"]["spec"], "controller")["resources"])}
   # Flags of `python -m controller run` (controller/flags.py), name without the dashes: value.

@@ -119,17 +119,25 @@ def container(pod_spec: dict, name: str) -> dict:
 SYSTEM_CLASS_VALUES = {"system-cluster-critical": 2_000_000_000, "system-node-critical": 2_000_001_000}
 
 
-def own_priority(pod_spec: dict, mk: Markers) -> None:
-    """With the Priority plugin replaced, the priority hooks exempt the release namespace
-    (webhook.policy.WebhookPolicy.in_cluster), so nothing there resolves a pod's priority: the
-    pod template carries its class's integer itself, or the scheduler would read 0. With the
-    plugin kept, the plugin fills it in."""
-    value = SYSTEM_CLASS_VALUES[pod_spec["priorityClassName"]]
+def own_priority(pod_spec: dict, mk: Markers, component: str) -> None:
+    """<component>.priorityClassName, and with the Priority plugin replaced the class's integer:
+    the priority hooks then exempt the release namespace (webhook.policy.WebhookPolicy.in_cluster),
+    so nothing there resolves a pod's priority and the template must carry it, or the scheduler
+    would read 0. Only the built-in classes' values are known when the chart renders, so in that
+    mode the class must be one of them. With the plugin kept, the plugin fills the integer in."""
+    assert pod_spec["priorityClassName"] in SYSTEM_CLASS_VALUES
+    v = f".Values.{component}.priorityClassName"
+    known = " ".join(f'"{name}" {value}' for name, value in SYSTEM_CLASS_VALUES.items())
+    pod_spec["priorityClassName"] = mk.value(f"{{{{ {v} }}}}")
     pod_spec[
         mk.line(
             lambda i: (
                 "{{- if not .Values.priorityPlugin }}\n"
-                f"{i}priority: {value}\n{i}preemptionPolicy: PreemptLowerPriority\n"
+                f"{{{{- $value := get (dict {known}) {v} }}}}\n"
+                f"{{{{- if not $value }}}}{{{{ fail (printf \"priorityPlugin=false: {component}.priorityClassName "
+                f"must be one of {', '.join(SYSTEM_CLASS_VALUES)} (nothing resolves a class in the release "
+                f'namespace; docs/install.md), not %q" {v}) }}}}{{{{ end }}}}\n'
+                f"{i}priority: {{{{ $value }}}}\n{i}preemptionPolicy: PreemptLowerPriority\n"
                 "{{- end }}"
             )
         )
@@ -138,7 +146,7 @@ def own_priority(pod_spec: dict, mk: Markers) -> None:
 
 def template_webhook_deployment(d: dict, mk: Markers) -> None:
     d["spec"]["replicas"] = mk.value("{{ .Values.webhook.replicas }}")
-    own_priority(d["spec"]["template"]["spec"], mk)
+    own_priority(d["spec"]["template"]["spec"], mk, "webhook")
     pod_scheduling(d["spec"]["template"]["spec"], mk, "webhook")
     deployment_strategy(d, mk, "webhook")
     # kube-score (hack/kube-score/check.sh): with mTLS both probes are TCP checks of the serving
@@ -202,7 +210,7 @@ def template_webhook_deployment(d: dict, mk: Markers) -> None:
 
 def template_controller_deployment(d: dict, mk: Markers) -> None:
     d["spec"]["replicas"] = mk.value("{{ .Values.controller.replicas }}")
-    own_priority(d["spec"]["template"]["spec"], mk)
+    own_priority(d["spec"]["template"]["spec"], mk, "controller")
     pod_scheduling(d["spec"]["template"]["spec"], mk, "controller")
     deployment_strategy(d, mk, "controller")
     c = container(d["spec"]["template"]["spec"], "controller")

@@ -762,3 +762,18 @@ def test_uninstall_removes_the_webhook_configurations() -> None:
             annotations = objs[key]["metadata"].get("annotations", {})
             assert not hook_of(objs[key])[0], f"{key} is a hook: helm uninstall would leave it"
             assert annotations.get("helm.sh/resource-policy") != "keep", key
+
+
+@pytest.mark.parametrize("component", ["webhook", "controller"])
+def test_priority_class_name_value_and_its_integer_without_the_plugin(component: str) -> None:
+    key = ("Deployment", f"priogate-{component}")
+    spec = render(f"{component}.priorityClassName=platform-high")[key]["spec"]["template"]["spec"]
+    assert (spec["priorityClassName"], "priority" in spec) == ("platform-high", False)
+    objs = render("priorityPlugin=false", f"{component}.priorityClassName=system-node-critical")
+    spec = objs[key]["spec"]["template"]["spec"]
+    assert (spec["priorityClassName"], spec["priority"]) == ("system-node-critical", 2000001000)
+    # Nothing resolves a class in the release namespace without the plugin: only a class whose
+    # integer the chart knows will do.
+    with pytest.raises(subprocess.CalledProcessError) as failed:
+        render("priorityPlugin=false", f"{component}.priorityClassName=platform-high")
+    assert f"{component}.priorityClassName must be one of system-cluster-critical" in failed.value.stderr
