@@ -28,7 +28,8 @@ HOOK_ANNOTATIONS = {
 # own objects: https://helm.sh/docs/topics/charts_hooks/#hook-weights). It only creates the
 # Secret: the caBundle goes into configurations that do not exist yet, so that stays the
 # post-install Job's. hook-succeeded removes all four once the Job is done (Helm deletes them
-# after every hook of the phase has succeeded), so `helm uninstall` has nothing of them to leave.
+# after every hook of the phase has succeeded: helm/helm pkg/action/hooks.go, execHook), so
+# `helm uninstall` has nothing of them to leave.
 CERTS = "priogate-certs"
 CERTS_HOOK = "pre-install,pre-upgrade"
 CERTS_DELETE_POLICY = "before-hook-creation,hook-succeeded"
