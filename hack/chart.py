@@ -36,22 +36,21 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from controller.flags import add_arguments as controller_arguments  # noqa: E402
-from priogate import __version__  # noqa: E402
 from hack.chart_readme import readme  # noqa: E402
 from hack.chart_templates import (  # noqa: E402
     CERTS,
     CONFIG_NAME,
     SPECIAL,
-    STANDARD_LABELS,
     Markers,
     certs_hook_objects,
-    extra_excluded_namespaces,
-    hook_overrides,
-    standard_labels,
     container,
     dump,
+    extra_excluded_namespaces,
     flow,
+    hook_overrides,
+    standard_labels,
 )
+from priogate import __version__  # noqa: E402
 from webhook.configuration import IN_CLUSTER_SERVICE, policy_objects, webhook_configurations  # noqa: E402
 from webhook.policy import WebhookPolicy  # noqa: E402
 
@@ -228,7 +227,7 @@ tolerations: []
 priorityPlugin: true
 
 webhookConfigurations:
-  # false: register no hooks, no in-process policies and no caBundle Job (you provide the serving
+  # false: register no hooks, no in-process policies, no certs or caBundle Job (you provide the serving
   # Secret <namespace>/priogate-webhook-tls, the configurations and, with them, the policies and
   # their table: the hooks skip what the policies resolve; docs/modes.md).
   create: true

@@ -135,9 +135,10 @@ def own_priority(pod_spec: dict, mk: Markers, component: str) -> None:
             lambda i: (
                 "{{- if not .Values.priorityPlugin }}\n"
                 f"{{{{- $value := get (dict {known}) {v} }}}}\n"
-                f"{{{{- if not $value }}}}{{{{ fail (printf \"priorityPlugin=false: {component}.priorityClassName "
-                f"must be one of {', '.join(SYSTEM_CLASS_VALUES)} (nothing resolves a class in the release "
-                f'namespace; docs/install.md), not %q" {v}) }}}}{{{{ end }}}}\n'
+                f"{{{{- if not $value }}}}{{{{ fail (printf \"priorityPlugin=false: "
+                f"{component}.priorityClassName must be one of {', '.join(SYSTEM_CLASS_VALUES)} "
+                "(nothing resolves a class in the release namespace; docs/install.md), "
+                f'not %q" {v}) }}}}{{{{ end }}}}\n'
                 f"{i}priority: {{{{ $value }}}}\n{i}preemptionPolicy: PreemptLowerPriority\n"
                 "{{- end }}"
             )
@@ -325,7 +326,8 @@ def deployment_strategy(d: dict, mk: Markers, component: str) -> None:
     d["spec"][
         mk.line(
             lambda i: (
-                f"{{{{- with .Values.{component}.strategy }}}}\n{i}strategy: {{{{ toJson . }}}}\n{{{{- end }}}}"
+                f"{{{{- with .Values.{component}.strategy }}}}\n"
+                f"{i}strategy: {{{{ toJson . }}}}\n{{{{- end }}}}"
             )
         )
     ] = 0
