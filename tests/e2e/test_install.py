@@ -112,6 +112,12 @@ def docs(text: str) -> list[dict]:
 
 def test_helm_install_creates_every_object_of_the_release(release: str, helm: Helm, kubectl: Kubectl) -> None:
     assert "STATUS: deployed" in release
+    # NOTES.txt: where it went, how to check it, how the kubectl plugin finds the records.
+    notes = release.split("NOTES:", 1)[1]
+    assert f"installed in namespace {NAMESPACE} (release {RELEASE})" in notes
+    assert f"helm test {RELEASE} -n {NAMESPACE}" in notes
+    assert f"--priogate-namespace {NAMESPACE}" in notes
+    assert "webhookConfigurations.create=false" in notes
     manifest = docs(helm("get", "manifest", RELEASE, "-n", NAMESPACE).stdout)
     kinds = {d["kind"] for d in manifest}
     assert {"Deployment", "ServiceAccount", "ClusterRole", "NetworkPolicy", "PodDisruptionBudget"} <= kinds
@@ -119,6 +125,25 @@ def test_helm_install_creates_every_object_of_the_release(release: str, helm: He
     for d in manifest:
         ns = ["-n", d["metadata"].get("namespace", NAMESPACE)] if "namespace" in d["metadata"] else []
         kubectl("get", *ns, f"{d['kind'].lower()}/{d['metadata']['name']}")
+        # Helm's recommended labels, on the live objects
+        labels = kubectl.json("get", *ns, f"{d['kind'].lower()}/{d['metadata']['name']}")["metadata"][
+            "labels"
+        ]
+        assert (
+            labels["app.kubernetes.io/instance"] == RELEASE
+            and labels["app.kubernetes.io/managed-by"] == "Helm"
+        )
+    # The webhook trusts the identity the controller's pods run as, in the release namespace.
+    deployments = {
+        d["metadata"]["name"]: d for d in kubectl.json("get", "deployments", "-n", NAMESPACE)["items"]
+    }
+    controller_sa = deployments["priogate-controller"]["spec"]["template"]["spec"]["serviceAccountName"]
+    (quota,) = [
+        c
+        for c in deployments["priogate-webhook"]["spec"]["template"]["spec"]["containers"]
+        if c["name"] == "quota"
+    ]
+    assert f"--controller-username={sa(controller_sa)}" in quota["command"]
 
 
 # The test run's own `priogate` configurations are registered by URL; a dry-run apply of the
@@ -136,6 +161,12 @@ def test_webhook_configurations_and_cabundle_job_pass_a_server_dry_run(
         "--set", f"webhookConfigurations.name={DRY_RUN_NAME}",
         "--show-only", "templates/generated/webhookconfigurations.yaml",
         "--show-only", "templates/generated/job-priogate-cabundle.yaml",
+        # the pre-install hooks that create the serving Secret
+        *[
+            arg
+            for kind in ("serviceaccount", "role", "rolebinding", "job")
+            for arg in ("--show-only", f"templates/generated/{kind}-priogate-certs.yaml")
+        ],
     )  # fmt: skip
     # The in-process policies, their bindings and the table's placeholder
     # (webhook/priority_policy.py) come too: the PodGroup one in both modes, the pod one with the
@@ -146,8 +177,9 @@ def test_webhook_configurations_and_cabundle_job_pass_a_server_dry_run(
     objects = docs(text)
     policies = 1 if plugin else 2
     policy_kinds = ["ConfigMap", *["MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding"] * policies]
+    certs_hooks = ["ServiceAccount", "Role", "RoleBinding", "Job"]
     assert sorted(d["kind"] for d in objects) == sorted(
-        ["Job", "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration", *policy_kinds]
+        ["Job", "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration", *policy_kinds, *certs_hooks]
     )
     out = kubectl("apply", "--server-side", "--dry-run=server", "-n", NAMESPACE, "-f", "-", stdin=text).stdout
     assert out.count("(server dry run)") == len(objects), out
