@@ -123,4 +123,7 @@ def test_a_podgroup_reaches_the_enrolment_hook_when_it_claims_something(client, 
     before = calls(client, PG_ENROLMENT, "CREATE")
     body = {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "PodGroup", "metadata": {"name": "g"}}
     client.create(groups_path(namespace), {**body, "spec": spec})
-    assert calls(client, PG_ENROLMENT, "CREATE") == before + (1 if called else 0), spec
+    after = calls(client, PG_ENROLMENT, "CREATE")
+    # A group that enrols the namespace also sends the enrolment's dry-run probes through the
+    # hook (priogate.scope): at least one call, then.
+    assert (after > before) if called else (after == before), (spec, before, after)
