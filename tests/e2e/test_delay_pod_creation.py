@@ -14,7 +14,7 @@ from typing import Any
 from priogate import gate
 from priogate.kube.client import ApiClient, resource_path
 from tests.builders import pod, podgroup
-from tests.e2e.controller_helpers import wait_phase
+from tests.e2e.controller_helpers import phase, wait_phase
 from tests.e2e.helpers import wait_for
 from tests.e2e.plugin import Run, ok, plugin_runner
 from tests.e2e.preemptor_side import Side, millicpu
@@ -47,6 +47,15 @@ def scheduling_gated(client: ApiClient, namespace: str, name: str) -> bool:
     return gate.has_gate(obj) and any(
         c.get("type") == "PodScheduled" and c.get("reason") == "SchedulingGated"
         for c in (obj.get("status") or {}).get("conditions") or []
+    )
+
+
+def admitted(client: ApiClient, namespace: str, name: str) -> None:
+    """Inqueue, or already Running: once the gates are lifted the members bind at once."""
+    wait_for(
+        lambda: phase(client, namespace, name) in ("Inqueue", "Running"),
+        60,
+        f"PodGroup {namespace}/{name} is admitted",
     )
 
 
@@ -103,7 +112,7 @@ def test_members_of_a_waiting_group_hold_no_node_until_it_is_inqueue(
 
     # Room for the gang: it goes Inqueue, the controller lifts the gates, every member is bound.
     client.delete(resource_path("v1", "pods", fillers_ns, fillers[0]))
-    wait_phase(client, tenant.namespace, "gang", "Inqueue", timeout=60)
+    admitted(client, tenant.namespace, "gang")
     wait_for(lambda: bound(client, tenant.namespace, names), 60, "every member is bound")
     assert not any(gate.has_gate(get_pod(client, tenant.namespace, n)) for n in names)
 
@@ -119,7 +128,7 @@ def test_pods_created_before_their_group_wait_for_it(admin: ApiClient, tenant: T
         "the members wait for a group that does not exist yet",
     )
     tenant.kubectl.apply([manifest("late", 2, 2)], namespace=tenant.namespace)
-    wait_phase(client, tenant.namespace, "late", "Inqueue", timeout=60)
+    admitted(client, tenant.namespace, "late")
     wait_for(lambda: bound(client, tenant.namespace, names), 60, "both members are bound")
     # A member created once the group is admitted is never gated (the stored object, as created).
     created = tenant.core.create_namespaced_pod(tenant.namespace, member("later", "late"))
