@@ -122,9 +122,11 @@ def test_a_namespace_without_reservations_is_never_sent_to_the_pod_quota_hook(
     cluster: LocalCluster, tenant: Tenant, admin: ApiClient
 ):
     quota(admin, tenant.namespace, "10")
-    # A PodGroup that reserves nothing reaches neither PodGroup quota hook, and enrols nothing.
+    # A PodGroup that claims nothing (no pod, no resource) reaches neither PodGroup quota hook,
+    # and enrols nothing. (One that claims its minMember as pods is judged: a quota on pods, or
+    # one scoped to its class, binds it: tests/e2e/test_podgroup_claims.py.)
     enrolments, reservations = called(admin, ENROLMENT), called(admin, PODGROUP_QUOTA)
-    tenant.create_podgroup({**podgroup("plain", "1"), "spec": {"minMember": 1}})
+    tenant.create_podgroup({**podgroup("plain", "1"), "spec": {"minMember": 0}})
     assert (called(admin, ENROLMENT), called(admin, PODGROUP_QUOTA)) == (enrolments, reservations)
     assert not enrolled(labels(admin, tenant.namespace))
 
