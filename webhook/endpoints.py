@@ -194,7 +194,8 @@ class AdmissionEndpoints:
             return plain(405, "method not allowed: admission endpoints take POST", [("Allow", "POST")])
         started = time.perf_counter()
         # The caller's timeout runs from when it sent the request; a request that waited for a free
-        # thread has lost that wait too, which the server cannot see (docs/serving.md: threads).
+        # thread has lost that wait too, which the server cannot see (docs/serving.md, "Admission
+        # deadlines").
         arrived = time.monotonic()
         in_flight.inc()
         try:
