@@ -36,8 +36,8 @@ class DeadlineSocket(ssl.SSLSocket):
     per call.
 
     gunicorn's gthread worker runs the TLS handshake, the reads of a request and the writes of its
-    response on a pool thread with the socket in blocking mode (ThreadWorker.handle calls
-    setblocking(True), gunicorn/workers/gthread.py upstream), which has no time limit: a client
+    response on a pool thread with the socket in blocking mode (its handle() calls
+    setblocking(True); gthread.py in gunicorn's source), which has no time limit: a client
     that sends one byte and stops would hold that thread for as long as it stays connected. Both
     ways of making a socket blocking are bounded here, so such a client holds a thread for the
     deadline at most; then its call raises TimeoutError and gunicorn closes the connection.
@@ -77,7 +77,7 @@ def deadline_socket_class(seconds: float) -> type[DeadlineSocket]:
 
 class _ClientTimeouts(logging.Filter):
     """gthread logs a socket error other than a reset or a broken pipe as an error with its
-    traceback ("Socket error processing request.", ThreadWorker.handle upstream). A client that
+    traceback ("Socket error processing request.", gthread's handle() upstream). A client that
     made no progress within its deadline (DeadlineSocket's TimeoutError) is not a server error,
     and a traceback each would let stalling clients flood the log: such records are counted
     (priogate_webhook_client_timeouts_total) instead of logged."""
