@@ -31,6 +31,8 @@ lock: $(STAMP)
 lint: $(STAMP) helm kube-score
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
+	@# no tracked file speaks of work sessions: versions, dates and commits name history
+	$(PY) hack/no_sessions.py
 	$(VENV)/bin/hadolint Dockerfile
 	$(PY) hack/chart.py --check
 	"$$(bash hack/helm/build.sh)" lint --strict charts/priogate

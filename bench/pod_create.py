@@ -95,7 +95,7 @@ def floor_policy() -> list[dict]:
     """`--floor`: the least any component outside kube-apiserver can do in process to give a pod
     its priority, a MutatingAdmissionPolicy with no params, no variables and no condition that
     sets the bench class's two values as constants. What it costs over the built-in plugin
-    bounds from below what replacing the plugin can cost (README, bench-pod-create)."""
+    bounds from below what replacing the plugin can cost (docs/benchmarks.md)."""
     api = "admissionregistration.k8s.io/v1"
     name = "bench-floor-constant-priority"
     patch = (

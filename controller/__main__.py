@@ -7,10 +7,12 @@ import os
 import sys
 
 from controller import flags, run, simulate
+from priogate import __version__
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m controller", description="priogate controller")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     simulate_parser = commands.add_parser(
         "simulate",

@@ -89,9 +89,10 @@ class EnqueueInputs:
 
 
 class EnqueueView:
-    def __init__(self, caches: Caches, enqueue_backoff: float) -> None:
+    def __init__(self, caches: Caches, enqueue_backoff: float, order_by: str = "priority") -> None:
         self.caches = caches
         self.enqueue_backoff = enqueue_backoff
+        self.order_by = order_by  # --enqueue-order
         self._view: EnqueueInputs | None = None
         self._bound: _Bound | None = None
         self._allocatable: tuple[int, ResourceList] | None = None
@@ -144,6 +145,7 @@ class EnqueueView:
             created_members=len(created),
             created_at=str(meta.get("creationTimestamp") or ""),
             backing_off=enqueue.backing_off(group.get("status"), time.time(), self.enqueue_backoff),
+            order_by=self.order_by,
         )
 
     def members(self, namespace: str) -> dict[str, list[Mapping[str, Any]]]:

@@ -7,7 +7,7 @@ admitted. Two cases escape it: namespaces that reserved before the label existed
 and a label a cluster admin removed by hand. Both are found from the controller's caches (a
 Namespace event, a record or PodGroup event, or the periodic record sweep enqueues the
 namespace) and cost one PATCH each; until then that namespace's plain pods are not checked
-against its reservations. README, "Upgrading", labels the first case before the upgrade.
+against its reservations. docs/install.md, "Upgrading", labels the first case before the upgrade.
 """
 
 from __future__ import annotations

@@ -6,6 +6,8 @@ import argparse
 import math
 import os
 
+from priogate.enqueue import ENQUEUE_ORDERS
+from priogate.gate import DEFAULT_ORPHAN_SECONDS
 from priogate.lease import LEASE_DURATION, RENEW_DEADLINE, RETRY_PERIOD
 from priogate.ledger import DEFAULT_IN_FLIGHT
 from priogate.preemption import policy as preemption_policy
@@ -95,6 +97,30 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         type=float,
         default=60.0,
         help="seconds a group rolled back by --inqueue-timeout waits before it may be enqueued again",
+    )
+    p.add_argument(
+        "--enqueue",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="the Delay Pod Creation wait: a PodGroup goes Inqueue only when its minResources fit "
+        "its quota and the cluster, and its members' scheduling gate is lifted then; --no-enqueue "
+        "admits every group at once (the behaviour without the protocol)",
+    )
+    p.add_argument(
+        "--enqueue-order",
+        choices=ENQUEUE_ORDERS,
+        default="priority",
+        help="the order a namespace's waiting PodGroups are enqueued in: priority (higher first, "
+        "then older: what kube-batch's and Volcano's enqueue actions implement) or fcfs (older "
+        "first, as the Delay Pod Creation design words it); another namespace's waiting group "
+        "never holds a group back",
+    )
+    p.add_argument(
+        "--gate-orphan-seconds",
+        type=_positive_seconds,
+        default=DEFAULT_ORPHAN_SECONDS,
+        help="seconds a member pod waits for a PodGroup that does not exist before its scheduling "
+        "gate is lifted, with an Event (a typo must not hold a pod forever)",
     )
     p.add_argument("--log-level", default="INFO")
 

@@ -17,9 +17,10 @@ from controller.caches import Caches
 from controller.enqueue_view import EnqueueInputs, EnqueueView
 from controller.events import EventRecorder
 from controller.gang_preemptor import GangPreemptor
+from controller.gates import GateLifter
 from controller.over_quota import OverQuota
 from controller.victims import NotLeader
-from priogate import enqueue, phase
+from priogate import enqueue, gate, phase
 from priogate import preemption_record as record
 from priogate.clock import rfc3339
 from priogate.kube.client import ApiClient, ApiError, resource_path
@@ -41,8 +42,17 @@ class Reconciler:
         *,
         inqueue_timeout: float = 0.0,
         enqueue_backoff: float = 0.0,
+        enqueue_gate: bool = True,
+        enqueue_order: str = "priority",
+        gates: GateLifter | None = None,
+        requeue: Callable[[str, float], None] | None = None,
     ) -> None:
         self.client = client
+        # --enqueue: False admits every group at once (no Inqueue wait, so no gate holds a
+        # member for long); the phases are still written.
+        self.enqueue_gate = enqueue_gate
+        self.gates = gates
+        self.requeue = requeue  # (namespace/name, seconds): look at a group's key again then
         self.inqueue_timeout = inqueue_timeout
         self.enqueue_backoff = enqueue_backoff
         # When each Inqueue group was first seen stuck: members unschedulable and no preemption
@@ -53,7 +63,7 @@ class Reconciler:
         self.is_leader = is_leader
         self.caches = caches
         self.preemptor = preemptor
-        self.view = EnqueueView(caches, enqueue_backoff)
+        self.view = EnqueueView(caches, enqueue_backoff, enqueue_order)
         self._over_quota = OverQuota(caches)
 
     # ---- inputs of the phase and enqueue functions ---------------------------------------------
@@ -68,6 +78,8 @@ class Reconciler:
         return self.view.get()
 
     def enqueue_verdict(self, demand: enqueue.GroupDemand) -> phase.EnqueueVerdict:
+        if not self.enqueue_gate:
+            return phase.EnqueueVerdict(True, "enqueue disabled (--enqueue=false)")
         if demand.phase == Phase.INQUEUE and enqueue.inqueue_timed_out(
             self._stuck.get(demand.key), time.monotonic(), self.inqueue_timeout
         ):
@@ -97,6 +109,8 @@ class Reconciler:
         for _ in range(MAX_CONFLICT_RETRIES):
             if group is None or (group.get("metadata") or {}).get("deletionTimestamp"):
                 self._stuck.pop(f"{namespace}/{name}", None)
+                if group is None:
+                    self._orphans(namespace, name, members)
                 return "gone"
             status = self.desired_status(group, members)
             if status == (group.get("status") or {}):
@@ -117,6 +131,9 @@ class Reconciler:
                 group = self._fresh(namespace, name)
         else:
             return "conflict"
+        admitted = group is not None and gate.admitted((group.get("status") or {}).get("phase"))
+        if self.gates is not None and admitted and self.is_leader():
+            self.gates.lift(members)
         outcome = ""
         if self.preemptor is not None and group is not None:
             scheduled = phase.count_members(members).scheduled
@@ -128,6 +145,15 @@ class Reconciler:
                 result = outcome
         self._track_stuck(f"{namespace}/{name}", group, members, outcome)
         return result
+
+    def _orphans(self, namespace: str, name: str, members: Sequence[Mapping[str, Any]]) -> None:
+        """Members gated for a group that does not exist (members was read with the group gone)."""
+        if self.gates is None or not self.is_leader():
+            return
+        members = members or self.members(namespace, name)
+        next_due = self.gates.orphans(namespace, name, members)
+        if next_due is not None and self.requeue is not None:
+            self.requeue(f"{namespace}/{name}", next_due)
 
     def _track_stuck(
         self, key: str, group: Mapping[str, Any] | None, members: Sequence[Mapping[str, Any]], outcome: str

@@ -27,6 +27,7 @@ from controller.engine_state import EngineState
 from controller.enrol import Enroller
 from controller.events import EventRecorder
 from controller.gang_preemptor import GangPreemptor
+from controller.gates import GateLifter
 from controller.pod_preemptor import SWEEP_KEY, PodPreemptor, candidate
 from controller.priority_table import PriorityTableWriter
 from controller.reclaim import Reclaimer
@@ -114,6 +115,10 @@ class Controller:
             events,
             inqueue_timeout=args.inqueue_timeout,
             enqueue_backoff=args.enqueue_backoff,
+            enqueue_gate=args.enqueue,
+            enqueue_order=args.enqueue_order,
+            gates=GateLifter(client, events, args.gate_orphan_seconds),
+            requeue=lambda key, delay: self.queue.add_after(f"{GROUP_KEY}{key}", delay),
         )
         in_flight = dt.timedelta(seconds=args.in_flight_seconds)
         self.reclaimer = Reclaimer(

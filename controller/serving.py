@@ -12,10 +12,19 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, generate_latest
 
+from priogate import __version__
+
 
 class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
+        self.build_info = Gauge(
+            "priogate_build_info",
+            "priogate's version, as the label; always 1.",
+            ["version"],
+            registry=self.registry,
+        )
+        self.build_info.labels(version=__version__).set(1)
         self.reconciles = Counter(
             "priogate_controller_reconciles",
             "Reconciles by kind (podgroup, ledger) and result",

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -35,7 +36,21 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from controller.flags import add_arguments as controller_arguments  # noqa: E402
-from hack.chart_templates import CONFIG_NAME, SPECIAL, Markers, container, dump, flow  # noqa: E402
+from hack.chart_readme import readme  # noqa: E402
+from hack.chart_templates import (  # noqa: E402
+    CERTS,
+    CONFIG_NAME,
+    SPECIAL,
+    Markers,
+    certs_hook_objects,
+    container,
+    dump,
+    extra_excluded_namespaces,
+    flow,
+    hook_overrides,
+    standard_labels,
+)
+from priogate import __version__  # noqa: E402
 from webhook.configuration import IN_CLUSTER_SERVICE, policy_objects, webhook_configurations  # noqa: E402
 from webhook.policy import WebhookPolicy  # noqa: E402
 
@@ -54,10 +69,23 @@ DIFFERENCES = {
     "Job priogate-cabundle": "a post-install/post-upgrade hook (annotations helm.sh/hook*): it injects the "
     "caBundle into configurations that must exist first, and a Job's pod template is immutable, so each "
     "upgrade replaces it rather than patching it",
+    f"ServiceAccount, Role, RoleBinding, Job {CERTS}": "only in the chart: pre-install/pre-upgrade hooks "
+    "that create the serving Secret before the webhook's init container waits for it (`helm install "
+    "--wait` runs post-install hooks only once the webhook is ready; chart_templates.certs_hook_objects). "
+    "`kubectl apply -k` applies every object at once, so the base's one Job does both",
+    "Pod <release>-test-webhook-ready": "only in the chart: `helm test` (templates/tests/)",
+    "labels": "every object carries Helm's recommended labels (app.kubernetes.io/name, instance, "
+    "version, managed-by, helm.sh/chart; https://helm.sh/docs/chart_best_practices/labels/); selectors "
+    "keep the base's",
+    "PodDisruptionBudget": "rendered only with more than 1 replica: minAvailable 1 of 1 blocks every drain",
     "MutatingAdmissionPolicy, MutatingAdmissionPolicyBinding": "no metadata.namespace: they are "
     "cluster-scoped, and kustomize versions that do not know the kinds set the base's namespace on "
     "them (kube-apiserver ignores it on a cluster-scoped object)",
 }
+# The objects only the chart has (DIFFERENCES).
+CHART_ONLY = {(kind, CERTS) for kind in ("ServiceAccount", "Role", "RoleBinding", "Job")}
+# templates/tests/, named after the release (`helm template priogate ...` in the tests).
+CHART_ONLY |= {("Pod", "priogate-test-webhook-ready")}
 # Cluster-scoped kinds kustomize may not know (DIFFERENCES).
 CLUSTER_SCOPED_POLICY_KINDS = ("MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding")
 
@@ -85,6 +113,7 @@ def render_object(obj: dict, image_ref: str) -> tuple[str, str | None]:
     fn, cond = SPECIAL.get((obj["kind"], obj["metadata"]["name"]), (None, None))
     if fn:
         fn(obj, mk)
+    standard_labels(obj, mk)
     text = mk.apply(dump(obj))
     text = text.replace(f"image: {image_ref}", 'image: {{ include "priogate.image" . }}')
     text = text.replace(f"imagePullPolicy: {PULL_POLICY}", "imagePullPolicy: {{ .Values.image.pullPolicy }}")
@@ -103,12 +132,16 @@ def webhook_configuration_template() -> str:
 
     def mode(priority_plugin: bool) -> str:
         mk = Markers()
-        policy = WebhookPolicy.for_mode(priority_plugin)
+        policy = WebhookPolicy.in_cluster(priority_plugin, NAMESPACE)
         configs = webhook_configurations(None, b"", policy=policy, service=IN_CLUSTER_SERVICE)
         for c in configs:
             c["metadata"]["name"] = mk.value("{{ .Values.webhookConfigurations.name }}")
+            hook_overrides(c, mk)
         # The in-process policies and their table (webhook/priority_policy.py).
         configs += policy_objects(policy, NAMESPACE)
+        for c in configs:
+            extra_excluded_namespaces(c, mk)
+            standard_labels(c, mk)
         text = "---\n".join(mk.apply(dump(c)) for c in configs)
         return text.replace(NAMESPACE, "{{ .Release.Namespace }}")
 
@@ -164,37 +197,72 @@ def values_yaml(objs: list[dict], manifests: Path) -> str:
     pri, quo = container(wspec, "priority"), container(wspec, "quota")
     header = HEADER.format(source="manifests/ and controller/flags.py")
     return f"""{header}# The defaults are manifests/'s values: with them the chart renders what
-# `kubectl kustomize manifests/` prints, apart from the differences README.md ("With Helm") lists.
+# `kubectl kustomize manifests/` prints, apart from the differences hack/chart.py DIFFERENCES lists.
+# charts/priogate/README.md is generated from this file's comments (hack/chart_readme.py).
 
 image:
+  # The image of every container (webhook, controller, Jobs, the test pod).
   repository: {repo}
+  # The tag; appVersion in Chart.yaml is the version it holds.
   tag: {flow(tag)}
   # sha256:... pins the image by digest; it then wins over the tag.
   digest: ""
   # IfNotPresent: the image is pinned, and a webhook must restart while the registry is down.
   pullPolicy: {PULL_POLICY}
 
+# Secrets for pulling the image from a private registry, e.g. [{{name: regcred}}]; every pod.
+imagePullSecrets: []
+# Every pod's nodeSelector (the Deployments' and the Jobs').
+nodeSelector: {{}}
+# Every pod's tolerations, e.g. [{{key: node-role.kubernetes.io/control-plane, effect: NoSchedule}}].
+tolerations: []
+
 # Keep (true) or replace (false) kube-apiserver's built-in Priority admission plugin
 # (docs/modes.md). true: the priority hooks exempt kube-system and the release namespace and fail
-# open (Ignore). false: they exempt nothing and fail closed (Fail); run kube-apiserver with
-# --disable-admission-plugins=Priority. The quota hooks are the same in both modes.
+# open (Ignore). false: they fail closed (Fail) and exempt only the release namespace, so that
+# priogate's own pods can start while no webhook answers; those pods carry their priority
+# integer themselves, and nothing else should run in that namespace (no priority is resolved
+# there). Run kube-apiserver with --disable-admission-plugins=Priority. The quota hooks are the
+# same in both modes.
 priorityPlugin: true
 
 webhookConfigurations:
-  # false: register no hooks, no in-process policies and no caBundle Job (you provide the serving
+  # false: register no hooks, no in-process policies, no certs or caBundle Job (you provide the serving
   # Secret <namespace>/priogate-webhook-tls, the configurations and, with them, the policies and
   # their table: the hooks skip what the policies resolve; docs/modes.md).
   create: true
   # The MutatingWebhookConfiguration's and ValidatingWebhookConfiguration's name.
   name: {CONFIG_NAME}
+  # Per hook, by its name without .priogate.io (pod-priority, priorityclasses, podgroup-quota,
+  # ...): failurePolicy (Fail|Ignore) and timeoutSeconds (1 to 30) over the mode's, e.g.
+  #   podgroup-quota: {{failurePolicy: Ignore, timeoutSeconds: 10}}
+  # Ignore on a quota hook admits what it would refuse while priogate is down (docs/modes.md).
+  hooks: {{}}
+  # More namespaces every hook and in-process policy leaves alone, next to the mode's own
+  # exemptions (kube-system and the release namespace).
+  excludeNamespaces: []
 
+# The webhook Deployment: two servers (priority, quota) in each pod.
 webhook:
+  # With 1 replica no PodDisruptionBudget is rendered (minAvailable 1 would block every drain).
   replicas: {web["spec"]["replicas"]}
+  # The Deployment's update strategy; {{type: Recreate}} stops the old pods before the new start.
+  strategy: {{}}
+  # The webhook pods' topologySpreadConstraints (select app.kubernetes.io/component: webhook).
+  topologySpreadConstraints: []
+  # The webhook pods' PriorityClass: it must run when everything else is short of room. With
+  # priorityPlugin=false only system-cluster-critical or system-node-critical (their integer is
+  # written into the pod, as nothing resolves a class in the release namespace).
+  priorityClassName: {wspec["priorityClassName"]}
   priority:
+    # Worker processes of the priority server (PriorityClass rules; pure CPU).
     workers: {workers(pri)}
+    # The priority container's resources (no CPU limit: throttling adds to every admission).
     resources: {flow(pri["resources"])}
   quota:
+    # Worker processes of the quota server (PodGroup quota, record writes).
     workers: {workers(quo)}
+    # The quota container's resources; its PodGroup cache grows with the cluster.
     resources: {flow(quo["resources"])}
 
 # Require a client certificate from kube-apiserver (docs/hardening.md): the name of a Secret in
@@ -211,8 +279,17 @@ networkPolicy:
   enabled: true
   from: []
 
+# The gang-preemption controller (docs/controller.md); one replica leads through a Lease.
 controller:
+  # With 1 replica no PodDisruptionBudget is rendered.
   replicas: {ctl["spec"]["replicas"]}
+  # The Deployment's update strategy, as webhook.strategy.
+  strategy: {{}}
+  # The controller pods' topologySpreadConstraints (app.kubernetes.io/component: controller).
+  topologySpreadConstraints: []
+  # The controller pods' PriorityClass, as webhook.priorityClassName.
+  priorityClassName: {ctl["spec"]["template"]["spec"]["priorityClassName"]}
+  # The controller container's resources; its caches grow with the cluster.
   resources: {flow(container(ctl["spec"]["template"]["spec"], "controller")["resources"])}
   # Flags of `python -m controller run` (controller/flags.py), name without the dashes: value.
   # true/false become --name/--no-name. Defaults:
@@ -220,12 +297,14 @@ controller:
   flags: {{}}
 
 cabundleJob:
+  # The resources of the certs and caBundle Jobs' container.
   resources: {flow(container(job["spec"]["template"]["spec"], "cabundle")["resources"])}
 
 monitoring:
   # A PrometheusRule (prometheus-operator's CRD) with priogate's alerts.
   prometheusRule:
     enabled: false
+    # Extra labels, e.g. the one your Prometheus' ruleSelector matches.
     labels: {{}}
     # Alert when the serving certificate expires in less than this many days.
     certificateExpiryDays: 30
@@ -239,27 +318,101 @@ monitoring:
     preemptionsPerMinute: 5
     # Ledger write conflicts per second, sustained.
     ledgerConflictsPerSecond: 1
+    # A reservation record's size as a share of a ConfigMap's 1 MiB.
     recordFillRatio: 0.8
+  # A PodMonitor (prometheus-operator's CRD) scraping the controller's and both webhook servers'
+  # /metrics (the webhook's over HTTPS, verified with the serving Secret's CA).
+  podMonitor:
+    enabled: false
+    # Extra labels, e.g. the one your Prometheus' podMonitorSelector matches.
+    labels: {{}}
+    # How often to scrape.
+    interval: 30s
+    # More of the webhook endpoints' tlsConfig, e.g. a client certificate (cert, keySecret)
+    # when mtls.clientCASecret is set.
+    webhookTLSConfig: {{}}
   # A ConfigMap holding the Grafana dashboard, labelled for Grafana's dashboard sidecar.
   grafanaDashboard:
     enabled: false
+    # The labels Grafana's dashboard sidecar looks for.
     labels: {{grafana_dashboard: "1"}}
 """
+
+
+# values.schema.json (https://helm.sh/docs/topics/charts/#schema-files): Helm validates the
+# values of every install, upgrade, lint and template against it. Inferred from the defaults,
+# with these refinements; a map whose keys are free is open, every other map closed, so a typo
+# (an unknown key) fails instead of being ignored.
+FREE_FORM = ("resources", "labels", "flags", "nodeSelector", "strategy", "webhookTLSConfig")
+HOOK_OVERRIDE = {
+    "type": "object",
+    "additionalProperties": False,
+    "properties": {
+        "failurePolicy": {"enum": ["Fail", "Ignore"]},
+        # admissionregistration.k8s.io/v1: 1 to 30 seconds.
+        "timeoutSeconds": {"type": "integer", "minimum": 1, "maximum": 30},
+    },
+}
+SCHEMA_OVERRIDES: dict[str, dict[str, Any]] = {
+    "image.tag": {"type": ["string", "number"]},
+    "image.digest": {"type": "string", "pattern": "^(sha256:[0-9a-f]{64})?$"},
+    "image.pullPolicy": {"enum": ["Always", "IfNotPresent", "Never"]},
+    "webhook.replicas": {"type": "integer", "minimum": 1},
+    "controller.replicas": {"type": "integer", "minimum": 1},
+    "webhook.priority.workers": {"type": "integer", "minimum": 1},
+    "webhook.quota.workers": {"type": "integer", "minimum": 1},
+    "webhookConfigurations.hooks": {"type": "object", "additionalProperties": HOOK_OVERRIDE},
+    "webhookConfigurations.excludeNamespaces": {"type": "array", "items": {"type": "string"}},
+    "networkPolicy.from": {"type": "array", "items": {"type": "object"}},
+    "monitoring.prometheusRule.certificateExpiryDays": {"type": "number", "minimum": 0},
+}
+
+
+def schema(values: Any, path: str = "") -> dict[str, Any]:
+    if path in SCHEMA_OVERRIDES:
+        return SCHEMA_OVERRIDES[path]
+    key = path.rsplit(".", 1)[-1]
+    if isinstance(values, dict):
+        if key in FREE_FORM:
+            return {"type": "object"}
+        props = {k: schema(v, f"{path}.{k}".lstrip(".")) for k, v in values.items()}
+        return {"type": "object", "additionalProperties": False, "properties": props}
+    if isinstance(values, bool):
+        return {"type": "boolean"}
+    if isinstance(values, int | float):
+        return {"type": "number"}
+    if isinstance(values, str):
+        return {"type": "string"}
+    if isinstance(values, list):
+        return {"type": "array"}
+    raise TypeError(f"{path}: a default of type {type(values).__name__}")
+
+
+def values_schema(values_text: str) -> str:
+    doc = {"$schema": "https://json-schema.org/draft-07/schema#", **schema(yaml.safe_load(values_text))}
+    # Helm adds `global` to every chart's values (subcharts share it).
+    doc["properties"]["global"] = {"type": "object"}
+    return json.dumps(doc, indent=2) + "\n"
 
 
 def generate(manifests: Path = MANIFESTS, chart: Path = CHART) -> dict[Path, str]:
     """The generated files of `chart` (path -> text) from the kustomize base `manifests`."""
     objs = kustomize(manifests)
     _, image_ref, _, _ = kustomize_image(manifests)
-    files: dict[Path, str] = {chart / "values.yaml": values_yaml(objs, manifests)}
+    values = values_yaml(objs, manifests)
+    files: dict[Path, str] = {
+        chart / "values.yaml": values,
+        chart / "values.schema.json": values_schema(values),
+        chart / "README.md": readme(values),
+    }
     gen = chart / "templates" / "generated"
     # Rendered per mode with the webhook configurations, below.
     policies = {
         (o["kind"], o["metadata"]["name"])
         for plugin in (True, False)
-        for o in policy_objects(WebhookPolicy.for_mode(plugin), NAMESPACE)
+        for o in policy_objects(WebhookPolicy.in_cluster(plugin, NAMESPACE), NAMESPACE)
     }
-    for obj in objs:
+    for obj in objs + certs_hook_objects(objs):
         kind, name = obj["kind"], obj["metadata"]["name"]
         if kind == "Namespace" or kind.endswith("WebhookConfiguration") or (kind, name) in policies:
             continue  # Helm's --create-namespace; the webhook configurations come from the registry
@@ -290,10 +443,27 @@ def write(files: dict[Path, str], chart: Path = CHART) -> None:
         f.write_text(t)
 
 
+def version_mismatches(manifests: Path = MANIFESTS, chart: Path = CHART) -> list[str]:
+    """Where the chart or the base names another version than priogate.__version__, the one
+    place it lives (Chart.yaml is written by hand; values.yaml's tag comes from kustomization)."""
+    wrong = []
+    app_version = str(yaml.safe_load((chart / "Chart.yaml").read_text())["appVersion"])
+    if app_version != __version__:
+        wrong.append(f"{chart.name}/Chart.yaml appVersion {app_version}")
+    _, _, _, tag = kustomize_image(manifests)
+    if tag != __version__:
+        wrong.append(f"manifests/kustomization.yaml newTag {tag}")
+    return wrong
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--check", action="store_true", help="fail if the chart is not what would be written")
     args = p.parse_args()
+    versions = version_mismatches()
+    if versions:
+        print(f"not priogate.__version__ {__version__}: " + ", ".join(versions), file=sys.stderr)
+        return 1
     files = generate()
     stale = stale_files(files)
     if args.check:

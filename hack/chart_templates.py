@@ -4,6 +4,7 @@ that places its markers and the condition its template renders under."""
 
 from __future__ import annotations
 
+import copy
 import json
 from collections.abc import Callable
 from typing import Any
@@ -18,6 +19,52 @@ HOOK_ANNOTATIONS = {
     "helm.sh/hook": "post-install,post-upgrade",
     "helm.sh/hook-delete-policy": "before-hook-creation",
 }
+
+# The serving Secret must exist before anything waits for it: the webhook's init container waits
+# for it, and `helm install --wait` (and --atomic, Flux, Argo CD) waits for the webhook to be
+# ready before it runs post-install hooks. So a pre-install/pre-upgrade Job creates it, under a
+# ServiceAccount and Role that are pre-install hooks too (Helm creates hooks in weight order, then
+# kind order, and waits for a Job hook to complete before the next weight and before the release's
+# own objects: https://helm.sh/docs/topics/charts_hooks/#hook-weights). It only creates the
+# Secret: the caBundle goes into configurations that do not exist yet, so that stays the
+# post-install Job's. hook-succeeded removes all four once the Job is done (Helm deletes them
+# after every hook of the phase has succeeded: helm/helm pkg/action/hooks.go, execHook), so
+# `helm uninstall` has nothing of them to leave.
+CERTS = "priogate-certs"
+CERTS_HOOK = "pre-install,pre-upgrade"
+CERTS_DELETE_POLICY = "before-hook-creation,hook-succeeded"
+CERTS_RBAC_WEIGHT, CERTS_JOB_WEIGHT = "-10", "0"
+
+
+def certs_hook_objects(objs: list[dict]) -> list[dict]:
+    """The pre-install hook objects that create the serving Secret, derived from the base's
+    caBundle Job and its namespaced RBAC (manifests/cabundle-job.yaml, manifests/rbac.yaml)."""
+    by = {(o["kind"], o["metadata"]["name"]): o for o in objs}
+
+    def hook(obj: dict, weight: str) -> dict:
+        obj = copy.deepcopy(obj)
+        obj["metadata"]["name"] = CERTS
+        obj["metadata"].setdefault("annotations", {}).update(
+            {
+                "helm.sh/hook": CERTS_HOOK,
+                "helm.sh/hook-weight": weight,
+                "helm.sh/hook-delete-policy": CERTS_DELETE_POLICY,
+            }
+        )
+        return obj
+
+    sa = hook(by["ServiceAccount", "priogate-cabundle"], CERTS_RBAC_WEIGHT)
+    role = hook(by["Role", "priogate-cabundle-certs"], CERTS_RBAC_WEIGHT)
+    binding = hook(by["RoleBinding", "priogate-cabundle-certs"], CERTS_RBAC_WEIGHT)
+    binding["roleRef"]["name"] = CERTS
+    (subject,) = binding["subjects"]
+    subject["name"] = CERTS
+    job = hook(by["Job", "priogate-cabundle"], CERTS_JOB_WEIGHT)
+    spec = job["spec"]["template"]["spec"]
+    spec["serviceAccountName"] = CERTS
+    (c,) = spec["containers"]
+    c["command"].append("--no-inject-ca-bundle")
+    return [sa, role, binding, job]
 
 
 class Markers:
@@ -68,8 +115,42 @@ def container(pod_spec: dict, name: str) -> dict:
     return next(c for c in pod_spec["containers"] if c["name"] == name)
 
 
+# The built-in classes' values (k8s.io/kubernetes pkg/apis/scheduling/types.go,
+# SystemCriticalPriority and the node-critical class above it).
+SYSTEM_CLASS_VALUES = {"system-cluster-critical": 2_000_000_000, "system-node-critical": 2_000_001_000}
+
+
+def own_priority(pod_spec: dict, mk: Markers, component: str) -> None:
+    """<component>.priorityClassName, and with the Priority plugin replaced the class's integer:
+    the priority hooks then exempt the release namespace (webhook.policy.WebhookPolicy.in_cluster),
+    so nothing there resolves a pod's priority and the template must carry it, or the scheduler
+    would read 0. Only the built-in classes' values are known when the chart renders, so in that
+    mode the class must be one of them. With the plugin kept, the plugin fills the integer in."""
+    assert pod_spec["priorityClassName"] in SYSTEM_CLASS_VALUES
+    v = f".Values.{component}.priorityClassName"
+    known = " ".join(f'"{name}" {value}' for name, value in SYSTEM_CLASS_VALUES.items())
+    pod_spec["priorityClassName"] = mk.value(f"{{{{ {v} }}}}")
+    pod_spec[
+        mk.line(
+            lambda i: (
+                "{{- if not .Values.priorityPlugin }}\n"
+                f"{{{{- $value := get (dict {known}) {v} }}}}\n"
+                f"{{{{- if not $value }}}}{{{{ fail (printf \"priorityPlugin=false: "
+                f"{component}.priorityClassName must be one of {', '.join(SYSTEM_CLASS_VALUES)} "
+                "(nothing resolves a class in the release namespace; docs/install.md), "
+                f'not %q" {v}) }}}}{{{{ end }}}}\n'
+                f"{i}priority: {{{{ $value }}}}\n{i}preemptionPolicy: PreemptLowerPriority\n"
+                "{{- end }}"
+            )
+        )
+    ] = 0
+
+
 def template_webhook_deployment(d: dict, mk: Markers) -> None:
     d["spec"]["replicas"] = mk.value("{{ .Values.webhook.replicas }}")
+    own_priority(d["spec"]["template"]["spec"], mk, "webhook")
+    pod_scheduling(d["spec"]["template"]["spec"], mk, "webhook")
+    deployment_strategy(d, mk, "webhook")
     # kube-score (hack/kube-score/check.sh): with mTLS both probes are TCP checks of the serving
     # port (below), which its pod-probes-identical test refuses; the justification goes with it.
     ignored = d["metadata"]["annotations"]["kube-score/ignore"]
@@ -131,6 +212,9 @@ def template_webhook_deployment(d: dict, mk: Markers) -> None:
 
 def template_controller_deployment(d: dict, mk: Markers) -> None:
     d["spec"]["replicas"] = mk.value("{{ .Values.controller.replicas }}")
+    own_priority(d["spec"]["template"]["spec"], mk, "controller")
+    pod_scheduling(d["spec"]["template"]["spec"], mk, "controller")
+    deployment_strategy(d, mk, "controller")
     c = container(d["spec"]["template"]["spec"], "controller")
     c["resources"] = mk.value("{{ toJson .Values.controller.resources }}")
     # controller.flags: {name: value} -> --name=value; true/false -> --name / --no-name (the
@@ -152,6 +236,7 @@ def template_controller_deployment(d: dict, mk: Markers) -> None:
 
 def template_job(d: dict, mk: Markers) -> None:
     d["metadata"].setdefault("annotations", {}).update(HOOK_ANNOTATIONS)
+    pod_scheduling(d["spec"]["template"]["spec"], mk, None)
     c = container(d["spec"]["template"]["spec"], "cabundle")
     c["resources"] = mk.value("{{ toJson .Values.cabundleJob.resources }}")
     c["command"].append(
@@ -163,6 +248,95 @@ def template_job(d: dict, mk: Markers) -> None:
             )
         )
     )
+
+
+# Helm's and Kubernetes' recommended labels on every object
+# (https://helm.sh/docs/chart_best_practices/labels/,
+# https://kubernetes.io/docs/concepts/overview/working-with-objects/common-labels/); _helpers.tpl
+# "priogate.labels" gives them. Objects and pod templates only: selectors keep the base's
+# name/component pair, as a Deployment's selector is immutable.
+STANDARD_LABELS = (
+    "app.kubernetes.io/name",
+    "app.kubernetes.io/instance",
+    "app.kubernetes.io/version",
+    "app.kubernetes.io/managed-by",
+    "helm.sh/chart",
+)
+
+
+def standard_labels(obj: dict, mk: Markers) -> None:
+    labels = obj["metadata"].setdefault("labels", {})
+    helper = "priogate.labels" if "app.kubernetes.io/name" not in labels else "priogate.labelsWithoutName"
+    labels[mk.line(lambda i: f'{{{{- include "{helper}" . | nindent {len(i)} }}}}')] = 0
+
+
+def extra_excluded_namespaces(obj: Any, mk: Markers) -> None:
+    """webhookConfigurations.excludeNamespaces joins every namespace exemption (hooks' and
+    policy bindings' namespaceSelector NotIn kubernetes.io/metadata.name)."""
+    if isinstance(obj, dict):
+        if obj.get("key") == "kubernetes.io/metadata.name" and obj.get("operator") == "NotIn":
+            obj["values"].append(
+                mk.line(
+                    lambda i: (
+                        "{{- range .Values.webhookConfigurations.excludeNamespaces }}\n"
+                        f"{i}- {{{{ . | quote }}}}\n"
+                        "{{- end }}"
+                    )
+                )
+            )
+            return
+        for v in obj.values():
+            extra_excluded_namespaces(v, mk)
+    elif isinstance(obj, list):
+        for v in obj:
+            extra_excluded_namespaces(v, mk)
+
+
+def hook_overrides(config: dict, mk: Markers) -> None:
+    """webhookConfigurations.hooks.<hook>.failurePolicy / timeoutSeconds, by the hook's name
+    without .priogate.io; unset, the mode's (webhook.policy)."""
+    for hook in config["webhooks"]:
+        short = hook["name"].removesuffix(".priogate.io")
+        for field in ("failurePolicy", "timeoutSeconds"):
+            default = hook[field]
+            hook[field] = mk.value(
+                f'{{{{ dig "{short}" "{field}" {json.dumps(default)} .Values.webhookConfigurations.hooks }}}}'
+            )
+
+
+def pod_scheduling(pod_spec: dict, mk: Markers, component: str | None) -> None:
+    """imagePullSecrets, nodeSelector and tolerations for every pod; topologySpreadConstraints
+    per Deployment (they select the component's own pods)."""
+    fields = [("imagePullSecrets", ".Values.imagePullSecrets"), ("nodeSelector", ".Values.nodeSelector")]
+    fields.append(("tolerations", ".Values.tolerations"))
+    if component:
+        fields.append(("topologySpreadConstraints", f".Values.{component}.topologySpreadConstraints"))
+    for field, value in fields:
+        assert field not in pod_spec, f"the base sets {field}; template it from its value"
+        pod_spec[
+            mk.line(
+                lambda i, f=field, v=value: f"{{{{- with {v} }}}}\n{i}{f}: {{{{ toJson . }}}}\n{{{{- end }}}}"
+            )
+        ] = 0
+
+
+def deployment_strategy(d: dict, mk: Markers, component: str) -> None:
+    """An upgrade's rollout (`strategy: {type: Recreate}` stops the old pods first)."""
+    assert "strategy" not in d["spec"]
+    d["spec"][
+        mk.line(
+            lambda i: (
+                f"{{{{- with .Values.{component}.strategy }}}}\n"
+                f"{i}strategy: {{{{ toJson . }}}}\n{{{{- end }}}}"
+            )
+        )
+    ] = 0
+
+
+def template_certs_job(d: dict, mk: Markers) -> None:
+    pod_scheduling(d["spec"]["template"]["spec"], mk, None)
+    c = container(d["spec"]["template"]["spec"], "cabundle")
+    c["resources"] = mk.value("{{ toJson .Values.cabundleJob.resources }}")
 
 
 def template_networkpolicy(d: dict, mk: Markers) -> None:
@@ -188,8 +362,15 @@ SPECIAL: dict[tuple[str, str], tuple[Callable[[dict, Markers], None] | None, str
     ("Deployment", "priogate-webhook"): (template_webhook_deployment, None),
     ("Deployment", "priogate-controller"): (template_controller_deployment, None),
     ("Job", "priogate-cabundle"): (template_job, ".Values.webhookConfigurations.create"),
+    ("Job", CERTS): (template_certs_job, ".Values.webhookConfigurations.create"),
+    ("ServiceAccount", CERTS): (None, ".Values.webhookConfigurations.create"),
+    ("Role", CERTS): (None, ".Values.webhookConfigurations.create"),
+    ("RoleBinding", CERTS): (None, ".Values.webhookConfigurations.create"),
     ("NetworkPolicy", "priogate-webhook"): (template_networkpolicy, ".Values.networkPolicy.enabled"),
     ("NetworkPolicy", "priogate-controller"): (None, ".Values.networkPolicy.enabled"),
     ("NetworkPolicy", "priogate-cabundle"): (None, ".Values.networkPolicy.enabled"),
     ("ClusterRole", "priogate-cabundle"): (template_cabundle_role, None),
+    # With one replica a PodDisruptionBudget of minAvailable 1 would block every node drain.
+    ("PodDisruptionBudget", "priogate-webhook"): (None, "gt (int .Values.webhook.replicas) 1"),
+    ("PodDisruptionBudget", "priogate-controller"): (None, "gt (int .Values.controller.replicas) 1"),
 }

@@ -14,8 +14,19 @@ ROOT = Path(__file__).resolve().parent.parent
 def pin(source: str, target: str) -> None:
     with tempfile.NamedTemporaryFile(suffix=".json") as report:
         subprocess.run(
-            [sys.executable, "-m", "pip", "install", "--quiet", "--dry-run", "--ignore-installed",
-             "--report", report.name, "-r", str(ROOT / source)],
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                "--dry-run",
+                "--ignore-installed",
+                "--report",
+                report.name,
+                "-r",
+                str(ROOT / source),
+            ],
             check=True,
         )
         installs = json.loads(Path(report.name).read_text())["install"]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import os
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -20,13 +21,15 @@ import urllib3
 
 from kubectl_priogate import reservations, simulation, why, why_report
 from kubectl_priogate.output import FORMATS, render, shown
-from kubectl_priogate.source import Source
+from kubectl_priogate.source import RecordNamespaceNotFound, Source
+from priogate import __version__
 from priogate.clock import rfc3339
 from priogate.kube.client import ApiError
 from priogate.kube.kubeconfig import KubeconfigError, connect
 from priogate.podgroup import group_of
 from priogate.preemption import policy as preemption_policy
 from priogate.preemption.snapshot import load_objects
+from priogate.record_codec import DEFAULT_LEDGER_NAMESPACE
 
 PROG = "kubectl priogate"
 EXIT_ERROR = 1
@@ -70,6 +73,12 @@ def _common(parser: argparse.ArgumentParser, *, suppress: bool) -> None:
         "-n", "--namespace", default=default, help="namespace (default: the context's namespace)"
     )
     parser.add_argument(
+        "--priogate-namespace",
+        default=default,
+        help="the namespace priogate is installed in, where its reservation records live"
+        f" (default: $PRIOGATE_NAMESPACE, else {DEFAULT_LEDGER_NAMESPACE})",
+    )
+    parser.add_argument(
         "-o",
         "--output",
         choices=FORMATS,
@@ -80,6 +89,7 @@ def _common(parser: argparse.ArgumentParser, *, suppress: bool) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog=PROG, description="Show what priogate reserves, would preempt, and why.")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     _common(parser, suppress=False)
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     commands.required = True
@@ -265,13 +275,17 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None, err: Text
     args = build_parser().parse_args(argv)
     try:
         connection = connect(args.kubeconfig, args.context, as_user=args.as_user)
-        return COMMANDS[args.command](args, Source(connection.client), connection.namespace, out)
+        priogate_namespace = (
+            args.priogate_namespace or os.environ.get("PRIOGATE_NAMESPACE") or DEFAULT_LEDGER_NAMESPACE
+        )
+        source = Source(connection.client, priogate_namespace)
+        return COMMANDS[args.command](args, source, connection.namespace, out)
     # Messages are shown escaped: the server's can quote what a tenant wrote (an admission
     # refusal names the field it refused), a CLI error an object read from the cluster.
     except ApiError as e:
         reason = _REASONS.get(e.status, e.reason or str(e.status))
         err.write(f"Error from server ({shown(reason)}): {shown(e.message or e.reason)}\n")
-    except (CliError, KubeconfigError) as e:
+    except (CliError, KubeconfigError, RecordNamespaceNotFound) as e:
         err.write(f"error: {shown(e)}\n")
     except urllib3.exceptions.HTTPError as e:
         # The API server cannot be reached: kubectl's own wording names the server too.

@@ -28,7 +28,7 @@ from priogate.settlement import stale_entries
 ZERO = Fraction(0)
 NO_QUOTA = "<none>"
 # The table names a namespace whose record fills at least this share of its ConfigMap: past the
-# whole of it, new PodGroups with reservations are refused (README, Known limits).
+# whole of it, new PodGroups with reservations are refused (docs/limits.md).
 RECORD_FILL_NOTED = 0.5
 
 

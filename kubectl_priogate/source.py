@@ -38,9 +38,25 @@ class LedgerRecord:
     stored_bytes: int | None
 
 
+class RecordNamespaceNotFound(Exception):
+    """The namespace the plugin reads reservation records from does not exist: priogate is
+    installed elsewhere (--priogate-namespace), or not at all."""
+
+    def __init__(self, namespace: str) -> None:
+        super().__init__(
+            f'namespace "{namespace}", where priogate keeps its reservation records, does not exist:'
+            " give the namespace priogate is installed in with --priogate-namespace"
+            " (or $PRIOGATE_NAMESPACE)"
+        )
+        self.namespace = namespace
+
+
 class Source:
-    def __init__(self, client: ApiClient) -> None:
+    def __init__(self, client: ApiClient, priogate_namespace: str = DEFAULT_LEDGER_NAMESPACE) -> None:
         self.client = client
+        # Where priogate is installed, and so where its records live (the chart installs into any
+        # namespace; the webhook's --ledger-namespace is its release namespace).
+        self.priogate_namespace = priogate_namespace
 
     def _list(
         self, group_version: str, plural: str, namespace: str | None = None, **query: str
@@ -108,24 +124,40 @@ class Source:
         if namespace is not None:
             try:
                 record: Mapping[str, Any] | None = self.client.get(
-                    record_path(DEFAULT_LEDGER_NAMESPACE, namespace)
+                    record_path(self.priogate_namespace, namespace)
                 )
             except ApiError as e:
                 if e.status == 403:
                     return {namespace: LedgerRecord(self._derived(namespace), None)}
                 if e.status != 404:
                     raise
+                # A GET of a ConfigMap in a namespace that does not exist is a 404 too: "nothing
+                # reserved" only when the namespace is there.
+                self._require_priogate_namespace()
                 record = None
             return {namespace: _read(record)} if record is not None else {}
         found: dict[str, LedgerRecord] = {}
         records = self._list(
-            "v1", "configmaps", DEFAULT_LEDGER_NAMESPACE, labelSelector="=".join(LEDGER_LABEL)
+            "v1", "configmaps", self.priogate_namespace, labelSelector="=".join(LEDGER_LABEL)
         )
+        if not records:  # a LIST in a namespace that does not exist is empty, not a 404
+            self._require_priogate_namespace()
         for cm in records:
             covered = covered_namespace(cm)
             if covered:
                 found[covered] = _read(cm)
         return found
+
+    def _require_priogate_namespace(self) -> None:
+        """Raise RecordNamespaceNotFound when the records' namespace does not exist. A user who may
+        not read namespaces (403) gets the benefit of the doubt: the records are simply absent."""
+        try:
+            self.client.get(resource_path("v1", "namespaces", None, self.priogate_namespace))
+        except ApiError as e:
+            if e.status == 404:
+                raise RecordNamespaceNotFound(self.priogate_namespace) from None
+            if e.status != 403:
+                raise
 
     def _derived(self, namespace: str) -> dict[str, Entry]:
         out: dict[str, Entry] = {}

@@ -20,6 +20,7 @@ from typing import Any
 
 from kubectl_priogate.output import NONE
 from kubectl_priogate.why_report import EventLine, Report, condition_text
+from priogate import gate
 from priogate.clock import epoch_seconds
 from priogate.ledger import Entry
 from priogate.phase import SCHEDULED, UNSCHEDULABLE
@@ -224,6 +225,8 @@ def pod_report(
         state = PodPhase.PENDING
         gates = ", ".join(str(g.get("name")) for g in spec["schedulingGates"] if isinstance(g, Mapping))
         summary = f"not considered by the scheduler yet: scheduling gates {gates}"
+        if gate.has_gate(pod or {}):
+            summary += "; " + _gate_text(namespace, group_name, group)
     elif not spec.get("nodeName"):
         state = PodPhase.PENDING
         if scheduled is not None and scheduled.get("status") == "False":
@@ -247,6 +250,21 @@ def pod_report(
         )
     # str(): a PodPhase member is a StrEnum, which YAML output cannot represent.
     return Report("Pod", namespace, name, str(state), summary, conditions, tuple(details), (), lines)
+
+
+def _gate_text(namespace: str, name: str, group: Mapping[str, Any] | None) -> str:
+    """What priogate's gate (priogate.gate) holds the pod for."""
+    if group is None:
+        return (
+            f"{gate.GATE} holds it until its PodGroup {namespace}/{name} exists and is Inqueue "
+            "(the controller lifts the gate if no such group appears)"
+        )
+    phase = (group.get("status") or {}).get("phase") or Phase.PENDING
+    text = f"{gate.GATE} holds it until its PodGroup {namespace}/{name} is Inqueue (now {phase}"
+    unschedulable = condition(group, UNSCHEDULABLE)
+    if unschedulable is not None and unschedulable.get("status") == "True":
+        text += f": {_reason_message(unschedulable)}"
+    return text + ")"
 
 
 def _group_line(namespace: str, name: str, group: Mapping[str, Any] | None) -> str:

@@ -33,7 +33,7 @@ KWOK_STAGE_FILES = (
 REPO_KWOK_STAGES = Path(__file__).parent / "kwok-stages"
 REPO_KWOK_STAGE_FILES = ("pod-delete.yaml", "pod-delete-graceful.yaml", "pod-delete-prestop.yaml")
 GRACEFUL_DELETE_ANNOTATION = "priogate.io/kwok-graceful-delete"
-# The preemptor mode's scheduler profile, as shipped for admins (README, "The preemptor mode").
+# The preemptor mode's scheduler profile, as shipped for admins (docs/preemption.md, "The preemptor mode").
 SCHEDULER_CONFIG = (
     Path(__file__).resolve().parent.parent / "manifests" / "scheduler" / "kube-scheduler-config.yaml"
 )

@@ -26,7 +26,9 @@ import requests
 from localcluster.api import create_if_absent, create_or_replace, delete_if_present, metric_sum
 from localcluster.pki import Pki
 from localcluster.procs import Proc, progress, wait_until
+from priogate.gate import GATE
 from priogate.kube.client import ApiClient, ApiError, resource_path
+from priogate.podgroup import GROUP_ANNOTATION
 from priogate.priority_table import MARKER_ANNOTATION
 from priogate.scope import ENROLLED_LABEL, ENROLLED_VALUE
 from webhook.policy import WebhookPolicy
@@ -43,6 +45,10 @@ CONFIG_PATHS = {
 }
 PAUSE_IMAGE = "registry.k8s.io/pause:3.10"
 # (API group, resource) -> [(collection path, dry-run body)] for the probe
+# The gate guard is called only for an update that lifts priogate's gate: a pod that carries it
+# (and names no PodGroup, so nothing ever lifts it), and a dry-run patch that removes it.
+GATED_PROBE_POD = "priogate-gate-probe"
+LIFT_GATE = {"spec": {"schedulingGates": [{"$patch": "delete", "name": GATE}]}}
 PODGROUP_PROBE: dict[str, Any] = {
     "apiVersion": "scheduling.volcano.sh/v1beta1",
     "kind": "PodGroup",
@@ -66,7 +72,11 @@ PROBES: dict[tuple[str, str], list[tuple[str, dict[str, Any]]]] = {
                 "kind": "Pod",
                 # Marked as the in-process policy marks a pod it leaves to the hook
                 # (webhook/priority_policy.py): an unmarked one it may resolve without a call.
-                "metadata": {"generateName": "probe-", "annotations": {MARKER_ANNOTATION: "true"}},
+                # A member of a PodGroup, so the gate hook is called (its matchCondition).
+                "metadata": {
+                    "generateName": "probe-",
+                    "annotations": {MARKER_ANNOTATION: "true", GROUP_ANNOTATION: "priogate-probe"},
+                },
                 "spec": {"containers": [{"name": "c", "image": PAUSE_IMAGE}]},
             },
         )
@@ -223,7 +233,37 @@ class Webhooks:
                     continue
                 if resource == ("", "pods"):
                     seen["pod_priority"] = created["spec"].get("priority")
+            if resource == ("", "pods"):
+                self._probe_gate_guard()
         return seen
+
+    def _probe_gate_guard(self) -> None:
+        path = f"/api/v1/namespaces/{PROBE_NAMESPACE}/pods"
+        body = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": GATED_PROBE_POD},
+            "spec": {
+                "containers": [{"name": "c", "image": PAUSE_IMAGE}],
+                "schedulingGates": [{"name": GATE}],
+            },
+        }
+        try:
+            self.api.create(path, body)
+        except ApiError as e:
+            if e.status != 409:
+                return  # the pod hooks are not answering yet: the next round creates it
+        try:
+            self.api.request(
+                "PATCH",
+                f"{path}/{GATED_PROBE_POD}",
+                body=LIFT_GATE,
+                content_type="application/strategic-merge-patch+json",
+                query=[("dryRun", "All")],
+            )
+        except ApiError as e:
+            if e.status >= 500:
+                raise
 
     def probe(self, priority_plugin: bool, proc: Proc | None = None, timeout: float = 60.0) -> float:
         """Seconds until every registered webhook is provably called by kube-apiserver."""

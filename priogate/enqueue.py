@@ -53,6 +53,7 @@ from priogate.quota import min_resources_of as min_resources_of  # re-exported: 
 from priogate.resources import ResourceList, nano_units, subtract
 
 ZERO = Fraction(0)
+ENQUEUE_ORDERS = ("priority", "fcfs")
 WAITING_PHASES = ("", Phase.PENDING)
 
 
@@ -103,10 +104,14 @@ class GroupDemand:
         """What a quota's verdict on its demand alone depends on: its class and quota demand."""
         return self.priority_class, frozenset(self.quota_demand_nanos.items())
 
+    # --enqueue-order: "priority" (higher priority first, then older first) or "fcfs" (older
+    # first, whatever the priority, as the Delay Pod Creation design words it).
+    order_by: str = "priority"
+
     @cached_property
     def order(self) -> tuple[int, str, str]:
-        """The enqueue order: higher priority first, then older first."""
-        return (-self.priority, self.created_at, self.key)
+        """The enqueue order within the group's namespace (ENQUEUE_ORDERS)."""
+        return (-self.priority if self.order_by == "priority" else 0, self.created_at, self.key)
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ and an entry is set to the stored spec once no update of it can still be in flig
 
 A ConfigMap rather than a custom resource because every admission rewrites it: a built-in
 type's read-modify-write is several times cheaper than a CRD object's, whose managedFields grow
-with every entry (README has the measurement).
+with every entry (docs/ledger.md has the measurement).
 """
 
 from __future__ import annotations

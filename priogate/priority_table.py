@@ -1,7 +1,7 @@
 """The PriorityClass table kube-apiserver resolves pod priorities from, in process.
 
 With the built-in Priority plugin replaced, a webhook round trip on every pod create costs more
-than the plugin does (README, bench-pod-create). So a MutatingAdmissionPolicy
+than the plugin does (docs/benchmarks.md, bench-pod-create). So a MutatingAdmissionPolicy
 (`admissionregistration.k8s.io/v1`, KEP-3962, GA in Kubernetes 1.36; webhook/priority_policy.py)
 resolves the common pod in kube-apiserver itself: no class or a known class, no preset
 `priority` or `preemptionPolicy`. Its parameter is this table, a ConfigMap the controller keeps

@@ -112,15 +112,16 @@ def min_resources_of(raw: Mapping[str, object] | None) -> ResourceList:
 # (k8s.io/apimachinery/pkg/util/validation IsQualifiedName: an optional DNS-1123 subdomain
 # prefix and "/", then at most 63 alphanumerics, '-', '_' or '.', starting and ending
 # alphanumeric).
-_NAME_PART = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
-_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+# fullmatch, not match with "$": "$" also matches before a trailing newline.
+_NAME_PART = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
+_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 
 
 def valid_resource_name(name: str) -> bool:
     prefix, slash, part = name.rpartition("/")
-    if slash and not (0 < len(prefix) <= 253 and _SUBDOMAIN.match(prefix)):
+    if slash and not (0 < len(prefix) <= 253 and _SUBDOMAIN.fullmatch(prefix)):
         return False
-    return 0 < len(part) <= 63 and _NAME_PART.match(part) is not None
+    return 0 < len(part) <= 63 and _NAME_PART.fullmatch(part) is not None
 
 
 def min_resources_problem(raw: Mapping[str, Any]) -> str | None:

@@ -17,11 +17,10 @@ holding the keys that hash to it (zlib.crc32), not as one JSON text:
   a reflective DeepEqual (the field manager's IgnoreManagedFieldsTimestampsTransformer, in
   k8s.io/apiserver pkg/endpoints/handlers/fieldmanager), which walks a []byte element by element
   but compares a string at once, so binaryData made every record PUT cost kube-apiserver more
-  CPU (README). base64 text counts a third more against the 1 MiB than the bytes it holds.
-Records in the two earlier forms are read as they are (entries as one JSON text, or shards in
-binaryData) and written in this one. A reader of an earlier form finds `reservations.json`
-holding a text that is not JSON, so it reads the record as damaged and rebuilds it from the
-stored PodGroups (ledger_store), rather than as empty.
+  CPU (docs/ledger.md). base64 text counts a third more against the 1 MiB than the bytes it holds.
+A ConfigMap in any other form (`reservations.json` not the marker below, or shards in
+binaryData) is not a record priogate wrote: it is read as damaged and rebuilt from the stored
+PodGroups (ledger_store), never guessed at.
 """
 
 from __future__ import annotations
@@ -49,13 +48,8 @@ FENCES_DATA_KEY = "quota-fences.json"
 SHARDS = 16
 SHARD_KEY_PREFIX = "reservations."
 SHARD_KEY_SUFFIX = ".json.zlib.base64"
-# What a sharded record's LEDGER_DATA_KEY holds: not JSON, so an older reader rebuilds.
+# What a record's LEDGER_DATA_KEY holds: where its entries are.
 SHARDED_MARKER = f"entries in data {SHARD_KEY_PREFIX}NN{SHARD_KEY_SUFFIX} (base64 of zlib-compressed JSON)"
-# The form before: the same shards as binaryData, under these keys and this marker (read only).
-BINARY_SHARD_KEY_SUFFIX = ".json.zlib"
-BINARY_SHARDED_MARKER = (
-    f"entries in binaryData {SHARD_KEY_PREFIX}NN{BINARY_SHARD_KEY_SUFFIX} (zlib-compressed JSON)"
-)
 # kube-apiserver refuses a ConfigMap whose data and binaryData (decoded) hold more bytes than
 # this (core.MaxSecretSize, which ValidateConfigMap applies to ConfigMaps too).
 CONFIGMAP_MAX_BYTES = 1024 * 1024
@@ -77,18 +71,12 @@ def shard_of(key: str) -> int:
     return zlib.crc32(key.encode()) % SHARDS
 
 
-def shard_key(shard: int, suffix: str = SHARD_KEY_SUFFIX) -> str:
-    return f"{SHARD_KEY_PREFIX}{shard:02d}{suffix}"
+def shard_key(shard: int) -> str:
+    return f"{SHARD_KEY_PREFIX}{shard:02d}{SHARD_KEY_SUFFIX}"
 
 
-# By each form's marker: its shards' keys -> shard.
-_SHARD_OF_KEY = {
-    marker: {shard_key(i, suffix): i for i in range(SHARDS)}
-    for marker, suffix in (
-        (SHARDED_MARKER, SHARD_KEY_SUFFIX),
-        (BINARY_SHARDED_MARKER, BINARY_SHARD_KEY_SUFFIX),
-    )
-}
+# A shard's key -> the shard.
+_SHARD_OF_KEY = {shard_key(i): i for i in range(SHARDS)}
 # Per shard of each record (its name, the shard): the value last read or written and its
 # entries, and the entries last written and their value. A turn changes a few shards, so the next
 # read or write of the record finds the others here. Only the last of each is kept, so memory
@@ -125,19 +113,13 @@ def record_of(obj: Mapping[str, Any]) -> Record:
     (then it is rebuilt from the stored PodGroups, never guessed at)."""
     data = obj.get("data") or {}
     try:
-        text = data.get(LEDGER_DATA_KEY) or "{}"
-        as_text = {k: v for k, v in data.items() if k.startswith(SHARD_KEY_PREFIX) and k != LEDGER_DATA_KEY}
-        binary = {k: v for k, v in (obj.get("binaryData") or {}).items() if k.startswith(SHARD_KEY_PREFIX)}
-        if text in _SHARD_OF_KEY:
-            shards, others = (as_text, binary) if text == SHARDED_MARKER else (binary, as_text)
-            if others:
-                raise ValueError(f"{next(iter(others))} is not where this record's shards are")
-            name = (obj.get("metadata") or {}).get("name", "")
-            entries = _sharded_entries(name, shards, _SHARD_OF_KEY[text])  # none: an empty record
-        elif as_text or binary:
-            raise ValueError(f"shards of entries beside {LEDGER_DATA_KEY} as JSON")
-        else:
-            entries = _entries(api_json.loads(text))  # as written before the shards
+        if data.get(LEDGER_DATA_KEY) != SHARDED_MARKER:
+            raise ValueError(f"{LEDGER_DATA_KEY} does not say where the entries are")
+        if obj.get("binaryData"):
+            raise ValueError("binaryData is not where a record's entries are")
+        shards = {k: v for k, v in data.items() if k.startswith(SHARD_KEY_PREFIX) and k != LEDGER_DATA_KEY}
+        name = (obj.get("metadata") or {}).get("name", "")
+        entries = _sharded_entries(name, shards)  # no shard: an empty record
         raw_charges = json.loads(data.get(CHARGES_DATA_KEY) or "{}")
         if not isinstance(raw_charges, dict):
             raise ValueError("charges are not a JSON object")
@@ -163,12 +145,10 @@ def _entries(raw: Any) -> dict[str, Entry]:
     return entries
 
 
-def _sharded_entries(
-    record: str, shards: Mapping[str, Any], shard_of_key: Mapping[str, int]
-) -> dict[str, Entry]:
+def _sharded_entries(record: str, shards: Mapping[str, Any]) -> dict[str, Entry]:
     entries: dict[str, Entry] = {}
     for name, packed in shards.items():
-        shard = shard_of_key.get(name)
+        shard = _SHARD_OF_KEY.get(name)
         if shard is None or not isinstance(packed, str):
             raise ValueError(f"{name} is not a shard of entries")
         last = _READ.get((record, shard))

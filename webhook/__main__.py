@@ -12,12 +12,14 @@ import sys
 import tempfile
 from pathlib import Path
 
+from priogate import __version__
 from priogate.ledger import DEFAULT_IN_FLIGHT
 from webhook.registry import SERVERS  # imports neither prometheus_client nor the app
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m webhook", description="priogate admission webhook server")
+    p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     p.add_argument(
         "--bind",
         default=os.environ.get("PRIOGATE_BIND", "0.0.0.0:8443"),

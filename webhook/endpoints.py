@@ -2,7 +2,7 @@
 
 Why not Flask routes: Flask's request and response machinery (contexts, URL adapter, signals,
 header objects) costs more per call than priogate's own work on a review (decode, resolve,
-answer; README has the measurement). The admission paths are the hot path, so
+answer; docs/how-it-works.md has the measurement). The admission paths are the hot path, so
 they are answered here from the WSGI environ, and Flask serves everything else (health,
 readiness, metrics, unknown paths). Behaviour is the same either way: a 400 with a one-line
 reason for a body that is not an AdmissionReview, 405 for a method other than POST, 413 above

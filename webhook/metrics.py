@@ -16,6 +16,15 @@ from prometheus_client import (
     multiprocess,
 )
 
+from priogate import __version__
+
+# The running version as a label (the build_info convention: join it onto other series with
+# `* on(pod) group_left(version)`); "max" merges the workers' equal samples into one.
+BUILD_INFO = Gauge(
+    "priogate_build_info", "priogate's version, as the label; always 1.", ["version"], multiprocess_mode="max"
+)
+BUILD_INFO.labels(version=__version__).set(1)
+
 REQUESTS = Counter(
     "priogate_webhook_requests_total",
     "Admission requests answered, by webhook, operation and decision (allow, deny, error).",

@@ -57,6 +57,22 @@ class WebhookPolicy:
             return cls(HookPolicy(SYSTEM_NAMESPACES, "Ignore"), others, BUILTIN_EQUIVALENT_HOOKS)
         return cls(HookPolicy((), "Fail"), others)
 
+    @classmethod
+    def in_cluster(cls, priority_plugin: bool, namespace: str) -> WebhookPolicy:
+        """for_mode, for a webhook that runs in `namespace` of the cluster it serves (the chart).
+        With the plugin replaced, a Fail pod priority hook that also covers priogate's own
+        namespace deadlocks: no webhook pod can be admitted while no webhook pod answers, and on a
+        fresh install none does yet (docs/modes.md, "priogate's own pods"). So the priority hooks
+        exempt that namespace, and only it: its pods get no priority resolution, so priogate's
+        own pod templates carry the integer of their class themselves (hack/chart_templates.py),
+        and nothing else belongs in that namespace. With the plugin kept: for_mode's policy."""
+        policy = cls.for_mode(priority_plugin)
+        if priority_plugin:
+            return policy
+        return cls(
+            HookPolicy((namespace,), policy.priority.failure_policy), policy.others, policy.unregistered
+        )
+
     def registers(self, rule_set: RuleSet) -> bool:
         return rule_set.name not in self.unregistered
 

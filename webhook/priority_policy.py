@@ -141,7 +141,7 @@ def priority_policies(table_namespace: str) -> list[dict[str, Any]]:
 # (then the globalDefault's name, if the table has one). Every other CREATE (a class the table
 # lacks, a table not yet complete, no spec) is marked and left to the hook, which resolves it
 # as before, refuses an unknown class with the pod rule's words, and removes the mark. What a
-# hook round trip on every PodGroup create cost: README, bench-quota.
+# hook round trip on every PodGroup create cost: docs/modes.md.
 PODGROUP_POLICY_NAME = "priogate-podgroup-defaults"
 
 _PODGROUP_VARIABLES = (

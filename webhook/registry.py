@@ -35,6 +35,8 @@ class ClusterView(Protocol):
 
     def podgroups_generation(self, namespace: str) -> int: ...
 
+    def podgroup(self, namespace: str, name: str) -> Mapping[str, Any] | None: ...
+
     def reservations(self, namespace: str) -> Any: ...
 
     def listed_podgroups(self, namespace: str) -> dict[str, str]: ...
@@ -115,6 +117,8 @@ RULE_SET_MODULES = (
     "webhook.rules.podgroup_annotations",
     "webhook.rules.pod_quota",
     "webhook.rules.quota_fence",
+    "webhook.rules.pod_gate",
+    "webhook.rules.pod_gate_guard",
 )
 
 

@@ -135,6 +135,10 @@ class CacheView:
 
         return self._of_groups("live", namespace, live)
 
+    def podgroup(self, namespace: str, name: str) -> Mapping[str, Any] | None:
+        """The cached PodGroup (Volcano's schema), or None."""
+        return self.caches["podgroups"].get(namespace, name)
+
     def podgroups_generation(self, namespace: str) -> int:
         """Changes whenever the namespace's cached PodGroups change."""
         return self.caches["podgroups"].namespace_generation(namespace)

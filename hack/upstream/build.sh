@@ -22,7 +22,7 @@ ld=$(k8s_version_ldflags)
 
 mkdir -p "$out"
 echo ">> building upstream's e2e.test ($K8S_VERSION) into $out" >&2
-echo ">> the first build compiles the whole e2e suite from source (its time: README, Measured figures); later runs reuse it" >&2
+echo ">> the first build compiles the whole e2e suite from source (its time: docs/benchmarks.md); later runs reuse it" >&2
 t0=$SECONDS
 echo ">> [1/1] e2e.test: go test -c k8s.io/kubernetes/test/e2e ..." >&2
 # go.mod/go.sum here pin the module graph (deps.go lists the test binary's imports). -vet=off:

@@ -75,7 +75,7 @@ E2E_TIMEOUT_S = 45 * 60
 # preemption works" fail in both modes alike (kube-scheduler's own preemption included): it
 # adds the node's extended resource a moment after the previous spec removed it, and
 # kube-scheduler, still holding the old node, finds its medium pod Unschedulable and preempts
-# the low one the test then waits to see Running (README, "make test-upstream"). CI runs one
+# the low one the test then waits to see Running (docs/development.md, "make test-upstream"). CI runs one
 # pinned order that both modes pass; `--seed` tries others.
 SEED = 1795455486
 

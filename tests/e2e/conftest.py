@@ -20,6 +20,7 @@ from localcluster import LocalCluster, Options
 from localcluster.webhooks import PROBE_NAMESPACE
 from priogate.kube.client import ApiClient, load_client
 from tests.e2e.helpers import Admission, Kubectl, delete_namespace, ensure_namespace, unique
+from tests.e2e.plugin import install_launcher
 from tests.e2e.preemptor_side import Side
 from tests.e2e.tenant import Tenant, tenant_fixture
 
@@ -100,6 +101,12 @@ def tenant(cluster: LocalCluster, core: k8s.CoreV1Api, rbac: k8s.RbacAuthorizati
 
 
 @pytest.fixture(scope="session")
+def plugin_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A directory holding an executable kubectl-priogate that runs this checkout's plugin."""
+    return install_launcher(tmp_path_factory.mktemp("plugin-bin"))
+
+
+@pytest.fixture(scope="session")
 def kubectl(cluster: LocalCluster) -> Kubectl:
     return Kubectl(cluster.kubeconfig)
 
@@ -154,7 +161,7 @@ def classes(scheduling: k8s.SchedulingV1Api) -> Iterator[ClassTracker]:
 
 @pytest.fixture(scope="module")
 def default_cluster_side(cluster: LocalCluster) -> Iterator[Side]:
-    """The session's cluster (the default mode: kube-scheduler preempts) as a preemption
+    """The test run's cluster (the default mode: kube-scheduler preempts) as a preemption
     scenario's `Side` (tests/e2e/preemptor_side.py)."""
     side = Side(cluster)
     yield side

@@ -7,6 +7,7 @@ import re
 import requests
 
 from priogate.kube.client import ApiClient, ApiError, resource_path
+from tests.builders import pod, podgroup
 from tests.e2e.helpers import wait_for
 
 GROUP_VERSION = "scheduling.volcano.sh/v1beta1"
@@ -66,3 +67,29 @@ def metric(base_url: str, name: str, labels: dict[str, str] | None = None) -> fl
         if all(got.get(k) == v for k, v in (labels or {}).items()):
             total += float(match.group(3))
     return total
+
+
+def stuck_gang(client: ApiClient, namespace: str, name: str, priority_class: str) -> None:
+    """A PodGroup of `priority_class` whose one member, of the same class, no node can take (a
+    node selector no node matches): Inqueue, needing preemption, and beyond kube-scheduler's own
+    (no node passes its filters), so only a recorded decision acts on it."""
+    client.create(
+        groups_path(namespace), podgroup(name, namespace=None, min_member=1, priority_class=priority_class)
+    )
+    member = pod(
+        "m0",
+        namespace=None,
+        cpu="100m",
+        group=name,
+        priority_class=priority_class,
+        node_selector={"kubernetes.io/hostname": "nowhere"},
+    )
+    path = resource_path("v1", "pods", namespace, "m0")
+    client.create(resource_path("v1", "pods", namespace), member)
+    wait_phase(client, namespace, name, "Inqueue")
+
+    def unschedulable() -> bool:
+        conditions = client.get(path)["status"].get("conditions") or []
+        return any(c["type"] == "PodScheduled" and c.get("reason") == "Unschedulable" for c in conditions)
+
+    wait_for(unschedulable, 60, "the scheduler marks the member Unschedulable")

@@ -4,7 +4,7 @@ preemptor mode with the policy flags a module asks for, and `Side`, one control 
 admin and its tenants (the built-in `edit` role, tests/e2e/tenant.py), with the scenarios'
 building blocks (pods pinned to nodes that fill them, the preemption evidence on pods).
 
-The session's cluster (conftest.py) is the default mode, where kube-scheduler preempts; the
+The test run's cluster (conftest.py) is the default mode, where kube-scheduler preempts; the
 `default_cluster_side` / `default_side` fixtures there wrap it in a `Side`."""
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ ways to act as them (kubectl --as, and a kubernetes client that sends Impersonat
 
 Hostile-tenant tests run their requests as the tenant, so what they prove holds for a namespace
 user of a real cluster, not only for the cluster admin the other e2e tests act as. The admin
-client (the session's kubeconfig, in system:masters) may impersonate anyone; the API server then
+client (the test run's kubeconfig, in system:masters) may impersonate anyone; the API server then
 authorizes the request as the tenant, with the group system:authenticated it adds to every
 impersonated user (staging/src/k8s.io/apiserver/pkg/endpoints/filters/impersonation.go).
 """

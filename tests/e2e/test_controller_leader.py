@@ -29,7 +29,7 @@ def client(cluster: LocalCluster) -> ApiClient:
 
 @pytest.fixture
 def contenders(cluster: LocalCluster) -> Iterator[dict[str, str]]:
-    """Two controllers instead of the session's one (restarted afterwards): identity -> metrics URL."""
+    """Two controllers instead of the test run's one (restarted afterwards): identity -> metrics URL."""
     cluster.supervisor.stop("controller")
     urls = {}
     try:

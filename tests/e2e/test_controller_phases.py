@@ -1,6 +1,6 @@
 """The controller through the real control plane: PodGroup phases as pods come, run, go and
 finish, one tenant's waiting gang and another tenant's groups, and stale reservations reclaimed
-from the ledger. The session's controller (started by localcluster, leader-elected) does the
+from the ledger. The test run's controller (started by localcluster, leader-elected) does the
 work."""
 
 from __future__ import annotations

@@ -1,19 +1,25 @@
 """Gang preemption through the real control plane.
 
 Low-priority pods fill every kwok node. A PodGroup whose class is high-priority needs three
-members at once. Its member pods carry the *same* low class as the fillers, so kube-scheduler's
-own single-pod preemption cannot help them (it only preempts strictly lower priorities): only
-the controller, which ranks a gang by its PodGroup's class (as KEP-5710 does), can make room.
+members at once, and its members carry that class (a gang preempts at its members' admitted
+priority, never at a class they were not given). These scenarios run on a control plane of
+their own in the preemptor mode (kube-scheduler's DefaultPreemption off), where a gang's members
+are left to gang preemption: in the default mode kube-scheduler would preempt for each member
+alone, one at a time, and a gang could run short of minMember.
 """
 
 from __future__ import annotations
 
 import json
 import time
+from collections.abc import Iterator
+from dataclasses import dataclass
 from fractions import Fraction
+from pathlib import Path
 
 import pytest
 from kubernetes import client as k8s
+from kubernetes import config as k8s_config
 
 from localcluster import LocalCluster
 from localcluster.cluster import NODE_PREFIX
@@ -22,15 +28,52 @@ from priogate.kube.client import ApiClient, load_client, resource_path
 from priogate.resources import format_quantity, parse_quantity, pod_requests
 from tests.builders import pod, podgroup, priority_class
 from tests.e2e.conftest import ClassTracker
-from tests.e2e.controller_helpers import groups_path, pod_running, wait_phase
+from tests.e2e.controller_helpers import groups_path, pod_running, stuck_gang, wait_phase
 from tests.e2e.helpers import delete_namespace, ensure_namespace, unique, wait_for
+from tests.e2e.plugin import ok, plugin_runner
+from tests.e2e.preemptor_side import preemptor_cluster
 
 ANNOTATION = "priogate.io/preemption"
+CLASSES = "/apis/scheduling.k8s.io/v1/priorityclasses"
 
 
 @pytest.fixture(scope="module")
 def client(cluster: LocalCluster) -> ApiClient:
     return load_client(str(cluster.kubeconfig))
+
+
+@dataclass
+class Gangs:
+    """The preemptor mode's control plane, as the admin."""
+
+    cluster: LocalCluster
+    client: ApiClient
+    core: k8s.CoreV1Api
+
+    def classes(self, value: int) -> tuple[str, str]:
+        """A low class (10) and a high one (`value`), preemptionPolicy left to the default."""
+        low, high = unique("low"), unique("high")
+        self.client.create(CLASSES, priority_class(low, value=10, preemption_policy=None))
+        self.client.create(CLASSES, priority_class(high, value=value, preemption_policy=None))
+        return low, high
+
+
+@pytest.fixture(scope="module")
+def gangs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gangs]:
+    with preemptor_cluster(tmp_path_factory, "gangs", nodes=3) as cluster:
+        api = k8s_config.new_client_from_config(config_file=str(cluster.kubeconfig))
+        try:
+            yield Gangs(cluster, load_client(str(cluster.kubeconfig)), k8s.CoreV1Api(api))
+        finally:
+            api.close()
+
+
+@pytest.fixture
+def gang_namespace(gangs: Gangs) -> Iterator[str]:
+    name = unique("e2e-gang")
+    ensure_namespace(gangs.core, name)
+    yield name
+    delete_namespace(gangs.core, name)
 
 
 def free_cpu(client: ApiClient) -> dict[str, Fraction]:
@@ -91,16 +134,9 @@ def fill_nodes(
     return fillers
 
 
-def test_gang_preempts_lower_priority_pods(
-    client: ApiClient, namespace: str, classes: ClassTracker, cluster: LocalCluster
-):
-    low, high = classes.name("low"), classes.name("high")
-    client.create(
-        "/apis/scheduling.k8s.io/v1/priorityclasses", priority_class(low, value=10, preemption_policy=None)
-    )
-    client.create(
-        "/apis/scheduling.k8s.io/v1/priorityclasses", priority_class(high, value=1000, preemption_policy=None)
-    )
+def test_gang_preempts_lower_priority_pods(gangs: Gangs, gang_namespace: str, plugin_path: Path):
+    client, namespace = gangs.client, gang_namespace
+    low, high = gangs.classes(1000)
     pods = resource_path("v1", "pods", namespace)
 
     fillers = fill_nodes(client, namespace, low)
@@ -121,7 +157,7 @@ def test_gang_preempts_lower_priority_pods(
                 cpu=member_cpu,
                 limits={"cpu": member_cpu},
                 group="gang",
-                priority_class=low,
+                priority_class=high,
             ),
         )
 
@@ -151,6 +187,22 @@ def test_gang_preempts_lower_priority_pods(
     wait_for(lambda: ("PodGroup", "gang", "Preempted") in reasons(), 30, "the gang's Preempted event")
     assert all(("Pod", v, "Preempted") in reasons() for v in victims)
 
+    # Afterwards the victims are gone; `kubectl priogate why` still says who preempted them, from
+    # the PodGroup's record and the Events.
+    priogate = plugin_runner(plugin_path, gangs.cluster.kubeconfig)
+    victim = sorted(victims)[0]
+    text = ok(priogate("why", f"pod/{victim}", "-n", namespace))
+    assert "State:          Preempted" in text
+    assert f"preempted by priogate to make room for PodGroup {namespace}/gang" in text
+    assert "the pod is gone" in text
+    report = json.loads(ok(priogate("why", victim, "-n", namespace, "-o", "json")))
+    assert any(
+        e["reason"] == "Preempted" and e["from"] == "priogate.io/controller" for e in report["events"]
+    ), report["events"]
+    group = ok(priogate("why", "podgroup/gang", "-n", namespace))
+    assert "State:          Running" in group
+    assert f"{namespace}/{victim} on " in group, "the group's report names its victims"
+
 
 def test_a_recorded_decision_is_resumed_not_recomputed(
     client: ApiClient, cluster: LocalCluster, namespace: str, classes: ClassTracker
@@ -167,20 +219,7 @@ def test_a_recorded_decision_is_resumed_not_recomputed(
     wait_for(lambda: all(pod_running(client, namespace, n) for n in ("keep", "victim")), 60, "pods run")
     victim_uid = client.get(f"{pods}/victim")["metadata"]["uid"]
 
-    client.create(
-        groups_path(namespace), podgroup("resumed", namespace=None, min_member=1, priority_class=high)
-    )
-    member = pod(
-        "m0", namespace=None, cpu="100m", group="resumed", node_selector={"kubernetes.io/hostname": "nowhere"}
-    )
-    client.create(pods, member)
-    wait_phase(client, namespace, "resumed", "Inqueue")
-
-    def unschedulable() -> bool:
-        conditions = client.get(f"{pods}/m0")["status"].get("conditions") or []
-        return any(c["type"] == "PodScheduled" and c.get("reason") == "Unschedulable" for c in conditions)
-
-    wait_for(unschedulable, 60, "the scheduler marks the member Unschedulable")
+    stuck_gang(client, namespace, "resumed", high)
     unapplied = {
         "id": "crashed0001",
         "decidedAt": time.time(),
@@ -213,7 +252,7 @@ def test_a_recorded_decision_is_resumed_not_recomputed(
 
 @pytest.mark.parametrize("tight_quota", [False, True], ids=["no-quota", "tight-quota"])
 def test_victims_terminate_gracefully_marked_while_the_members_are_nominated(
-    client: ApiClient, core: k8s.CoreV1Api, namespace: str, classes: ClassTracker, tight_quota: bool
+    gangs: Gangs, gang_namespace: str, tight_quota: bool
 ):
     """Victims that take their grace period to go (kwok honours terminationGracePeriodSeconds
     for pods annotated so): while they are Terminating they carry DisruptionTarget (reason
@@ -224,13 +263,8 @@ def test_victims_terminate_gracefully_marked_while_the_members_are_nominated(
     created, unbound members already fill (kube-apiserver's quota admission charges a pod at
     creation). Counting them twice would demote the gang to Pending and strand it; it must
     preempt and run all the same. The victims live in another namespace."""
-    low, high = classes.name("low"), classes.name("high")
-    client.create(
-        "/apis/scheduling.k8s.io/v1/priorityclasses", priority_class(low, value=10, preemption_policy=None)
-    )
-    client.create(
-        "/apis/scheduling.k8s.io/v1/priorityclasses", priority_class(high, value=1000, preemption_policy=None)
-    )
+    client, core, namespace = gangs.client, gangs.core, gang_namespace
+    low, high = gangs.classes(1000)
     pods = resource_path("v1", "pods", namespace)
     victims_ns = namespace
     if tight_quota:
@@ -273,7 +307,8 @@ def _graceful_preemption(
     )
     for i in range(3):
         client.create(
-            pods, pod(f"m{i}", namespace=None, cpu="3", limits={"cpu": "3"}, group="gang", priority_class=low)
+            pods,
+            pod(f"m{i}", namespace=None, cpu="3", limits={"cpu": "3"}, group="gang", priority_class=high),
         )
 
     if tight_quota:

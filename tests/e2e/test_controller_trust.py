@@ -21,7 +21,7 @@ from localcluster import LocalCluster
 from priogate.kube.client import ApiClient, ApiError, load_client, resource_path
 from tests.builders import pod, podgroup, priority_class
 from tests.e2e.conftest import ClassTracker
-from tests.e2e.controller_helpers import groups_path, pod_running, wait_phase
+from tests.e2e.controller_helpers import groups_path, pod_running, stuck_gang
 from tests.e2e.helpers import unique, wait_for
 from tests.e2e.tenant import Tenant
 
@@ -134,20 +134,7 @@ def test_a_record_present_all_the_same_is_refused_by_the_controller(
     not lower than the group's), deletes nothing, closes the record and says why."""
     high = classes.name("high")
     client.create("/apis/scheduling.k8s.io/v1/priorityclasses", priority_class(high, value=1000))
-    client.create(groups_path(namespace), podgroup("gang", namespace=None, min_member=1, priority_class=high))
-    member = pod(
-        "m0", namespace=None, cpu="100m", group="gang", node_selector={"kubernetes.io/hostname": "nowhere"}
-    )
-    client.create(resource_path("v1", "pods", namespace), member)
-    wait_phase(client, namespace, "gang", "Inqueue")
-
-    def unschedulable() -> bool:
-        conditions = (
-            client.get(resource_path("v1", "pods", namespace, "m0"))["status"].get("conditions") or []
-        )
-        return any(c["type"] == "PodScheduled" and c.get("reason") == "Unschedulable" for c in conditions)
-
-    wait_for(unschedulable, 60, "the scheduler marks the member Unschedulable")
+    stuck_gang(client, namespace, "gang", high)
 
     patch = {"metadata": {"annotations": {ANNOTATION: forged(system_pod)}}}
     as_controller.request("PATCH", groups_path(namespace, "gang"), body=patch, content_type=MERGE)

@@ -2,7 +2,7 @@
 podgroup-priority-cases.yaml (native PodGroups), performed as real API requests, must give the
 same outcome with upstream's built-in Priority plugin and with priogate in its place.
 
-Runs, on the session's control plane (kube-apiserver restarted with other flags in between):
+Runs, on the test run's control plane (kube-apiserver restarted with other flags in between):
 
   builtin           Priority plugin enabled, no priogate webhook at all (the reference)
   priogate          Priority plugin disabled, priogate registered (Fail, nothing exempt)

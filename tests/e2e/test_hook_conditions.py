@@ -2,7 +2,7 @@
 costs"): a write the rule would pass unchanged is not sent to priogate, and a write the rule
 acts on still is. Counted with kube-apiserver's own apiserver_admission_webhook_request_total.
 
-The session's cluster runs with the built-in Priority plugin disabled (the plugin-replaced
+The test run's cluster runs with the built-in Priority plugin disabled (the plugin-replaced
 policy), where the pod priority hook is registered.
 """
 
@@ -123,4 +123,7 @@ def test_a_podgroup_reaches_the_enrolment_hook_when_it_claims_something(client, 
     before = calls(client, PG_ENROLMENT, "CREATE")
     body = {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "PodGroup", "metadata": {"name": "g"}}
     client.create(groups_path(namespace), {**body, "spec": spec})
-    assert calls(client, PG_ENROLMENT, "CREATE") == before + (1 if called else 0), spec
+    after = calls(client, PG_ENROLMENT, "CREATE")
+    # A group that enrols the namespace also sends the enrolment's dry-run probes through the
+    # hook (priogate.scope): at least one call, then.
+    assert (after > before) if called else (after == before), (spec, before, after)

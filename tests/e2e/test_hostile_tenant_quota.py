@@ -1,7 +1,7 @@
 """PodGroupMinResources against a hostile tenant: a user bound to the built-in `edit` ClusterRole
 in one namespace (tests/e2e/tenant.py), acting through impersonation, on the real control plane.
 
-Each test is one guarantee README's "Reliability and trust" lists:
+Each test is one guarantee docs/reliability.md lists:
 - the reservation record is out of the tenant's reach, and rebuilt when an admin deletes it;
 - a finalizer-held group keeps its reservation until it is really gone;
 - plain pods created in a burst cannot eat a reservation;

@@ -1,10 +1,10 @@
-"""The Helm chart and the kustomize base against the session's real control plane.
+"""The Helm chart and the kustomize base against the test run's real control plane.
 
 * `helm install` of charts/priogate into priogate-system, for real, with
-  `webhookConfigurations.create=false`: the session's own webhook (outside the cluster, registered
+  `webhookConfigurations.create=false`: the test run's own webhook (outside the cluster, registered
   as the `priogate` configurations) keeps answering every admission. Registering the chart's hooks
   would point them at pods that kwok only pretends to run, and the quota hooks fail closed, so
-  every PodGroup write in the session would be refused. The configurations and the caBundle Job
+  every PodGroup write in the test run would be refused. The configurations and the caBundle Job
   (which only exists alongside them) are instead sent with `--dry-run=server`, in both modes:
   validated and admitted by the API server, never stored.
 * `kubectl apply -k manifests/ --server-side --dry-run=server`: every object of the base accepted.
@@ -74,7 +74,7 @@ def helm(cluster: LocalCluster) -> Helm:
 
 @pytest.fixture(scope="module")
 def release(helm: Helm, kubectl: Kubectl) -> Iterator[str]:
-    kubectl("create", "namespace", NAMESPACE, check=False)  # the session's controller made it, usually
+    kubectl("create", "namespace", NAMESPACE, check=False)  # the test run's controller made it, usually
     for role in USER_ROLES:
         kubectl("label", "--overwrite", f"clusterrole/{role}", "app.kubernetes.io/managed-by=Helm")
         kubectl(
@@ -112,6 +112,12 @@ def docs(text: str) -> list[dict]:
 
 def test_helm_install_creates_every_object_of_the_release(release: str, helm: Helm, kubectl: Kubectl) -> None:
     assert "STATUS: deployed" in release
+    # NOTES.txt: where it went, how to check it, how the kubectl plugin finds the records.
+    notes = release.split("NOTES:", 1)[1]
+    assert f"installed in namespace {NAMESPACE} (release {RELEASE})" in notes
+    assert f"helm test {RELEASE} -n {NAMESPACE}" in notes
+    assert f"--priogate-namespace {NAMESPACE}" in notes
+    assert "webhookConfigurations.create=false" in notes
     manifest = docs(helm("get", "manifest", RELEASE, "-n", NAMESPACE).stdout)
     kinds = {d["kind"] for d in manifest}
     assert {"Deployment", "ServiceAccount", "ClusterRole", "NetworkPolicy", "PodDisruptionBudget"} <= kinds
@@ -119,9 +125,28 @@ def test_helm_install_creates_every_object_of_the_release(release: str, helm: He
     for d in manifest:
         ns = ["-n", d["metadata"].get("namespace", NAMESPACE)] if "namespace" in d["metadata"] else []
         kubectl("get", *ns, f"{d['kind'].lower()}/{d['metadata']['name']}")
+        # Helm's recommended labels, on the live objects
+        labels = kubectl.json("get", *ns, f"{d['kind'].lower()}/{d['metadata']['name']}")["metadata"][
+            "labels"
+        ]
+        assert (
+            labels["app.kubernetes.io/instance"] == RELEASE
+            and labels["app.kubernetes.io/managed-by"] == "Helm"
+        )
+    # The webhook trusts the identity the controller's pods run as, in the release namespace.
+    deployments = {
+        d["metadata"]["name"]: d for d in kubectl.json("get", "deployments", "-n", NAMESPACE)["items"]
+    }
+    controller_sa = deployments["priogate-controller"]["spec"]["template"]["spec"]["serviceAccountName"]
+    (quota,) = [
+        c
+        for c in deployments["priogate-webhook"]["spec"]["template"]["spec"]["containers"]
+        if c["name"] == "quota"
+    ]
+    assert f"--controller-username={sa(controller_sa)}" in quota["command"]
 
 
-# The session's own `priogate` configurations are registered by URL; a dry-run apply of the
+# The test run's own `priogate` configurations are registered by URL; a dry-run apply of the
 # service-backed ones under that name would be merged into them (url and service both set) and
 # refused for that, which says nothing about ours. So both dry runs use another name: a create.
 DRY_RUN_NAME = "priogate-dry-run"
@@ -136,18 +161,25 @@ def test_webhook_configurations_and_cabundle_job_pass_a_server_dry_run(
         "--set", f"webhookConfigurations.name={DRY_RUN_NAME}",
         "--show-only", "templates/generated/webhookconfigurations.yaml",
         "--show-only", "templates/generated/job-priogate-cabundle.yaml",
+        # the pre-install hooks that create the serving Secret
+        *[
+            arg
+            for kind in ("serviceaccount", "role", "rolebinding", "job")
+            for arg in ("--show-only", f"templates/generated/{kind}-priogate-certs.yaml")
+        ],
     )  # fmt: skip
     # The in-process policies, their bindings and the table's placeholder
     # (webhook/priority_policy.py) come too: the PodGroup one in both modes, the pod one with the
-    # plugin replaced; renamed like the configurations, as the session's cluster registers its own.
+    # plugin replaced; renamed like the configurations, as the test run's cluster registers its own.
     for name in (POLICY_NAME, PODGROUP_POLICY_NAME):
         text = text.replace(f"name: {name}\n", f"name: {DRY_RUN_NAME}-{name}\n")
         text = text.replace(f"policyName: {name}\n", f"policyName: {DRY_RUN_NAME}-{name}\n")
     objects = docs(text)
     policies = 1 if plugin else 2
     policy_kinds = ["ConfigMap", *["MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding"] * policies]
+    certs_hooks = ["ServiceAccount", "Role", "RoleBinding", "Job"]
     assert sorted(d["kind"] for d in objects) == sorted(
-        ["Job", "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration", *policy_kinds]
+        ["Job", "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration", *policy_kinds, *certs_hooks]
     )
     out = kubectl("apply", "--server-side", "--dry-run=server", "-n", NAMESPACE, "-f", "-", stdin=text).stdout
     assert out.count("(server dry run)") == len(objects), out
@@ -184,7 +216,7 @@ def test_deployments_pods_are_scheduled_and_running_on_kwok_nodes(release: str, 
         wait_for(running, timeout=60, what=f"{replicas} {component} pods Running")
         for pod in kubectl.json("get", "pods", "-n", NAMESPACE, "-l", selector)["items"]:
             assert pod["spec"]["nodeName"] in nodes
-            # the session's priority hook (or the built-in plugin) resolved the class
+            # the test run's priority hook (or the built-in plugin) resolved the class
             assert pod["spec"]["priority"] == 2000000000
 
 

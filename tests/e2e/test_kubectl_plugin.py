@@ -10,8 +10,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -23,11 +21,11 @@ from priogate.podgroup import GROUP_VERSION
 from priogate.record_codec import CONFIGMAP_MAX_BYTES, DEFAULT_LEDGER_NAMESPACE, record_path, stored_size
 from tests.builders import pod, podgroup, priority_class
 from tests.e2e.conftest import ClassTracker
-from tests.e2e.controller_helpers import groups_path, pod_running, wait_phase
-from tests.e2e.helpers import KUBECTL, wait_for
+from tests.e2e.controller_helpers import groups_path, pod_running
+from tests.e2e.helpers import KUBECTL, unique, wait_for
+from tests.e2e.plugin import Run, ok, plugin_runner
 from tests.e2e.test_controller_preemption import fill_nodes, free_cpu
 
-REPO = Path(__file__).resolve().parents[2]
 CLASSES = "/apis/scheduling.k8s.io/v1/priorityclasses"
 
 
@@ -36,47 +34,9 @@ def client(cluster: LocalCluster) -> ApiClient:
     return load_client(str(cluster.kubeconfig))
 
 
-@pytest.fixture(scope="module")
-def plugin_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A directory holding an executable kubectl-priogate that runs this checkout's plugin."""
-    bin_dir = tmp_path_factory.mktemp("plugin-bin")
-    launcher = bin_dir / "kubectl-priogate"
-    launcher.write_text(
-        f"#!{sys.executable}\n"
-        "import sys\n"
-        f"sys.path.insert(0, {str(REPO)!r})\n"
-        "from kubectl_priogate.main import main\n"
-        "sys.exit(main())\n"
-    )
-    launcher.chmod(0o755)
-    return bin_dir
-
-
 @pytest.fixture
-def priogate(cluster: LocalCluster, plugin_path: Path) -> Iterator:
-    """Run `kubectl priogate ARGS --kubeconfig ...`; kubectl refuses flags before a plugin's
-    name, so they follow it."""
-    env = {**os.environ, "PATH": f"{plugin_path}{os.pathsep}{os.environ.get('PATH', '')}"}
-    env.pop("KUBECONFIG", None)
-
-    def run(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [KUBECTL, "priogate", *args, f"--kubeconfig={cluster.kubeconfig}"],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            env=env,
-            check=False,
-        )
-
-    yield run
-
-
-def ok(result: subprocess.CompletedProcess[str]) -> str:
-    assert result.returncode == 0, (
-        f"exit {result.returncode}\nstdout:\n{result.stdout}\nstderr:\n{result.stderr}"
-    )
-    return result.stdout
+def priogate(cluster: LocalCluster, plugin_path: Path) -> Run:
+    return plugin_runner(plugin_path, cluster.kubeconfig)
 
 
 def test_plugin_is_found_by_kubectl(plugin_path: Path):
@@ -211,57 +171,6 @@ def test_why_a_pending_group_a_pending_pod_and_a_missing_group(client: ApiClient
     assert usage.returncode == 1 and usage.stderr.startswith("error: "), usage.stderr
 
 
-def test_why_a_pod_priogate_preempted_for_a_gang(
-    client: ApiClient, namespace: str, classes: ClassTracker, priogate
-):
-    """The gang of test_controller_preemption: its members have the fillers' low class, so only
-    priogate's controller can make room. Afterwards the victims are gone; `why` still says who
-    preempted them, from the PodGroup's record and the Events."""
-    low, high = classes.name("low"), classes.name("high")
-    client.create(CLASSES, priority_class(low, value=10, preemption_policy=None))
-    client.create(CLASSES, priority_class(high, value=1000, preemption_policy=None))
-    fillers = fill_nodes(client, namespace, low)
-    wait_for(lambda: all(pod_running(client, namespace, f) for f in fillers), 90, "the fillers run")
-    client.create(
-        groups_path(namespace),
-        podgroup("gang", namespace=None, min_member=3, min_resources={"cpu": "9"}, priority_class=high),
-    )
-    for i in range(3):
-        member = pod(f"m{i}", namespace=None, cpu="3", limits={"cpu": "3"}, group="gang", priority_class=low)
-        client.create(resource_path("v1", "pods", namespace), member)
-    wait_phase(client, namespace, "gang", "Running", timeout=120)
-
-    def record() -> dict:
-        annotations = client.get(groups_path(namespace, "gang"))["metadata"].get("annotations") or {}
-        return json.loads(annotations.get("priogate.io/preemption", "{}"))
-
-    wait_for(lambda: record().get("applied") is True, 60, "the preemption record is marked applied")
-    victim = record()["victims"][0]["name"]
-    wait_for(
-        lambda: (
-            victim
-            not in {
-                p["metadata"]["name"] for p in client.get(resource_path("v1", "pods", namespace))["items"]
-            }
-        ),
-        60,
-        "the victim is gone",
-    )
-
-    text = ok(priogate("why", f"pod/{victim}", "-n", namespace))
-    assert "State:          Preempted" in text
-    assert f"preempted by priogate to make room for PodGroup {namespace}/gang" in text
-    assert "the pod is gone" in text
-    report = json.loads(ok(priogate("why", victim, "-n", namespace, "-o", "json")))
-    assert any(
-        e["reason"] == "Preempted" and e["from"] == "priogate.io/controller" for e in report["events"]
-    ), report["events"]
-
-    group = ok(priogate("why", "podgroup/gang", "-n", namespace))
-    assert "State:          Running" in group
-    assert f"{namespace}/{victim} on " in group, "the group's report names its victims"
-
-
 def test_a_namespace_user_asks_why_and_sees_reservations(client: ApiClient, tenant, priogate):
     """As a user with the built-in `edit` role in one namespace only (--as, kubectl's
     impersonation flag): PodGroups of other namespaces are not theirs to list, so `why` reads
@@ -301,17 +210,15 @@ FORGED_SHOWN = "\\n\\x1b[2J\\x1b[H State: Running"
 
 def test_control_characters_a_tenant_writes_reach_the_admin_escaped(client: ApiClient, tenant, priogate):
     """A tenant (built-in `edit` role) writes control characters where priogate repeats them to
-    the admin: a minResources name, which the controller's capacity verdict names in the group's
-    Unschedulable condition and its phase Event, and the note of an Event the tenant writes
-    about the group itself. The admin's `kubectl priogate why` shows each escaped, never a
-    screen clear or a second State line; the condition and the controller's Event are written
-    escaped. The Event note is out of every priogate hook's reach, as messages copied from other
-    objects are; the minResources name is the path the controller repeats, for as long as
-    admission takes such a name (and for groups stored before it refused them)."""
+    the admin: the note of an Event about their PodGroup (out of every priogate hook's reach, as
+    messages copied from other objects are). A minResources name with them is refused at
+    admission (tests/e2e/test_podgroup_claims.py); one stored where no hook judged it (the
+    system namespaces, or before the check) is named by the controller's capacity verdict in the
+    group's Unschedulable condition and its phase Event. The admin's `kubectl priogate why` shows
+    each escaped, never a screen clear or a second State line; the condition and the
+    controller's Event are written escaped."""
     assert tenant.can("create", "events"), "the built-in edit role writes core Events"
-    created = tenant.create_podgroup(
-        podgroup("forged", namespace=None, min_member=1, min_resources={f"cpu{FORGED}": "1"})
-    )
+    created = tenant.create_podgroup(podgroup("forged", namespace=None, min_member=1))
     tenant.kubectl(
         "create",
         "-f",
@@ -335,45 +242,59 @@ def test_control_characters_a_tenant_writes_reach_the_admin_escaped(client: ApiC
             }
         ),
     )
-
-    def unschedulable() -> str:
-        got = client.get(groups_path(tenant.namespace, "forged"))
-        return next(
-            (
-                c.get("message") or ""
-                for c in (got.get("status") or {}).get("conditions") or []
-                if c["type"] == "Unschedulable" and c["status"] == "True"
-            ),
-            "",
-        )
-
-    wait_for(lambda: bool(unschedulable()), 60, "the controller marks the group Unschedulable")
-
-    def controller_notes() -> list[str]:
-        events = client.get(
-            resource_path("events.k8s.io/v1", "events", tenant.namespace),
-            query=[("fieldSelector", "regarding.kind=PodGroup,regarding.name=forged")],
-        )["items"]
-        return [
-            e.get("note") or "" for e in events if e.get("reportingController") == "priogate.io/controller"
-        ]
-
-    wait_for(lambda: bool(controller_notes()), 60, "the controller records the phase Event")
-
-    # What the admin's terminal receives.
     text = ok(priogate("why", "podgroup/forged", "-n", tenant.namespace))
     assert "\x1b" not in text, f"the admin's terminal would obey:\n{text!r}"
-    states = [line for line in text.splitlines() if line.lstrip().startswith("State:")]
-    assert states == ["State:          Pending"], f"a forged State line:\n{text}"
-    shown_key = f"minResources cpu{FORGED_SHOWN}"
-    why = "Why:            not admitted to its queue: NotEnoughResources: cluster capacity insufficient"
-    assert f"{why}: {shown_key}=1 exceed" in text, text
-    assert f"Reservation:    holds {shown_key}=1," in text, text
-    assert f"phase none -> Pending: cluster capacity insufficient: {shown_key}=1" in text, text
     assert f"all members running{FORGED_SHOWN}" in text, text
+    assert len([line for line in text.splitlines() if line.lstrip().startswith("State:")]) == 1, text
 
-    # What the controller wrote, which kubectl describe prints as it is.
-    message = unschedulable()
-    assert f"{shown_key}=1 exceed" in message and "\x1b" not in message, message
-    (note,) = controller_notes()
-    assert note == f"phase none -> Pending: {message}", note
+    # A forged resource name, stored where no quota hook judges it (kube-system is exempt).
+    namespace, name = "kube-system", unique("forged")
+    client.create(
+        groups_path(namespace),
+        podgroup(name, namespace=None, min_member=1, min_resources={f"cpu{FORGED}": "1"}),
+    )
+    try:
+
+        def unschedulable() -> str:
+            got = client.get(groups_path(namespace, name))
+            return next(
+                (
+                    c.get("message") or ""
+                    for c in (got.get("status") or {}).get("conditions") or []
+                    if c["type"] == "Unschedulable" and c["status"] == "True"
+                ),
+                "",
+            )
+
+        wait_for(lambda: bool(unschedulable()), 60, "the controller marks the group Unschedulable")
+
+        def controller_notes() -> list[str]:
+            events = client.get(
+                resource_path("events.k8s.io/v1", "events", namespace),
+                query=[("fieldSelector", f"regarding.kind=PodGroup,regarding.name={name}")],
+            )["items"]
+            return [
+                e.get("note") or ""
+                for e in events
+                if e.get("reportingController") == "priogate.io/controller"
+            ]
+
+        wait_for(lambda: bool(controller_notes()), 60, "the controller records the phase Event")
+
+        # What the admin's terminal receives.
+        text = ok(priogate("why", f"podgroup/{name}", "-n", namespace))
+        assert "\x1b" not in text, f"the admin's terminal would obey:\n{text!r}"
+        states = [line for line in text.splitlines() if line.lstrip().startswith("State:")]
+        assert states == ["State:          Pending"], f"a forged State line:\n{text}"
+        shown_key = f"minResources cpu{FORGED_SHOWN}"
+        why = "Why:            not admitted to its queue: NotEnoughResources: cluster capacity insufficient"
+        assert f"{why}: {shown_key}=1 exceed" in text, text
+        assert f"phase none -> Pending: cluster capacity insufficient: {shown_key}=1" in text, text
+
+        # What the controller wrote, which kubectl describe prints as it is.
+        message = unschedulable()
+        assert f"{shown_key}=1 exceed" in message and "\x1b" not in message, message
+        (note,) = controller_notes()
+        assert note == f"phase none -> Pending: {message}", note
+    finally:
+        client.delete(groups_path(namespace, name))

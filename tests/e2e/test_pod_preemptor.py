@@ -1,7 +1,7 @@
 """priogate's preemptor mode through the real control plane: kube-scheduler runs
 manifests/scheduler/'s profile (DefaultPreemption disabled) and the controller preempts for
 single pods (--pod-preemption), in a control plane of its own (`python -m localcluster up
---preemptor=priogate` starts the same); the session's cluster is the default mode, where
+--preemptor=priogate` starts the same); the test run's cluster is the default mode, where
 kube-scheduler preempts.
 
 Every scenario fills each kwok node with one low-priority pod a tenant (the built-in `edit`

@@ -1,5 +1,5 @@
 """The issue's "Must show" list, through kubectl against the real kube-apiserver with the built-in
-Priority plugin disabled and priogate registered (the session's default mode): whatever sets
+Priority plugin disabled and priogate registered (the test run's default mode): whatever sets
 spec.priority here is priogate, because nothing else in the request path does."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The in-process pod priority policy (webhook/priority_policy.py) on a real kube-apiserver, with
-the built-in Priority plugin replaced (the session's cluster), as a tenant with the built-in
+the built-in Priority plugin replaced (the test run's cluster), as a tenant with the built-in
 `edit` role in one namespace (tests/e2e/tenant.py).
 
 What it must hold: a pod the policy resolves gets exactly what the plugin would give it, with no

@@ -4,7 +4,7 @@ injects the CA; the webhook pod (init container and servers) can only read and r
 Secret, and cannot touch a webhook configuration.
 
 The rules are the shipped ones, moved into the test's namespace and pointed at a webhook
-configuration of the test's own (the session's `priogate` configurations stay untouched)."""
+configuration of the test's own (the test run's `priogate` configurations stay untouched)."""
 
 from __future__ import annotations
 

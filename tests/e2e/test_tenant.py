@@ -70,7 +70,7 @@ def test_edit_user_manages_podgroups_through_the_aggregated_roles(tenant, rbac, 
 
     # kubectl --as the tenant: create, list, annotate, delete. The resource is named in full: the
     # local control plane also serves native PodGroups (scheduling.k8s.io), which kubectl picks
-    # for a bare "podgroups" (README, Native PodGroups).
+    # for a bare "podgroups" (docs/native-podgroups.md).
     tenant.kubectl.apply([podgroup("mine", {"cpu": "1"})], namespace=tenant.namespace)
     listed = tenant.kubectl.json("get", RESOURCE, f"--namespace={tenant.namespace}")
     assert [g["metadata"]["name"] for g in listed["items"]] == ["mine"]

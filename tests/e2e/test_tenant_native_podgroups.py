@@ -1,7 +1,7 @@
 """A namespace user (the built-in `edit` role in one namespace) creating native PodGroups
-(scheduling.k8s.io/v1alpha2) with kube-apiserver's Priority plugin replaced (the session's mode):
+(scheduling.k8s.io/v1alpha2) with kube-apiserver's Priority plugin replaced (the test run's mode):
 priogate resolves their priority exactly as for the admin, and refuses what the plugin refuses,
-whatever the tenant writes (README, Native PodGroups).
+whatever the tenant writes (docs/native-podgroups.md).
 
 kube-apiserver's bootstrap policy grants the alpha API to `edit` (v1.36: podgroups and workloads
 in scheduling.k8s.io), so every namespace user can create native PodGroups: the test checks that

@@ -1,4 +1,4 @@
-"""Mutual TLS between kube-apiserver and the webhook, in the session's control plane (the
+"""Mutual TLS between kube-apiserver and the webhook, in the test run's control plane (the
 launcher's default): kube-apiserver's calls are served, direct clients without kube-apiserver's
 client certificate are refused at TLS. Every other e2e test admits through this same port."""
 

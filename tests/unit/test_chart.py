@@ -84,6 +84,28 @@ def without_helm_hook(obj: dict) -> dict:
     return obj
 
 
+STANDARD_LABELS = (
+    "app.kubernetes.io/name",
+    "app.kubernetes.io/instance",
+    "app.kubernetes.io/version",
+    "app.kubernetes.io/managed-by",
+    "helm.sh/chart",
+)
+
+
+def without_standard_labels(obj: dict, base: dict) -> dict:
+    """The chart's object without the recommended labels the base does not carry (DIFFERENCES)."""
+    obj = copy.deepcopy(obj)
+    labels = obj["metadata"].get("labels", {})
+    kept = base["metadata"].get("labels", {})
+    for k in STANDARD_LABELS:
+        if k not in kept:
+            labels.pop(k, None)
+    if not labels:
+        obj["metadata"].pop("labels", None)
+    return obj
+
+
 def container(objs: dict[Key, dict], deployment: str, name: str) -> dict:
     spec = objs["Deployment", deployment]["spec"]["template"]["spec"]
     return next(c for c in spec["containers"] if c["name"] == name)
@@ -99,15 +121,20 @@ def test_generated_files_are_up_to_date() -> None:
 def assert_same_objects(chart: dict[Key, dict], base: dict[Key, dict]) -> None:
     # The only object the chart leaves out: Helm's --create-namespace makes it (DIFFERENCES).
     assert set(base) - set(chart) == {("Namespace", NAMESPACE)}
-    assert set(chart) == set(base) - {("Namespace", NAMESPACE)}
-    cluster_scoped = load_generator().CLUSTER_SCOPED_POLICY_KINDS
+    # The only ones it adds: the pre-install hooks that create the serving Secret (DIFFERENCES).
+    generator = load_generator()
+    assert set(chart) == set(base) - {("Namespace", NAMESPACE)} | generator.CHART_ONLY
+    cluster_scoped = generator.CLUSTER_SCOPED_POLICY_KINDS
     for key, obj in chart.items():
+        if key in generator.CHART_ONLY:
+            continue
         expected = base[key]
         if key[0] in cluster_scoped:
             expected = {
                 **expected,
                 "metadata": {k: v for k, v in expected["metadata"].items() if k != "namespace"},
             }
+        obj = without_standard_labels(obj, expected)
         assert without_helm_hook(obj) == expected, f"{key} differs from kubectl kustomize manifests/"
 
 
@@ -152,42 +179,137 @@ def test_a_manifests_change_reaches_the_chart_by_regenerating_it(tmp_path: Path)
     assert render(chart=chart, namespace="gate")["Role", "priogate-ledger"]["metadata"]["namespace"] == "gate"
 
 
-def test_the_only_annotations_helm_adds_are_the_caBundle_job_hook() -> None:
-    hooked = {
-        k
-        for k, o in defaults().items()
-        if any(a.startswith("helm.sh/") for a in o["metadata"].get("annotations", {}))
-    }
-    assert hooked == {("Job", "priogate-cabundle")}
-    assert (
-        defaults()["Job", "priogate-cabundle"]["metadata"]["annotations"]["helm.sh/hook"]
-        == "post-install,post-upgrade"
+def hook_of(obj: dict) -> tuple[set[str], int]:
+    """The Helm hook events an object is created for (none: an ordinary release object) and its
+    weight (https://helm.sh/docs/topics/charts_hooks/)."""
+    annotations = obj["metadata"].get("annotations", {})
+    events = {e.strip() for e in annotations.get("helm.sh/hook", "").split(",") if e.strip()}
+    return events, int(annotations.get("helm.sh/hook-weight", "0"))
+
+
+def test_the_only_annotations_helm_adds_are_the_certs_and_caBundle_job_hooks() -> None:
+    hooked = {k for k, o in defaults().items() if hook_of(o)[0]}
+    certs = {(kind, "priogate-certs") for kind in ("ServiceAccount", "Role", "RoleBinding", "Job")}
+    test = {("Pod", "priogate-test-webhook-ready")}
+    assert hooked == {("Job", "priogate-cabundle")} | certs | test
+    assert hook_of(defaults()["Pod", "priogate-test-webhook-ready"])[0] == {"test"}
+    assert hook_of(defaults()["Job", "priogate-cabundle"])[0] == {"post-install", "post-upgrade"}
+
+
+def _creates_the_serving_secret(obj: dict) -> bool:
+    return any(
+        c["command"][:4] == ["python", "-m", "certs", "bootstrap"]
+        and "--no-create-secret" not in c["command"]
+        for c in _containers(obj)
     )
+
+
+def _waits_for_the_serving_secret(obj: dict) -> bool:
+    return any("--no-create-secret" in c["command"] for c in _containers(obj))
+
+
+@pytest.mark.parametrize("plugin", [True, False])
+def test_the_serving_secret_exists_before_anything_waits_for_it(plugin: bool) -> None:
+    """`helm install --wait` waits for the release's objects to be ready before it runs the
+    post-install hooks (https://helm.sh/docs/topics/charts_hooks/#the-hook-lifecycle); the webhook's
+    init container waits for the Secret. So the Job that creates it, its ServiceAccount and the
+    RBAC binding that account must all be pre-install and pre-upgrade hooks, the RBAC at a lower
+    weight than the Job, and nothing that waits for the Secret may be a post-install hook."""
+    objs = render(f"priorityPlugin={str(plugin).lower()}")
+    waiting = [k for k, o in objs.items() if _waits_for_the_serving_secret(o)]
+    assert waiting == [("Deployment", "priogate-webhook")]
+    for key in waiting:
+        assert hook_of(objs[key])[0] == set(), f"{key} waits for the Secret but is a hook"
+    first = [
+        (k, hook_of(o))
+        for k, o in objs.items()
+        if _creates_the_serving_secret(o) and {"pre-install", "pre-upgrade"} <= hook_of(o)[0]
+    ]
+    creators = {k: sorted(hook_of(o)[0]) for k, o in objs.items() if _creates_the_serving_secret(o)}
+    assert first, f"no pre-install hook creates the serving Secret; its creators' hooks: {creators}"
+    ((job_key, (_, job_weight)),) = first
+    account = objs[job_key]["spec"]["template"]["spec"]["serviceAccountName"]
+    needed = [("ServiceAccount", account)]
+    for key, o in objs.items():
+        if key[0] in ("RoleBinding", "ClusterRoleBinding") and any(
+            s["kind"] == "ServiceAccount" and s["name"] == account for s in o["subjects"]
+        ):
+            needed += [key, (o["roleRef"]["kind"], o["roleRef"]["name"])]
+    assert len(needed) == 3, needed
+    for key in needed:
+        events, weight = hook_of(objs[key])
+        assert {"pre-install", "pre-upgrade"} <= events, f"{key} is needed by {job_key} but hooks {events}"
+        assert weight < job_weight, f"{key} (weight {weight}) is not created before {job_key}"
+    # The Role grants what creating the Secret takes (certs/bootstrap.py).
+    role = objs[needed[2]]
+    assert any("create" in r["verbs"] and r["resources"] == ["secrets"] for r in role["rules"])
 
 
 @pytest.mark.parametrize("plugin", [True, False])
 def test_mode_selects_the_policy_of_webhook_policy(plugin: bool) -> None:
     objs = render(f"priorityPlugin={str(plugin).lower()}")
     expected = webhook_configurations(
-        None, b"", policy=WebhookPolicy.for_mode(plugin), service=IN_CLUSTER_SERVICE
+        None, b"", policy=WebhookPolicy.in_cluster(plugin, NAMESPACE), service=IN_CLUSTER_SERVICE
     )
     for config in expected:
-        assert objs[config["kind"], "priogate"] == config
+        assert without_standard_labels(objs[config["kind"], "priogate"], config) == config
     hooks = objs["MutatingWebhookConfiguration", "priogate"]["webhooks"]
     pod_priority = [h for h in hooks if h["name"].startswith("pod-priority")]
     if plugin:  # the built-in plugin resolves first: the hook could only agree, so it is left out
         assert pod_priority == []
-    else:
+    else:  # exempt: the release namespace only (WebhookPolicy.in_cluster)
         assert pod_priority[0]["failurePolicy"] == "Fail"
-        assert "namespaceSelector" not in pod_priority[0]
+        assert pod_priority[0]["namespaceSelector"]["matchExpressions"] == [
+            {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": [NAMESPACE]}
+        ]
     # The in-process policies and their table come with their hooks, in the release's namespace:
     # the PodGroup one in both modes, the pod one with the pod priority hook.
-    expected_policies = policy_objects(WebhookPolicy.for_mode(plugin), NAMESPACE)
+    expected_policies = policy_objects(WebhookPolicy.in_cluster(plugin, NAMESPACE), NAMESPACE)
     names = {o["metadata"]["name"] for o in expected_policies if o["kind"] == "MutatingAdmissionPolicy"}
     assert names == {PODGROUP_POLICY_NAME} | (set() if plugin else {POLICY_NAME})
     for obj in expected_policies:
         key = (obj["kind"], obj["metadata"]["name"])
-        assert objs[key] == obj
+        assert without_standard_labels(objs[key], obj) == obj
+
+
+def _exempts(hook: dict, namespace: str) -> bool:
+    return any(
+        e["key"] == "kubernetes.io/metadata.name" and e["operator"] == "NotIn" and namespace in e["values"]
+        for e in hook.get("namespaceSelector", {}).get("matchExpressions", [])
+    )
+
+
+def _sees_pod_creates(hook: dict) -> bool:
+    return any(
+        "pods" in r["resources"] and "" in r["apiGroups"] and {"CREATE", "*"} & set(r["operations"])
+        for r in hook["rules"]
+    )
+
+
+@pytest.mark.parametrize("plugin", [True, False])
+@pytest.mark.parametrize("namespace", [NAMESPACE, "gate"])
+def test_no_fail_hook_holds_the_releases_own_pods(plugin: bool, namespace: str) -> None:
+    """The webhook's pods are served by nothing while none runs: a fresh install, or every replica
+    gone. A failurePolicy Fail hook that sees their namespace's pod creates would refuse them
+    for want of an endpoint, the deadlock docs/modes.md describes, so every such hook exempts the
+    release namespace. Exempt from the priority hooks with the plugin replaced, the pods resolve
+    no priority: each carries its class's integer itself."""
+    objs = render(f"priorityPlugin={str(plugin).lower()}", namespace=namespace)
+    hooks = [h for k, o in objs.items() if k[0].endswith("WebhookConfiguration") for h in o["webhooks"]]
+    holding = [
+        h["name"]
+        for h in hooks
+        if h["failurePolicy"] == "Fail" and _sees_pod_creates(h) and not _exempts(h, namespace)
+    ]
+    assert not holding, f"Fail hooks on pod creates in {namespace}, served from there: {holding}"
+    classes = {"system-cluster-critical": 2000000000, "system-node-critical": 2000001000}
+    for key, obj in objs.items():
+        spec = obj.get("spec", {}).get("template", {}).get("spec", {})
+        if "priorityClassName" in spec and not plugin:
+            assert spec.get("priority") == classes[spec["priorityClassName"]], key
+            assert spec.get("preemptionPolicy") == "PreemptLowerPriority", key
+        elif "priorityClassName" in spec:  # the plugin sets them; a preset value is checked by it
+            assert "priority" not in spec, key
 
 
 def test_release_namespace_replaces_priogate_system_everywhere() -> None:
@@ -197,6 +319,21 @@ def test_release_namespace_replaces_priogate_system_everywhere() -> None:
     assert objs["ClusterRoleBinding", "priogate-webhook"]["subjects"][0]["namespace"] == "gate"
     hooks = objs["ValidatingWebhookConfiguration", "priogate"]["webhooks"]
     assert {h["clientConfig"]["service"]["namespace"] for h in hooks} == {"gate"}
+
+
+@pytest.mark.parametrize("namespace", [NAMESPACE, "gate"])
+def test_the_webhook_knows_the_controllers_identity_in_the_release_namespace(namespace: str) -> None:
+    """The quota server refuses priogate.io/ annotation writes from anyone but
+    --controller-username, whose built-in default is priogate-system's controller: in any other
+    namespace the controller's preemption PATCH would be refused."""
+    objs = render(namespace=namespace)
+    controller_sa = objs["Deployment", "priogate-controller"]["spec"]["template"]["spec"][
+        "serviceAccountName"
+    ]
+    identity = f"system:serviceaccount:{namespace}:{controller_sa}"
+    quota = container(objs, "priogate-webhook", "quota")["command"]
+    given = [a.split("=", 1)[1] for a in quota if a.startswith("--controller-username=")]
+    assert given == [identity], f"the quota server is not told the controller is {identity}: {quota}"
 
 
 def test_replicas_resources_workers_image() -> None:
@@ -373,7 +510,7 @@ def _values() -> dict[str, Any]:
     return yaml.safe_load((CHART / "values.yaml").read_text())
 
 
-def test_readme_documents_every_value() -> None:
+def test_install_docs_document_every_value() -> None:
     def leaves(d: dict, prefix: str = "") -> list[str]:
         out = []
         for k, v in d.items():
@@ -383,6 +520,260 @@ def test_readme_documents_every_value() -> None:
                 out.append(prefix + k)
         return out
 
-    readme = (REPO / "README.md").read_text()
-    missing = [k for k in leaves(_values()) if f"`{k}`" not in readme]
-    assert not missing, f"README.md's values table lacks {missing}"
+    readme = (CHART / "README.md").read_text()
+    missing = [k for k in leaves(_values()) if f"| `{k}` |" not in readme]
+    assert not missing, f"charts/priogate/README.md's values table lacks {missing}"
+    undocumented = [r for r in load_readme_rows() if not r[2]]
+    assert not undocumented, f"values.yaml has no comment above {undocumented}"
+
+
+def load_readme_rows() -> list[tuple[str, str, str]]:
+    sys.path.insert(0, str(REPO))
+    from hack.chart_readme import rows
+
+    return rows((CHART / "values.yaml").read_text())
+
+
+# --- kubeVersion: the oldest Kubernetes that serves every object the chart renders by default ---
+
+# The Kubernetes minor version each rendered (apiVersion, kind) needs, from the API's or the
+# field's graduation (https://kubernetes.io/docs/reference/using-api/deprecation-guide/ and the
+# release notes): webhooks' matchConditions are GA in 1.30; MutatingAdmissionPolicy (KEP-3962)
+# is served as admissionregistration.k8s.io/v1 from 1.36.
+MINIMUM_MINOR = {
+    ("v1", "ConfigMap"): 0,
+    ("v1", "Pod"): 0,
+    ("v1", "Service"): 0,
+    ("v1", "ServiceAccount"): 0,
+    ("apps/v1", "Deployment"): 9,
+    ("batch/v1", "Job"): 0,
+    ("networking.k8s.io/v1", "NetworkPolicy"): 7,
+    ("policy/v1", "PodDisruptionBudget"): 21,
+    ("rbac.authorization.k8s.io/v1", "ClusterRole"): 8,
+    ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"): 8,
+    ("rbac.authorization.k8s.io/v1", "Role"): 8,
+    ("rbac.authorization.k8s.io/v1", "RoleBinding"): 8,
+    ("apiextensions.k8s.io/v1", "CustomResourceDefinition"): 16,
+    ("admissionregistration.k8s.io/v1", "MutatingWebhookConfiguration"): 30,
+    ("admissionregistration.k8s.io/v1", "ValidatingWebhookConfiguration"): 30,
+    ("admissionregistration.k8s.io/v1", "MutatingAdmissionPolicy"): 36,
+    ("admissionregistration.k8s.io/v1", "MutatingAdmissionPolicyBinding"): 36,
+}
+
+
+def _kube_version_floor() -> int:
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    m = re.fullmatch(r">=\s*1\.(\d+)\.0-0", chart["kubeVersion"])
+    assert m, f"kubeVersion {chart['kubeVersion']!r}: expected '>=1.N.0-0'"
+    return int(m.group(1))
+
+
+@pytest.mark.parametrize("plugin", [True, False])
+def test_kube_version_is_true_to_what_the_default_install_renders(plugin: bool) -> None:
+    objs = render(f"priorityPlugin={str(plugin).lower()}")
+    kinds = {(o["apiVersion"], o["kind"]) for o in objs.values()}
+    assert kinds <= set(MINIMUM_MINOR), f"add the minimum version of {kinds - set(MINIMUM_MINOR)}"
+    needed = max(MINIMUM_MINOR[k] for k in kinds)
+    assert _kube_version_floor() == needed, (
+        f"Chart.yaml kubeVersion allows 1.{_kube_version_floor()}, "
+        f"but the chart renders {[k for k in kinds if MINIMUM_MINOR[k] > _kube_version_floor()]}, "
+        f"which need 1.{needed}"
+    )
+
+
+def test_helm_refuses_a_cluster_older_than_kube_version() -> None:
+    floor = _kube_version_floor()
+    base = [str(helm()), "template", "priogate", str(CHART), "-n", NAMESPACE]
+    old = subprocess.run([*base, "--kube-version", f"1.{floor - 1}.9"], capture_output=True, text=True)
+    assert old.returncode != 0 and "chart requires kubeVersion" in old.stderr, old.stderr
+    new = subprocess.run([*base, "--kube-version", f"1.{floor}.0"], capture_output=True, text=True)
+    assert new.returncode == 0, new.stderr
+    assert "kind: MutatingAdmissionPolicy\n" in new.stdout
+
+
+# --- values an install needs beyond the base ------------------------------------------------------
+
+
+def test_every_object_carries_the_recommended_labels() -> None:
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    expected = {
+        "app.kubernetes.io/name": "priogate",
+        "app.kubernetes.io/instance": "rel",
+        "app.kubernetes.io/version": chart["appVersion"],
+        "app.kubernetes.io/managed-by": "Helm",
+        "helm.sh/chart": f"priogate-{chart['version']}",
+    }
+    args = [str(helm()), "template", "rel", str(CHART), "-n", NAMESPACE]
+    sets = ["--set", "priorityPlugin=false", "--set", "monitoring.prometheusRule.enabled=true"]
+    sets += [
+        "--set",
+        "monitoring.grafanaDashboard.enabled=true",
+        "--set",
+        "monitoring.podMonitor.enabled=true",
+    ]
+    objs = index(subprocess.run([*args, *sets], capture_output=True, text=True, check=True).stdout)
+    objs |= index(subprocess.run(args, capture_output=True, text=True, check=True).stdout)
+    missing = {
+        f"{k[0]}/{k[1]}": {
+            label: v for label, v in expected.items() if o["metadata"].get("labels", {}).get(label) != v
+        }
+        for k, o in objs.items()
+    }
+    missing = {k: v for k, v in missing.items() if v}
+    assert not missing, f"{len(missing)} of {len(objs)} objects lack recommended labels: {missing}"
+
+
+@pytest.mark.parametrize("component", ["webhook", "controller"])
+def test_a_pod_disruption_budget_only_with_more_than_one_replica(component: str) -> None:
+    key = ("PodDisruptionBudget", f"priogate-{component}")
+    assert key not in render(f"{component}.replicas=1"), "minAvailable 1 of 1 replica blocks every drain"
+    assert render(f"{component}.replicas=3")[key]["spec"]["minAvailable"] == 1
+
+
+def test_strategy_and_pod_scheduling_values_reach_every_pod() -> None:
+    toleration = [{"key": "dedicated", "operator": "Exists", "effect": "NoSchedule"}]
+    spread = [
+        {
+            "maxSkew": 1,
+            "topologyKey": "topology.kubernetes.io/zone",
+            "whenUnsatisfiable": "ScheduleAnyway",
+            "labelSelector": {"matchLabels": {"app.kubernetes.io/component": "webhook"}},
+        }
+    ]
+    objs = render(
+        'webhook.strategy={"type":"Recreate"}',
+        'imagePullSecrets=[{"name":"regcred"}]',
+        'nodeSelector={"pool":"system"}',
+        f"tolerations={json.dumps(toleration)}",
+        f"webhook.topologySpreadConstraints={json.dumps(spread)}",
+    )
+    assert objs["Deployment", "priogate-webhook"]["spec"]["strategy"] == {"type": "Recreate"}
+    assert "strategy" not in objs["Deployment", "priogate-controller"]["spec"]
+    pods = {k: o["spec"]["template"]["spec"] for k, o in objs.items() if k[0] in ("Deployment", "Job")}
+    assert len(pods) == 4
+    for key, spec in pods.items():
+        assert spec["imagePullSecrets"] == [{"name": "regcred"}], key
+        assert spec["nodeSelector"] == {"pool": "system"}, key
+        assert spec["tolerations"] == toleration, key
+    assert pods["Deployment", "priogate-webhook"]["topologySpreadConstraints"] == spread
+    assert "topologySpreadConstraints" not in pods["Deployment", "priogate-controller"]
+
+
+@pytest.mark.parametrize("plugin", [True, False])
+def test_hook_overrides_and_extra_excluded_namespaces(plugin: bool) -> None:
+    objs = render(
+        f"priorityPlugin={str(plugin).lower()}",
+        'webhookConfigurations.hooks={"podgroup-quota":{"failurePolicy":"Ignore","timeoutSeconds":12}}',
+        'webhookConfigurations.excludeNamespaces=["batch-system","ci"]',
+    )
+    hooks = {
+        h["name"]: h for k, o in objs.items() if k[0].endswith("WebhookConfiguration") for h in o["webhooks"]
+    }
+    assert (
+        hooks["podgroup-quota.priogate.io"]["failurePolicy"],
+        hooks["podgroup-quota.priogate.io"]["timeoutSeconds"],
+    ) == (
+        "Ignore",
+        12,
+    )
+    defaults_by_name = {
+        h["name"]: h
+        for k, o in render(f"priorityPlugin={str(plugin).lower()}").items()
+        if k[0].endswith("WebhookConfiguration")
+        for h in o["webhooks"]
+    }
+    for name, hook in hooks.items():
+        if name != "podgroup-quota.priogate.io":
+            assert hook["failurePolicy"] == defaults_by_name[name]["failurePolicy"]
+            assert hook["timeoutSeconds"] == defaults_by_name[name]["timeoutSeconds"]
+        if "namespaceSelector" in defaults_by_name[name]:
+            assert _exempts(hook, "batch-system") and _exempts(hook, "ci"), name
+            assert _exempts(hook, NAMESPACE), name
+
+
+@pytest.mark.parametrize(
+    ("value", "error"),
+    [
+        ("webhook.replicas=abc", "at '/webhook/replicas': got string, want integer"),
+        ("replicas=2", "additional properties 'replicas' not allowed"),
+        ("webhook.replica=2", "additional properties 'replica' not allowed"),
+        ('webhookConfigurations.hooks={"pod-quota":{"failurePolicy":"Maybe"}}', "failurePolicy"),
+        ('webhookConfigurations.hooks={"pod-quota":{"timeoutSeconds":31}}', "timeoutSeconds"),
+        ("image.pullPolicy=Sometimes", "pullPolicy"),
+    ],
+)
+def test_values_schema_refuses_wrong_types_and_unknown_keys(value: str, error: str) -> None:
+    with pytest.raises(subprocess.CalledProcessError) as failed:
+        render(value)
+    assert "values don't meet the specifications of the schema" in failed.value.stderr
+    assert error in failed.value.stderr, failed.value.stderr
+
+
+def test_pod_monitor_scrapes_ports_the_pods_have() -> None:
+    assert not {k for k in defaults() if k[0] == "PodMonitor"}
+    objs = render("monitoring.podMonitor.enabled=true", 'monitoring.podMonitor.labels={"release":"kp"}')
+    monitor = objs["PodMonitor", "priogate"]
+    assert monitor["metadata"]["labels"]["release"] == "kp"
+    ports = {
+        p["name"]
+        for k, o in objs.items()
+        if k[0] == "Deployment"
+        for c in o["spec"]["template"]["spec"]["containers"]
+        for p in c.get("ports", [])
+    }
+    endpoints = monitor["spec"]["podMetricsEndpoints"]
+    assert {e["port"] for e in endpoints} == ports == {"metrics", "priority", "quota"}
+    for e in endpoints:
+        assert e["path"] == "/metrics"
+        if e["port"] != "metrics":
+            assert e["scheme"] == "https"
+            assert e["tlsConfig"]["ca"]["secret"] == {"name": "priogate-webhook-tls", "key": "ca.crt"}
+
+
+@pytest.mark.parametrize("mtls", [False, True])
+def test_helm_test_pod_checks_both_webhook_ports_through_the_service(mtls: bool) -> None:
+    objs = render(*(["mtls.clientCASecret=apiserver-client-ca"] if mtls else []), namespace="gate")
+    pod = objs["Pod", "priogate-test-webhook-ready"]
+    assert hook_of(pod)[0] == {"test"}
+    service = objs["Service", "priogate-webhook"]
+    (c,) = pod["spec"]["containers"]
+    env = {e["name"]: e["value"] for e in c["env"]}
+    assert env["SERVICE"] == f"{service['metadata']['name']}.gate.svc"
+    assert env["MTLS"] == ("1" if mtls else "")
+    script = c["command"][2]
+    assert {p["port"] for p in service["spec"]["ports"]} == {443, 8444}
+    assert "for port in (443, 8444):" in script and "/readyz" in script
+    compile(script, "webhook-ready", "exec")
+    assert pod["spec"]["volumes"][0]["secret"]["secretName"] == "priogate-webhook-tls"
+
+
+def test_uninstall_removes_the_webhook_configurations() -> None:
+    """`helm uninstall` deletes the release's objects but never its hooks' (or anything annotated
+    helm.sh/resource-policy: keep; https://helm.sh/docs/topics/charts_hooks/#hook-resources-are-not-managed-with-corresponding-releases):
+    the configurations and the in-process policies must be ordinary release objects, or they
+    would outlive the webhook they call and, failing closed, refuse every PodGroup write."""
+    for plugin in (True, False):
+        objs = render(f"priorityPlugin={str(plugin).lower()}")
+        admission = [
+            k for k in objs if k[0].endswith(("WebhookConfiguration", "AdmissionPolicy", "PolicyBinding"))
+        ]
+        assert len(admission) >= 4
+        for key in admission:
+            annotations = objs[key]["metadata"].get("annotations", {})
+            assert not hook_of(objs[key])[0], f"{key} is a hook: helm uninstall would leave it"
+            assert annotations.get("helm.sh/resource-policy") != "keep", key
+
+
+@pytest.mark.parametrize("component", ["webhook", "controller"])
+def test_priority_class_name_value_and_its_integer_without_the_plugin(component: str) -> None:
+    key = ("Deployment", f"priogate-{component}")
+    spec = render(f"{component}.priorityClassName=platform-high")[key]["spec"]["template"]["spec"]
+    assert (spec["priorityClassName"], "priority" in spec) == ("platform-high", False)
+    objs = render("priorityPlugin=false", f"{component}.priorityClassName=system-node-critical")
+    spec = objs[key]["spec"]["template"]["spec"]
+    assert (spec["priorityClassName"], spec["priority"]) == ("system-node-critical", 2000001000)
+    # Nothing resolves a class in the release namespace without the plugin: only a class whose
+    # integer the chart knows will do.
+    with pytest.raises(subprocess.CalledProcessError) as failed:
+        render("priorityPlugin=false", f"{component}.priorityClassName=platform-high")
+    assert f"{component}.priorityClassName must be one of system-cluster-critical" in failed.value.stderr

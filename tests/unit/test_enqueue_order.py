@@ -37,6 +37,7 @@ def g(
     created_members: int = 0,
     consumed: int = 0,
     backing_off: bool = False,
+    order_by: str = "priority",
 ) -> GroupDemand:
     return GroupDemand(
         key=f"{ns}/{key}",
@@ -52,6 +53,7 @@ def g(
         created_members=created_members,
         created_at=created,
         backing_off=backing_off,
+        order_by=order_by,
     )
 
 
@@ -156,6 +158,29 @@ def test_capacity_order(case, other, me, admitted):
 def test_quota_order(case, other, me, admitted):
     big = {"cpu": F(100)}  # capacity is not the question here
     assert verdict(me, [quota(8, 0)], big, [], [other]).admitted is admitted, case
+
+
+@pytest.mark.parametrize(
+    ("case", "other", "me", "admitted"),
+    [
+        # --enqueue-order=fcfs: creation time alone, as the Delay Pod Creation design words it
+        (
+            "older but lower priority: ahead",
+            g("a", 6, priority=50, created=T0, order_by="fcfs"),
+            g("b", 6, created=T1, order_by="fcfs"),
+            False,
+        ),
+        (
+            "younger but higher priority: behind",
+            g("a", 6, priority=200, created=T2, order_by="fcfs"),
+            g("b", 6, created=T1, order_by="fcfs"),
+            True,
+        ),
+    ],
+    ids=lambda v: v if isinstance(v, str) and " " in v else "",
+)
+def test_fcfs_order(case, other, me, admitted):
+    assert verdict(me, [], ALLOC, [], [other]).admitted is admitted, case
 
 
 def test_waiting_ahead_is_in_enqueue_order_only():

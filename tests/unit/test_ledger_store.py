@@ -15,6 +15,7 @@ import pytest
 from priogate.kube.client import ApiError
 from priogate.kube.ledger_store import LedgerBusy, LedgerStore
 from priogate.ledger import Reads, Record
+from priogate.record_codec import record_object
 from tests.fake_api import FakeApi
 
 
@@ -24,7 +25,7 @@ class AlwaysConflicting:
 
     def get(self, path: str, **_: Any) -> dict:
         time.sleep(0.005)
-        return {"metadata": {"name": "ledger", "resourceVersion": "1"}, "data": {}}
+        return record_object("priogate-system", "team-a", Record(), "1")  # an empty record
 
     def request(self, method: str, path: str, **_: Any) -> dict:
         time.sleep(0.005)

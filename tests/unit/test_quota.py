@@ -88,6 +88,9 @@ def test_quota_names(requests, pods, want):
         ({"-cpu": "1"}, "not a valid resource name"),
         ({"x" * 64: "1"}, "not a valid resource name"),
         ({"example.com/": "1"}, "not a valid resource name"),
+        ({"cpu\\n": "1"}, "not a valid resource name"),  # a regex "$" would let a trailing newline by
+        ({"example.com\\n/gpu": "1"}, "not a valid resource name"),
+        ({"a/b/c": "1"}, "not a valid resource name"),
     ],
 )
 def test_min_resources_problem(raw, want):

@@ -1,6 +1,7 @@
-"""The reservation record's ConfigMap form: entries in zlib-compressed shards, read back exactly,
-the form before the shards still read, a damaged shard never read as empty, unchanged shards
-neither compressed nor parsed again, and a record too large for a ConfigMap refused by name."""
+"""The reservation record's ConfigMap form: entries in zlib-compressed shards, read back exactly;
+any other form (one JSON text, shards in binaryData) damaged; a damaged shard never read as
+empty; unchanged shards neither compressed nor parsed again; a record too large for a ConfigMap
+refused by name."""
 
 from __future__ import annotations
 
@@ -15,10 +16,7 @@ import pytest
 from priogate import ledger, record_codec
 from priogate.ledger import Entry, Record
 from priogate.record_codec import (
-    BINARY_SHARD_KEY_SUFFIX,
-    BINARY_SHARDED_MARKER,
     LEDGER_DATA_KEY,
-    SHARD_KEY_SUFFIX,
     SHARDED_MARKER,
     SHARDS,
     RecordFull,
@@ -55,39 +53,23 @@ def test_a_record_reads_back_as_written(count):
     assert len(text_shards(obj)) <= SHARDS and bool(text_shards(obj)) == bool(count)
 
 
-@pytest.mark.parametrize("marker", [SHARDED_MARKER, BINARY_SHARDED_MARKER])
-def test_an_older_reader_finds_the_marker_damaged_not_empty(marker):
-    # Before the shards, a reader parsed this key as the entries' JSON and read a missing key as
-    # no entries; the marker makes it rebuild from the stored groups instead.
+def test_the_marker_is_not_json():
+    # A reader that parsed this key as the entries' JSON (and a missing key as no entries) finds
+    # the record damaged and rebuilds it from the stored groups, never reads it as empty.
     with pytest.raises(json.JSONDecodeError):
-        json.loads(marker)
+        json.loads(SHARDED_MARKER)
 
 
-def test_a_record_written_before_the_shards_is_read():
-    group = Entry("a", "uid-1", {"cpu": "2"}, 1, "", T, 3)
-    text = json.dumps({"uid-1": group.to_json()})
-    obj = {"metadata": {"name": "podgroup-reservations.team-a"}, "data": {LEDGER_DATA_KEY: text}}
-    assert record_of(obj).entries == {"uid-1": group}
-
-
-# The two sharded forms: shards as base64 text in data (written now), and as binaryData (read).
-FORMS = {
-    "data": (SHARDED_MARKER, SHARD_KEY_SUFFIX),
-    "binaryData": (BINARY_SHARDED_MARKER, BINARY_SHARD_KEY_SUFFIX),
-}
-
-
-def record_in(form: str, shards: dict[int | str, str], text: str | None = None) -> dict[str, Any]:
-    """A record ConfigMap in `form` with these shards (by number, or by key as given) and, by
-    default, that form's marker."""
-    marker, suffix = FORMS[form]
-    data: dict[str, str] = {} if text == "" else {LEDGER_DATA_KEY: marker if text is None else text}
-    values = {shard_key(k, suffix) if isinstance(k, int) else k: v for k, v in shards.items()}
+def record_in(shards: dict[int | str, str], text: str | None = None, binary: bool = False) -> dict[str, Any]:
+    """A record ConfigMap with these shards (by number, or by key as given), in data (or, with
+    `binary`, in binaryData) and, by default, the marker."""
+    data: dict[str, str] = {} if text == "" else {LEDGER_DATA_KEY: SHARDED_MARKER if text is None else text}
+    values = {shard_key(k) if isinstance(k, int) else k: v for k, v in shards.items()}
     obj: dict[str, Any] = {"metadata": {"name": "podgroup-reservations.team-a"}, "data": data}
-    if form == "data":
-        data.update(values)
-    else:
+    if binary:
         obj["binaryData"] = values
+    else:
+        data.update(values)
     return obj
 
 
@@ -98,56 +80,36 @@ def text_shards(obj: dict[str, Any]) -> dict[str, str]:
 ONE = json.dumps({"uid-1": Entry("a", "uid-1", {"cpu": "1"}, 1, "", T).to_json()})
 
 
-@pytest.mark.parametrize("form", FORMS)
-def test_a_record_in_either_sharded_form_is_read(form):
+def test_a_record_is_read():
     group = Entry("a", "uid-1", {"cpu": "1"}, 1, "", T)
-    assert record_of(record_in(form, {shard_of("uid-1"): pack(ONE)})).entries == {"uid-1": group}
+    assert record_of(record_in({shard_of("uid-1"): pack(ONE)})).entries == {"uid-1": group}
 
 
-@pytest.mark.parametrize("form", FORMS)
 @pytest.mark.parametrize(
-    ("shards", "text", "why"),
+    ("shards", "text", "binary", "why"),
     [
-        ({0: "not base64!"}, None, "reservations.00"),
-        ({0: base64.b64encode(b"not zlib").decode()}, None, ""),
-        ({0: base64.b64encode(zlib.compress(ONE.encode())[:-4]).decode()}, None, "truncated"),
-        ({0: pack("[1, 2]")}, None, "not a JSON object"),
-        ({0: pack('{"u": 5}')}, None, "not an object"),
-        ({(shard_of("uid-1") + 1) % SHARDS: pack(ONE)}, None, "another shard"),
-        ({"reservations.99.json.zlib": pack(ONE)}, None, "not a shard"),
-        ({"reservations.99.json.zlib.base64": pack(ONE)}, None, "not a shard"),
-        ({shard_of("uid-1"): pack(ONE)}, ONE, "beside"),
-        ({shard_of("uid-1"): pack(ONE)}, "", "beside"),
+        ({0: "not base64!"}, None, False, "reservations.00"),
+        ({0: base64.b64encode(b"not zlib").decode()}, None, False, ""),
+        ({0: base64.b64encode(zlib.compress(ONE.encode())[:-4]).decode()}, None, False, "truncated"),
+        ({0: pack("[1, 2]")}, None, False, "not a JSON object"),
+        ({0: pack('{"u": 5}')}, None, False, "not an object"),
+        ({(shard_of("uid-1") + 1) % SHARDS: pack(ONE)}, None, False, "another shard"),
+        ({"reservations.99.json.zlib.base64": pack(ONE)}, None, False, "not a shard"),
+        # Forms priogate does not write: entries as one JSON text, shards in binaryData, no marker.
+        ({}, ONE, False, "does not say where the entries are"),
+        ({}, "", False, "does not say where the entries are"),
+        ({shard_of("uid-1"): pack(ONE)}, None, True, "binaryData is not where"),
     ],
 )
-def test_a_damaged_shard_is_an_error_never_an_empty_record(form, shards, text, why):
+def test_a_damaged_record_is_an_error_never_an_empty_record(shards, text, binary, why):
     with pytest.raises(ledger.DamagedRecord, match=f"is not a reservation record.*{why}"):
-        record_of(record_in(form, shards, text))
-
-
-@pytest.mark.parametrize(
-    ("form", "marker"), [("data", BINARY_SHARDED_MARKER), ("binaryData", SHARDED_MARKER)]
-)
-def test_shards_where_the_marker_does_not_put_them_are_an_error(form, marker):
-    obj = record_in(form, {shard_of("uid-1"): pack(ONE)}, marker)
-    with pytest.raises(ledger.DamagedRecord, match="not where this record's shards are"):
-        record_of(obj)
-
-
-def test_a_record_in_binary_data_is_written_again_as_text():
-    held = entries(30)
-    shards = text_shards(stored(Record(held)))
-    obj = record_in("binaryData", {k.removesuffix(".base64"): v for k, v in shards.items()})
-    read = record_of(obj)
-    assert read.entries == held
-    again = stored(read)
-    assert "binaryData" not in again and text_shards(again) == shards
+        record_of(record_in(shards, text, binary))
 
 
 def test_a_shard_that_inflates_past_the_bound_is_damaged(monkeypatch):
     monkeypatch.setattr(record_codec, "SHARD_MAX_TEXT_BYTES", 1000)
     bomb = {"uid-1": {"group": "x" * 5000}}
-    obj = record_in("data", {shard_of("uid-1"): pack(json.dumps(bomb))})
+    obj = record_in({shard_of("uid-1"): pack(json.dumps(bomb))})
     with pytest.raises(ledger.DamagedRecord, match="inflates past 1000 bytes"):
         record_of(obj)
 
@@ -218,7 +180,7 @@ def test_a_shard_read_before_is_refused_under_another_shards_key():
     obj = stored(held)
     record_of(obj)  # its shards are known now
     name, packed = next(iter(text_shards(obj).items()))
-    moved = shard_key((record_codec._SHARD_OF_KEY[SHARDED_MARKER][name] + 1) % SHARDS)
+    moved = shard_key((record_codec._SHARD_OF_KEY[name] + 1) % SHARDS)
     obj["data"] = {LEDGER_DATA_KEY: SHARDED_MARKER, moved: packed}
     with pytest.raises(ledger.DamagedRecord, match="another shard"):
         record_of(obj)

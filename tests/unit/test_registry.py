@@ -20,6 +20,8 @@ from webhook.registry import SERVERS, default_threads, load_rule_sets
                 "/validate/podgroup-annotations",
                 "/validate/pods",
                 "/validate/resourcequotas",
+                "/mutate/pod-gate",
+                "/validate/pod-gate",
             },
         ),
         (
@@ -34,6 +36,8 @@ from webhook.registry import SERVERS, default_threads, load_rule_sets
                 "/validate/podgroup-annotations",
                 "/validate/pods",
                 "/validate/resourcequotas",
+                "/mutate/pod-gate",
+                "/validate/pod-gate",
             },
         ),
     ],

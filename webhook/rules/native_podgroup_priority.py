@@ -17,7 +17,7 @@ without priogate (the differential test shows it).
 
 Upstream only does this with the WorkloadAwarePreemption feature gate on (without it the API
 server drops both fields). This hook cannot see the gates: register it only where they are on,
-as the local control plane does (README, Native PodGroups).
+as the local control plane does (docs/native-podgroups.md).
 """
 
 from __future__ import annotations

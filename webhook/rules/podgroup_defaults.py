@@ -78,7 +78,7 @@ RULE_SET = RuleSet(
     operations=("CREATE", "UPDATE"),
     needs=("priorityclasses",),
     # PriorityClasses change rarely, and refusing would fail every pod creation in the cluster
-    # while the watch is down: a stale class list is the lesser harm (README, Reliability).
+    # while the watch is down: a stale class list is the lesser harm (docs/reliability.md).
     answers_from_stale=True,
     server="quota",
     # A CREATE the in-process policy resolved (webhook/priority_policy.py) is complete and

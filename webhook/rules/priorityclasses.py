@@ -108,7 +108,7 @@ RULE_SET = RuleSet(
     operations=("CREATE", "UPDATE", "DELETE"),
     needs=("priorityclasses",),
     # PriorityClasses change rarely, and refusing would fail every pod creation in the cluster
-    # while the watch is down: a stale class list is the lesser harm (README, Reliability).
+    # while the watch is down: a stale class list is the lesser harm (docs/reliability.md).
     answers_from_stale=True,
     builtin_fallback=True,
 )

@@ -149,3 +149,60 @@ def test_kubeconfig_from_the_environment(tmp_path, monkeypatch):
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
     with pytest.raises(KubeconfigError, match="no kubeconfig found"):
         connect()
+
+
+class _Cluster:
+    """An API client over a few objects by path: GET answers 404 for anything else, as kube-apiserver
+    does for a ConfigMap in a namespace that does not exist."""
+
+    def __init__(self, namespaces: set[str]) -> None:
+        self.namespaces = namespaces
+        self.paths: list[str] = []
+
+    def get(self, path: str, query=None, timeout=None) -> dict:
+        self.paths.append(path)
+        name = path.rsplit("/", 1)[1]
+        if path.startswith("/api/v1/namespaces/") and path.count("/") == 4 and name in self.namespaces:
+            return {"metadata": {"name": name}}
+        if query is not None:  # a LIST with a label selector: empty, as in a missing namespace
+            return {"items": []}
+        raise ApiError(404, "Not Found", "not found")
+
+    def list_all(self, path: str, timeout=None) -> list:
+        self.paths.append(path)
+        return []
+
+
+def _run(monkeypatch, cluster: _Cluster, argv: list[str]) -> tuple[int, str]:
+    monkeypatch.setattr(
+        cli, "connect", lambda *a, **k: type("C", (), {"client": cluster, "namespace": "team-a"})()
+    )
+    err = io.StringIO()
+    return cli.main(argv, out=io.StringIO(), err=err), err.getvalue()
+
+
+@pytest.mark.parametrize("argv", [["reservations"], ["reservations", "-A"]])
+def test_records_namespace_missing_is_an_error_not_nothing_reserved(monkeypatch, argv):
+    """priogate installed into `gate`: the default priogate-system does not exist, and the plugin
+    says so instead of "No ... reservations found"."""
+    code, err = _run(monkeypatch, _Cluster({"team-a", "gate"}), argv)
+    assert code == 1
+    assert err.startswith('error: namespace "priogate-system", where priogate keeps its reservation')
+    assert "--priogate-namespace" in err
+
+
+@pytest.mark.parametrize("how", ["flag", "env"])
+def test_priogate_namespace_flag_or_environment_names_where_records_are_read(monkeypatch, capsys, how):
+    cluster = _Cluster({"team-a", "gate"})
+    argv = ["reservations"]
+    if how == "flag":
+        argv = ["--priogate-namespace", "gate", *argv]
+    else:
+        monkeypatch.setenv("PRIOGATE_NAMESPACE", "gate")
+    code, err = _run(monkeypatch, cluster, argv)
+    assert (code, err) == (0, "")
+    assert (
+        capsys.readouterr().err == "No ResourceQuotas or PodGroup reservations found in team-a namespace.\n"
+    )
+    assert "/api/v1/namespaces/gate/configmaps/podgroup-reservations.team-a" in cluster.paths
+    assert not [p for p in cluster.paths if "priogate-system" in p]

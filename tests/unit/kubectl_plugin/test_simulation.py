@@ -110,7 +110,7 @@ def test_a_pod_that_fits_and_one_of_no_higher_priority():
 def test_a_hypothetical_gang_preempts_for_all_its_members():
     live = full_cluster()
     objects = [podgroup("gang", namespace=None, min_member=2, priority_class="high", created=None)] + [
-        pod(f"m{i}", namespace=None, cpu="2", group="gang", priority_class="low", created=None)
+        pod(f"m{i}", namespace=None, cpu="2", group="gang", priority_class="high", created=None)
         for i in range(2)
     ]
     extra = add(objects, live=live)

@@ -84,6 +84,11 @@ def test_parse_target_refuses(target):
 PENDING = with_conditions(pod("p"), cond("PodScheduled", "False", "Unschedulable", UNSCHEDULABLE_MSG))
 
 
+def priogate_gated(obj: dict) -> dict:
+    obj["spec"]["schedulingGates"] = [{"name": "priogate.io/podgroup"}]
+    return obj
+
+
 @pytest.mark.parametrize(
     ("case", "obj", "events", "records", "group", "state", "says"),
     [
@@ -99,6 +104,27 @@ PENDING = with_conditions(pod("p"), cond("PodScheduled", "False", "Unschedulable
         ),
         ("not tried yet", pod("p"), [], [], None, "Pending", "not tried by the scheduler yet"),
         ("gated", pod("p", gated=True), [], [], None, "Pending", "scheduling gates example.com/gate"),
+        (
+            "held by priogate's gate for a Pending group",
+            priogate_gated(pod("p", group="g")),
+            [],
+            [],
+            with_conditions(
+                podgroup("g", phase="Pending"), cond("Unschedulable", "True", "NotEnoughResources", "quota")
+            ),
+            "Pending",
+            "priogate.io/podgroup holds it until its PodGroup default/g is Inqueue (now Pending: "
+            "NotEnoughResources: quota)",
+        ),
+        (
+            "held by priogate's gate for a group not there",
+            priogate_gated(pod("p", group="typo")),
+            [],
+            [],
+            None,
+            "Pending",
+            "until its PodGroup default/typo exists and is Inqueue",
+        ),
         (
             "member of a Pending group",
             pod("p", group="g", phase="Pending"),

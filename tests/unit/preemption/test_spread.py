@@ -231,7 +231,7 @@ def test_malformed_constraints_are_refused(bad: Any) -> None:
 
 
 def test_policies_that_shape_victims_refuse_victims_that_break_the_spread() -> None:
-    # The policies choose victims on resources only (README, Known limits): their one victim
+    # The policies choose victims on resources only (docs/limits.md): their one victim
     # would leave skew 2, so the pod is left unresolved rather than preempting uselessly.
     state = prepare(build_snapshot(e2e_cluster([spread(KEY, exists="e2e-pts-preemption")])))
     policy = PreemptionPolicy(qos_order=True)

@@ -1,0 +1,58 @@
+"""Validating pods: only the controller lifts priogate's scheduling gate (priogate.gate).
+
+kube-apiserver lets anyone who may update a pod remove a scheduling gate (ValidatePodUpdate only
+forbids adding one), and the built-in `edit` role may update pods: a tenant could release a
+member of a waiting group and let a partial gang hold nodes. So an update that removes the gate
+is refused unless it comes from the controller's identity, the one that writes preemption
+records (webhook.rules.podgroup_annotations). Called only for such updates (its
+matchCondition), so no other pod update pays a call.
+"""
+
+from __future__ import annotations
+
+from priogate import gate
+from webhook.objects import new_object
+from webhook.registry import ClusterView, RuleSet
+from webhook.review import AdmissionRequest, Decision, allow, deny
+from webhook.rules.podgroup_annotations import controller_username
+
+NAME = "pod-gate-guard.priogate.io"
+
+
+def admit(request: AdmissionRequest, view: ClusterView) -> Decision:
+    if request.operation != "UPDATE" or not request.old_object:
+        return allow()
+    if not gate.dropped(request.old_object, new_object(request)):
+        return allow()
+    username = str((request.user or {}).get("username") or "")
+    controller = controller_username()
+    if username == controller:
+        return allow()
+    return deny(
+        f"the scheduling gate {gate.GATE} is lifted only by the priogate controller ({controller}), "
+        f"not by {username or 'an anonymous user'}: it holds the pod until its PodGroup is Inqueue "
+        "(kubectl priogate why pod/NAME says what the group waits for)",
+        code=403,
+    )
+
+
+_GATED = "{}.spec.schedulingGates.exists(g, g.name == '" + gate.GATE + "')"
+
+RULE_SET = RuleSet(
+    name=NAME,
+    path="/validate/pod-gate",
+    kind="validating",
+    handler=admit,
+    api_groups=("",),
+    api_versions=("v1",),
+    resources=("pods",),
+    operations=("UPDATE",),
+    server="quota",
+    match_conditions=(
+        (
+            "lifts-the-gate",
+            f"has(oldObject.spec.schedulingGates) && {_GATED.format('oldObject')}"
+            f" && !(has(object.spec.schedulingGates) && {_GATED.format('object')})",
+        ),
+    ),
+)
