@@ -106,7 +106,7 @@ manifests: $(STAMP)
 chart: $(STAMP)
 	$(PY) hack/chart.py
 
-# Re-hash the image's pins (requirements-image*.txt, for pip --require-hashes in the Dockerfile).
+# Re-hash the image's pins (requirements-image.txt, for pip --require-hashes in the Dockerfile).
 image-lock: $(STAMP)
 	$(PY) hack/image_lock.py
 

@@ -5,9 +5,8 @@ Run by `make image-lock`; the same pins give the same file.
 
 The hashes come from pip's own resolver (`pip install --dry-run --report`, which records the
 index's sha256 of the file it picked), once per platform. requirements.txt is fully pinned, so
---no-deps resolves exactly its pins. BUILD_TOOLS are what the one sdist (gunicorn_h1c, a C
-extension) is built with, installed first and hash-checked too, because under --no-build-isolation
-pip does not fetch unchecked build dependencies of its own.
+--no-deps resolves exactly its pins. Wheels only (--only-binary=:all:): the image compiles nothing,
+so a pin without a wheel for a platform fails here, not in the image build.
 """
 
 from __future__ import annotations
@@ -19,13 +18,11 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-TARGET = ROOT / "requirements-image.txt"  # and requirements-image-build.txt
+TARGET = ROOT / "requirements-image.txt"
 PLATFORMS = {
     "x86_64": ["manylinux_2_28_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64", "linux_x86_64"],
     "aarch64": ["manylinux_2_28_aarch64", "manylinux_2_17_aarch64", "manylinux2014_aarch64", "linux_aarch64"],
 }
-# setuptools and wheel: gunicorn_h1c's [build-system] requires; packaging: wheel's dependency.
-BUILD_TOOLS = ("packaging==26.3", "setuptools==84.2.1", "wheel==0.48.0")
 
 
 def resolve(requirements: list[str], platform_tags: list[str]) -> dict[str, tuple[str, set[str]]]:
@@ -37,7 +34,7 @@ def resolve(requirements: list[str], platform_tags: list[str]) -> dict[str, tupl
         platforms = [a for p in platform_tags for a in ("--platform", p)]
         subprocess.run(
             [sys.executable, "-m", "pip", "install", "--quiet", "--dry-run", "--ignore-installed",
-             "--no-deps", "--prefer-binary", "--python-version", "3.11", "--implementation", "cp", *platforms,
+             "--no-deps", "--only-binary=:all:", "--python-version", "3.11", "--implementation", "cp", *platforms,
              "--target", str(Path(tmp) / "target"), "--report", str(report), "-r", str(req)],
             check=True,
         )  # fmt: skip
@@ -72,10 +69,6 @@ def main() -> None:
         ln for ln in (ROOT / "requirements.txt").read_text().splitlines() if ln and not ln.startswith("#")
     ]
     footer = "(Dockerfile; regenerate: make image-lock). Do not edit by hand.\n"
-    build = render(lock(list(BUILD_TOOLS)))
-    (ROOT / "requirements-image-build.txt").write_text(
-        "# The tools gunicorn_h1c's sdist is built with, hash-pinned for the image " + footer + build
-    )
     TARGET.write_text(
         "# requirements.txt's pins with their files' hashes for the image " + footer + render(lock(pins))
     )

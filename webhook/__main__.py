@@ -100,8 +100,8 @@ def main(argv: list[str] | None = None) -> int:
         "--client-deadline-seconds",
         type=float,
         default=float(deadline) if deadline else 10.0,
-        help="a client has this long for the TLS handshake and its request head, and for its body"
-        " once a thread serves it; then it is disconnected (default: 10)",
+        help="every blocking call on a client's connection (the TLS handshake, each read of its request,"
+        " each write of the response) ends within this long, or the client is disconnected (default: 10)",
     )
     args = p.parse_args(argv)
     if not (0 < args.cache_quiet_seconds < math.inf):

@@ -22,8 +22,6 @@ def create_app(view: CacheView, rule_sets: Sequence[RuleSet] | None = None) -> F
     rule_sets = list(rule_sets if rule_sets is not None else load_rule_sets())
     endpoints = AdmissionEndpoints(rule_sets, view, fallback=app.wsgi_app)
     app.wsgi_app = endpoints  # type: ignore[method-assign]
-    # For the server's worker (webhook/worker.py): which requests it may answer on its loop.
-    app.serves_inline = endpoints.serves_inline  # type: ignore[attr-defined]
 
     @app.get("/healthz")
     def healthz() -> Response:

@@ -21,7 +21,6 @@ import orjson
 import structlog
 
 from webhook import metrics
-from webhook.arrival import arrived_at
 from webhook.objects import MalformedObject
 from webhook.registry import RuleSet
 from webhook.review import BadReview, Decision, caller_timeout, deny, parse_review, review_response
@@ -181,23 +180,6 @@ class AdmissionEndpoints:
             r.path: (r, metrics.IN_FLIGHT.labels(r.name), metrics.LATENCY.labels(r.name)) for r in rule_sets
         }
         self._request_counters: dict[tuple[str, str, str], Any] = {}
-        # The priority server's rule sets are pure CPU over watch caches (registry.RuleSet.server)
-        # and answer from a stale cache, so cache_refusal never waits for one once it is listed.
-        self._nonblocking = {
-            r.path: r.needs for r in rule_sets if r.server == "priority" and r.answers_from_stale
-        }
-        self._listed: set[str] = set()
-
-    def serves_inline(self, path: str) -> bool:
-        """Whether a request for `path` is answered without blocking (no I/O, no waits), so the
-        server may answer it on its event loop (webhook/worker.py)."""
-        if path in self._listed:
-            return True
-        needs = self._nonblocking.get(path)
-        if needs is None or self.view.unlisted(needs):
-            return False
-        self._listed.add(path)  # a cache once listed stays so (priogate.kube.cache)
-        return True
 
     def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
         bound = self.by_path.get(environ.get("PATH_INFO", ""))
@@ -211,6 +193,10 @@ class AdmissionEndpoints:
         if environ.get("REQUEST_METHOD") != "POST":
             return plain(405, "method not allowed: admission endpoints take POST", [("Allow", "POST")])
         started = time.perf_counter()
+        # The caller's timeout runs from when it sent the request; a request that waited for a free
+        # thread has lost that wait too, which the server cannot see (docs/serving.md, "Admission
+        # deadlines").
+        arrived = time.monotonic()
         in_flight.inc()
         try:
             mimetype = _mimetype(environ.get("CONTENT_TYPE", ""))
@@ -223,9 +209,7 @@ class AdmissionEndpoints:
             except BadReview as e:
                 return bad_request(rule_set, str(e))
             timeout = caller_timeout(environ.get("QUERY_STRING", ""))
-            # Counted from the request's arrival: time queued for a thread is part of the
-            # caller's timeout too (webhook/arrival.py).
-            deadline = None if timeout is None else arrived_at() + timeout
+            deadline = None if timeout is None else arrived + timeout
             answer, operation, decision = answer_review(rule_set, self.view, body, deadline)
             self._count(rule_set.name, operation, decision)
             seconds = time.perf_counter() - started

@@ -45,6 +45,11 @@ IN_FLIGHT = Gauge(
 BAD_REQUESTS = Counter(
     "priogate_webhook_bad_requests_total", "Bodies refused with a 4xx before any rule ran.", ["webhook"]
 )
+CLIENT_TIMEOUTS = Counter(
+    "priogate_webhook_client_timeouts_total",
+    "Connections closed because the client made no progress (TLS handshake, request, or taking"
+    " the response) within --client-deadline-seconds.",
+)
 
 TLS_EXPIRY = Gauge(
     "priogate_tls_certificate_expiry_timestamp_seconds",

@@ -97,12 +97,14 @@ class RuleSet:
     server: Literal["priority", "quota"] = "priority"
 
 
-# Threads per gunicorn worker for each server. The priority path is pure CPU under the GIL, so
-# more threads only add queueing and raise tail latency (make bench-webhook --threads N). The
-# quota path blocks on ledger writes, and a namespace's waiting requests share one write, so
-# more threads mean bigger batches and fewer contended admissions time out (make bench-quota).
-# Both benches are described in docs/benchmarks.md.
-SERVERS = {"priority": 2, "quota": 8}
+# Threads per gunicorn worker for each server. gunicorn's gthread worker runs a connection's TLS
+# handshake and reads its request on a pool thread, so a client that stalls there holds a thread
+# until --client-deadline-seconds passes (webhook/server.py DeadlineSocket): the pool must stay
+# larger than the stalled clients a worker should absorb while it answers everyone else. Threads
+# start only as requests need them, so an idle pool costs nothing; at 8 busy keep-alive connections
+# 8 threads run either way (make bench-webhook --threads N). The quota path also blocks on ledger
+# writes, where a namespace's waiting requests share one write (make bench-quota).
+SERVERS = {"priority": 64, "quota": 64}
 
 
 RULE_SET_MODULES = (

@@ -1,11 +1,13 @@
-"""gunicorn serving: TLS with a cached, hot-reloading SSL context, optionally requiring client
-certificates, gthread workers that keep slow clients off their threads (webhook/worker.py), and
-one set of watch-backed caches per worker process (threads do not survive fork)."""
+"""gunicorn serving with its stock gthread worker (docs/serving.md): TLS with a cached,
+hot-reloading SSL context, optionally requiring client certificates, a deadline on every blocking
+socket call a client can stall, and one set of watch-backed caches per worker process (threads do
+not survive fork)."""
 
 from __future__ import annotations
 
 import datetime as dt
 import gc
+import logging
 import os
 import ssl
 from collections.abc import Callable
@@ -18,7 +20,6 @@ from gunicorn.app.base import BaseApplication
 
 from priogate.ledger import DEFAULT_IN_FLIGHT
 from webhook.registry import default_threads
-from webhook.worker import DEFAULT_CLIENT_DEADLINE_SECONDS, GatedThreadWorker
 
 log = structlog.get_logger("priogate.server")
 
@@ -26,6 +27,69 @@ log = structlog.get_logger("priogate.server")
 # kube-apiserver's, offers these first (crypto/tls defaults). TLS 1.3 suites are all AEAD and are
 # not affected by this list.
 TLS12_CIPHERS = "ECDHE+AESGCM:ECDHE+CHACHA20"
+
+DEFAULT_CLIENT_DEADLINE_SECONDS = 10.0
+
+
+class DeadlineSocket(ssl.SSLSocket):
+    """A server-side TLS socket on which "blocking" means blocking for at most `deadline_seconds`
+    per call.
+
+    gunicorn's gthread worker runs the TLS handshake, the reads of a request and the writes of its
+    response on a pool thread with the socket in blocking mode (its handle() calls
+    setblocking(True); gthread.py in gunicorn's source), which has no time limit: a client
+    that sends one byte and stops would hold that thread for as long as it stays connected. Both
+    ways of making a socket blocking are bounded here, so such a client holds a thread for the
+    deadline at most; then its call raises TimeoutError and gunicorn closes the connection.
+    Installed through the SSLContext's documented `sslsocket_class` attribute
+    (https://docs.python.org/3/library/ssl.html#ssl.SSLContext.sslsocket_class) on the context
+    that gunicorn's `ssl_context` server hook returns, so gunicorn runs as shipped."""
+
+    deadline_seconds: float = DEFAULT_CLIENT_DEADLINE_SECONDS
+    _closing = False
+
+    def setblocking(self, flag: bool) -> None:
+        self.settimeout(None if flag else 0.0)
+
+    def settimeout(self, value: float | None) -> None:
+        if self._closing:
+            value = 0.0
+        elif value is None:
+            # Also SSLContext.wrap_socket's: it carries the accepted socket's timeout over, and
+            # None (gthread made it blocking) becomes the deadline before the handshake starts.
+            value = self.deadline_seconds
+        super().settimeout(value)
+
+    def shutdown(self, how: int) -> None:
+        # gthread closes a finished connection on its event loop, the one thread that accepts
+        # and dispatches every connection, with gunicorn.util.close_graceful: shut the write side,
+        # then read what the peer still sends until it closes, up to 2 s (RFC 9112 section 9.6).
+        # A client that never closes (one that stalled past its deadline, or took a
+        # "Connection: close" answer and stays) stopped the worker for those 2 s. Once shut,
+        # the socket reads without waiting: what has arrived is drained, then it is closed.
+        super().shutdown(how)
+        self._closing = True
+
+
+def deadline_socket_class(seconds: float) -> type[DeadlineSocket]:
+    return type("DeadlineSocket", (DeadlineSocket,), {"deadline_seconds": seconds})
+
+
+class _ClientTimeouts(logging.Filter):
+    """gthread logs a socket error other than a reset or a broken pipe as an error with its
+    traceback ("Socket error processing request.", gthread's handle() upstream). A client that
+    made no progress within its deadline (DeadlineSocket's TimeoutError) is not a server error,
+    and a traceback each would let stalling clients flood the log: such records are counted
+    (priogate_webhook_client_timeouts_total) instead of logged."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        if not isinstance(error, TimeoutError):
+            return True
+        from webhook.metrics import CLIENT_TIMEOUTS  # after PROMETHEUS_MULTIPROC_DIR is set
+
+        CLIENT_TIMEOUTS.inc()
+        return False
 
 
 @dataclass
@@ -57,8 +121,9 @@ class ServerOptions:
     graceful_timeout: int = 20
     # PEM CA bundle: require a client certificate signed by it (mutual TLS; docs/hardening.md).
     client_ca_file: str | None = None
-    # A client has this long for the TLS handshake and its request head, and a thread serving it
-    # waits this long at most for its body (webhook/worker.py).
+    # Every blocking call on a client's socket (the TLS handshake, each read of its request, each
+    # write of the response) ends within this many seconds, or the connection is closed
+    # (DeadlineSocket).
     client_deadline_seconds: float = DEFAULT_CLIENT_DEADLINE_SECONDS
     # SO_REUSEPORT: several servers on one host share a port, the kernel spreading connections
     # among them (in a cluster each pod has its own address, so this is for benchmarks and tests).
@@ -70,9 +135,10 @@ class _ContextCache:
     client CA bundle changes on disk, so a rotated certificate is served (or a rotated client CA
     trusted) from the next connection without a restart."""
 
-    def __init__(self) -> None:
+    def __init__(self, deadline_seconds: float = DEFAULT_CLIENT_DEADLINE_SECONDS) -> None:
         self._key: tuple[Any, ...] | None = None
         self._context: ssl.SSLContext | None = None
+        self._socket_class = deadline_socket_class(deadline_seconds)
 
     def __call__(self, conf: Any, default_factory: Callable[[], ssl.SSLContext]) -> ssl.SSLContext:
         files = (conf.certfile, conf.keyfile, *((conf.ca_certs,) if conf.ca_certs else ()))
@@ -89,6 +155,7 @@ class _ContextCache:
                 return self._context
             context.minimum_version = ssl.TLSVersion.TLSv1_2
             context.set_ciphers(TLS12_CIPHERS)
+            context.sslsocket_class = self._socket_class
             self._context, self._key = context, stats
             expires = _not_after(conf.certfile)
             log.info("tls context loaded", certfile=conf.certfile, expires=expires.isoformat())
@@ -165,26 +232,28 @@ class WebhookServer(BaseApplication):
         self.app_factory = app_factory
         super().__init__()
 
-    @property
-    def client_deadline_seconds(self) -> float:
-        """Read by the worker (GatedThreadWorker), which gets this object as its `app`."""
-        return self.options.client_deadline_seconds
-
     def load_config(self) -> None:
         o = self.options
         settings = {
             "bind": [address.strip() for address in o.bind.split(",") if address.strip()],
             "reuse_port": o.reuse_port,
             "workers": o.workers,
-            "worker_class": GatedThreadWorker,
-            "http_protocols": "h1",
+            # gunicorn's own threaded worker: its poller holds idle keep-alive connections, a pool
+            # of `threads` serves requests (https://docs.gunicorn.org/en/stable/design.html).
+            "worker_class": "gthread",
             "threads": o.threads or default_threads(o.servers),
+            # kube-apiserver calls webhooks over HTTP/1.1.
+            "http_protocols": "h1",
+            # The pure-Python HTTP parser gunicorn ships, also where its optional C parser happens
+            # to be installed (http_parser "auto" would pick it up), so every environment serves,
+            # and measures, the same code.
+            "http_parser": "python",
             "keepalive": o.keepalive,
             "graceful_timeout": o.graceful_timeout,
             "timeout": 30,
             "certfile": o.cert_file,
             "keyfile": o.key_file,
-            "ssl_context": _ContextCache(),
+            "ssl_context": _ContextCache(o.client_deadline_seconds),
             # gunicorn's documented settings; its default context factory applies them
             # (create_default_context(cafile=ca_certs), verify_mode = cert_reqs).
             "ca_certs": o.client_ca_file,
@@ -213,6 +282,8 @@ class WebhookServer(BaseApplication):
         # First thing: a worker's metrics file exists from here on, and until its first
         # connection builds the TLS context it reports the file's expiry, never a 0.
         TLS_EXPIRY.set(_not_after(o.cert_file).timestamp())
+        # gunicorn's error log (https://docs.gunicorn.org/en/stable/settings.html#errorlog).
+        logging.getLogger("gunicorn.error").addFilter(_ClientTimeouts())
         if self.app_factory is not None:
             app = self.app_factory()
         else:

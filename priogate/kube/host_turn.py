@@ -2,7 +2,7 @@
 
 Within a process, LedgerStore batches a namespace's waiting requests into one turn. Processes
 still race each other through the record's resourceVersion, and a lost race (409) costs a GET
-and a PUT for nothing: with two gunicorn workers per replica, half of those races are between
+and a PUT for nothing: with two gunicorn worker processes per replica, half of those races are between
 processes that share a filesystem. An advisory lock (flock(2)) on a file in the pod's temporary
 directory lets them take turns instead, and each turn's batch grows with what arrived while the
 other held it. The lock is only an optimization: a turn that cannot have it within its deadline

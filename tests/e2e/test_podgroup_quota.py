@@ -1,5 +1,5 @@
 """PodGroupMinResources through the real control plane: exact admission under concurrency across
-gunicorn workers and across webhook replicas, and reserved resources kept from other pods."""
+gunicorn worker processes and across webhook replicas, and reserved resources kept from other pods."""
 
 from __future__ import annotations
 

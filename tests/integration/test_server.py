@@ -1,4 +1,4 @@
-"""The real server: gunicorn workers over TLS, keep-alive, certificate hot reload, metrics across
+"""The real server: gunicorn worker processes over TLS, keep-alive, certificate hot reload, metrics across
 workers, graceful shutdown."""
 
 from __future__ import annotations

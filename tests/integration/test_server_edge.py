@@ -93,10 +93,12 @@ def still_open(socks: list[socket.socket], until: float) -> list[int]:
 
 
 def test_clients_stalling_before_their_request_do_not_hold_the_threads(tmp_path):
-    """One worker with two threads. Before the gate, two stalled handshakes took both threads:
-    each ran in a thread with blocking reads and no deadline, and nothing else was answered."""
+    """One worker with its default threads. gthread runs each connection's TLS handshake and
+    request reads on a pool thread: 36 stalled clients hold 36 of them, the others answer, and
+    every blocking call ends at the deadline (webhook/server.py DeadlineSocket). Without that,
+    a stalled handshake held its thread for as long as the client stayed connected."""
     deadline = 4.0
-    srv = start_server(tmp_path, CLASSES, workers=1, threads=2, client_deadline_seconds=deadline)
+    srv = start_server(tmp_path, CLASSES, workers=1, client_deadline_seconds=deadline)
     stalled: list[socket.socket] = []
     try:
         t0 = time.monotonic()
@@ -142,6 +144,16 @@ def test_clients_stalling_before_their_request_do_not_hold_the_threads(tmp_path)
         assert still_open([body_staller], body_sent + deadline + 2.0) == []
         assert time.monotonic() - body_sent >= deadline - 0.5, "the body got the whole deadline"
         assert srv.get("/healthz")[0] == 200
+        # Counted, not logged with a traceback each.
+        status, text = srv.get("/metrics")
+        assert status == 200
+        timeouts = next(
+            float(line.split()[-1])
+            for line in text.splitlines()
+            if line.startswith("priogate_webhook_client_timeouts_total ")
+        )
+        assert timeouts == len(stalled)
+        assert "Traceback" not in srv.log_file.read_text()
     finally:
         for s in stalled:
             s.close()
@@ -150,7 +162,8 @@ def test_clients_stalling_before_their_request_do_not_hold_the_threads(tmp_path)
 
 def test_clients_that_do_not_close_after_their_last_response_do_not_stop_the_worker(tmp_path):
     """gthread closes a finished connection on its event loop and waits there (up to 2 s) for the
-    client to close its end too; clients that never do stopped the loop, so nothing was answered."""
+    client to close its end too; clients that never do stopped the loop, so nothing was answered
+    (webhook/server.py DeadlineSocket.shutdown)."""
     srv = start_server(tmp_path, CLASSES, workers=1, threads=2)
     lingering: list[ssl.SSLSocket] = []
     try:

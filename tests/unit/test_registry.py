@@ -53,7 +53,7 @@ def test_unknown_server_is_refused_by_name():
 
 @pytest.mark.parametrize(
     ("servers", "threads"),
-    [(("priority",), SERVERS["priority"]), (("quota",), SERVERS["quota"]), (("priority", "quota"), 8)],
+    [(("priority",), SERVERS["priority"]), (("quota",), SERVERS["quota"]), (("priority", "quota"), 64)],
 )
 def test_a_process_serving_several_servers_gets_the_most_threads(servers, threads):
     assert default_threads(servers) == threads

@@ -3,6 +3,7 @@ TLS 1.2 with AEAD suites only."""
 
 from __future__ import annotations
 
+import socket
 import ssl
 from types import SimpleNamespace
 
@@ -102,3 +103,38 @@ def test_a_changed_client_ca_bundle_rebuilds_the_context(tmp_path):
     second = cache(conf, factory)
     assert second is not first
     assert [c["subject"] for c in second.get_ca_certs()] == [((("commonName", "client-ca-2"),),)]
+
+
+def test_sockets_block_for_the_deadline_at_most_and_do_not_wait_once_shut(tmp_path):
+    """gthread makes a client's socket blocking with setblocking(True); here that blocks for the
+    client deadline per call, and a socket gunicorn has shut for closing reads without waiting."""
+    ca = issue_ca()
+    leaf = issue_leaf(ca, "priogate-test")
+    write_pem(tmp_path / "tls.crt", leaf.cert_pem)
+    write_pem(tmp_path / "tls.key", leaf.key_pem, private=True)
+    conf = conf_for(tmp_path)
+
+    def factory() -> ssl.SSLContext:
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(conf.certfile, conf.keyfile)
+        return context
+
+    context = _ContextCache(deadline_seconds=3.5)(conf, factory)
+    server_end, client_end = socket.socketpair()
+    with client_end, context.wrap_socket(server_end, server_side=True, do_handshake_on_connect=False) as tls:
+        assert tls.gettimeout() == 3.5, "a blocking accepted socket starts with the deadline"
+        tls.setblocking(False)
+        assert tls.gettimeout() == 0.0
+        tls.setblocking(True)
+        assert tls.gettimeout() == 3.5
+        tls.settimeout(None)
+        assert tls.gettimeout() == 3.5
+        tls.settimeout(1.0)
+        assert tls.gettimeout() == 1.0
+        tls.shutdown(socket.SHUT_WR)
+        tls.settimeout(2.0)  # what gunicorn.util.close_graceful sets before it drains
+        assert tls.gettimeout() == 0.0
+        client_end.sendall(b"late")
+        assert tls.recv(4096) == b"late", "what has arrived is still drained"
+        with pytest.raises(BlockingIOError):
+            tls.recv(4096)
