@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 
 .PHONY: help venv lock lint format test test-unit test-integration test-e2e test-upstream upstream-e2e controlplane \
         run up down status \
-        manifests chart image test-image image-lock helm kube-score certs wrk bench-webhook bench-quota bench-reserved-pod bench-decision bench-record bench-enqueue bench-preemption bench-pod-cache bench-pod-create bench-preemption-live clean
+        manifests chart image test-image test-deploy image-lock helm kube-score certs wrk bench-webhook bench-quota bench-reserved-pod bench-decision bench-record bench-enqueue bench-preemption bench-pod-cache bench-pod-create bench-preemption-live clean
 
 help:
 	@echo "make run        start etcd, kube-apiserver, controller-manager, scheduler, kwok and priogate (Ctrl-C stops)"
@@ -117,6 +117,14 @@ image:
 # 65532, with its OCI labels (hack/image/test.sh).
 test-image: image
 	bash hack/image/test.sh $(IMAGE):$(TAG)
+
+# The image and the chart on a real node (containerd + kubelet; root): helm install, admissions
+# through the chart's pods, upgrade / webhook pod loss / leader loss under load, uninstall
+# (tests/deploy/; docs/image-and-node.md). Ends with the one-line summary.
+test-deploy: $(STAMP) controlplane helm image
+	@rm -f .local/deploy-summary.txt
+	PRIOGATE_IMAGE=$(IMAGE):$(TAG) $(PY) -m pytest tests/deploy -q -s -p no:cacheprovider
+	@cat .local/deploy-summary.txt
 
 # Re-hash the image's pins (requirements-image*.txt, for pip --require-hashes in the Dockerfile).
 image-lock: $(STAMP)
