@@ -169,7 +169,10 @@ class Tally:
     admitted: int = 0
     refused: int = 0  # a decision: the quota is full
     failed: int = 0  # anything else: the webhook unreachable, a timeout, a 5xx
+    pods: int = 0  # of `admitted`, pods (the rest are PodGroups)
     errors: Counter[str] = field(default_factory=Counter)
+    started: float = field(default_factory=time.monotonic)
+    seconds: float = 0.0
 
     def line(self) -> str:
         return f"{self.admitted} admissions, {self.failed} failed"
@@ -199,16 +202,21 @@ class Load:
         for t in self.threads:
             t.join(timeout=30)
 
-    def measure(self, tally: Tally) -> None:
+    def measure(self, tally: Tally | None) -> None:
         with self.lock:
+            if self.phase is not None:
+                self.phase.seconds = time.monotonic() - self.phase.started
+            if tally is not None:
+                tally.started = time.monotonic()
             self.phase = tally
 
-    def _count(self, outcome: str, error: str = "") -> None:
+    def _count(self, outcome: str, error: str = "", pod: bool = False) -> None:
         with self.lock:
             if self.phase is None:
                 return
             if outcome == "admitted":
                 self.phase.admitted += 1
+                self.phase.pods += pod
             elif outcome == "refused":
                 self.phase.refused += 1
             else:
@@ -227,7 +235,7 @@ class Load:
         except (urllib3.exceptions.HTTPError, OSError) as e:
             self._count("failed", repr(e))
             return False
-        self._count("admitted")
+        self._count("admitted", pod=path == PODS)
         return True
 
     def _run(self, i: int) -> None:
@@ -387,11 +395,14 @@ def test_chart_on_a_real_node(cluster: LocalCluster) -> None:
             "another controller pod leads",
         )
         time.sleep(5)
-        load.measure(Tally())
+        load.measure(None)
     finally:
         load.close()
     for phase, t in phases.items():
-        progress(f"{phase}: {t.admitted} admitted, {t.refused} refused (quota full), {t.failed} failed")
+        progress(
+            f"{phase} ({t.seconds:.0f} s): {t.admitted} admitted ({t.pods} pods, {t.admitted - t.pods}"
+            f" PodGroups), {t.refused} PodGroups refused (quota full), {t.failed} failed"
+        )
         for error, n in t.errors.most_common(5):
             progress(f"    {n} x {error}")
     progress(f"live PodGroups at most {load.max_live} (quota {QUOTA_CPU})")
