@@ -12,8 +12,9 @@ STAMP := $(VENV)/.installed
 help:
 	@echo "make run        start etcd, kube-apiserver, controller-manager, scheduler, kwok and priogate (Ctrl-C stops)"
 	@echo "make up / down  the same in the background / stop it"
-	@echo "make test       lint, unit, integration, image, e2e and upstream e2e tests (what CI runs)"
+	@echo "make test       lint, unit, integration, image, e2e, deploy (real node) and upstream e2e tests (what CI runs)"
 	@echo "make image      build the image with buildah (make test-image: and check that it runs)"
+	@echo "make test-deploy  the chart and the image on a real node (containerd + kubelet; root)"
 	@echo "make test-upstream  upstream's own preemption and priority-quota e2e tests against the local control plane"
 	@echo "make bench-webhook | bench-quota | bench-reserved-pod | bench-decision | bench-record | bench-enqueue | bench-preemption | bench-pod-cache | bench-pod-create | bench-preemption-live"
 
@@ -80,7 +81,7 @@ UPSTREAM_MODES := default priogate
 test-upstream: $(STAMP) controlplane upstream-e2e
 	@rc=0; for mode in $(UPSTREAM_MODES); do $(PY) hack/upstream/run.py --mode $$mode || rc=1; done; exit $$rc
 
-test: lint test-unit test-integration test-image test-e2e test-upstream
+test: lint test-unit test-integration test-image test-e2e test-deploy test-upstream
 
 # ARGS passes options through, e.g. make run ARGS=--keep-priority-plugin
 run: $(STAMP) controlplane
