@@ -11,7 +11,8 @@ priogate outside the cluster: the chart's pods are the only priogate there is.
 3. Four clients create pods and PodGroups without pause while the release is upgraded to another
    image tag, one webhook pod is deleted, and the controller's leader pod is killed; each phase's
    admissions and failures are counted, and at no sample do the live PodGroups claim more than
-   the quota (over-admission).
+   the quota (over-admission). The leader is killed: SIGKILL to its container, then its pod deleted
+   with no grace, so it cannot hand its Lease back.
 4. `helm uninstall`, then pods are created again (no webhook configuration is left behind).
 
 The summary line (`deploy: install ready in ...`) goes to .local/deploy-summary.txt as well, which
@@ -179,15 +180,20 @@ class Tally:
 
 
 class Load:
-    """CLIENTS threads, each creating a pod (deleted at once) and a PodGroup (deleted a moment
-    after it is admitted) in a loop; the counts go to the current phase's Tally."""
+    """CLIENTS clients, each with two streams: pods (each deleted at once) and PodGroups (each
+    deleted a moment after it is admitted), so a PodGroup waiting on the quota does not hold up
+    the client's pods. The counts go to the current phase's Tally."""
 
     def __init__(self, lc: LocalCluster) -> None:
         self.lc = lc
         self.lock = threading.Lock()
         self.phase: Tally | None = None
         self.stop = threading.Event()
-        self.threads = [threading.Thread(target=self._run, args=(i,), daemon=True) for i in range(CLIENTS)]
+        self.threads = [
+            threading.Thread(target=self._run, args=(i, kind), daemon=True)
+            for i in range(CLIENTS)
+            for kind in ("pods", "groups")
+        ]
         self.over_admitted = 0
         self.max_live = 0
 
@@ -238,15 +244,16 @@ class Load:
         self._count("admitted", pod=path == PODS)
         return True
 
-    def _run(self, i: int) -> None:
+    def _run(self, i: int, kind: str) -> None:
         api = load_client(str(self.lc.kubeconfig))
         n = 0
         while not self.stop.is_set():
             n += 1
             name = f"c{i}-{n}-{uuid.uuid4().hex[:4]}"
-            if self._attempt(api, PODS, unschedulable_pod(name)):
-                _quietly(api.delete, f"{PODS}/{name}")
-            if self._attempt(api, GROUPS, group(name)):
+            if kind == "pods":
+                if self._attempt(api, PODS, unschedulable_pod(name)):
+                    _quietly(api.delete, f"{PODS}/{name}")
+            elif self._attempt(api, GROUPS, group(name)):
                 time.sleep(0.2)
                 _quietly(api.delete, f"{GROUPS}/{name}")
 
@@ -384,6 +391,10 @@ def test_chart_on_a_real_node(cluster: LocalCluster) -> None:
         assert holder, "the controller holds its Lease"
         leader = next(p for p in pods(api, "controller") if p["metadata"]["name"] in holder)
         name = leader["metadata"]["name"]
+        # Killed, not stopped: SIGKILL to its container (so it cannot hand the Lease back), then
+        # the pod deleted at once; the standby takes over when the Lease expires.
+        for status in leader["status"]["containerStatuses"]:
+            lc.node.ctr("tasks", "kill", "--signal=SIGKILL", status["containerID"].split("://", 1)[1])
         api.request(
             "DELETE",
             resource_path("v1", "pods", NAMESPACE, name),
