@@ -42,7 +42,7 @@ import yaml
 from localcluster.binaries import REPO
 from localcluster.components import LOOPBACK, SERVICE_CIDR
 from localcluster.pki import KUBERNETES_SERVICE_IP, NODE_NAME, Pki, write_kubeconfig
-from localcluster.procs import Proc, Supervisor, free_ports, progress, wait_until
+from localcluster.procs import ComponentFailed, Proc, Supervisor, free_ports, progress, wait_until
 
 BRIDGE = "priogate0"
 POD_SUBNET = "10.245.0.0/24"  # outside components.POD_CIDR, where kwok's fake pod IPs live
@@ -53,11 +53,15 @@ CNI_BIN_DIRS = ("/usr/lib/cni", "/opt/cni/bin")
 PACKAGES = {"containerd": "containerd", "ctr": "containerd", "runc": "runc", "iptables": "iptables"}
 # Where containerd keeps images and snapshots: outside the repo, kept between runs so an image
 # loaded once is not unpacked again (containerd's own default is /var/lib/containerd).
-CACHE_ROOT = Path(os.environ.get("PRIOGATE_CACHE") or Path.home() / ".cache" / "priogate")
+# The same cache root as the build scripts: ${PRIOGATE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/priogate}.
+CACHE_ROOT = Path(
+    os.environ.get("PRIOGATE_CACHE")
+    or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "priogate"
+)
 
 
-class NodeFailed(RuntimeError):
-    pass
+class NodeFailed(ComponentFailed):
+    """A ComponentFailed, so the launcher reports it as one (an error line, no traceback)."""
 
 
 def _run(*argv: str, check: bool = True, timeout: float = 120) -> subprocess.CompletedProcess[str]:
@@ -92,7 +96,7 @@ def ensure_packages() -> None:
 
 
 def ensure_node_binaries() -> Path:
-    """kubelet (and kube-proxy), from hack/node/build.sh; the directory also gets the pause binary."""
+    """The directory holding kubelet and pause, built by hack/node/build.sh when needed."""
     result = subprocess.run(["bash", str(NODE_BUILD_SCRIPT)], stdout=subprocess.PIPE, text=True, check=False)
     lines = result.stdout.strip().splitlines()
     if result.returncode != 0 or not lines:
@@ -142,6 +146,7 @@ class RealNode:
     def start(self) -> None:
         if os.geteuid() != 0:
             raise NodeFailed("the real node needs root (containerd, kubelet, a bridge and an iptables rule)")
+        self._only_node()
         ensure_packages()
         self.bin_dir = self.bin_dir or ensure_node_binaries()
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -154,6 +159,19 @@ class RealNode:
         t0 = time.monotonic()
         self._start_kubelet()
         self.timings["kubelet"] = time.monotonic() - t0
+
+    def _only_node(self) -> None:
+        """One real node per machine: they would share the bridge, its subnet and containerd's
+        root (whose database lock the second containerd would wait on)."""
+        for other in Path("/run/priogate-node").glob("*/containerd.sock"):
+            if other.parent == self.run_dir:
+                continue
+            r = _run("ctr", f"--address={other}", "version", check=False, timeout=5)
+            if r.returncode == 0:
+                raise NodeFailed(
+                    f"another real node runs on this machine (containerd at {other}); stop it first"
+                    " (make down, or end the test that started it)"
+                )
 
     def _network(self) -> None:
         """The bridge, made before kubelet so that the node's IP exists from the start (the CNI
@@ -262,7 +280,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
         buildah (registry.k8s.io/pause cannot be pulled everywhere). Pinned by containerd's CRI as
         its sandbox_image, so kubelet's image GC keeps it."""
         assert self.bin_dir
-        if self.ctr("images", "check", f"name=={PAUSE_IMAGE}", check=False).stdout.count(PAUSE_IMAGE):
+        if PAUSE_IMAGE in self.ctr("images", "check", f"name=={PAUSE_IMAGE}", check=False).stdout:
             return
         archive = self.bin_dir / "pause-image.tar"
         if not archive.is_file():
