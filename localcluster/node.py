@@ -36,6 +36,7 @@ import time
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -102,6 +103,33 @@ def ensure_node_binaries() -> Path:
     if result.returncode != 0 or not lines:
         raise NodeFailed(f"{NODE_BUILD_SCRIPT} failed (exit code {result.returncode}); its output is above")
     return Path(lines[-1])
+
+
+def cni_conflist(ipam_dir: Path) -> dict[str, Any]:
+    """The pod network: the bridge plugin on BRIDGE, addresses from host-local."""
+    return {
+        "cniVersion": "1.0.0",
+        "name": "priogate",
+        "plugins": [
+            {
+                "type": "bridge",
+                "bridge": BRIDGE,
+                "isGateway": True,
+                "ipMasq": False,
+                "hairpinMode": True,
+                "ipam": {
+                    "type": "host-local",
+                    "ranges": [[{"subnet": POD_SUBNET, "gateway": GATEWAY}]],
+                    # Only the service range goes through the host (the DNAT rule); no default
+                    # route, so a pod reaches nothing beyond this machine.
+                    "routes": [{"dst": SERVICE_CIDR}],
+                    # Allocations live with this node's state, not in /var/lib/cni.
+                    "dataDir": str(ipam_dir),
+                },
+            },
+            {"type": "loopback"},
+        ],
+    }
 
 
 @dataclass
@@ -193,29 +221,7 @@ class RealNode:
         self._nat_rule = rule
         cni_dir = self.dir / "cni"
         cni_dir.mkdir(parents=True, exist_ok=True)
-        conflist = {
-            "cniVersion": "1.0.0",
-            "name": "priogate",
-            "plugins": [
-                {
-                    "type": "bridge",
-                    "bridge": BRIDGE,
-                    "isGateway": True,
-                    "ipMasq": False,
-                    "hairpinMode": True,
-                    "ipam": {
-                        "type": "host-local",
-                        "ranges": [[{"subnet": POD_SUBNET, "gateway": GATEWAY}]],
-                        # Only the service range goes through the host (the DNAT above); no default
-                        # route, so a pod reaches nothing beyond this machine.
-                        "routes": [{"dst": SERVICE_CIDR}],
-                        # Allocations live with this node's state, not in /var/lib/cni.
-                        "dataDir": str(self.run_dir / "ipam"),
-                    },
-                },
-                {"type": "loopback"},
-            ],
-        }
+        conflist = cni_conflist(self.run_dir / "ipam")
         (cni_dir / "10-priogate.conflist").write_text(json.dumps(conflist, indent=2) + "\n")
 
     def _containerd_config(self) -> Path:
