@@ -24,7 +24,7 @@ export GOWORK=off GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS=-trimpath
 mkdir -p "$out.partial"
 ld=$(k8s_version_ldflags)
 echo ">> building the node (kubelet, pause) into $out" >&2
-echo ">> kubelet shares most packages with the control plane: seconds once it is built; with an empty Go build cache, 15 minutes on 2 busy cores" >&2
+echo ">> kubelet shares most packages with the control plane: seconds when the control plane was built first; with an empty Go build cache about 5 minutes on 2 cores (15 when they are busy)" >&2
 step=0
 total=1
 for pair in kubelet:k8s.io/kubernetes/cmd/kubelet; do
