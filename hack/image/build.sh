@@ -58,9 +58,14 @@ t0=$SECONDS
 echo ">> buildah build $IMAGE:$TAG (BASE=$BASE)" >&2
 # --isolation chroot: RUN steps need no OCI runtime (crun cannot run on a cgroups v1 hybrid host).
 # --layers: reuse unchanged steps, so a rebuild after a code change only re-copies the code.
+# The labels that change per build go in as --label as well: with --layers, buildah 1.28 reuses a
+# cached LABEL step whose ARG changed, which left the previous build's revision on the image.
 buildah build --quiet --isolation chroot --layers "${secret[@]}" \
   --build-arg "BASE=$BASE" --build-arg "VERSION=$VERSION" \
   --build-arg "REVISION=$revision" --build-arg "SOURCE=$source_url" \
+  --label "org.opencontainers.image.version=$VERSION" \
+  --label "org.opencontainers.image.revision=$revision" \
+  --label "org.opencontainers.image.source=$source_url" \
   -t "$IMAGE:$TAG" -f "$root/Dockerfile" "$root" >/dev/null
 size=$(podman image inspect --format '{{.Size}}' "$IMAGE:$TAG")
 echo ">> built $IMAGE:$TAG in $((SECONDS - t0)) s (all of make image: $((SECONDS - t_start)) s); size $((size / 1000000)) MB ($size bytes)" >&2

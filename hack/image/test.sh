@@ -32,4 +32,9 @@ for label in title version source licenses revision; do
     echo "FAIL label org.opencontainers.image.$label missing"; fail=1
   fi
 done
+# The revision is this checkout's (a stale one would mean a cached label from an earlier build).
+want=$(git -C "$(dirname "$0")" rev-parse HEAD 2>/dev/null || echo unknown)
+if [ -n "$(git -C "$(dirname "$0")" status --porcelain 2>/dev/null)" ]; then want="$want-dirty"; fi
+got=$(podman image inspect --format '{{index .Labels "org.opencontainers.image.revision"}}' "$image")
+if [ "$got" = "$want" ]; then echo "ok   revision is this checkout's ($want)"; else echo "FAIL revision $got, not this checkout's $want"; fail=1; fi
 exit $fail
