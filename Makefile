@@ -7,12 +7,14 @@ STAMP := $(VENV)/.installed
 
 .PHONY: help venv lock lint format test test-unit test-integration test-e2e test-upstream upstream-e2e controlplane \
         run up down status \
-        manifests chart image-lock helm kube-score certs wrk bench-webhook bench-quota bench-reserved-pod bench-decision bench-record bench-enqueue bench-preemption bench-pod-cache bench-pod-create bench-preemption-live clean
+        manifests chart image test-image test-deploy image-lock helm kube-score certs wrk bench-webhook bench-quota bench-reserved-pod bench-decision bench-record bench-enqueue bench-preemption bench-pod-cache bench-pod-create bench-preemption-live clean
 
 help:
 	@echo "make run        start etcd, kube-apiserver, controller-manager, scheduler, kwok and priogate (Ctrl-C stops)"
 	@echo "make up / down  the same in the background / stop it"
-	@echo "make test       lint, unit, integration, e2e and upstream e2e tests (what CI runs)"
+	@echo "make test       lint, unit, integration, image, e2e, deploy (real node) and upstream e2e tests (what CI runs)"
+	@echo "make image      build the image with buildah (make test-image: and check that it runs)"
+	@echo "make test-deploy  the chart and the image on a real node (containerd + kubelet; root)"
 	@echo "make test-upstream  upstream's own preemption and priority-quota e2e tests against the local control plane"
 	@echo "make bench-webhook | bench-quota | bench-reserved-pod | bench-decision | bench-record | bench-enqueue | bench-preemption | bench-pod-cache | bench-pod-create | bench-preemption-live"
 
@@ -81,7 +83,7 @@ UPSTREAM_MODES := default priogate
 test-upstream: $(STAMP) controlplane upstream-e2e
 	@rc=0; for mode in $(UPSTREAM_MODES); do $(PY) hack/upstream/run.py --mode $$mode || rc=1; done; exit $$rc
 
-test: lint test-unit test-integration test-e2e test-upstream
+test: lint test-unit test-integration test-image test-e2e test-deploy test-upstream
 
 # ARGS passes options through, e.g. make run ARGS=--keep-priority-plugin
 run: $(STAMP) controlplane
@@ -105,6 +107,27 @@ manifests: $(STAMP)
 # Regenerate charts/priogate/ (templates, CRDs, values.yaml) from manifests/ and the registry.
 chart: $(STAMP)
 	$(PY) hack/chart.py
+
+# The image, built from the Dockerfile with buildah (hack/image/build.sh: installs buildah, podman,
+# runc and mmdebstrap when missing and root; where the Dockerfile's pinned base cannot be pulled,
+# builds an equivalent from Debian bookworm's packages and says so). IMAGE/TAG name it.
+IMAGE ?= localhost/priogate
+TAG ?= $(shell sed -n 's/^__version__ = "\(.*\)"/\1/p' priogate/__init__.py)
+image:
+	IMAGE=$(IMAGE) TAG=$(TAG) bash hack/image/build.sh
+
+# The built image runs: python -m webhook --help and python -m controller --help exit 0, as uid
+# 65532, with its OCI labels (hack/image/test.sh).
+test-image: image
+	bash hack/image/test.sh $(IMAGE):$(TAG)
+
+# The image and the chart on a real node (containerd + kubelet; root): helm install, admissions
+# through the chart's pods, upgrade / webhook pod loss / leader loss under load, uninstall
+# (tests/deploy/; docs/image-and-node.md). Ends with the one-line summary.
+test-deploy: $(STAMP) controlplane helm image
+	@rm -f .local/deploy-summary.txt
+	PRIOGATE_IMAGE=$(IMAGE):$(TAG) $(PY) -m pytest tests/deploy -q -s -p no:cacheprovider
+	@cat .local/deploy-summary.txt
 
 # Re-hash the image's pins (requirements-image.txt, for pip --require-hashes in the Dockerfile).
 image-lock: $(STAMP)

@@ -50,6 +50,7 @@ def _options(args: argparse.Namespace) -> Options:
         controller=not args.no_controller,
         preemptor=args.preemptor,
         unschedulable_flush_s=args.unschedulable_flush,
+        real_node=args.real_node,
     )
 
 
@@ -252,6 +253,12 @@ def main(argv: list[str] | None = None) -> int:
         help="kube-scheduler retries a pod left in its unschedulable pool after this long without an"
         " event (its --pod-max-in-unschedulable-pods-duration; default: kube-scheduler's 5 min)",
     )
+    p.add_argument(
+        "--real-node",
+        action="store_true",
+        help="also run a real node (containerd + kubelet, pods on a CNI bridge; needs root) beside the"
+        " kwok ones: containers start (docs/image-and-node.md)",
+    )
     p.add_argument("--timeout", type=float, default=300, help="up: seconds to wait until the webhooks answer")
     p.add_argument("--background", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -273,6 +280,7 @@ def main(argv: list[str] | None = None) -> int:
         *(["--no-webhook"] if args.no_webhook else []),
         *(["--no-mtls"] if args.no_mtls else []),
         *(["--no-controller"] if args.no_controller else []),
+        *(["--real-node"] if args.real_node else []),
     ]
     try:
         return {"run": cmd_run, "up": cmd_up, "down": cmd_down, "status": cmd_status, "build": cmd_build}[

@@ -28,6 +28,7 @@ from localcluster import components
 from localcluster.api import Etcd, apiserver_ready, create_or_replace
 from localcluster.binaries import REPO, ensure_binaries
 from localcluster.components import ApiServerMode, Ports
+from localcluster.node import NODE_NAME, RealNode
 from localcluster.pki import CONTROLLER_USER, Pki, issue_all, write_kubeconfig, write_webhook_kubeconfig
 from localcluster.procs import Proc, Supervisor, free_ports, progress, rss_kib, stop_pid, wait_until
 from localcluster.webhooks import PRIOGATE_NAMESPACE, Webhooks
@@ -76,6 +77,9 @@ class Options:
     preemptor: str = "kube-scheduler"
     # kube-scheduler's --pod-max-in-unschedulable-pods-duration in seconds (None: its 5 min).
     unschedulable_flush_s: float | None = None
+    # A real node (containerd + kubelet, localcluster/node.py) beside the kwok ones: containers
+    # start. Needs root.
+    real_node: bool = False
 
     def __post_init__(self) -> None:
         if self.preemptor not in PREEMPTORS:
@@ -103,6 +107,7 @@ class LocalCluster:
     webhooks: Webhooks | None = None
     etcd_data: Path | None = None
     bin_dir: Path | None = None
+    node: RealNode | None = None
 
     @property
     def state_dir(self) -> Path:
@@ -157,7 +162,15 @@ class LocalCluster:
             shutil.rmtree(self.logs)
         self.ports = Ports(*free_ports(7))
         self.pki = issue_all(self.state_dir / "pki")
-        self.mode = ApiServerMode(priority_plugin=o.priority_plugin)
+        # With a real node, webhook calls go to a Service's endpoints (pod IPs, reachable from the
+        # host) rather than its ClusterIP, which nothing here routes (localcluster/node.py).
+        # And kube-apiserver reaches kubelet (logs, exec) at the node's IP, not its name.
+        routing = (
+            ("--enable-aggregator-routing=true", "--kubelet-preferred-address-types=InternalIP")
+            if o.real_node
+            else ()
+        )
+        self.mode = ApiServerMode(priority_plugin=o.priority_plugin, extra_args=routing)
 
         shm = Path("/dev/shm")
         base = shm if shm.is_dir() and os.access(shm, os.W_OK) else Path(tempfile.gettempdir())
@@ -223,6 +236,17 @@ class LocalCluster:
             self._nodes_ready, timeout=60, what=f"{o.nodes} fake nodes are Ready and untainted", proc=kwok
         )
         self.timings["nodes"] = time.monotonic() - t0
+        if o.real_node:
+            t0 = time.monotonic()
+            self.node = RealNode(self.state_dir, self.pki, self.ports.apiserver, self.supervisor)
+            self.node.start()
+            wait_until(
+                self._real_node_ready,
+                timeout=120,
+                what=f"node {NODE_NAME} is Ready",
+                proc=self.supervisor.get("kubelet"),
+            )
+            self.timings["real-node"] = time.monotonic() - t0
         self.timings["control-plane"] = time.monotonic() - t_warm
 
         # priogate's own namespace: the webhook keeps its reservation records there, the
@@ -421,6 +445,12 @@ class LocalCluster:
             ready += conditions.get("Ready") == "True" and not tainted
         return ready >= self.options.nodes
 
+    def _real_node_ready(self) -> bool:
+        assert self.api
+        node = self.api.get(f"/api/v1/nodes/{NODE_NAME}")
+        conditions = {c["type"]: c["status"] for c in node.get("status", {}).get("conditions", [])}
+        return conditions.get("Ready") == "True"
+
     # ---- inspection --------------------------------------------------------------------------
 
     def memory_kib(self) -> dict[str, int]:
@@ -465,10 +495,26 @@ class LocalCluster:
                 self.webhooks.unregister()
             except (ApiError, urllib3.exceptions.HTTPError) as e:
                 progress(f"could not delete the webhook configurations ({e}); they go away with etcd's data")
+        if self.node is not None:
+            self._stop_node(self.node)
+            self.node = None
         self.supervisor.stop_all()
         if self.etcd_data is not None:
             shutil.rmtree(self.etcd_data, ignore_errors=True)
             self.etcd_data = None
+
+    def _stop_node(self, node: RealNode) -> None:
+        """kubelet, then what containerd still runs (a shim outlives containerd), then containerd,
+        then the node's mounts and NAT rule."""
+        names = {p.name for p in self.supervisor.procs}
+        if "kubelet" in names:
+            progress("stopping kubelet")
+            self.supervisor.stop("kubelet")
+        if "containerd" in names:
+            progress("stopping the real node's containers, then containerd")
+            node.stop_pods()
+            self.supervisor.stop("containerd")
+        node.cleanup()
 
 
 def _healthz(port: int) -> bool:

@@ -19,6 +19,10 @@ ADMIN_USER = "priogate-admin"
 # In system:masters so it has every right locally, as the manifests' ClusterRole gives it.
 CONTROLLER_USER = "system:serviceaccount:priogate-system:priogate-controller"
 CLUSTER_NAME = "priogate-local"
+# The real node's name (localcluster/node.py) and the `kubernetes` Service's ClusterIP, the first
+# address of components.SERVICE_CIDR (kube-apiserver allocates it so).
+NODE_NAME = "real-node-0"
+KUBERNETES_SERVICE_IP = "10.96.0.1"
 
 
 @dataclass(frozen=True)
@@ -86,6 +90,15 @@ class Pki:
         return self.dir / "sa.pub"
 
     @property
+    def node_crt(self) -> Path:
+        """The real node's kubelet (localcluster/node.py): system:node:<name>, in system:nodes."""
+        return self.dir / "node.crt"
+
+    @property
+    def node_key(self) -> Path:
+        return self.dir / "node.key"
+
+    @property
     def webhook_crt(self) -> Path:
         return self.dir / "webhook.crt"
 
@@ -104,7 +117,23 @@ def issue_all(directory: Path) -> Pki:
     write_pem(pki.ca_crt, ca.cert_pem)
     write_pem(pki.ca_key, ca.key_pem, private=True)
     loopback = {"dns_names": ["localhost"], "ip_addresses": ["127.0.0.1"]}
-    _write(pki.apiserver_crt, pki.apiserver_key, issue_leaf(ca, "kube-apiserver", **loopback))
+    # Pods of the real node reach kube-apiserver as the `kubernetes` Service (its ClusterIP, the
+    # first address of the service range, is what kubelet puts in KUBERNETES_SERVICE_HOST).
+    apiserver_names = {
+        "dns_names": ["localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc"],
+        "ip_addresses": ["127.0.0.1", KUBERNETES_SERVICE_IP],
+    }
+    _write(pki.apiserver_crt, pki.apiserver_key, issue_leaf(ca, "kube-apiserver", **apiserver_names))
+    # system:masters as well: RBAC is the only authorizer here (no Node authorizer), and the
+    # system:node ClusterRole is bound to no one since Kubernetes 1.8.
+    node = issue_leaf(
+        ca,
+        f"system:node:{NODE_NAME}",
+        organizations=["system:nodes", "system:masters"],
+        server=False,
+        client=True,
+    )
+    _write(pki.node_crt, pki.node_key, node)
     admin = issue_leaf(ca, ADMIN_USER, organizations=["system:masters"], server=False, client=True)
     _write(pki.admin_crt, pki.admin_key, admin)
     controller = issue_leaf(ca, CONTROLLER_USER, organizations=["system:masters"], server=False, client=True)

@@ -17,6 +17,16 @@ from priogate.ledger import DEFAULT_IN_FLIGHT
 from webhook.registry import SERVERS  # imports neither prometheus_client nor the app
 
 
+def prepare_metrics_dir(directory: Path) -> None:
+    """A given PROMETHEUS_MULTIPROC_DIR must exist, and be emptied before the server starts
+    (https://prometheus.github.io/client_python/multiprocess/). The manifests name /tmp/metrics
+    on an emptyDir that nothing creates it in, and an emptyDir outlives a container restart: the
+    files of the previous run's workers would be summed into this run's counters."""
+    directory.mkdir(parents=True, exist_ok=True)
+    for stale in directory.glob("*.db"):
+        stale.unlink()
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m webhook", description="priogate admission webhook server")
     p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
@@ -133,6 +143,8 @@ def main(argv: list[str] | None = None) -> int:
     # Multiprocess metrics need a directory shared by all workers, set before prometheus_client loads.
     if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="priogate-metrics-")
+    else:
+        prepare_metrics_dir(Path(os.environ["PROMETHEUS_MULTIPROC_DIR"]))
     from priogate.logs import configure_logging
     from webhook.server import ServerOptions, WebhookServer
 

@@ -270,6 +270,11 @@ class WebhookServer(BaseApplication):
             "accesslog": None,
             "loglevel": "warning",
             "proc_name": "priogate-webhook",
+            # gunicorn >= 25.1 opens a control socket (for gunicornc) under $HOME/.gunicorn unless
+            # told not to; nothing here uses it, and in the image (uid 65532, HOME=/, read-only
+            # root) creating it fails with an error at every start.
+            # https://docs.gunicorn.org/en/stable/settings.html#control-socket-disable
+            "control_socket_disable": True,
         }
         for key, value in settings.items():
             self.cfg.set(key, value)

@@ -69,6 +69,7 @@ def _args(**changes: object) -> argparse.Namespace:
         no_controller=False,
         preemptor="kube-scheduler",
         unschedulable_flush=None,
+        real_node=False,
     )
     return argparse.Namespace(**(flags | changes))
 
