@@ -69,8 +69,8 @@ def _bootstrap(argv: list[str]) -> int:
     )
     p.add_argument("--kubeconfig", default=None, help="default: in-cluster configuration")
     args = p.parse_args(argv)
-    if args.out is None and not args.inject_ca_bundle:
-        p.error("nothing to do: give --out, or leave --inject-ca-bundle on")
+    if args.out is None and not args.inject_ca_bundle and not args.create_secret:
+        p.error("nothing to do: give --out, leave --create-secret or --inject-ca-bundle on")
     from certs.bootstrap import bootstrap
     from priogate.kube.client import load_client
     from priogate.logs import configure_logging
