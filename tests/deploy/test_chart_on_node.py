@@ -3,9 +3,9 @@
 A control plane of its own with a real node (containerd + kubelet, localcluster/node.py) and no
 priogate outside the cluster: the chart's pods are the only priogate there is.
 
-1. `helm install` with the image `make image` built, loaded into containerd. Not `--wait`: the
-   webhook's init container waits for the serving Secret, which the post-install hook makes, so
-   `--wait` would wait for itself; the test waits for both Deployments to be available instead.
+1. `helm install --wait` with the image `make image` built, loaded into containerd: it returns
+   once both Deployments are available, which needs the serving Secret the chart's pre-install
+   Job makes (a post-install hook would wait for `--wait`, and `--wait` for it).
 2. The admissions go through those pods: their own /metrics count this test's pod creates, and a
    PodGroup beyond its namespace's quota is refused.
 3. Four clients create pods and PodGroups without pause while the release is upgraded to another
@@ -299,7 +299,8 @@ def test_chart_on_a_real_node(cluster: LocalCluster) -> None:
     for image in (IMAGE, upgraded):
         progress(f"loading {image} into the node's containerd: {lc.node.load_image(image):.0f} s")
 
-    # 1. install, without --wait
+    # 1. install with --wait, as Flux, Argo CD and `--atomic` do: it returns once the chart's
+    # Deployments are ready, which needs the Secret its pre-install Job makes.
     for ns in (PODS_NS, GROUPS_NS):
         api.create("/api/v1/namespaces", {"metadata": {"name": ns, "labels": ENROLLED}})
     api.create(
@@ -320,8 +321,11 @@ def test_chart_on_a_real_node(cluster: LocalCluster) -> None:
         # A deleted PodGroup's reservation is swept sooner than the default 30 s, so the four
         # clients' groups are admitted again within a phase.
         "--set=controller.flags.reclaim-seconds=2",
+        "--wait",
+        "--timeout=5m",
+        timeout=330,
     )
-    wait_for(lambda: rolled_out(api, IMAGE), 300, "both Deployments are available")
+    assert rolled_out(api, IMAGE), "helm install --wait returned before both Deployments were available"
     install_s = time.monotonic() - t0
     nodes = {p["spec"].get("nodeName") for c in ("webhook", "controller") for p in pods(api, c)}
     assert nodes == {NODE_NAME}, nodes
