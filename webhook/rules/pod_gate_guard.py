@@ -13,8 +13,8 @@ from __future__ import annotations
 from priogate import gate
 from webhook.objects import new_object
 from webhook.registry import ClusterView, RuleSet
-from webhook.review import AdmissionRequest, Decision, allow, deny
-from webhook.rules.podgroup_annotations import controller_username
+from webhook.review import AdmissionRequest, Decision, allow
+from webhook.rules.podgroup_annotations import controller_only
 
 NAME = "pod-gate-guard.priogate.io"
 
@@ -24,15 +24,11 @@ def admit(request: AdmissionRequest, view: ClusterView) -> Decision:
         return allow()
     if not gate.dropped(request.old_object, new_object(request)):
         return allow()
-    username = str((request.user or {}).get("username") or "")
-    controller = controller_username()
-    if username == controller:
-        return allow()
-    return deny(
-        f"the scheduling gate {gate.GATE} is lifted only by the priogate controller ({controller}), "
-        f"not by {username or 'an anonymous user'}: it holds the pod until its PodGroup is Inqueue "
-        "(kubectl priogate why pod/NAME says what the group waits for)",
-        code=403,
+    return controller_only(
+        request,
+        f"the scheduling gate {gate.GATE} is lifted",
+        "it holds the pod until its PodGroup is Inqueue (kubectl priogate why pod/NAME says what the "
+        "group waits for)",
     )
 
 

@@ -50,15 +50,20 @@ def admit(request: AdmissionRequest, view: ClusterView) -> Decision:
     keys = changed_keys(old, new)
     if not keys:
         return allow()
-    username = str((request.user or {}).get("username") or "")
+    return controller_only(
+        request, f"annotation(s) {', '.join(keys)} on PodGroups are written", "the controller acts on them"
+    )
+
+
+def controller_only(request: AdmissionRequest, what: str, why: str) -> Decision:
+    """Allowed for the controller's identity (request.userInfo.username, as kube-apiserver
+    authenticated it), refused for anyone else: "<what> only by the priogate controller (...),
+    not by <user>: <why>"."""
+    username = str((request.user or {}).get("username") or "") or "an anonymous user"
     controller = controller_username()
     if username == controller:
         return allow()
-    return deny(
-        f"annotation(s) {', '.join(keys)} on PodGroups are written only by the priogate controller "
-        f"({controller}), not by {username or 'an anonymous user'}: the controller acts on them",
-        code=403,
-    )
+    return deny(f"{what} only by the priogate controller ({controller}), not by {username}: {why}", code=403)
 
 
 RULE_SET = RuleSet(
