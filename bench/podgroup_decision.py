@@ -2,8 +2,8 @@
 (webhook.rules.podgroup_quota.admit) over an in-process record (MemoryLedgerStore) and static
 caches, admitting G PodGroups of cpu=1 one after another in one namespace under a quota that
 fits them all. Prints CPU microseconds per admission over the first and the last tenth, so the
-growth with the record's size shows; then the CPU milliseconds to read (record_of, its entries
-parsed before) and to write (record_object) the final record as the ConfigMap a turn GETs and PUTs;
+growth with the record's size shows; then the CPU milliseconds to read (ledger_of, its entries
+parsed before) and to write (ledger_object) the final record as the ConfigMap a turn GETs and PUTs;
 then the CPU milliseconds to have the cached groups' claims again (ClusterView.stored_podgroups,
 which every decision reads) after one of G stored groups changed; then a refusal's what-if check
 (the claim without two of the entries) summed afresh and on a fork of the running sums.
@@ -19,9 +19,9 @@ import time
 
 import orjson
 
-from priogate.entry_totals import EntryTotals
-from priogate.memory_ledger import MemoryLedgerStore
-from priogate.record_codec import record_object, record_of
+from priogate.ledger.codec import ledger_object, ledger_of
+from priogate.ledger.memory import MemoryLedgerStore
+from priogate.ledger.totals import EntryTotals
 from tests.builders import SYSTEM_CLASSES, group_review, make_view, podgroup, resource_quota
 from webhook.review import parse_review
 from webhook.rules import podgroup_quota
@@ -69,7 +69,7 @@ def main() -> int:
 def _what_if_cost(store: MemoryLedgerStore, rounds: int = 100) -> None:
     """A refusal in a turn asks whether the claim would fit without some entries (or with them
     settled): summed on a fork of the record's running sums, against summing afresh."""
-    entries = dict(store.records[NAMESPACE].entries)
+    entries = dict(store.ledgers[NAMESPACE].entries)
     totals = EntryTotals()
     totals.others(entries, "")
     what_if = dict(list(entries.items())[2:])
@@ -99,16 +99,16 @@ def _stored_claims_cost(groups: int, rounds: int = 200) -> None:
 
 
 def _record_costs(store: MemoryLedgerStore, rounds: int = 50) -> None:
-    record = store.records[NAMESPACE]
-    stored = json.loads(json.dumps(record_object("priogate-system", NAMESPACE, record, "1")))
-    record_of(stored)  # a turn's read finds the entries parsed by the turns before it
+    record = store.ledgers[NAMESPACE]
+    stored = json.loads(json.dumps(ledger_object("priogate-system", NAMESPACE, record, "1")))
+    ledger_of(stored)  # a turn's read finds the entries parsed by the turns before it
     start = time.process_time()
     for _ in range(rounds):
-        record_of(stored)
+        ledger_of(stored)
     read = (time.process_time() - start) / rounds
     start = time.process_time()
     for _ in range(rounds):
-        record_object("priogate-system", NAMESPACE, record, "1")
+        ledger_object("priogate-system", NAMESPACE, record, "1")
     written = (time.process_time() - start) / rounds
     size = len(json.dumps(stored))
     print(

@@ -1,9 +1,9 @@
-"""`make bench-record`: what one turn on a reservation record costs the control plane, by the
+"""`make bench-record`: what one turn on a ledger costs the control plane, by the
 record's size, through the real kube-apiserver and etcd.
 
 A turn reads the record (GET) and writes it back (PUT with its resourceVersion), as
 priogate.kube.ledger_store does for each batch of admissions. The record is built as priogate
-writes it (priogate.record_codec.record_object, one entry per PodGroup of cpu=1) in priogate's own
+writes it (priogate.ledger.codec.ledger_object, one entry per PodGroup of cpu=1) in priogate's own
 namespace, and W watchers (threads of this process, each a watch on the records decoding every
 event, as each quota server worker and the controller do) hear every write. Prints, per record
 size, the wall time of a turn and the CPU milliseconds per turn of each control-plane process and
@@ -29,11 +29,11 @@ from localcluster import LocalCluster, Options
 from localcluster.procs import progress, tree_cpu_seconds
 from priogate.kube import catalogue
 from priogate.kube.client import ApiClient, load_client
-from priogate.ledger import Entry, Record, stamp
-from priogate.record_codec import DEFAULT_LEDGER_NAMESPACE, record_object, record_path
+from priogate.ledger.codec import DEFAULT_LEDGER_NAMESPACE, ledger_object, ledger_path
+from priogate.ledger.model import Entry, Ledger, stamp
 
 
-def _record(entries: int) -> Record:
+def _record(entries: int) -> Ledger:
     """As a namespace's groups make it: random uids, each group admitted at its own microsecond
     (the record is compressed, so entries alike would flatter it)."""
     rng = random.Random(entries)
@@ -43,7 +43,7 @@ def _record(entries: int) -> Record:
         uid = str(uuid.UUID(int=rng.getrandbits(128), version=4))
         at = stamp(start - dt.timedelta(microseconds=rng.randrange(600_000_000)))
         made[uid] = Entry(f"bench-{i}", uid, {"cpu": "1"}, 1, "", at, 1)
-    return Record(made)
+    return Ledger(made)
 
 
 class _Watcher(threading.Thread):
@@ -79,7 +79,7 @@ def _check_heard(watchers: list[_Watcher], before: list[int], writes: int) -> No
 
 
 def _turns(client: ApiClient, namespace: str, turns: int) -> None:
-    path = record_path(DEFAULT_LEDGER_NAMESPACE, namespace)
+    path = ledger_path(DEFAULT_LEDGER_NAMESPACE, namespace)
     for i in range(turns):
         current = client.get(path)
         current["data"]["charges.json"] = json.dumps({"turn": i})
@@ -105,8 +105,8 @@ def main() -> int:
                 watcher.start()
             for entries in args.entries:
                 namespace = f"bench-{entries}"
-                body = record_object(DEFAULT_LEDGER_NAMESPACE, namespace, _record(entries), None)
-                client.create(record_path(DEFAULT_LEDGER_NAMESPACE), body)
+                body = ledger_object(DEFAULT_LEDGER_NAMESPACE, namespace, _record(entries), None)
+                client.create(ledger_path(DEFAULT_LEDGER_NAMESPACE), body)
                 size = len(json.dumps(body))
                 progress(f"{args.turns} turns on a record of {entries} entries ({size / 1024:.1f} KiB)")
                 time.sleep(1)  # the create's watch events delivered

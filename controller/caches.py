@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from priogate.kube import catalogue
 from priogate.kube.cache import DEFAULT_QUIET_SECONDS, Obj, OnEvent, WatchCache
 from priogate.kube.client import ApiClient
-from priogate.record_codec import DEFAULT_LEDGER_NAMESPACE
+from priogate.ledger.codec import DEFAULT_LEDGER_NAMESPACE
 from priogate.slim import namespace_labels, slim_node, slim_pod
 
 

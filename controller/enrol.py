@@ -21,8 +21,8 @@ import structlog
 from controller.caches import Caches
 from priogate.kube.client import ApiClient, ApiError
 from priogate.kube.namespaces import label_namespace
-from priogate.ledger import DamagedRecord
-from priogate.record_codec import record_name, record_of
+from priogate.ledger.codec import ledger_name, ledger_of
+from priogate.ledger.model import DamagedLedger
 from priogate.scope import ENROLLED_LABEL, claim_of, needs_enrolment
 
 log = structlog.get_logger("priogate.controller.enrol")
@@ -40,10 +40,10 @@ class Enroller:
         """What the caches show the namespace reserves, as (minResources, minMember): its
         record's entries and its stored PodGroups (a damaged record shows only the latter)."""
         out = [claim_of(g.get("spec") or {}) for g in self.caches.podgroups.namespace(namespace).values()]
-        cached = self.caches.ledgers.get(self.ledger_namespace, record_name(namespace))
+        cached = self.caches.ledgers.get(self.ledger_namespace, ledger_name(namespace))
         try:
-            record = record_of(cached) if cached is not None else None
-        except DamagedRecord:
+            record = ledger_of(cached) if cached is not None else None
+        except DamagedLedger:
             record = None  # the stored groups above still count; the sweep rebuilds the record
         if record is not None:
             out += [(e.min_resources, e.min_member) for e in record.entries.values()]

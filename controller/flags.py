@@ -9,7 +9,7 @@ import os
 from priogate.enqueue import ENQUEUE_ORDERS
 from priogate.gate import DEFAULT_ORPHAN_SECONDS
 from priogate.lease import LEASE_DURATION, RENEW_DEADLINE, RETRY_PERIOD
-from priogate.ledger import DEFAULT_IN_FLIGHT
+from priogate.ledger.timing import IN_FLIGHT
 from priogate.preemption import policy as preemption_policy
 from priogate.preemption_record import DEFAULT_MAX_AGE, DEFAULT_RETRY_AFTER
 
@@ -45,15 +45,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--in-flight-seconds",
         type=float,
-        default=DEFAULT_IN_FLIGHT.total_seconds(),
+        default=IN_FLIGHT.total_seconds(),
         help="how long an admitted PodGroup may take to be stored; an entry whose group is not"
         f" stored counts that long (the webhook's --in-flight-seconds;"
-        f" default {DEFAULT_IN_FLIGHT.total_seconds():g})",
+        f" default {IN_FLIGHT.total_seconds():g})",
     )
     p.add_argument(
         "--ledger-namespace",
         default=os.environ.get("POD_NAMESPACE") or "priogate-system",
-        help="priogate's own namespace, where the reservation records live"
+        help="priogate's own namespace, where the ledgers live"
         " (default: $POD_NAMESPACE, else priogate-system)",
     )
     p.add_argument(

@@ -15,8 +15,8 @@ from typing import Any
 
 from controller.caches import Caches
 from controller.pods_view import version
+from priogate.ledger.stored_groups import entry_of_group
 from priogate.quota import class_totals, over_reserved, positive_nanos
-from priogate.stored_groups import entry_of_group
 
 Nanos = dict[str, int | Fraction]
 # A stored group's part: its class and positive reservation in nano-units; None if unreadable.

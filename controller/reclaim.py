@@ -1,4 +1,4 @@
-"""The reservation records' sweep: each record made true to its namespace's stored PodGroups.
+"""The ledgers' sweep: each record made true to its namespace's stored PodGroups.
 
 priogate/ledger.resync decides (drop entries whose group a quorum LIST does not hold once they
 are no longer in flight; set an entry to the stored spec after a shrinking or refused update;
@@ -19,10 +19,11 @@ import structlog
 
 from controller.caches import Caches
 from priogate.kube.ledger_store import LedgerStore
-from priogate.ledger import DEFAULT_IN_FLIGHT, DamagedRecord, Entry, Reads, Record
-from priogate.record_codec import covered_namespace, record_name, record_of
-from priogate.settlement import admitted_time, in_flight, live_charges, resync
-from priogate.stored_groups import entry_of_group
+from priogate.ledger.codec import covered_namespace, ledger_name, ledger_of
+from priogate.ledger.model import DamagedLedger, Entry, Ledger, Reads
+from priogate.ledger.settlement import admitted_time, in_flight, live_charges, resync
+from priogate.ledger.stored_groups import entry_of_group
+from priogate.ledger.timing import IN_FLIGHT
 
 log = structlog.get_logger("priogate.controller.reclaim")
 
@@ -55,7 +56,7 @@ class Reclaimer:
         self,
         store: LedgerStore,
         caches: Caches,
-        in_flight: dt.timedelta = DEFAULT_IN_FLIGHT,
+        in_flight: dt.timedelta = IN_FLIGHT,
     ) -> None:
         self.store = store
         self.caches = caches
@@ -69,13 +70,13 @@ class Reclaimer:
 
     def _needs_work(self, namespace: str, now: dt.datetime) -> tuple[bool, float | None]:
         """(whether the caches disagree with the record, seconds until an entry in flight ends)."""
-        cached = self.caches.ledgers.get(self.store.ledger_namespace, record_name(namespace))
+        cached = self.caches.ledgers.get(self.store.ledger_namespace, ledger_name(namespace))
         groups = _cached_claims(self.caches.podgroups.namespace(namespace))
         if cached is None:
             return bool(groups), None
         try:
-            record = record_of(cached)
-        except DamagedRecord:
+            record = ledger_of(cached)
+        except DamagedLedger:
             return True, None
         recheck: float | None = None
         work = False
@@ -102,7 +103,7 @@ class Reclaimer:
         if not work:
             return result
 
-        def make_true(record: Record, reads: Reads) -> tuple[Record | None, SweepResult]:
+        def make_true(record: Ledger, reads: Reads) -> tuple[Ledger | None, SweepResult]:
             entries = resync(record.entries, reads.podgroups(), self.in_flight)
             charges = live_charges(record.charges, now, None, self.in_flight)
             before = dict(record.entries)
@@ -119,7 +120,7 @@ class Reclaimer:
         result = self.store.update(namespace, make_true)
         if result.changed:
             log.info(
-                "reservation record made true to the stored PodGroups",
+                "ledger made true to the stored PodGroups",
                 namespace=namespace,
                 dropped=result.dropped,
                 adopted=result.adopted,

@@ -38,10 +38,10 @@ from controller.workqueue import WorkQueue
 from priogate.kube.cache import CacheState, Obj
 from priogate.kube.client import ApiClient, load_client
 from priogate.kube.ledger_store import LedgerStore
+from priogate.ledger.codec import covered_namespace, ledger_name, stored_size
 from priogate.logs import configure_logging
 from priogate.podgroup import FINISHED_PHASES, group_of
 from priogate.preemption import policy as preemption_policy
-from priogate.record_codec import covered_namespace, record_name, stored_size
 
 log = structlog.get_logger("priogate.controller")
 
@@ -174,7 +174,7 @@ class Controller:
         elif cache == "namespaces":
             # Its enrolment label may be gone (controller/enrol.py): the record's key checks it.
             name = meta.get("name", "")
-            if name and self.caches.ledgers.get(self.args.ledger_namespace, record_name(name)) is not None:
+            if name and self.caches.ledgers.get(self.args.ledger_namespace, ledger_name(name)) is not None:
                 self.queue.add(f"{LEDGER_KEY}{name}")
         self.metrics.queue_depth.set(self.queue.depth())
 

@@ -53,10 +53,10 @@ class Metrics:
             registry=self.registry,
         )
         # Per tenant namespace (not `namespace`, which Prometheus gives the scraped pod's): how
-        # full its record is; past priogate.record_codec.CONFIGMAP_MAX_BYTES, claims are refused.
+        # full its record is; past priogate.ledger.codec.CONFIGMAP_MAX_BYTES, claims are refused.
         self.record_bytes = Gauge(
             "priogate_reservation_record_bytes",
-            "Bytes a namespace's reservation record holds, as kube-apiserver counts them against a"
+            "Bytes a namespace's ledger holds, as kube-apiserver counts them against a"
             " ConfigMap's limit of 1 MiB; past it, PodGroups that claim more are refused",
             ["tenant_namespace"],
             registry=self.registry,

@@ -318,7 +318,7 @@ monitoring:
     preemptionsPerMinute: 5
     # Ledger write conflicts per second, sustained.
     ledgerConflictsPerSecond: 1
-    # A reservation record's size as a share of a ConfigMap's 1 MiB.
+    # A ledger's size as a share of a ConfigMap's 1 MiB.
     recordFillRatio: 0.8
   # A PodMonitor (prometheus-operator's CRD) scraping the controller's and both webhook servers'
   # /metrics (the webhook's over HTTPS, verified with the serving Secret's CA).

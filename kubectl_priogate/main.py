@@ -26,10 +26,10 @@ from priogate import __version__
 from priogate.clock import rfc3339
 from priogate.kube.client import ApiError
 from priogate.kube.kubeconfig import KubeconfigError, connect
+from priogate.ledger.codec import DEFAULT_LEDGER_NAMESPACE
 from priogate.podgroup import group_of
 from priogate.preemption import policy as preemption_policy
 from priogate.preemption.snapshot import load_objects
-from priogate.record_codec import DEFAULT_LEDGER_NAMESPACE
 
 PROG = "kubectl priogate"
 EXIT_ERROR = 1
@@ -75,7 +75,7 @@ def _common(parser: argparse.ArgumentParser, *, suppress: bool) -> None:
     parser.add_argument(
         "--priogate-namespace",
         default=default,
-        help="the namespace priogate is installed in, where its reservation records live"
+        help="the namespace priogate is installed in, where its ledgers live"
         f" (default: $PRIOGATE_NAMESPACE, else {DEFAULT_LEDGER_NAMESPACE})",
     )
     parser.add_argument(

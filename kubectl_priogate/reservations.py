@@ -6,7 +6,7 @@ is refused when used + request + the groups' unconsumed reservations > hard, so 
 pod can still take is hard - used - unconsumed. A group's consumption is the requests of its
 unfinished member pods, in quota names (webhook/view.py), and a ledger entry of a group that
 never got stored or is gone stops counting once a LIST shows it absent past the in-flight
-bound (priogate.ledger.stale_entries).
+bound (priogate.ledger.model.stale_entries).
 """
 
 from __future__ import annotations
@@ -19,11 +19,11 @@ from typing import Any
 
 from kubectl_priogate.output import NONE, quantities, quantity, shown, table
 from priogate import podgroup
-from priogate.ledger import Entry
+from priogate.ledger.codec import CONFIGMAP_MAX_BYTES
+from priogate.ledger.model import Entry
+from priogate.ledger.settlement import stale_entries
 from priogate.quota import Consumer, hard_limits, quota_applies, quota_names, unconsumed, used
-from priogate.record_codec import CONFIGMAP_MAX_BYTES
 from priogate.resources import ResourceList, add, pod_requests
-from priogate.settlement import stale_entries
 
 ZERO = Fraction(0)
 NO_QUOTA = "<none>"
@@ -222,7 +222,7 @@ def _record_fill_note(report: NamespaceReport) -> str:
         return ""
     share = report.record_bytes / CONFIGMAP_MAX_BYTES
     return (
-        f"\nThe reservation record of namespace {shown(report.namespace)} is {share:.0%} full"
+        f"\nThe ledger of namespace {shown(report.namespace)} is {share:.0%} full"
         f" ({report.record_bytes / 1024:.0f} KiB of {CONFIGMAP_MAX_BYTES // 1024} KiB):"
         " once it is full, new PodGroups with minResources are refused; delete the PodGroups"
         " that are no longer needed.\n"

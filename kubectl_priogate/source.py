@@ -13,16 +13,16 @@ from typing import Any
 
 from priogate import podgroup
 from priogate.kube.client import ApiClient, ApiError, resource_path
-from priogate.ledger import Entry
-from priogate.record_codec import (
+from priogate.ledger.codec import (
     DEFAULT_LEDGER_NAMESPACE,
     LEDGER_LABEL,
     covered_namespace,
     entries_of,
-    record_path,
+    ledger_path,
     stored_size,
 )
-from priogate.stored_groups import entry_of_group
+from priogate.ledger.model import Entry
+from priogate.ledger.stored_groups import entry_of_group
 
 JSON = dict[str, Any]
 LIST_TIMEOUT = (5, 60)
@@ -30,7 +30,7 @@ LIST_TIMEOUT = (5, 60)
 
 @dataclass(frozen=True)
 class LedgerRecord:
-    """A namespace's reservation record as the plugin read it."""
+    """A namespace's ledger as the plugin read it."""
 
     entries: dict[str, Entry]  # by PodGroup uid
     # The record's size as kube-apiserver counts it against a ConfigMap's 1 MiB; None when the
@@ -39,12 +39,12 @@ class LedgerRecord:
 
 
 class RecordNamespaceNotFound(Exception):
-    """The namespace the plugin reads reservation records from does not exist: priogate is
+    """The namespace the plugin reads ledgers from does not exist: priogate is
     installed elsewhere (--priogate-namespace), or not at all."""
 
     def __init__(self, namespace: str) -> None:
         super().__init__(
-            f'namespace "{namespace}", where priogate keeps its reservation records, does not exist:'
+            f'namespace "{namespace}", where priogate keeps its ledgers, does not exist:'
             " give the namespace priogate is installed in with --priogate-namespace"
             " (or $PRIOGATE_NAMESPACE)"
         )
@@ -111,12 +111,12 @@ class Source:
     # ---- the reservation ledger ----------------------------------------------------------------
 
     def ledger_entries(self, namespace: str | None) -> dict[str, dict[str, Entry]]:
-        """Tenant namespace -> its reservation record's entries (by PodGroup uid), as
+        """Tenant namespace -> its ledger's entries (by PodGroup uid), as
         ledger_records reads them."""
         return {ns: record.entries for ns, record in self.ledger_records(namespace).items()}
 
     def ledger_records(self, namespace: str | None) -> dict[str, LedgerRecord]:
-        """Tenant namespace -> its reservation record; every namespace that has a record when
+        """Tenant namespace -> its ledger; every namespace that has a record when
         `namespace` is None. The only place that knows where records live: in priogate's own
         namespace, where a namespace user may not read them. For such a user the entries are
         derived from the namespace's stored PodGroups, as priogate rebuilds a record (the record
@@ -124,7 +124,7 @@ class Source:
         if namespace is not None:
             try:
                 record: Mapping[str, Any] | None = self.client.get(
-                    record_path(self.priogate_namespace, namespace)
+                    ledger_path(self.priogate_namespace, namespace)
                 )
             except ApiError as e:
                 if e.status == 403:

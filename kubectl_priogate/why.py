@@ -22,7 +22,7 @@ from kubectl_priogate.output import NONE
 from kubectl_priogate.why_report import EventLine, Report, condition_text
 from priogate import gate
 from priogate.clock import epoch_seconds
-from priogate.ledger import Entry
+from priogate.ledger.model import Entry
 from priogate.phase import SCHEDULED, UNSCHEDULABLE
 from priogate.podgroup import Phase, PodPhase, group_of
 from priogate.preemption.outcome import iso

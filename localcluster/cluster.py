@@ -249,7 +249,7 @@ class LocalCluster:
             self.timings["real-node"] = time.monotonic() - t0
         self.timings["control-plane"] = time.monotonic() - t_warm
 
-        # priogate's own namespace: the webhook keeps its reservation records there, the
+        # priogate's own namespace: the webhook keeps its ledgers there, the
         # controller its Lease.
         create_or_replace(self.api, "/api/v1/namespaces", {"metadata": {"name": PRIOGATE_NAMESPACE}})
         if o.webhook:

@@ -37,8 +37,8 @@ def make_view(
         "pods": fed_cache("pods", pods, synced=synced),
         "ledgers": fed_cache("ledgers", ledgers, synced=synced),
     }
-    from priogate.memory_ledger import MemoryLedgerStore
-    from priogate.record_codec import covered_namespace, record_of
+    from priogate.ledger.codec import covered_namespace, ledger_of
+    from priogate.ledger.memory import MemoryLedgerStore
 
     view = CacheView(caches, ledger_store)
     if ledger_store is None:
@@ -47,7 +47,7 @@ def make_view(
         ledger_store.reads = lambda namespace: CacheReads(view, namespace)
     if isinstance(view.ledger_store, MemoryLedgerStore):
         for obj in ledgers:  # the in-process record starts as the cached one
-            view.ledger_store.records.setdefault(covered_namespace(obj), record_of(obj))
+            view.ledger_store.ledgers.setdefault(covered_namespace(obj), ledger_of(obj))
     return view
 
 
@@ -382,12 +382,12 @@ def group_review(
 
 
 def ledger(namespace: str = "default", **groups: dict) -> dict:
-    """A namespace's reservation record (a ConfigMap in priogate-system) holding one entry per
+    """A namespace's ledger (a ConfigMap in priogate-system) holding one entry per
     keyword: group name -> minResources (the uid is "uid-<group>", minMember 1)."""
-    from priogate.ledger import Entry, Record
-    from priogate.record_codec import DEFAULT_LEDGER_NAMESPACE, record_object
+    from priogate.ledger.codec import DEFAULT_LEDGER_NAMESPACE, ledger_object
+    from priogate.ledger.model import Entry, Ledger
 
     entries = {
         f"uid-{g}": Entry(g, f"uid-{g}", res, 1, "", "2026-11-22T00:00:00Z") for g, res in groups.items()
     }
-    return record_object(DEFAULT_LEDGER_NAMESPACE, namespace, Record(entries), None)
+    return ledger_object(DEFAULT_LEDGER_NAMESPACE, namespace, Ledger(entries), None)

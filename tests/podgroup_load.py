@@ -16,7 +16,7 @@ from fractions import Fraction
 
 from priogate import api_json, podgroup
 from priogate.kube.client import ApiClient, ApiError, resource_path
-from priogate.record_codec import DEFAULT_LEDGER_NAMESPACE, entries_of, record_name, record_path
+from priogate.ledger.codec import DEFAULT_LEDGER_NAMESPACE, entries_of, ledger_name, ledger_path
 from priogate.resources import parse_quantity
 
 
@@ -69,8 +69,8 @@ class _Monitor:
                 ),
                 (
                     "ledger-monitor",
-                    record_path(DEFAULT_LEDGER_NAMESPACE),
-                    (("fieldSelector", f"metadata.name={record_name(namespace)}"),),
+                    ledger_path(DEFAULT_LEDGER_NAMESPACE),
+                    (("fieldSelector", f"metadata.name={ledger_name(namespace)}"),),
                     self._ledger,
                 ),
             )

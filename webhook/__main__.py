@@ -13,7 +13,7 @@ import tempfile
 from pathlib import Path
 
 from priogate import __version__
-from priogate.ledger import DEFAULT_IN_FLIGHT
+from priogate.ledger.timing import IN_FLIGHT
 from webhook.registry import SERVERS  # imports neither prometheus_client nor the app
 
 
@@ -73,15 +73,15 @@ def main(argv: list[str] | None = None) -> int:
         default=os.environ.get("PRIOGATE_LEDGER_NAMESPACE")
         or os.environ.get("POD_NAMESPACE")
         or "priogate-system",
-        help="priogate's own namespace, where the reservation records live and only priogate may write"
+        help="priogate's own namespace, where the ledgers live and only priogate may write"
         " (default: $PRIOGATE_LEDGER_NAMESPACE, else $POD_NAMESPACE, else priogate-system)",
     )
     p.add_argument(
         "--in-flight-seconds",
         type=float,
-        default=float(os.environ.get("PRIOGATE_IN_FLIGHT_SECONDS", DEFAULT_IN_FLIGHT.total_seconds())),
+        default=float(os.environ.get("PRIOGATE_IN_FLIGHT_SECONDS", IN_FLIGHT.total_seconds())),
         help="how long an admitted request may take to be stored; an unconfirmed reservation counts"
-        f" that long (default {DEFAULT_IN_FLIGHT.total_seconds():g}; raise it above the timeoutSeconds of"
+        f" that long (default {IN_FLIGHT.total_seconds():g}; raise it above the timeoutSeconds of"
         " any other, possibly slow, validating webhook for PodGroups or pods)",
     )
     p.add_argument("--tls-check-seconds", type=float, default=3600.0, help="how often to check the Secret")

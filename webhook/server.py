@@ -18,7 +18,7 @@ from typing import Any
 import structlog
 from gunicorn.app.base import BaseApplication
 
-from priogate.ledger import DEFAULT_IN_FLIGHT
+from priogate.ledger.timing import IN_FLIGHT
 from webhook.registry import default_threads
 
 log = structlog.get_logger("priogate.server")
@@ -105,10 +105,10 @@ class ServerOptions:
     # renews from it before expiry and rewrites the files, which the TLS context then reloads.
     tls_secret: str | None = None
     tls_check_seconds: float = 3600.0
-    # Where the reservation records live (priogate's own namespace), and the in-flight bound
-    # (priogate.ledger.DEFAULT_IN_FLIGHT says what it is).
+    # Where the ledgers live (priogate's own namespace), and the in-flight bound
+    # (priogate.ledger.model.IN_FLIGHT says what it is).
     ledger_namespace: str = "priogate-system"
-    in_flight_seconds: float = DEFAULT_IN_FLIGHT.total_seconds()
+    in_flight_seconds: float = IN_FLIGHT.total_seconds()
     # A watch that hears nothing, not even a bookmark, for this long is restarted and its cache
     # is stale meanwhile (priogate.kube.cache.DEFAULT_QUIET_SECONDS says why the default).
     cache_quiet_seconds: float = 120.0
@@ -177,7 +177,7 @@ def build_view(
     priorityclasses_file: str | None = None,
     servers: tuple[str, ...] | None = None,
     ledger_namespace: str = "priogate-system",
-    in_flight_seconds: float = DEFAULT_IN_FLIGHT.total_seconds(),
+    in_flight_seconds: float = IN_FLIGHT.total_seconds(),
     quiet_seconds: float = 120.0,
 ) -> Any:
     """Caches for what the served rule sets need, started in this worker."""
@@ -185,7 +185,7 @@ def build_view(
     from priogate.kube.client import load_client
     from priogate.kube.host_turn import HostTurns
     from priogate.kube.ledger_store import LedgerStore
-    from priogate.kube.watched_record import WatchedRecords
+    from priogate.kube.watched_ledger import WatchedLedgers
     from webhook.metrics import CACHE_LAST_EVENT, CACHE_STALE, LEDGER_CONFLICTS
     from webhook.registry import load_rule_sets
     from webhook.view import CacheView, memory_view, sources
@@ -221,7 +221,7 @@ def build_view(
         # Where the records are watched (the pod quota rule set reads them, so the quota server
         # does), turns start from that copy. Not a need of the PodGroup rule sets: the copy only
         # saves a GET, so a stale watch of the records must not refuse their admissions.
-        watched=WatchedRecords(caches["ledgers"], ledger_namespace, turns) if "ledgers" in caches else None,
+        watched=WatchedLedgers(caches["ledgers"], ledger_namespace, turns) if "ledgers" in caches else None,
     )
     return CacheView(caches, store, client, ledger_namespace=ledger_namespace, in_flight=in_flight)
 

@@ -17,19 +17,20 @@ from priogate.kube.catalogue import Source
 from priogate.kube.client import ApiClient, ApiError, resource_path
 from priogate.kube.ledger_store import LedgerStore
 from priogate.kube.namespaces import label_namespace, probe_refusal
-from priogate.ledger import DEFAULT_IN_FLIGHT, DamagedRecord, Entry, Listing, Record, stamp
+from priogate.ledger.codec import DEFAULT_LEDGER_NAMESPACE, ledger_name, ledger_of
+from priogate.ledger.model import DamagedLedger, Entry, Ledger, Listing, stamp
+from priogate.ledger.settlement import adopted
+from priogate.ledger.stored_groups import ParsedGroup, claims_by_uid, listing_of, parse_groups
+from priogate.ledger.timing import IN_FLIGHT
 from priogate.quota import quota_names
-from priogate.record_codec import DEFAULT_LEDGER_NAMESPACE, record_name, record_of
 from priogate.resources import ResourceList, add, pod_requests
-from priogate.settlement import adopted
 from priogate.slim import group_member_essentials
-from priogate.stored_groups import ParsedGroup, claims_by_uid, listing_of, parse_groups
 
 
 def sources(ledger_namespace: str = DEFAULT_LEDGER_NAMESPACE) -> dict[str, tuple[Source, Transform | None]]:
     """The caches a rule set may need (RuleSet.needs) by name, and what each keeps: of pods,
     only PodGroup members' essentials (only members draw on reservations); of ConfigMaps, only
-    the reservation records in priogate's own namespace."""
+    the ledgers in priogate's own namespace."""
     return {
         source.name: (source, transform)
         for source, transform in (
@@ -71,7 +72,7 @@ class CacheView:
         client: ApiClient | None = None,
         *,
         ledger_namespace: str = DEFAULT_LEDGER_NAMESPACE,
-        in_flight: dt.timedelta = DEFAULT_IN_FLIGHT,
+        in_flight: dt.timedelta = IN_FLIGHT,
     ) -> None:
         self.caches = caches
         self.ledger_store: LedgerStore | Any = ledger_store
@@ -178,10 +179,10 @@ class CacheView:
         """The cached PodGroups as a listing (offline mode and tests stand it in for a LIST)."""
         return listing_of(self.caches["podgroups"].namespace(namespace).values(), now)
 
-    def cached_record(self, namespace: str) -> Record | None:
-        """The namespace's record as the watch shows it; DamagedRecord when unreadable."""
-        obj = self.caches["ledgers"].get(self.ledger_namespace, record_name(namespace))
-        return record_of(obj) if obj is not None else None
+    def cached_record(self, namespace: str) -> Ledger | None:
+        """The namespace's record as the watch shows it; DamagedLedger when unreadable."""
+        obj = self.caches["ledgers"].get(self.ledger_namespace, ledger_name(namespace))
+        return ledger_of(obj) if obj is not None else None
 
     def listed_podgroups(self, namespace: str) -> dict[str, str]:
         """uid -> name of the namespace's PodGroups by a quorum LIST (ApiClient.list_all), not
@@ -228,7 +229,7 @@ class CacheView:
         damaged = False
         try:
             record = self.cached_record(namespace)
-        except DamagedRecord:
+        except DamagedLedger:
             record, damaged = None, True
         stored = self.stored_podgroups(namespace)
         entries = adopted(record.entries if record else {}, stored.values())
@@ -261,7 +262,7 @@ class CacheReads:
         return next((q for q in self.quotas() if (q.get("metadata") or {}).get("name") == name), None)
 
     def podgroups(self) -> Listing:
-        if self._listing is None:  # at most once per turn, as priogate.ledger.Reads says
+        if self._listing is None:  # at most once per turn, as priogate.ledger.model.Reads says
             started = dt.datetime.now(dt.UTC)
             if self.view.client is not None:  # a quorum LIST where there is an API server to ask
                 path = resource_path(podgroup.GROUP_VERSION, podgroup.PLURAL, self.namespace)
@@ -272,8 +273,8 @@ class CacheReads:
 
 
 def memory_view(caches: Mapping[str, WatchCache], **kw: Any) -> CacheView:
-    """A view whose record lives in this process (priogate.ledger.MemoryLedgerStore)."""
-    from priogate.memory_ledger import MemoryLedgerStore
+    """A view whose record lives in this process (priogate.ledger.model.MemoryLedgerStore)."""
+    from priogate.ledger.memory import MemoryLedgerStore
 
     view = CacheView(caches, None, **kw)
     view.ledger_store = MemoryLedgerStore(lambda namespace: CacheReads(view, namespace))

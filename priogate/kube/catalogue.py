@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 from priogate.kube.cache import DEFAULT_QUIET_SECONDS, OnEvent, Transform, WatchCache
 from priogate.kube.client import ApiClient, resource_path
+from priogate.ledger.codec import DEFAULT_LEDGER_NAMESPACE, LEDGER_LABEL
 from priogate.podgroup import GROUP_VERSION, PLURAL
-from priogate.record_codec import DEFAULT_LEDGER_NAMESPACE, LEDGER_LABEL
 
 
 @dataclass(frozen=True)
@@ -48,7 +48,7 @@ PODGROUPS = Source("podgroups", resource_path(GROUP_VERSION, PLURAL))
 
 
 def ledgers(ledger_namespace: str = DEFAULT_LEDGER_NAMESPACE) -> Source:
-    """The reservation records: ConfigMaps in priogate's own namespace only (where tenants
+    """The ledgers: ConfigMaps in priogate's own namespace only (where tenants
     cannot write), and of those only the records."""
     return Source(
         "ledgers",

@@ -1,16 +1,16 @@
 """One ledger turn per namespace at a time among the worker processes of one host (a pod).
 
 Within a process, LedgerStore batches a namespace's waiting requests into one turn. Processes
-still race each other through the record's resourceVersion, and a lost race (409) costs a GET
+still race each other through the ledger's resourceVersion, and a lost race (409) costs a GET
 and a PUT for nothing: with two gunicorn worker processes per replica, half of those races are between
 processes that share a filesystem. An advisory lock (flock(2)) on a file in the pod's temporary
 directory lets them take turns instead, and each turn's batch grows with what arrived while the
 other held it. The lock is only an optimization: a turn that cannot have it within its deadline
-goes ahead without it, and the record's precondition still decides every race, so a process that
+goes ahead without it, and the ledger's precondition still decides every race, so a process that
 hangs holding it delays nobody for long and can never make two decisions agree wrongly. The
 kernel releases the lock when its holder exits.
 
-Beside each lock, the pod keeps a note of the last write it landed on the record (the record's
+Beside each lock, the pod keeps a note of the last write it landed on the ledger (the ledger's
 uid and the turn stamp's sequence number, priogate/turn_order.py), so whichever of its workers
 takes the next turn knows what the pod wrote last. Like the lock, the note only saves requests:
 a missing or stale note costs a wait or a GET.
@@ -30,9 +30,9 @@ from pathlib import Path
 
 import structlog
 
-log = structlog.get_logger("priogate.ledger")
+from priogate.ledger.timing import HOST_TURN_POLL_SECONDS
 
-POLL_SECONDS = 0.001
+log = structlog.get_logger("priogate.ledger")
 
 
 def _digest(text: str) -> str:
@@ -40,7 +40,7 @@ def _digest(text: str) -> str:
 
 
 class HostTurns:
-    """`scope` names what the records belong to (the API server and the ledger namespace), so
+    """`scope` names what the ledgers belong to (the API server and the ledger namespace), so
     servers of different clusters on one machine (tests, benchmarks) never wait for each other."""
 
     def __init__(self, scope: str, directory: Path | None = None) -> None:
@@ -56,7 +56,7 @@ class HostTurns:
         return _digest(f"{socket.gethostname()}:{self.directory.resolve()}:{self.scope}")[:12]
 
     def last_written(self, namespace: str) -> tuple[str, int]:
-        """(the record's uid, the sequence number) of the last write the pod noted; ("", -1)
+        """(the ledger's uid, the sequence number) of the last write the pod noted; ("", -1)
         when none is known."""
         if not self.usable:
             return self._notes.get(namespace, ("", -1))
@@ -114,4 +114,4 @@ class HostTurns:
             except BlockingIOError:
                 if time.monotonic() >= deadline:
                     return False
-                time.sleep(POLL_SECONDS)
+                time.sleep(HOST_TURN_POLL_SECONDS)

@@ -1,4 +1,4 @@
-"""The reservation record's authoritative copy: one ConfigMap per tenant namespace in priogate's
+"""The ledger's authoritative copy: one ConfigMap per tenant namespace in priogate's
 own namespace, written with a resourceVersion precondition. Every webhook replica and worker
 serializes its reservation decisions (PodGroups, and pods in namespaces with live reservations)
 through that object, as kube-apiserver's ResourceQuota admission serializes through a quota's
@@ -12,15 +12,15 @@ quota admission does): whoever holds the namespace's turn decides every waiting 
 order against one read, and writes once. Optimistic concurrency then only settles races between
 processes, and 32 requests in flight cost a few writes instead of a livelock of retries.
 
-A turn may need the truth behind the record: the namespace's stored PodGroups and its
+A turn may need the truth behind the ledger: the namespace's stored PodGroups and its
 ResourceQuotas. Those are quorum reads (a GET or LIST without a resourceVersion is served from
 etcd, or from the watch cache only once it is proven as fresh: KEP-2340, consistent reads from
 cache), made at most once per turn and shared by its batch, never a watch cache's view. A
-record that is missing or damaged is rebuilt from the PodGroup LIST before anything is decided,
-with the listed quotas as its quota fences (priogate.quota_fence): the fences it held, if any,
+ledger that is missing or damaged is rebuilt from the PodGroup LIST before anything is decided,
+with the listed quotas as its quota fences (priogate.ledger.fences): the fences it held, if any,
 are lost with it. A PodGroup decision counts no quota's status.used, and reads no quota in its
-turn: the cached quotas and the record's fences stand for the quotas as they are. A decision
-that counts status.used (a pod's) reads the quotas after the record, in the turn, so a charge
+turn: the cached quotas and the ledger's fences stand for the quotas as they are. A decision
+that counts status.used (a pod's) reads the quotas after the ledger, in the turn, so a charge
 another replica dropped because the quota's status.used now holds it is counted in one of the
 two.
 """
@@ -41,24 +41,24 @@ import structlog
 from priogate import podgroup
 from priogate.kube.client import ApiClient, ApiError, resource_path
 from priogate.kube.host_turn import HostTurns
-from priogate.kube.watched_record import WatchedRecords
-from priogate.ledger import DEFAULT_IN_FLIGHT, DamagedRecord, Decide, Listing, Record, stamp
-from priogate.quota_fence import seeded
-from priogate.record_codec import DEFAULT_LEDGER_NAMESPACE, record_object, record_of, record_path
-from priogate.settlement import resync
-from priogate.stored_groups import listing_of
-from priogate.turn_order import TURN_ANNOTATION, UNSTAMPED, Turn, turn_of
+from priogate.kube.watched_ledger import WatchedLedgers
+from priogate.ledger.codec import DEFAULT_LEDGER_NAMESPACE, ledger_object, ledger_of, ledger_path
+from priogate.ledger.fences import seeded
+from priogate.ledger.model import DamagedLedger, Decide, Ledger, Listing, stamp
+from priogate.ledger.settlement import resync
+from priogate.ledger.stored_groups import listing_of
+from priogate.ledger.timing import (
+    ANSWER_MARGIN_SECONDS,
+    CALL_TIMEOUT,
+    IN_FLIGHT,
+    TURN_DEADLINE_SECONDS,
+    TURN_POLL_SECONDS,
+)
+from priogate.ledger.turn_order import TURN_ANNOTATION, UNSTAMPED, Turn, turn_of
 
 log = structlog.get_logger("priogate.ledger")
 
 R = TypeVar("R")
-
-# (connect, read) seconds for one ledger call: well inside kube-apiserver's webhook timeout, so a
-# hung call becomes a retry or a 'busy' answer, not a webhook timeout.
-CALL_TIMEOUT = (3, 5)
-TURN_POLL_SECONDS = 0.05
-# Time kept back from the caller's deadline for the answer to travel (and a last write to end).
-ANSWER_MARGIN_SECONDS = 1.5
 
 
 class LedgerBusy(Exception):
@@ -132,11 +132,11 @@ class _Request(Generic[R]):
 
 @dataclass(frozen=True)
 class _Copy:
-    """A copy of a record a turn decides on: `version` None when there is no record, `fresh`
+    """A copy of a ledger a turn decides on: `version` None when there is no ledger, `fresh`
     when read by a GET in this turn (else the watch's copy), `rebuilt` when made from the
-    stored PodGroups because the stored record was missing or damaged."""
+    stored PodGroups because the stored ledger was missing or damaged."""
 
-    record: Record
+    ledger: Ledger
     version: str | None
     turn: Turn
     fresh: bool = True
@@ -156,17 +156,17 @@ class LedgerStore:
         client: ApiClient,
         *,
         ledger_namespace: str = DEFAULT_LEDGER_NAMESPACE,
-        in_flight: dt.timedelta = DEFAULT_IN_FLIGHT,
-        deadline_seconds: float = 7.0,
+        in_flight: dt.timedelta = IN_FLIGHT,
+        deadline_seconds: float = TURN_DEADLINE_SECONDS,
         on_conflict: Callable[[], None] = lambda: None,
         clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC),
         host_turns: HostTurns | None = None,
-        watched: WatchedRecords | None = None,
+        watched: WatchedLedgers | None = None,
         writer: str = "priogate",
     ) -> None:
-        """`watched`: turns start from the watch's copy of a record where it is current
+        """`watched`: turns start from the watch's copy of a ledger where it is current
         (priogate/turn_order.py), else from a GET. `writer` names this process's writes in
-        their turn stamps (the watched records' writer when there are any)."""
+        their turn stamps (the watched ledgers' writer when there are any)."""
         self.client = client
         self.ledger_namespace = ledger_namespace
         self.in_flight = in_flight
@@ -253,11 +253,11 @@ class LedgerStore:
             request.done.set()
 
     def read(self, namespace: str, reads: QuorumReads) -> _Copy:
-        """The record by a GET. A missing or damaged record is rebuilt from the stored
-        PodGroups: a missing record never means that nothing is reserved."""
+        """The ledger by a GET. A missing or damaged ledger is rebuilt from the stored
+        PodGroups: a missing ledger never means that nothing is reserved."""
         try:
             current: dict[str, Any] | None = self.client.get(
-                record_path(self.ledger_namespace, namespace), timeout=CALL_TIMEOUT
+                ledger_path(self.ledger_namespace, namespace), timeout=CALL_TIMEOUT
             )
         except ApiError as e:
             if e.status != 404:
@@ -266,14 +266,14 @@ class LedgerStore:
         if current is not None:
             version = (current.get("metadata") or {}).get("resourceVersion")
             try:
-                return _Copy(record_of(current), version, turn_of(current))
-            except DamagedRecord as e:
-                log.warning("reservation record damaged; rebuilding it", namespace=namespace, error=str(e))
+                return _Copy(ledger_of(current), version, turn_of(current))
+            except DamagedLedger as e:
+                log.warning("ledger damaged; rebuilding it", namespace=namespace, error=str(e))
                 return _Copy(self._rebuilt(reads), version, UNSTAMPED, rebuilt=True)
         listing = reads.podgroups()
         if listing.groups:
             log.warning(
-                "reservation record missing; rebuilt from the stored PodGroups",
+                "ledger missing; rebuilt from the stored PodGroups",
                 namespace=namespace,
                 groups=sorted(e.group for e in listing.groups.values()),
             )
@@ -287,16 +287,16 @@ class LedgerStore:
             return None
         obj, turn = started
         try:
-            record = record_of(obj)
-        except DamagedRecord:
+            ledger = ledger_of(obj)
+        except DamagedLedger:
             return None  # the GET finds it damaged too, and rebuilds it
-        return _Copy(record, (obj.get("metadata") or {}).get("resourceVersion"), turn, fresh=False)
+        return _Copy(ledger, (obj.get("metadata") or {}).get("resourceVersion"), turn, fresh=False)
 
-    def _rebuilt(self, reads: QuorumReads) -> Record:
-        """The record the stored PodGroups and quotas make; the quotas as fences, since this
+    def _rebuilt(self, reads: QuorumReads) -> Ledger:
+        """The ledger the stored PodGroups and quotas make; the quotas as fences, since this
         turn's decisions must count a quota change the cache may not show yet."""
         entries = resync({}, reads.podgroups(), self.in_flight)
-        return Record(entries, fences=seeded(reads.quotas(), stamp(self.clock())))
+        return Ledger(entries, fences=seeded(reads.quotas(), stamp(self.clock())))
 
     def _write_batch(
         self, state: _Namespace, namespace: str, batch: list[_Request], holder: _Request
@@ -305,7 +305,7 @@ class LedgerStore:
         or the holder's deadline has passed. A request whose deadline passes while conflicts go
         on is answered 'busy' and leaves `batch`. After a conflict the batch takes in what has
         arrived meanwhile: one more write then serves them too."""
-        item = record_path(self.ledger_namespace, namespace)
+        item = ledger_path(self.ledger_namespace, namespace)
         reads = QuorumReads(self.client, namespace, self.clock)
         attempt = 0
         copy = self._watched_copy(namespace, holder.deadline)
@@ -316,31 +316,31 @@ class LedgerStore:
                     batch.extend(state.waiting)
                     state.waiting.clear()
             current = copy or self.read(namespace, reads)
-            copy = None  # a conflict, or a decision to confirm, reads the record again
-            record = current.record
+            copy = None  # a conflict, or a decision to confirm, reads the ledger again
+            ledger = current.ledger
             changed = current.rebuilt and not all(r.dry_run for r in batch)
             for request in batch:
-                new_record, request.result = request.decide(record, reads)
+                new_record, request.result = request.decide(ledger, reads)
                 if new_record is not None and not request.dry_run:
-                    record, changed = new_record, True
+                    ledger, changed = new_record, True
             if not changed:
                 if not current.fresh:
                     # No write, so no precondition proves the watch's copy current: decide
-                    # again on a GET (the same decisions, unless the record has moved on).
+                    # again on a GET (the same decisions, unless the ledger has moved on).
                     continue
                 return
             turn = current.turn.next(self.writer)
-            body = record_object(
+            body = ledger_object(
                 self.ledger_namespace,
                 namespace,
-                record,
+                ledger,
                 current.version,
                 annotations={TURN_ANNOTATION: turn.annotation()},
             )
             try:
                 if current.version is None:
                     stored = self.client.request(
-                        "POST", record_path(self.ledger_namespace), body=body, timeout=CALL_TIMEOUT
+                        "POST", ledger_path(self.ledger_namespace), body=body, timeout=CALL_TIMEOUT
                     )
                 else:
                     stored = self.client.request("PUT", item, body=body, timeout=CALL_TIMEOUT)
@@ -351,7 +351,7 @@ class LedgerStore:
                 if e.status != 409:
                     raise
                 self.on_conflict()
-                # The next attempt reads the record again; the quotas with it, so a charge
+                # The next attempt reads the ledger again; the quotas with it, so a charge
                 # another replica dropped (its pod now in status.used) is never missed.
                 reads.forget_quotas()
             now = time.monotonic()

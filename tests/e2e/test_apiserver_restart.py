@@ -22,8 +22,8 @@ from localcluster import LocalCluster, Options
 from localcluster.procs import progress
 from priogate.clock import rfc3339
 from priogate.kube.client import ApiClient, ApiError, load_client, resource_path
-from priogate.ledger import Record
-from priogate.record_codec import DEFAULT_LEDGER_NAMESPACE, entries_of, record_object, record_path
+from priogate.ledger.codec import DEFAULT_LEDGER_NAMESPACE, entries_of, ledger_object, ledger_path
+from priogate.ledger.model import Ledger
 from tests.builders import podgroup
 from tests.e2e.helpers import wait_for
 
@@ -120,8 +120,8 @@ def decided(api: ApiClient, name: str, cpu: str, namespace: str = NAMESPACE) -> 
 
 
 def reservations(api: ApiClient, namespace: str = NAMESPACE) -> dict[str, str]:
-    """group name -> admitted_at, from the reservation record as stored."""
-    record = api.get(record_path(DEFAULT_LEDGER_NAMESPACE, namespace))
+    """group name -> admitted_at, from the ledger as stored."""
+    record = api.get(ledger_path(DEFAULT_LEDGER_NAMESPACE, namespace))
     return {e.group: e.admitted_at for e in entries_of(record).values()}
 
 
@@ -134,13 +134,13 @@ def old_reservation(api: ApiClient, namespace: str) -> str:
         {"metadata": {"name": "compute"}, "spec": {"hard": {"cpu": "4"}}},
     )
     assert decided(api, "held", "3", namespace) is None, "the first group fits the quota"
-    ledger = api.get(record_path(DEFAULT_LEDGER_NAMESPACE, namespace))
+    ledger = api.get(ledger_path(DEFAULT_LEDGER_NAMESPACE, namespace))
     old = rfc3339(dt.datetime.now(dt.UTC) - dt.timedelta(hours=1))
     entries = {k: dataclasses.replace(e, admitted_at=old) for k, e in entries_of(ledger).items()}
     version = ledger["metadata"]["resourceVersion"]
     api.replace(
-        record_path(DEFAULT_LEDGER_NAMESPACE, namespace),
-        record_object(DEFAULT_LEDGER_NAMESPACE, namespace, Record(entries), version),
+        ledger_path(DEFAULT_LEDGER_NAMESPACE, namespace),
+        ledger_object(DEFAULT_LEDGER_NAMESPACE, namespace, Ledger(entries), version),
     )
     assert reservations(api, namespace) == {"held": old}
     return old
@@ -187,7 +187,7 @@ def test_restart_keeps_reservations_and_readiness_tracks_staleness(lc: LocalClus
     still_enforced(api, NAMESPACE)
 
     logs = (lc.logs / "webhook.log").read_text() + (lc.logs / "controller.log").read_text()
-    assert "reservation record made true" not in logs
+    assert "ledger made true" not in logs
     progress(
         f"relists after the restart: {logs.count('watch expired, relisting')}; answered 404:"
         f" {logs.count('resource not served')}"
@@ -226,7 +226,7 @@ def test_controller_started_while_the_crd_is_not_served_frees_nothing(lc: LocalC
     assert reservations(api, namespace) == {"held": old}
     still_enforced(api, namespace)
     log = (lc.logs / "controller.log").read_text()
-    assert "reservation record made true" not in log
+    assert "ledger made true" not in log
     assert "resource not served" in log
 
 

@@ -15,8 +15,8 @@ from kubernetes import client as k8s
 
 from localcluster import LocalCluster
 from priogate.kube.client import ApiClient, ApiError, load_client, resource_path
-from priogate.ledger import Entry
-from priogate.record_codec import DEFAULT_LEDGER_NAMESPACE, entries_of, record_object, record_of, record_path
+from priogate.ledger.codec import DEFAULT_LEDGER_NAMESPACE, entries_of, ledger_object, ledger_of, ledger_path
+from priogate.ledger.model import Entry
 from priogate.resources import parse_quantity
 from tests.builders import pod, podgroup
 from tests.e2e.controller_helpers import delete_pod, groups_path, phase, pod_running, wait_phase
@@ -202,14 +202,14 @@ def _inject_stale_entry(client: ApiClient, namespace: str, key: str) -> dict:
     admitted = (dt.datetime.now(dt.UTC) - dt.timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
     stale = Entry("never-stored", key, {"cpu": "1"}, 1, "", admitted)
     for _ in range(10):
-        ledger = client.get(record_path(DEFAULT_LEDGER_NAMESPACE, namespace))
-        record = record_of(ledger)
+        ledger = client.get(ledger_path(DEFAULT_LEDGER_NAMESPACE, namespace))
+        record = ledger_of(ledger)
         record = record.with_entries({**record.entries, key: stale})
         version = ledger["metadata"]["resourceVersion"]
         try:
             return client.replace(
-                record_path(DEFAULT_LEDGER_NAMESPACE, namespace),
-                record_object(DEFAULT_LEDGER_NAMESPACE, namespace, record, version),
+                ledger_path(DEFAULT_LEDGER_NAMESPACE, namespace),
+                ledger_object(DEFAULT_LEDGER_NAMESPACE, namespace, record, version),
             )  # carries the resourceVersion read
         except ApiError as e:
             if e.status != 409:
@@ -224,7 +224,7 @@ def test_stale_reservation_is_reclaimed(client: ApiClient, namespace: str):
     )
     uid = created["metadata"]["uid"]
     wait_for(
-        lambda: uid in entries_of(client.get(record_path(DEFAULT_LEDGER_NAMESPACE, namespace))),
+        lambda: uid in entries_of(client.get(ledger_path(DEFAULT_LEDGER_NAMESPACE, namespace))),
         30,
         "the webhook reserved for it",
     )
@@ -234,10 +234,10 @@ def test_stale_reservation_is_reclaimed(client: ApiClient, namespace: str):
     assert stale_uid in entries_of(_inject_stale_entry(client, namespace, stale_uid))
 
     wait_for(
-        lambda: stale_uid not in entries_of(client.get(record_path(DEFAULT_LEDGER_NAMESPACE, namespace))),
+        lambda: stale_uid not in entries_of(client.get(ledger_path(DEFAULT_LEDGER_NAMESPACE, namespace))),
         60,
         "the controller removed the stale reservation",
     )
-    assert uid in entries_of(client.get(record_path(DEFAULT_LEDGER_NAMESPACE, namespace))), (
+    assert uid in entries_of(client.get(ledger_path(DEFAULT_LEDGER_NAMESPACE, namespace))), (
         "a live group's reservation was removed"
     )

@@ -2,7 +2,7 @@
 in one namespace (tests/e2e/tenant.py), acting through impersonation, on the real control plane.
 
 Each test is one guarantee docs/reliability.md lists:
-- the reservation record is out of the tenant's reach, and rebuilt when an admin deletes it;
+- the ledger is out of the tenant's reach, and rebuilt when an admin deletes it;
 - a finalizer-held group keeps its reservation until it is really gone;
 - plain pods created in a burst cannot eat a reservation;
 - a resize cannot grow a pod into a reservation;
@@ -27,8 +27,8 @@ from localcluster import LocalCluster
 from localcluster.api import update
 from priogate.clock import rfc3339
 from priogate.kube.client import ApiClient, ApiError, load_client, resource_path
-from priogate.ledger import DEFAULT_IN_FLIGHT
-from priogate.record_codec import DEFAULT_LEDGER_NAMESPACE, entries_of, record_name, record_path
+from priogate.ledger.codec import DEFAULT_LEDGER_NAMESPACE, entries_of, ledger_name, ledger_path
+from priogate.ledger.timing import IN_FLIGHT
 from tests.builders import pod
 from tests.e2e.helpers import refusal, wait_for
 from tests.e2e.tenant import GROUP, VERSION, Tenant
@@ -68,7 +68,7 @@ def set_quota_cpu(admin: ApiClient, namespace: str, cpu: str) -> None:
 
 def record_entries(admin: ApiClient, namespace: str) -> dict:
     try:
-        return entries_of(admin.get(record_path(RECORDS, namespace)))
+        return entries_of(admin.get(ledger_path(RECORDS, namespace)))
     except ApiError as e:
         if e.status == 404:
             return {}
@@ -83,7 +83,7 @@ def test_the_record_is_out_of_the_tenants_reach_and_rebuilt_when_deleted(tenant:
     quota(admin, tenant.namespace, "10")
     tenant.create_podgroup(podgroup("six", "6"))
     assert reserved_groups(admin, tenant.namespace) == {"six"}
-    name = record_name(tenant.namespace)
+    name = ledger_name(tenant.namespace)
     kubectl = tenant.kubectl
     for verb in (
         ("get", "configmap", name),
@@ -91,7 +91,7 @@ def test_the_record_is_out_of_the_tenants_reach_and_rebuilt_when_deleted(tenant:
         ("label", "configmap", name, "priogate.io/ledger-", "--overwrite"),
         ("annotate", "configmap", name, "x=y"),
         ("patch", "configmap", name, "--type=merge", "-p", '{"data":{"reservations.json":"{}"}}'),
-        ("create", "configmap", "podgroup-reservations.other", "--from-literal=reservations.json={}"),
+        ("create", "configmap", "podgroup-ledger.other", "--from-literal=reservations.json={}"),
         ("get", "configmaps"),
     ):
         out = kubectl(f"--namespace={RECORDS}", *verb, check=False)
@@ -102,7 +102,7 @@ def test_the_record_is_out_of_the_tenants_reach_and_rebuilt_when_deleted(tenant:
         f"--namespace={tenant.namespace}",
         "create",
         "configmap",
-        "priogate-podgroup-reservations",
+        "priogate-podgroup-ledger",
         "--from-literal=reservations.json={}",
     )
     got = refusal(lambda: tenant.create_podgroup(podgroup("five", "5")))
@@ -111,7 +111,7 @@ def test_the_record_is_out_of_the_tenants_reach_and_rebuilt_when_deleted(tenant:
     # An admin deletes the record: a missing record never means nothing is reserved. The claim
     # that the stored groups leave no room for is refused on them, before any turn; the next
     # admission rebuilds the record from the stored groups before it is decided.
-    admin.delete(record_path(RECORDS, tenant.namespace))
+    admin.delete(ledger_path(RECORDS, tenant.namespace))
     got = refusal(lambda: tenant.create_podgroup(podgroup("five", "5")))
     assert got is not None and got[0] == 403 and "reserved: cpu=6, limited: cpu=10" in got[1], got
     tenant.create_podgroup(podgroup("four", "4"))
@@ -126,7 +126,7 @@ def test_a_finalizer_held_group_reserves_until_it_is_gone(tenant: Tenant, admin:
     tenant.delete_podgroup("held")
     assert tenant.get_podgroup("held")["metadata"].get("deletionTimestamp")
     # Old code: the DELETE admission released the reservation here, and this was admitted.
-    deadline = time.monotonic() + DEFAULT_IN_FLIGHT.total_seconds() + 3
+    deadline = time.monotonic() + IN_FLIGHT.total_seconds() + 3
     while time.monotonic() < deadline:  # past the in-flight bound too: confirmed still stored
         got = refusal(lambda: tenant.create_podgroup(podgroup("next", "10")))
         assert got is not None and "reserved: cpu=10" in got[1], got
@@ -221,7 +221,7 @@ def test_a_resize_into_the_reservation_is_refused(tenant: Tenant, admin: ApiClie
     assert "requested: cpu=3" in got[1] and "reserved by PodGroups: cpu=6" in got[1], got
     # 2 + 2 more + 6 = 10 fits, once the pod's own admission charge has expired (for up to the
     # in-flight bound it counts beside status.used: too much for a moment, never too little).
-    wait_for(lambda: resize("4") is None, DEFAULT_IN_FLIGHT.total_seconds() + 15, "a resize that fits", 1)
+    wait_for(lambda: resize("4") is None, IN_FLIGHT.total_seconds() + 15, "a resize that fits", 1)
 
 
 def _review(operation: str, obj: dict | None, old: dict | None, namespace: str, name: str) -> dict:
@@ -290,7 +290,7 @@ def test_forged_reviews_posted_to_the_webhook_neither_release_nor_block(
     # stored, drops it and goes through. Old code: refused for the whole bound (then 15 s).
     assert refusal(lambda: tenant.create_podgroup(podgroup("fits", "4"))) is None
     took = time.monotonic() - forged_at
-    assert took < DEFAULT_IN_FLIGHT.total_seconds() + 3, f"the create took {took:.1f} s"
+    assert took < IN_FLIGHT.total_seconds() + 3, f"the create took {took:.1f} s"
     assert reserved_groups(admin, tenant.namespace) == {"real", "fits"}
 
 

@@ -242,7 +242,7 @@ ALLOWED: list[tuple[str, str, str, str | None, str]] = [
     # (webhook/rules/podgroup_enrolment.py, priogate/kube/namespaces.py)
     (WEBHOOK, "patch", "namespaces", None, ""),
     (WEBHOOK, "create", "podgroups.scheduling.volcano.sh", TENANT_NS, ""),
-    # the reservation records: watched, read and written (GET, POST, PUT) in priogate's own
+    # the ledgers: watched, read and written (GET, POST, PUT) in priogate's own
     # namespace only (priogate/kube/ledger_store.py)
     *[(WEBHOOK, v, "configmaps", NAMESPACE, "") for v in (*CACHE_VERBS, "create", "update")],
     # the servers renew the serving certificate in its Secret (--tls-secret)
@@ -313,7 +313,7 @@ DENIED: list[tuple[str, str, str, str | None, str]] = [
     *[(a, v, "namespaces", None, "") for a in (WEBHOOK, CONTROLLER) for v in ("update", "create", "delete")],
     *[(WEBHOOK, v, "podgroups.scheduling.volcano.sh", TENANT_NS, "") for v in ("update", "patch", "delete")],
     (WEBHOOK, "delete", "configmaps", TENANT_NS, ""),
-    # the reservation records live in priogate's namespace: no ConfigMap rights anywhere else
+    # the ledgers live in priogate's namespace: no ConfigMap rights anywhere else
     *[
         (a, v, "configmaps", ns, "")
         for a in (WEBHOOK, CONTROLLER)

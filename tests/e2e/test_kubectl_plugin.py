@@ -17,8 +17,8 @@ import yaml
 
 from localcluster import LocalCluster
 from priogate.kube.client import ApiClient, load_client, resource_path
+from priogate.ledger.codec import CONFIGMAP_MAX_BYTES, DEFAULT_LEDGER_NAMESPACE, ledger_path, stored_size
 from priogate.podgroup import GROUP_VERSION
-from priogate.record_codec import CONFIGMAP_MAX_BYTES, DEFAULT_LEDGER_NAMESPACE, record_path, stored_size
 from tests.builders import pod, podgroup, priority_class
 from tests.e2e.conftest import ClassTracker
 from tests.e2e.controller_helpers import groups_path, pod_running
@@ -83,7 +83,7 @@ def test_reservations_of_a_namespace_with_a_quota_and_podgroups(client: ApiClien
     assert table[1].split() == ["compute", "cpu", "10", "1", "6", "5", "4", "eval=2,train=4"]
     assert table[2].split() == ["compute", "pods", "10", "1", "3", "2", "7", "eval=1,train=2"]
 
-    record = record_path(DEFAULT_LEDGER_NAMESPACE, namespace)
+    record = ledger_path(DEFAULT_LEDGER_NAMESPACE, namespace)
     before = stored_size(client.get(record))
     data = json.loads(ok(priogate("reservations", "-n", namespace, "-o", "json")))
     after = stored_size(client.get(record))  # the controller may rewrite it meanwhile

@@ -15,10 +15,10 @@ import yaml
 from localcluster import LocalCluster
 from localcluster.binaries import REPO
 from priogate.kube.client import ApiClient, ApiError, load_client, resource_path
-from priogate.record_codec import DEFAULT_LEDGER_NAMESPACE, entries_of, record_path
+from priogate.ledger.codec import DEFAULT_LEDGER_NAMESPACE, entries_of, ledger_path
+from priogate.ledger.turn_order import TURN_ANNOTATION
 from priogate.resources import parse_quantity
 from priogate.scope import ENROLLED_LABEL, ENROLLED_VALUE
-from priogate.turn_order import TURN_ANNOTATION
 from tests.builders import pod, podgroup
 from tests.e2e.helpers import wait_for
 from tests.podgroup_load import create_concurrently
@@ -98,10 +98,10 @@ def quota_webhook_at(cluster: LocalCluster, client: ApiClient, url: str) -> Iter
 
 @contextlib.contextmanager
 def forging_turn_stamps(client: ApiClient, namespace: str, every: float = 0.05) -> Iterator[list[int]]:
-    """Rewrite the record's turn stamp (priogate.turn_order) while the block runs, as someone
+    """Rewrite the record's turn stamp (priogate.ledger.turn_order) while the block runs, as someone
     allowed to write in priogate's namespace might: higher, lower, another writer's, garbled.
     Yields the count of stamps written."""
-    path = record_path(DEFAULT_LEDGER_NAMESPACE, namespace)
+    path = ledger_path(DEFAULT_LEDGER_NAMESPACE, namespace)
     stamps = ["999999 forged", "0 forged", "1", "not-a-number x", ""]
     stop = threading.Event()
     written = [0]
@@ -189,7 +189,7 @@ def test_concurrent_podgroups_fill_the_quota_exactly(
         assert sum(parse_quantity(g["spec"]["minResources"]["cpu"]) for g in stored) == Fraction(10)
         assert result.samples > 0
         assert result.max_stored_cpu <= 10 and result.max_ledger_cpu <= 10
-        entries = entries_of(client.get(record_path(DEFAULT_LEDGER_NAMESPACE, namespace))).values()
+        entries = entries_of(client.get(ledger_path(DEFAULT_LEDGER_NAMESPACE, namespace))).values()
         assert {e.group for e in entries} == {g["metadata"]["name"] for g in stored}
         if masters > 1:
             assert all(backends_used.get(p, 0) > 0 for p in ports), backends_used
@@ -258,7 +258,7 @@ def test_dry_run_podgroup_reserves_nothing(client, namespace):
             is None
         )
     with contextlib.suppress(ApiError):  # 404: no ledger was ever written, as it should be
-        assert entries_of(client.get(record_path(DEFAULT_LEDGER_NAMESPACE, namespace))) == {}
+        assert entries_of(client.get(ledger_path(DEFAULT_LEDGER_NAMESPACE, namespace))) == {}
     client.create(path, podgroup("real", namespace=None, min_member=1, min_resources={"cpu": "2"}))
     assert "exceeded quota" in (
         denial(

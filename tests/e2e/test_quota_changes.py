@@ -26,8 +26,8 @@ from kubernetes.client.rest import ApiException
 from localcluster import LocalCluster
 from localcluster.api import update
 from priogate.kube.client import ApiClient, resource_path
-from priogate.ledger import DEFAULT_IN_FLIGHT
-from priogate.record_codec import DEFAULT_LEDGER_NAMESPACE, record_of, record_path
+from priogate.ledger.codec import DEFAULT_LEDGER_NAMESPACE, ledger_of, ledger_path
+from priogate.ledger.timing import IN_FLIGHT
 from tests.e2e.helpers import refusal, wait_for
 from tests.e2e.tenant import Tenant
 from tests.e2e.test_hostile_tenant_quota import podgroup, quota, reserved_groups
@@ -40,7 +40,7 @@ def quotas(namespace: str) -> str:
 
 
 def fences(admin: ApiClient, namespace: str) -> list:
-    return list(record_of(admin.get(record_path(DEFAULT_LEDGER_NAMESPACE, namespace))).fences.values())
+    return list(ledger_of(admin.get(ledger_path(DEFAULT_LEDGER_NAMESPACE, namespace))).fences.values())
 
 
 def test_a_quota_created_a_moment_before_a_create_limits_it(tenant: Tenant, admin: ApiClient):
@@ -104,7 +104,7 @@ def test_the_tenant_can_change_neither_quotas_nor_the_record_of_fences(tenant: T
         )
     assert raised.value.status == 403
     # The record lives in priogate's namespace, out of the tenant's reach.
-    record = f"podgroup-reservations.{tenant.namespace}"
+    record = f"podgroup-ledger.{tenant.namespace}"
     with pytest.raises(ApiException) as raised:
         tenant.core.patch_namespaced_config_map(record, DEFAULT_LEDGER_NAMESPACE, {"data": {}})
     assert raised.value.status == 403
@@ -113,12 +113,12 @@ def test_the_tenant_can_change_neither_quotas_nor_the_record_of_fences(tenant: T
 
 def test_a_dry_run_quota_change_writes_no_fence(tenant: Tenant, admin: ApiClient):
     quota(admin, tenant.namespace, "2")
-    before = admin.get(record_path(DEFAULT_LEDGER_NAMESPACE, tenant.namespace))["metadata"]["resourceVersion"]
+    before = admin.get(ledger_path(DEFAULT_LEDGER_NAMESPACE, tenant.namespace))["metadata"]["resourceVersion"]
     path = f"{quotas(tenant.namespace)}/compute"
     stored = admin.get(path)
     stored["spec"]["hard"]["cpu"] = "1"
     admin.request("PUT", path, query=[("dryRun", "All")], body=stored)
-    after = admin.get(record_path(DEFAULT_LEDGER_NAMESPACE, tenant.namespace))["metadata"]["resourceVersion"]
+    after = admin.get(ledger_path(DEFAULT_LEDGER_NAMESPACE, tenant.namespace))["metadata"]["resourceVersion"]
     assert after == before
 
 
@@ -163,5 +163,5 @@ def test_a_forged_quota_change_refuses_for_the_in_flight_bound_at_most(
         0.5,
     )
     took = time.monotonic() - forged_at
-    assert took < DEFAULT_IN_FLIGHT.total_seconds() + 5, f"refused for {took:.1f} s"
+    assert took < IN_FLIGHT.total_seconds() + 5, f"refused for {took:.1f} s"
     assert reserved_groups(admin, tenant.namespace) == {"fits"}

@@ -1,4 +1,4 @@
-"""The reservation record's form through the real control plane, with a tenant (built-in `edit`
+"""The ledger's form through the real control plane, with a tenant (built-in `edit`
 in one namespace) creating the PodGroups: the record kube-apiserver stores holds their entries in
 compressed shards (base64 text in data) and the quota holds exactly; and a record in another form
 (one JSON text, or shards in binaryData, as a hand edit may leave it) is not guessed at: it is
@@ -13,7 +13,7 @@ import pytest
 
 from localcluster import LocalCluster
 from priogate.kube.client import ApiClient, ApiError
-from priogate.record_codec import (
+from priogate.ledger.codec import (
     CHARGES_DATA_KEY,
     DEFAULT_LEDGER_NAMESPACE,
     LEDGER_DATA_KEY,
@@ -21,7 +21,7 @@ from priogate.record_codec import (
     SHARDED_MARKER,
     SHARDS,
     entries_of,
-    record_path,
+    ledger_path,
     stored_size,
 )
 from tests.e2e.controller_helpers import metric
@@ -29,12 +29,12 @@ from tests.e2e.helpers import refusal, wait_for
 from tests.e2e.tenant import Tenant
 from tests.e2e.test_hostile_tenant_quota import podgroup, quota
 
-DAMAGED = "reservation record damaged"
+DAMAGED = "ledger damaged"
 RECORD_BYTES = "priogate_reservation_record_bytes"
 
 
 def record(admin: ApiClient, namespace: str) -> dict:
-    return admin.get(record_path(DEFAULT_LEDGER_NAMESPACE, namespace))
+    return admin.get(ledger_path(DEFAULT_LEDGER_NAMESPACE, namespace))
 
 
 def recorded_groups(admin: ApiClient, namespace: str) -> set[str]:
@@ -99,7 +99,7 @@ def test_a_record_in_another_form_is_rebuilt_and_the_quota_holds(
         tenant.create_podgroup(podgroup(name, "1"))
     # The admin rewrites the record in a form priogate does not write. Retried on 409 (the
     # controller's sweep may write meanwhile).
-    path = record_path(DEFAULT_LEDGER_NAMESPACE, tenant.namespace)
+    path = ledger_path(DEFAULT_LEDGER_NAMESPACE, tenant.namespace)
     for _ in range(10):
         current = in_another_form(admin.get(path), form)
         try:

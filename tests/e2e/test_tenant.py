@@ -15,7 +15,7 @@ from kubernetes.client.rest import ApiException
 
 from localcluster import LocalCluster
 from localcluster.binaries import REPO
-from priogate.record_codec import DEFAULT_LEDGER_NAMESPACE, entries_of, record_name
+from priogate.ledger.codec import DEFAULT_LEDGER_NAMESPACE, entries_of, ledger_name
 from tests.builders import priority_class
 from tests.e2e.helpers import refusal, unique, wait_for
 from tests.e2e.tenant import GROUP, VERSION, Tenant, make_tenant, tenant_fixture
@@ -130,7 +130,7 @@ def quota_for(core: k8s.CoreV1Api, tenant: Tenant, cpu: str) -> None:
 
 def ledger_groups(core: k8s.CoreV1Api, namespace: str) -> set[str]:
     try:
-        cm = core.read_namespaced_config_map(record_name(namespace), DEFAULT_LEDGER_NAMESPACE)
+        cm = core.read_namespaced_config_map(ledger_name(namespace), DEFAULT_LEDGER_NAMESPACE)
     except ApiException as e:
         if e.status == 404:
             return set()

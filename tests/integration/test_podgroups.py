@@ -9,8 +9,8 @@ import threading
 import jsonpatch
 import pytest
 
-from priogate.ledger import Entry, Record
-from priogate.memory_ledger import MemoryLedgerStore
+from priogate.ledger.memory import MemoryLedgerStore
+from priogate.ledger.model import Entry, Ledger
 from tests.builders import (
     SYSTEM_CLASSES,
     decode_patch,
@@ -79,14 +79,14 @@ def test_exactly_the_quota_is_admitted_and_only_a_gone_group_releases():
     assert [r["allowed"] for r in results] == [True] * 10 + [False] * 2
     message = results[10]["status"]["message"]
     assert message.startswith("exceeded quota: compute, requested: cpu=1, reserved: cpu=10, limited: cpu=10")
-    assert len(store.ledgers["team-a"]) == 10
+    assert len(store.ledgers["team-a"].entries) == 10
     # A DELETE admission (forged: DELETE is not registered) releases nothing.
     deleted = group_review(
         None, operation="DELETE", old=podgroup("g3", namespace="team-a", min_resources={"cpu": "1"})
     )
     deleted["request"]["name"] = "g3"
     assert answer(client, "/validate/podgroups", deleted)["allowed"] is True
-    assert len(store.ledgers["team-a"]) == 10
+    assert len(store.ledgers["team-a"].entries) == 10
     g10 = group_review(podgroup("g10", namespace="team-a", min_resources={"cpu": "1"}))
     assert answer(client, "/validate/podgroups", g10)["allowed"] is False  # all ten still stored
 
@@ -113,7 +113,7 @@ def test_an_entry_ends_when_its_group_is_confirmed_gone():
     assert hurried["allowed"] is False and "retry" in hurried["status"]["message"]
     view.in_flight = dt.timedelta(seconds=1)  # a bound the next request can wait out
     assert answer(client, "/validate/podgroups?timeout=10s", g10)["allowed"] is True
-    assert sorted(e.group for e in store.ledgers["team-a"].values()) == sorted(
+    assert sorted(e.group for e in store.ledgers["team-a"].entries.values()) == sorted(
         f"g{i}" for i in range(11) if i != 3
     )
 
@@ -137,7 +137,7 @@ def test_concurrent_admissions_never_over_admit():
     for t in threads:
         t.join()
     assert sum(a["allowed"] for a in allowed) == 10
-    assert len(store.ledgers["team-a"]) == 10
+    assert len(store.ledgers["team-a"].entries) == 10
 
 
 def test_update_growing_is_checked_shrinking_is_not():
@@ -240,7 +240,7 @@ def test_pods_in_a_burst_are_charged_until_status_used_shows_them(reserved_names
     ]
     assert [a["allowed"] for a in answers] == [True, True, True, False, False]
     assert "retry" in answers[3]["status"]["message"]
-    assert len(store.records["team-a"].charges) == 3
+    assert len(store.ledgers["team-a"].charges) == 3
 
 
 def test_resize_into_a_reservation_is_refused(reserved_namespace):
@@ -260,7 +260,7 @@ def test_resize_into_a_reservation_is_refused(reserved_namespace):
 
 def test_stale_entries_are_pruned_by_the_admission_they_would_block():
     store = MemoryLedgerStore()
-    store.records["team-a"] = Record(
+    store.ledgers["team-a"] = Ledger(
         {"uid-ghost": Entry("ghost", "uid-ghost", {"cpu": "4"}, 1, "", "2026-01-01T00:00:00Z")}
     )
     client, _ = client_with([resource_quota("compute", hard={"cpu": "4"}, namespace="team-a")], store=store)
@@ -269,4 +269,4 @@ def test_stale_entries_are_pruned_by_the_admission_they_would_block():
         "/validate/podgroups",
         group_review(podgroup("real", namespace="team-a", min_resources={"cpu": "4"})),
     )["allowed"]
-    assert [e.group for e in store.ledgers["team-a"].values()] == ["real"]
+    assert [e.group for e in store.ledgers["team-a"].entries.values()] == ["real"]

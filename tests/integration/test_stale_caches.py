@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from priogate.kube.client import ApiError
-from priogate.ledger import Entry
-from priogate.memory_ledger import MemoryLedgerStore
+from priogate.ledger.memory import MemoryLedgerStore
+from priogate.ledger.model import Entry, Ledger
 from tests.builders import (
     SYSTEM_CLASSES,
     group_review,
@@ -70,13 +70,13 @@ def test_a_podgroup_delete_releases_nothing_even_while_stale() -> None:
     """DELETE is not registered; one posted anyway changes nothing (a reservation ends when a
     quorum LIST shows the group gone), whatever the caches' state."""
     store = MemoryLedgerStore()
-    store.ledgers["default"] = {"uid-g": Entry("g", "uid-g", {"cpu": "4"}, 1, "", OLD)}
+    store.ledgers["default"] = Ledger({"uid-g": Entry("g", "uid-g", {"cpu": "4"}, 1, "", OLD)})
     view = make_view(CLASSES, quotas=[resource_quota("compute", hard={"cpu": "4"})], ledger_store=store)
     client = create_app(view).test_client()
     view.caches["podgroups"].mark_stale("watch failed: connection refused")
     got = answer(client, "/validate/podgroups", group_review(None, operation="DELETE", old=podgroup("g")))
     assert got["allowed"] is True
-    assert list(store.ledgers["default"]) == ["uid-g"]
+    assert list(store.ledgers["default"].entries) == ["uid-g"]
 
 
 def test_stale_priorityclasses_are_still_answered_and_ready() -> None:
@@ -118,7 +118,7 @@ class Lister:
 def quota_client(lister: Lister) -> tuple[Any, MemoryLedgerStore]:
     """cpu=4; "old" reserved cpu=4 long ago, and the (current) cache has no PodGroup "old"."""
     store = MemoryLedgerStore()
-    store.ledgers["default"] = {"uid-old": Entry("old", "uid-old", {"cpu": "4"}, 1, "", OLD)}
+    store.ledgers["default"] = Ledger({"uid-old": Entry("old", "uid-old", {"cpu": "4"}, 1, "", OLD)})
     view = make_view(CLASSES, quotas=[resource_quota("compute", hard={"cpu": "4"})], ledger_store=store)
     view.client = lister  # type: ignore[assignment]
     return create_app(view).test_client(), store
@@ -134,7 +134,7 @@ def test_reservation_the_quorum_list_still_shows_is_not_pruned() -> None:
     client, store = quota_client(lister)
     got = answer(client, "/validate/podgroups", new_group())
     assert got["allowed"] is False and "quota" in got["status"]["message"]
-    assert list(store.ledgers["default"]) == ["uid-old"]
+    assert list(store.ledgers["default"].entries) == ["uid-old"]
     assert lister.calls == 1
 
 
@@ -142,10 +142,10 @@ def test_reservation_is_kept_when_the_quorum_list_fails() -> None:
     client, store = quota_client(Lister(error=ApiError(503, "ServiceUnavailable", "etcd")))
     got = answer(client, "/validate/podgroups", new_group())
     assert got["allowed"] is False
-    assert list(store.ledgers["default"]) == ["uid-old"]
+    assert list(store.ledgers["default"].entries) == ["uid-old"]
 
 
 def test_reservation_the_quorum_list_shows_gone_is_pruned() -> None:
     client, store = quota_client(Lister([]))
     assert answer(client, "/validate/podgroups", new_group())["allowed"] is True
-    assert [e.group for e in store.ledgers["default"].values()] == ["new"]
+    assert [e.group for e in store.ledgers["default"].entries.values()] == ["new"]

@@ -13,8 +13,8 @@ import orjson
 from priogate import clock
 from priogate.kube.client import resource_path
 from priogate.kube.ledger_store import LedgerStore
-from priogate.ledger import stamp
-from priogate.record_codec import record_object, record_of, record_path
+from priogate.ledger.codec import ledger_object, ledger_of, ledger_path
+from priogate.ledger.model import stamp
 from tests.builders import fed_cache, group_review, podgroup, resource_quota
 from tests.fake_api import FakeApi
 from webhook.review import parse_review
@@ -24,7 +24,7 @@ from webhook.view import CacheView
 NS = "team-a"
 GROUPS = resource_path("scheduling.volcano.sh/v1beta1", "podgroups", NS)
 QUOTAS = resource_path("v1", "resourcequotas", NS)
-RECORD = record_path("priogate-system", NS)
+RECORD = ledger_path("priogate-system", NS)
 
 
 def setup(quota_cpu: str = "10", cached_groups=(), cached_records=(), in_flight: float = 15.0):
@@ -57,12 +57,12 @@ def store_group(api: FakeApi, name: str, cpu: str, uid: str | None = None, **met
 def aged(api: FakeApi, seconds: float) -> None:
     """Make every entry of the stored record `seconds` older."""
     obj = api.objects[RECORD]
-    record = record_of(obj)
+    record = ledger_of(obj)
     older = {}
     for key, e in record.entries.items():
         t = clock.parse_time(e.admitted_at) - dt.timedelta(seconds=seconds)
         older[key] = replace(e, admitted_at=stamp(t))
-    new = record_object(
+    new = ledger_object(
         "priogate-system", NS, replace(record, entries=older), obj["metadata"]["resourceVersion"]
     )
     api.request("PUT", RECORD, body=new)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from priogate.kube.cache import WatchCache
 from priogate.slim import group_member_essentials, namespace_labels, slim_node, slim_pod
 
-LEDGER_SELECTOR = ("labelSelector", "priogate.io/ledger=podgroup-reservations")
+LEDGER_SELECTOR = ("labelSelector", "priogate.io/ledger=podgroup-ledger")
 UNFINISHED = ("fieldSelector", "status.phase!=Succeeded,status.phase!=Failed")
 
 

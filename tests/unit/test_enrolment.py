@@ -11,7 +11,7 @@ import pytest
 
 from priogate.kube.client import ApiError
 from priogate.kube.namespaces import label_namespace
-from priogate.memory_ledger import MemoryLedgerStore
+from priogate.ledger.memory import MemoryLedgerStore
 from priogate.scope import COVERED, ENROLLED_LABEL, NOT_COVERED, PROBE_NAME, enrolled, probe_verdict
 from tests.builders import group_review, make_view, podgroup, resource_quota
 from webhook.review import Decision, parse_review
@@ -68,7 +68,7 @@ def decide(rule: Any, obj: dict, view: Any, *, dry_run: bool = False, old: dict 
 
 
 def reserved(view: ScopeView) -> set[str]:
-    record = view.inner.ledger_store.records.get("team-a")
+    record = view.inner.ledger_store.ledgers.get("team-a")
     return {e.group for e in record.entries.values()} if record else set()
 
 

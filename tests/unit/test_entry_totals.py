@@ -1,4 +1,4 @@
-"""priogate.entry_totals: the running per-class sums give every quota the same reserved amounts,
+"""priogate.ledger.totals: the running per-class sums give every quota the same reserved amounts,
 and so the same decisions, as summing the other entries afresh, whatever the record does between
 two calls."""
 
@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from priogate.entry_totals import EntryTotals, TotalsByNamespace
-from priogate.ledger import Entry
+from priogate.ledger.model import Entry
+from priogate.ledger.totals import EntryTotals, TotalsByNamespace
 from priogate.quota import Reservation, check_podgroup, class_totals, positive_nanos
 
 

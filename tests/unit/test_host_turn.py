@@ -14,8 +14,8 @@ from pathlib import Path
 
 from priogate.kube.host_turn import HostTurns
 from priogate.kube.ledger_store import LedgerStore
-from priogate.ledger import Entry, Reads, Record, stamp
-from priogate.record_codec import entries_of, record_path
+from priogate.ledger.codec import entries_of, ledger_path
+from priogate.ledger.model import Entry, Ledger, Reads, stamp
 from tests.fake_api import FakeApi
 
 
@@ -66,7 +66,7 @@ class NoReads:
 
 def _claims(tmp_path: Path, host_turns: bool) -> tuple[int, dict[str, Entry]]:
     api = SlowApi()
-    api.put_object(record_path("priogate-system"), {"metadata": {"name": "podgroup-reservations.team-a"}})
+    api.put_object(ledger_path("priogate-system"), {"metadata": {"name": "podgroup-ledger.team-a"}})
     conflicts: list[int] = []
     stores = [
         LedgerStore(
@@ -78,7 +78,7 @@ def _claims(tmp_path: Path, host_turns: bool) -> tuple[int, dict[str, Entry]]:
     ]
 
     def claim(name: str):
-        def decide(record: Record, _reads: Reads) -> tuple[Record, None]:
+        def decide(record: Ledger, _reads: Reads) -> tuple[Ledger, None]:
             entry = Entry(name, f"uid-{name}", {"cpu": "1"}, 1, "", stamp(dt.datetime.now(dt.UTC)))
             return record.with_entries({**record.entries, entry.key: entry}), None
 
@@ -92,7 +92,7 @@ def _claims(tmp_path: Path, host_turns: bool) -> tuple[int, dict[str, Entry]]:
         time.sleep(0.001)
     for t in threads:
         t.join(10)
-    return len(conflicts), entries_of(api.get(record_path("priogate-system", "team-a")))
+    return len(conflicts), entries_of(api.get(ledger_path("priogate-system", "team-a")))
 
 
 def test_two_processes_with_host_turns_never_race_and_lose_no_claim(tmp_path: Path) -> None:

@@ -1,4 +1,4 @@
-"""The reservation record's pure decisions, by table: resync to a quorum LIST (gone, never
+"""The ledger's pure decisions, by table: resync to a quorum LIST (gone, never
 stored, in flight, shrunk, refused growth, adopted, finalizer-held), which entries are worth
 confirming, charges, and a damaged record never read as empty."""
 
@@ -12,19 +12,21 @@ from dataclasses import replace
 
 import pytest
 
-from priogate import clock, ledger, settlement, stored_groups
-from priogate.ledger import Charge, Entry, Listing, Record
-from priogate.record_codec import (
+from priogate import clock
+from priogate.ledger import model as ledger
+from priogate.ledger import settlement, stored_groups
+from priogate.ledger.codec import (
     CHARGES_DATA_KEY,
     COVERS_LABEL,
     LEDGER_DATA_KEY,
     covered_namespace,
-    record_object,
-    record_of,
-    record_path,
+    ledger_object,
+    ledger_of,
+    ledger_path,
     shard_key,
     shard_of,
 )
+from priogate.ledger.model import Charge, Entry, Ledger, Listing
 
 NOW = dt.datetime(2026, 11, 22, 12, 0, 0, tzinfo=dt.UTC)
 NOW_STAMP = ledger.stamp(NOW)
@@ -167,7 +169,7 @@ def test_once_settled_is_the_stored_truth_with_nothing_in_flight():
 
 
 def test_a_settled_entry_that_is_the_stored_claim_stays_the_same_object():
-    """The sums of priogate.entry_totals move by identity: an equal new object would be summed
+    """The sums of priogate.ledger.totals move by identity: an equal new object would be summed
     again, and every refusal near a full quota settles every entry."""
     same, grown = entry("a", "u1", 1), entry("b", "u2", 1, cpu="6")
     got = settlement.once_settled(
@@ -223,20 +225,20 @@ def test_record_roundtrip_lives_in_priogates_namespace():
         "2026-11-22T12:00:00Z",
     )
     assert e.min_resources == {"cpu": "1", "memory": "1Gi"}
-    record = Record({e.key: e}, {"r": charge(1)})
-    obj = record_object("priogate-system", "team-a", record, "42")
+    record = Ledger({e.key: e}, {"r": charge(1)})
+    obj = ledger_object("priogate-system", "team-a", record, "42")
     assert obj["metadata"]["namespace"] == "priogate-system"
-    assert obj["metadata"]["name"] == "podgroup-reservations.team-a"
+    assert obj["metadata"]["name"] == "podgroup-ledger.team-a"
     assert covered_namespace(obj) == "team-a"
     assert obj["metadata"]["resourceVersion"] == "42"
-    assert record_of(obj) == record
-    assert record_path("priogate-system", "team-a") == (
-        "/api/v1/namespaces/priogate-system/configmaps/podgroup-reservations.team-a"
+    assert ledger_of(obj) == record
+    assert ledger_path("priogate-system", "team-a") == (
+        "/api/v1/namespaces/priogate-system/configmaps/podgroup-ledger.team-a"
     )
 
 
 def test_a_relabelled_record_covers_nothing():
-    obj = record_object("priogate-system", "team-a", Record(), None)
+    obj = ledger_object("priogate-system", "team-a", Ledger(), None)
     obj["metadata"]["labels"][COVERS_LABEL] = "team-b"
     assert covered_namespace(obj) == ""
 
@@ -261,8 +263,8 @@ T = "2026-11-22T12:00:00Z"
     ],
 )
 def test_a_damaged_record_is_an_error_never_an_empty_record(data):
-    with pytest.raises(ledger.DamagedRecord, match="is not a reservation record"):
-        record_of({"metadata": {"name": "podgroup-reservations.team-a"}, "data": data})
+    with pytest.raises(ledger.DamagedLedger, match="is not a ledger"):
+        ledger_of({"metadata": {"name": "podgroup-ledger.team-a"}, "data": data})
 
 
 # ---- a quota lowered below the reservations: the controller says so --------------------------------
@@ -350,7 +352,7 @@ def test_each_shard_is_the_json_of_its_entries_sorted():
             Entry('odd "name"', "", {}, 0, "", NOW_STAMP),
         )
     }
-    obj = record_object("priogate-system", "team-a", Record(entries), None)
+    obj = ledger_object("priogate-system", "team-a", Ledger(entries), None)
     stored = {}
     for name, packed in obj["data"].items():
         if name in (LEDGER_DATA_KEY, CHARGES_DATA_KEY):
@@ -360,4 +362,4 @@ def test_each_shard_is_the_json_of_its_entries_sorted():
         assert text == json.dumps(shard, separators=(",", ":"), sort_keys=True)
         stored.update(json.loads(text))
     assert stored == {key: e.to_json() for key, e in entries.items()}
-    assert record_of(obj).entries == entries
+    assert ledger_of(obj).entries == entries

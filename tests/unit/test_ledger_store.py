@@ -14,8 +14,8 @@ import pytest
 
 from priogate.kube.client import ApiError
 from priogate.kube.ledger_store import LedgerBusy, LedgerStore
-from priogate.ledger import Reads, Record
-from priogate.record_codec import record_object
+from priogate.ledger.codec import ledger_object
+from priogate.ledger.model import Ledger, Reads
 from tests.fake_api import FakeApi
 
 
@@ -25,7 +25,7 @@ class AlwaysConflicting:
 
     def get(self, path: str, **_: Any) -> dict:
         time.sleep(0.005)
-        return record_object("priogate-system", "team-a", Record(), "1")  # an empty record
+        return ledger_object("priogate-system", "team-a", Ledger(), "1")  # an empty record
 
     def request(self, method: str, path: str, **_: Any) -> dict:
         time.sleep(0.005)
@@ -33,7 +33,7 @@ class AlwaysConflicting:
         raise ApiError(409, "Conflict", "the object has been modified")
 
 
-def claim(record: Record, reads: Reads) -> tuple[Record, str]:
+def claim(record: Ledger, reads: Reads) -> tuple[Ledger, str]:
     return record, "decided"
 
 
@@ -101,7 +101,7 @@ def test_the_callers_deadline_is_kept_with_a_margin():
 QUOTAS = "/api/v1/namespaces/team-a/resourcequotas"
 
 
-def _quota_counting(record: Record, reads: Reads) -> tuple[Record, int]:
+def _quota_counting(record: Ledger, reads: Reads) -> tuple[Ledger, int]:
     return record, len(reads.quotas())
 
 

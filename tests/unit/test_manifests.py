@@ -110,7 +110,7 @@ WRITE_VERBS = {"create", "update", "patch", "delete", "deletecollection", "*"}
 
 
 def test_no_configmap_or_secret_write_outside_priogates_namespace():
-    """The reservation records and the serving Secret live in priogate-system, and priogate may
+    """The ledgers and the serving Secret live in priogate-system, and priogate may
     write ConfigMaps and Secrets nowhere else: not through a ClusterRole (bound cluster-wide, or
     by a RoleBinding elsewhere), not through a Role in another namespace."""
     docs = kustomize_build()

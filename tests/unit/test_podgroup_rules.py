@@ -14,8 +14,8 @@ import pytest
 
 from priogate import quota
 from priogate.kube.ledger_store import LedgerBusy
-from priogate.ledger import Entry
-from priogate.memory_ledger import MemoryLedgerStore
+from priogate.ledger.memory import MemoryLedgerStore
+from priogate.ledger.model import Entry, Ledger
 from priogate.priority_table import MARKER_ANNOTATION
 from priogate.resources import parse_resource_list
 from tests.builders import SYSTEM_CLASSES, group_review, make_view, podgroup, priority_class, resource_quota
@@ -217,7 +217,7 @@ def entry(name: str, min_resources: dict[str, str]) -> Entry:
 )
 def test_a_stored_negative_entry_never_lowers_the_sum(stored, cpu, allowed):
     store = MemoryLedgerStore()
-    store.ledgers["team-a"] = {"uid-legacy": entry("legacy", stored)}
+    store.ledgers["team-a"] = Ledger({"uid-legacy": entry("legacy", stored)})
     view = quota_view(store, groups=[group("legacy", minResources=stored)])
     got = decide(podgroup_quota, group("new", minResources={"cpu": cpu}), view=view)
     assert got.allowed is allowed, got.message

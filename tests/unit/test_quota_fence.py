@@ -1,4 +1,4 @@
-"""Quota fences (priogate.quota_fence): when a decision counts one, as a table of the cache's
+"""Quota fences (priogate.ledger.fences): when a decision counts one, as a table of the cache's
 states, and what a record rebuilt from a quorum LIST holds."""
 
 from __future__ import annotations
@@ -8,9 +8,7 @@ from typing import Any
 
 import pytest
 
-from priogate.ledger import stamp
-from priogate.quota_fence import (
-    FENCE_TTL,
+from priogate.ledger.fences import (
     QuotaFence,
     fence_of,
     is_live,
@@ -20,6 +18,8 @@ from priogate.quota_fence import (
     stored_keeps,
     unexpired,
 )
+from priogate.ledger.model import stamp
+from priogate.ledger.timing import FENCE_TTL
 
 NOW = dt.datetime(2026, 11, 26, 12, 0, tzinfo=dt.UTC)
 SPEC = {"hard": {"cpu": "4"}}

@@ -14,9 +14,9 @@ import pytest
 
 from priogate import clock
 from priogate.kube.client import ApiError
-from priogate.ledger import stamp
-from priogate.quota_fence import FENCE_TTL
-from priogate.record_codec import record_object, record_of
+from priogate.ledger.codec import ledger_object, ledger_of
+from priogate.ledger.model import stamp
+from priogate.ledger.timing import FENCE_TTL
 from tests.builders import fed_cache, resource_quota, review
 from tests.fake_api import FakeApi
 from tests.unit.record_world import NS, QUOTAS, RECORD, admit_group, setup
@@ -82,7 +82,7 @@ def test_the_record_keeps_a_fence_another_replicas_cache_still_needs():
     api, view_a = cached_quota_setup()
     assert change_quota(api, view_a, "4", cached=True).allowed
     assert change_quota(api, view_a, "5", cached=True).allowed  # A's cache shows both ended
-    assert len(record_of(api.objects[RECORD]).fences) == 3  # the record's rebuild, 4 and 5
+    assert len(ledger_of(api.objects[RECORD]).fences) == 3  # the record's rebuild, 4 and 5
     view_b = CacheView(
         {**view_a.caches, "resourcequotas": fed_cache("resourcequotas", [])},
         view_a.ledger_store,
@@ -104,15 +104,15 @@ def test_a_quota_change_drops_the_expired_fences_and_no_others():
     api, view = cached_quota_setup()
     assert change_quota(api, view, "4", cached=True).allowed
     obj = api.objects[RECORD]
-    record = record_of(obj)
+    record = ledger_of(obj)
     old = dt.datetime.now(dt.UTC) - FENCE_TTL - dt.timedelta(seconds=1)
     aged_fences = {k: replace(f, at=stamp(old)) for k, f in record.fences.items()}
     version = obj["metadata"]["resourceVersion"]
     api.request(
-        "PUT", RECORD, body=record_object("priogate-system", NS, record.with_fences(aged_fences), version)
+        "PUT", RECORD, body=ledger_object("priogate-system", NS, record.with_fences(aged_fences), version)
     )
     assert change_quota(api, view, "5", cached=True).allowed
-    assert [f.spec for f in record_of(api.objects[RECORD]).fences.values()] == [{"hard": {"cpu": "5"}}]
+    assert [f.spec for f in ledger_of(api.objects[RECORD]).fences.values()] == [{"hard": {"cpu": "5"}}]
 
 
 def test_two_changes_of_one_quota_both_limit_until_the_cache_shows_what_became_of_them():
@@ -139,13 +139,13 @@ def test_a_quota_created_before_the_request_limits_it_though_the_cache_has_not_s
 
 def age_fences(api: FakeApi, seconds: float) -> None:
     obj = api.objects[RECORD]
-    record = record_of(obj)
+    record = ledger_of(obj)
     older = {
         k: replace(f, at=stamp(clock.parse_time(f.at) - dt.timedelta(seconds=seconds)))
         for k, f in record.fences.items()
     }
     version = obj["metadata"]["resourceVersion"]
-    api.request("PUT", RECORD, body=record_object("priogate-system", NS, record.with_fences(older), version))
+    api.request("PUT", RECORD, body=ledger_object("priogate-system", NS, record.with_fences(older), version))
 
 
 def test_a_forged_quota_change_refuses_for_the_in_flight_bound_at_most():

@@ -1,10 +1,10 @@
-"""Where a ledger turn starts (priogate.turn_order): the watch's copy or a GET, by the stamps."""
+"""Where a ledger turn starts (priogate.ledger.turn_order): the watch's copy or a GET, by the stamps."""
 
 from __future__ import annotations
 
 import pytest
 
-from priogate.turn_order import TURN_ANNOTATION, UNSTAMPED, Start, Turn, start_from, turn_of
+from priogate.ledger.turn_order import TURN_ANNOTATION, UNSTAMPED, Start, Turn, start_from, turn_of
 
 OTHER = Turn(7, "pod-b")
 OURS = 7
@@ -50,7 +50,7 @@ def test_where_a_turn_starts(copy: Turn, ours: int, others_active: bool, waited_
     ],
 )
 def test_a_stamp_is_read_or_taken_as_none(annotations, expected: Turn):
-    meta = {"name": "podgroup-reservations.team-a"}
+    meta = {"name": "podgroup-ledger.team-a"}
     if annotations is not None:
         meta["annotations"] = annotations
     assert turn_of({"metadata": meta}) == expected

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 
-from priogate.stored_groups import listing_of
+from priogate.ledger.stored_groups import listing_of
 from tests.builders import make_view, podgroup
 
 NS = "team-a"

@@ -1,5 +1,5 @@
-"""Ledger turns that start from the watch's copy of the record (priogate/kube/watched_record.py):
-a real LedgerStore, WatchedRecords and HostTurns against the in-memory API server, with the
+"""Ledger turns that start from the watch's copy of the record (priogate/kube/watched_ledger.py):
+a real LedgerStore, WatchedLedgers and HostTurns against the in-memory API server, with the
 watch cache fed by hand, so what the watch has shown (and when) is up to each test."""
 
 from __future__ import annotations
@@ -12,24 +12,24 @@ from pathlib import Path
 
 import pytest
 
-from priogate.kube import watched_record
+from priogate.kube import watched_ledger
 from priogate.kube.cache import WatchCache
 from priogate.kube.host_turn import HostTurns
 from priogate.kube.ledger_store import LedgerStore
-from priogate.kube.watched_record import WatchedRecords
-from priogate.ledger import Entry, Reads, Record, stamp
-from priogate.record_codec import entries_of, record_object, record_path
-from priogate.turn_order import TURN_ANNOTATION, Turn, turn_of
+from priogate.kube.watched_ledger import WatchedLedgers
+from priogate.ledger.codec import entries_of, ledger_object, ledger_path
+from priogate.ledger.model import Entry, Ledger, Reads, stamp
+from priogate.ledger.turn_order import TURN_ANNOTATION, Turn, turn_of
 from tests.fake_api import FakeApi
 
 NS = "team-a"
 LEDGER_NS = "priogate-system"
-RECORD = record_path(LEDGER_NS, NS)
+RECORD = ledger_path(LEDGER_NS, NS)
 UID = "b1c2d3e4-0000-4000-8000-000000000001"
 
 
 def claim(name: str):
-    def decide(record: Record, _reads: Reads) -> tuple[Record, str]:
+    def decide(record: Ledger, _reads: Reads) -> tuple[Ledger, str]:
         entry = Entry(name, f"uid-{name}", {"cpu": "1"}, 1, "", stamp(dt.datetime.now(dt.UTC)))
         return record.with_entries({**record.entries, entry.key: entry}), "admitted"
 
@@ -37,7 +37,7 @@ def claim(name: str):
 
 
 def refuse(seen: list[set[str]]):
-    def decide(record: Record, _reads: Reads) -> tuple[None, str]:
+    def decide(record: Ledger, _reads: Reads) -> tuple[None, str]:
         seen.append({e.group for e in record.entries.values()})
         return None, "refused"
 
@@ -49,7 +49,7 @@ class World:
         self.api = FakeApi()
         self.cache = cache if cache is not None else WatchCache.static("ledgers", [])
         self.notes = HostTurns("cluster-a", tmp_path)
-        self.watched = WatchedRecords(self.cache, LEDGER_NS, self.notes)
+        self.watched = WatchedLedgers(self.cache, LEDGER_NS, self.notes)
         self.store = LedgerStore(self.api, watched=self.watched)  # type: ignore[arg-type]
 
     def written_by(self, writer: str, seq: int, groups: tuple[str, ...] = (), watched: bool = True) -> dict:
@@ -59,9 +59,9 @@ class World:
             entry = Entry(name, f"uid-{name}", {"cpu": "1"}, 1, "", stamp(dt.datetime.now(dt.UTC)))
             entries[entry.key] = entry
         stamped = {TURN_ANNOTATION: Turn(seq, writer).annotation()}
-        body = record_object(LEDGER_NS, NS, Record(entries), None, annotations=stamped)
+        body = ledger_object(LEDGER_NS, NS, Ledger(entries), None, annotations=stamped)
         body["metadata"]["uid"] = UID
-        stored = self.api.put_object(record_path(LEDGER_NS), body)
+        stored = self.api.put_object(ledger_path(LEDGER_NS), body)
         if watched:
             self.watch()
         return stored
@@ -113,7 +113,7 @@ def test_a_decision_that_writes_nothing_on_a_watched_copy_is_confirmed_by_a_get(
 
 
 def test_until_the_watch_shows_the_pods_last_write_a_turn_waits_then_gets(world: World, monkeypatch):
-    monkeypatch.setattr(watched_record, "WAIT_SECONDS", 0.05)
+    monkeypatch.setattr(watched_ledger, "WATCH_WAIT_SECONDS", 0.05)
     world.written_by("pod-b", 3, ("g0",))
     world.store.update(NS, claim("g1"))  # lands seq 4; the watch does not show it
     started = time.monotonic()
@@ -143,9 +143,9 @@ def test_with_another_writer_busy_a_turn_on_the_pods_own_write_waits_for_the_oth
 
 
 def test_with_no_other_writer_busy_a_turn_on_the_pods_own_write_goes_at_once(world: World, monkeypatch):
-    monkeypatch.setattr(watched_record, "WAIT_SECONDS", 5.0)
+    monkeypatch.setattr(watched_ledger, "WATCH_WAIT_SECONDS", 5.0)
     world.written_by("pod-b", 3, ("g0",))
-    monkeypatch.setattr(watched_record, "OTHERS_ACTIVE_SECONDS", 0.0)
+    monkeypatch.setattr(watched_ledger, "OTHERS_ACTIVE_SECONDS", 0.0)
     world.store.update(NS, claim("g1"))
     world.watch()
     started = time.monotonic()

@@ -1,12 +1,12 @@
 """Validating PodGroups: PodGroupMinResources. The summed minResources of a namespace's
 PodGroups never exceed its ResourceQuotas.
 
-Each decision is made on the namespace's reservation record (in priogate's own namespace, where
+Each decision is made on the namespace's ledger (in priogate's own namespace, where
 tenants cannot write) and recorded with a resourceVersion precondition, so concurrent admissions
 on any number of replicas and workers are serialized by the API server: a decision made on a
 copy that is no longer current fails with 409 and is made again on a GET, and exactly as many
 groups are admitted as fit. A decision counts the cached quotas and the quota
-changes the record holds as fences (priogate.quota_fence, written by webhook.rules.quota_fence
+changes the ledger holds as fences (priogate.ledger.fences, written by webhook.rules.quota_fence
 before kube-apiserver stores a change), so a quota created or lowered before the request
 arrived limits it without a read of the quotas. Dry-run requests decide but write nothing.
 
@@ -32,20 +32,21 @@ from __future__ import annotations
 import datetime as dt
 import json
 from collections.abc import Mapping
-from dataclasses import replace
 from typing import Any
 
 import structlog
 
 from priogate import podgroup
-from priogate.entry_totals import EntryTotals, TotalsByNamespace
-from priogate.ledger import SHADOW_SUFFIX, Entry, Listing, Reads, Record, normalize, stamp
-from priogate.quota import check_podgroup, min_resources_problem
-from priogate.quota_fence import limiting_quotas
+from priogate.ledger import claim
+from priogate.ledger.claim import Claim, check_claim
+from priogate.ledger.model import Entry, normalize, stamp
+from priogate.ledger.outcome import Outcome
+from priogate.ledger.totals import TotalsByNamespace
+from priogate.quota import min_resources_problem
 from priogate.resources import parse_quantity
 from priogate.scope import COVERED, ENROLLED_LABEL, ENROLLED_VALUE, is_probe
-from priogate.settlement import admitted_time, awaiting, in_flight, merge, once_settled, resync, unconfirmed
-from webhook.awaiting import Awaiting, decide_waiting
+from webhook.awaiting import decide_waiting
+from webhook.ledger_refusal import ledger_refusal
 from webhook.objects import (
     MalformedObject,
     mapping,
@@ -55,17 +56,10 @@ from webhook.objects import (
     optional_int,
     optional_str,
 )
-from webhook.record_refusal import record_refusal
 from webhook.registry import ClusterView, RuleSet
 from webhook.review import AdmissionRequest, Decision, allow, deny
 
 log = structlog.get_logger("priogate.podgroup_quota")
-
-# A claim admitted this recently and not yet in the watch cache is awaited through the cache
-# (the next turn is taken when the cache changes), not a quorum LIST: admitted groups are
-# stored and seen within milliseconds, and a LIST of every group per refusal is what the API
-# server and this server would spend most on at a full quota.
-UNSEEN_GRACE = dt.timedelta(seconds=1)
 
 
 def _entry(obj: Mapping[str, Any], where: str, now: dt.datetime) -> Entry:
@@ -111,26 +105,18 @@ def _negative(obj: Mapping[str, Any], old: Mapping[str, Any] | None) -> str | No
     return None
 
 
-def check_claim(
-    entries: Mapping[str, Entry], claim: Entry, quotas: list[Mapping[str, Any]], totals: EntryTotals
-) -> str | None:
-    """`totals`: the namespace's running sums of its entries (priogate.entry_totals), or a
-    fork of them for a what-if map, which would move those sums away and back."""
-    return check_podgroup(quotas, totals.others(entries, claim.key), claim.reservation())
-
-
-# The running sums of each namespace's record in this process (its turns are taken one at a
+# The running sums of each namespace's ledger in this process (its turns are taken one at a
 # time), and of the stored groups its watch cache shows.
 _TOTALS = TotalsByNamespace()
 _STORED_TOTALS = TotalsByNamespace()
 
 
 def _refused_by_stored_groups(request: AdmissionRequest, view: ClusterView, claim: Entry) -> str | None:
-    """The refusal a turn would end in whatever the record holds: the groups the watch cache
-    shows stored already leave the claim no room. A turn refuses exactly then once the record's
-    admissions in flight are settled (settlement.once_settled: the record becomes the stored
+    """The refusal a turn would end in whatever the ledger holds: the groups the watch cache
+    shows stored already leave the claim no room. A turn refuses exactly then once the ledger's
+    admissions in flight are settled (settlement.once_settled: the ledger becomes the stored
     groups), and a refusal rests on the caches anyway, so such a claim takes no turn and no read
-    of the record. A claim that fits these groups is decided in its turn as before."""
+    of the ledger. A claim that fits these groups is decided in its turn as before."""
     namespace = request.namespace
     stored = view.stored_podgroups(namespace)
     return check_claim(stored, claim, view.resource_quotas(namespace), _STORED_TOTALS(namespace))
@@ -165,7 +151,7 @@ def _invalid(request: AdmissionRequest, entry: Entry, previous: Entry | None) ->
 
 
 def refused_as_invalid(request: AdmissionRequest) -> Decision | None:
-    """The refusal of a CREATE or UPDATE whose object no record is consulted for: a negative
+    """The refusal of a CREATE or UPDATE whose object no ledger is consulted for: a negative
     amount (a malformed object raises MalformedObject)."""
     return _invalid(request, *_parsed(request, dt.datetime.now(dt.UTC)))
 
@@ -185,13 +171,13 @@ def admit(request: AdmissionRequest, view: ClusterView) -> Decision:
     if invalid is not None:
         return invalid
     # Claims nothing more than the stored object did: never refused (refusing would free
-    # nothing, even if the quota was lowered since), and a record that cannot be written does
-    # not refuse it either: the record then keeps the larger, older amount, which over-reserves
+    # nothing, even if the quota was lowered since), and a ledger that cannot be written does
+    # not refuse it either: the ledger then keeps the larger, older amount, which over-reserves
     # and never under-reserves.
     shrinking = previous is not None and previous.covers(entry)
     if shrinking and mapping(obj, "metadata", "object").get("deletionTimestamp"):
         # A terminating group's updates (finalizer removal) claim nothing new: its entry keeps
-        # reserving until the group is gone, and no record write may hold up its way out.
+        # reserving until the group is gone, and no ledger write may hold up its way out.
         return allow()
     if not shrinking:
         blocked = _refused_by_stored_groups(request, view, entry)
@@ -199,113 +185,52 @@ def admit(request: AdmissionRequest, view: ClusterView) -> Decision:
             return deny(blocked)
     try:
         problem = decide_waiting(
-            lambda: _decide_on_record(request, view, entry, previous, shrinking),
+            lambda: _turn(request, view, entry, previous),
             request.deadline,
             "PodGroup admission(s)",
+            generation=lambda: view.podgroups_generation(request.namespace),
         )
     except Exception as e:
         if shrinking:
             log.warning(
-                "record not updated; an update claiming no more is allowed anyway",
+                "ledger not updated; an update claiming no more is allowed anyway",
                 podgroup=request.name,
                 error=repr(e),
             )
             return allow()
-        log.warning("reservation record unavailable", namespace=request.namespace, error=str(e))
-        refusal = record_refusal("PodGroup quota", e)
+        log.warning("ledger unavailable", namespace=request.namespace, error=str(e))
+        refusal = ledger_refusal("PodGroup quota", e)
         if refusal is None:
             raise
         return refusal
     return deny(problem) if problem else allow()
 
 
-def _decide_on_record(
-    request: AdmissionRequest, view: ClusterView, entry: Entry, previous: Entry | None, shrinking: bool
-) -> str | Awaiting | None:
-    """One turn on the namespace's record: a refusal, Awaiting, or None (admitted, recorded)."""
-    now = dt.datetime.now(dt.UTC)
+def _turn(request: AdmissionRequest, view: ClusterView, entry: Entry, previous: Entry | None) -> Outcome:
+    """One turn on the namespace's ledger (priogate.ledger.claim), on what the caches show now."""
     namespace = request.namespace
-    generation = view.podgroups_generation(namespace)  # taken before what the cache shows
-    live = view.live_podgroups(namespace)
-    stored = view.stored_podgroups(namespace)
-    bound = view.in_flight
-    totals = _TOTALS(namespace)
-
-    def reserve(record: Record, reads: Reads) -> tuple[Record | None, str | Awaiting | None]:
-        # Stamped when decided, not when the request arrived: a request that waited for its
-        # turn must not look older than it is, or another replica could end its claim while it
-        # is still on its way to storage.
-        decided_at = stamp(dt.datetime.now(dt.UTC))
-        entries = dict(record.entries)
-        existing = entries.get(entry.key)
-        base = existing if existing is not None else previous
-        # Never lowered at admission: either object may end up stored.
-        claim = merge(base, entry) if base is not None else entry
-        if existing is not None and existing.covers(claim):
-            return None, None  # nothing more claimed (a retry, a shrink, a metadata update)
-        claim = replace(claim, admitted_at=decided_at, generation=entry.generation)
-        if base is not None and base.priority_class != claim.priority_class:
-            # A class change: the old claim counts under the old class until the change is
-            # stored or refused (the controller's sweep, or a LIST, ends it).
-            key, old_claim = replace(base, admitted_at=decided_at, generation=entry.generation).as_shadow()
-            entries[key] = old_claim
-        if shrinking:
-            entries[claim.key] = claim
-            return record.with_entries(entries), None
-
-        def decide(quotas: list[Mapping[str, Any]]) -> str | Awaiting | None:
-            nonlocal entries
-
-            def fits(what_if: Mapping[str, Entry]) -> bool:
-                # On a fork: the record's running sums stay on the record.
-                return check_claim(what_if, claim, quotas, totals.fork()) is None
-
-            problem = check_claim(entries, claim, quotas, totals)
-            if problem:
-                # Blocked only by entries whose groups may be gone (or never stored), or lowered
-                # by now? Confirm with one quorum LIST before refusing: a forged or leaked entry
-                # then blocks nobody.
-                candidates = set(unconfirmed(entries, live, now, bound, stored)) - {entry.key}
-                without = {k: e for k, e in entries.items() if k not in candidates}
-                if candidates and fits(without):
-                    entries = resync(entries, reads.podgroups(), bound)
-                    problem = check_claim(entries, claim, quotas, totals)
-            own = (entry.key, f"{entry.uid}{SHADOW_SUFFIX}")  # this request's own claims
-            if problem and any(in_flight(e, now, bound) for k, e in entries.items() if k not in own):
-                # Blocked by admissions that may still be stored? Then this one waits for their
-                # fate rather than being refused for a claim that may never exist (a forged
-                # CREATE, or one a later admission step refuses). The watch cache answers first:
-                # claims it shows stored are real, and those it does not show yet usually are
-                # a moment later, so only a claim unseen for a while needs a quorum LIST.
-                seen = Listing(stored, now)
-                unseen = {k: t for k, t in awaiting(entries, seen, bound).items() if k not in own}
-                if not unseen or not fits(once_settled(entries, seen)):
-                    return problem  # real claims block it, or it fits not even without the unseen
-                youngest = min(admitted_time(entries[k]) for k in unseen)
-                if now - youngest < UNSEEN_GRACE:
-                    changed = lambda: view.podgroups_generation(namespace) != generation  # noqa: E731
-                    return Awaiting(problem, len(unseen), youngest + UNSEEN_GRACE, changed)
-                listing = reads.podgroups()
-                pending = awaiting(entries, listing, bound)
-                for key in own:
-                    pending.pop(key, None)
-                if pending and fits(once_settled(entries, listing)):
-                    return Awaiting(problem, len(pending), max(pending.values()))
-            return problem
-
-        cached = view.resource_quotas(namespace)
-        problem = decide(limiting_quotas(namespace, cached, record.fences, now, bound, reads.quota))
-        if problem:
-            # Keep what a LIST confirmed; not the previous-class claim added for this request.
-            kept = {k: e for k, e in entries.items() if not k.endswith(SHADOW_SUFFIX) or k in record.entries}
-            changed = kept != dict(record.entries)
-            return (record.with_entries(kept) if changed else None), problem
-        entries[claim.key] = claim
-        return record.with_entries(entries), None
-
-    return view.ledger_store.update(
-        request.namespace, reserve, dry_run=request.dry_run, deadline=request.deadline
+    asked_at = _now()
+    ask = Claim(
+        namespace=namespace,
+        entry=entry,
+        previous=previous,
+        live=view.live_podgroups(namespace),
+        stored=view.stored_podgroups(namespace),
+        quotas=view.resource_quotas(namespace),
+        bound=view.in_flight,
+        totals=_TOTALS(namespace),
+        asked_at=asked_at,
     )
+    return view.ledger_store.update(
+        namespace,
+        lambda ledger, reads: claim.decide(ledger, reads, _now, ask),
+        dry_run=request.dry_run,
+        deadline=request.deadline,
+    )
+
+
+def _now() -> dt.datetime:
+    return dt.datetime.now(dt.UTC)
 
 
 RULE_SET = RuleSet(

@@ -1,11 +1,11 @@
 """Validating ResourceQuotas: every change to a quota's spec is written into its namespace's
-reservation record, as a quota fence (priogate.quota_fence), before kube-apiserver may store
-it. PodGroup decisions count the record's live fences besides their cached quotas, so a quota
+ledger, as a quota fence (priogate.ledger.fences), before kube-apiserver may store
+it. PodGroup decisions count the ledger's live fences besides their cached quotas, so a quota
 created or lowered before a PodGroup request arrived limits it, with no read of the quotas per
 admission (webhook.rules.podgroup_quota).
 
-It never refuses a quota for what it says: only when the record cannot be written in time,
-with "retry" (429 or 503), because a change that skipped the record could be missed by an
+It never refuses a quota for what it says: only when the ledger cannot be written in time,
+with "retry" (429 or 503), because a change that skipped the ledger could be missed by an
 admission that follows it. Dry-run requests write nothing (side effects NoneOnDryRun), and
 kube-apiserver calls the hook only for creates and spec changes (its matchCondition): status
 updates (kube-controller-manager's, through the status subresource) and metadata-only updates
@@ -20,12 +20,12 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Mapping
-from typing import Any
 
-from priogate.ledger import Reads, Record, stamp
-from priogate.quota_fence import QuotaFence, fence_of, unexpired
+from priogate.ledger import fences
+from priogate.ledger.fences import QuotaFence, fence_of
+from priogate.ledger.model import stamp
+from webhook.ledger_refusal import ledger_refusal
 from webhook.objects import MalformedObject, new_object, old_object
-from webhook.record_refusal import record_refusal
 from webhook.registry import ClusterView, RuleSet
 from webhook.review import AdmissionRequest, Decision, allow
 
@@ -42,26 +42,29 @@ def admit(request: AdmissionRequest, view: ClusterView) -> Decision:
     now = dt.datetime.now(dt.UTC)
     fence = fence_of(quota, old, stamp(now))
     try:
-        # What the record could not read back would damage it (kube-apiserver validated a real
+        # What the ledger could not read back would damage it (kube-apiserver validated a real
         # quota already; this refuses a forged one).
         QuotaFence.from_json(fence.to_json())
     except (TypeError, ValueError) as e:
         raise MalformedObject(f"object is not a ResourceQuota priogate can record: {e}") from None
     namespace = request.namespace
 
-    def write(record: Record, reads: Reads) -> tuple[Record | None, Any]:
-        fences = unexpired(record.fences, dt.datetime.now(dt.UTC))
-        fences[fence.key] = fence
-        return record.with_fences(fences), None
-
     try:
-        view.ledger_store.update(namespace, write, deadline=request.deadline)
+        view.ledger_store.update(
+            namespace,
+            lambda ledger, reads: fences.decide(ledger, reads, _now, fence),
+            deadline=request.deadline,
+        )
     except Exception as e:
-        refusal = record_refusal(f"ResourceQuota {fence.quota}", e)
+        refusal = ledger_refusal(f"ResourceQuota {fence.quota}", e)
         if refusal is None:
             raise
         return refusal
     return allow()
+
+
+def _now() -> dt.datetime:
+    return dt.datetime.now(dt.UTC)
 
 
 RULE_SET = RuleSet(

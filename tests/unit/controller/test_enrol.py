@@ -12,8 +12,8 @@ from controller.caches import Caches
 from controller.enrol import Enroller
 from priogate.kube.cache import WatchCache
 from priogate.kube.client import ApiError
-from priogate.ledger import Entry, Record
-from priogate.record_codec import record_object
+from priogate.ledger.codec import ledger_object
+from priogate.ledger.model import Entry, Ledger
 from priogate.scope import ENROLLED_LABEL, claim_of, needs_enrolment, reserves
 from tests.builders import podgroup
 
@@ -89,7 +89,7 @@ def enroller(
 ) -> tuple[Enroller, Patches]:
     ns = {"metadata": {"name": "team-a", **({"labels": labels} if labels is not None else {})}}
     records = (
-        [record_object("priogate-system", "team-a", Record(entries), "1")] if entries is not None else []
+        [ledger_object("priogate-system", "team-a", Ledger(entries), "1")] if entries is not None else []
     )
     caches = Caches(
         podgroups=WatchCache.static("podgroups", list(groups)),

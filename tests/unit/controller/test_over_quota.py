@@ -10,8 +10,8 @@ import random
 from controller.caches import Caches
 from controller.over_quota import OverQuota
 from priogate.kube.cache import WatchCache
+from priogate.ledger.stored_groups import entry_of_group
 from priogate.quota import over_reserved
-from priogate.stored_groups import entry_of_group
 from tests.builders import podgroup, resource_quota
 
 

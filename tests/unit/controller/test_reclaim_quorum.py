@@ -13,10 +13,10 @@ from controller.caches import Caches
 from controller.reclaim import Reclaimer
 from priogate.kube.cache import WatchCache
 from priogate.kube.client import ApiError
-from priogate.ledger import Entry, Listing, Record
-from priogate.memory_ledger import MemoryLedgerStore
-from priogate.record_codec import record_object
-from priogate.stored_groups import entry_of_group
+from priogate.ledger.codec import ledger_object
+from priogate.ledger.memory import MemoryLedgerStore
+from priogate.ledger.model import Entry, Ledger, Listing
+from priogate.ledger.stored_groups import entry_of_group
 
 LONG_AGO = "2026-01-01T00:00:00Z"
 
@@ -47,7 +47,7 @@ class Reads:
 def setup(listing: Callable[[], Listing]) -> tuple[Reclaimer, MemoryLedgerStore, Reads]:
     reads = Reads(listing)
     store = MemoryLedgerStore(lambda namespace: reads)
-    store.records["team-a"] = Record(entries())
+    store.ledgers["team-a"] = Ledger(entries())
     caches = Caches(
         # Empty: what a relist answered 404 used to leave behind.
         podgroups=WatchCache.static("podgroups", []),
@@ -55,7 +55,7 @@ def setup(listing: Callable[[], Listing]) -> tuple[Reclaimer, MemoryLedgerStore,
         quotas=WatchCache.static("quotas", []),
         nodes=WatchCache.static("nodes", []),
         ledgers=WatchCache.static(
-            "ledgers", [record_object("priogate-system", "team-a", Record(entries()), "1")]
+            "ledgers", [ledger_object("priogate-system", "team-a", Ledger(entries()), "1")]
         ),
         pdbs=WatchCache.static("pdbs", []),
         classes=WatchCache.static("classes", []),
@@ -81,7 +81,7 @@ def test_a_failed_quorum_list_removes_nothing() -> None:
     reclaimer, store, reads = setup(failing)
     with pytest.raises(ApiError):  # the worker retries the key with backoff
         reclaimer.reclaim("team-a")
-    assert sorted(store.ledgers["team-a"]) == ["uid-gone", "uid-live", "uid-new"]
+    assert sorted(store.ledgers["team-a"].entries) == ["uid-gone", "uid-live", "uid-new"]
     assert reads.calls == 1
 
 
@@ -90,11 +90,11 @@ def test_only_what_the_quorum_list_shows_gone_is_removed() -> None:
     result = reclaimer.reclaim("team-a")
     assert result.dropped == ["gone"]
     # "live" is in etcd though not in the cache; "new" is still in flight.
-    assert sorted(store.ledgers["team-a"]) == ["uid-live", "uid-new"]
+    assert sorted(store.ledgers["team-a"].entries) == ["uid-live", "uid-new"]
     assert result.recheck_after is not None
 
 
 def test_a_quorum_list_that_has_every_group_removes_nothing() -> None:
     reclaimer, store, _ = setup(stored("live", "gone", "new"))
     assert not reclaimer.reclaim("team-a").dropped
-    assert len(store.ledgers["team-a"]) == 3
+    assert len(store.ledgers["team-a"].entries) == 3

@@ -187,7 +187,7 @@ def test_records_namespace_missing_is_an_error_not_nothing_reserved(monkeypatch,
     says so instead of "No ... reservations found"."""
     code, err = _run(monkeypatch, _Cluster({"team-a", "gate"}), argv)
     assert code == 1
-    assert err.startswith('error: namespace "priogate-system", where priogate keeps its reservation')
+    assert err.startswith('error: namespace "priogate-system", where priogate keeps its ledgers')
     assert "--priogate-namespace" in err
 
 
@@ -204,5 +204,5 @@ def test_priogate_namespace_flag_or_environment_names_where_records_are_read(mon
     assert (
         capsys.readouterr().err == "No ResourceQuotas or PodGroup reservations found in team-a namespace.\n"
     )
-    assert "/api/v1/namespaces/gate/configmaps/podgroup-reservations.team-a" in cluster.paths
+    assert "/api/v1/namespaces/gate/configmaps/podgroup-ledger.team-a" in cluster.paths
     assert not [p for p in cluster.paths if "priogate-system" in p]

@@ -9,8 +9,8 @@ import pytest
 
 from kubectl_priogate import reservations
 from kubectl_priogate.reservations import NO_QUOTA, NamespaceReport, namespace_report, render_table, to_json
-from priogate.ledger import Entry
-from priogate.record_codec import CONFIGMAP_MAX_BYTES
+from priogate.ledger.codec import CONFIGMAP_MAX_BYTES
+from priogate.ledger.model import Entry
 from tests.builders import pod, podgroup, resource_quota
 
 NOW = dt.datetime(2026, 1, 1, 12, tzinfo=dt.UTC)
@@ -207,9 +207,9 @@ def test_a_filling_record_is_named_under_the_table_and_its_size_is_in_json(recor
     text = render_table([report], all_namespaces=False)
     assert text.startswith("QUOTA ")
     if note is None:
-        assert "reservation record" not in text
+        assert "ledger" not in text
     else:
-        assert f"The reservation record of namespace team-a {note}" in text
+        assert f"The ledger of namespace team-a {note}" in text
         assert "new PodGroups with minResources are refused" in text
     (ns,) = to_json([report])["namespaces"]
     assert ns["record"] == (

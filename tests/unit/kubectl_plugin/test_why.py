@@ -8,7 +8,7 @@ import yaml
 from kubectl_priogate.output import render
 from kubectl_priogate.why import event_lines, parse_target, pod_report, podgroup_report, records_naming
 from kubectl_priogate.why_report import render_text, to_json
-from priogate.ledger import Entry
+from priogate.ledger.model import Entry
 from priogate.preemption_record import RecordedDecision, Victim
 from tests.builders import pod, podgroup
 

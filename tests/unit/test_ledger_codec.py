@@ -1,4 +1,4 @@
-"""The reservation record's ConfigMap form: entries in zlib-compressed shards, read back exactly;
+"""The ledger's ConfigMap form: entries in zlib-compressed shards, read back exactly;
 any other form (one JSON text, shards in binaryData) damaged; a damaged shard never read as
 empty; unchanged shards neither compressed nor parsed again; a record too large for a ConfigMap
 refused by name."""
@@ -13,18 +13,19 @@ from typing import Any
 
 import pytest
 
-from priogate import ledger, record_codec
-from priogate.ledger import Entry, Record
-from priogate.record_codec import (
+from priogate.ledger import codec as record_codec
+from priogate.ledger import model as ledger
+from priogate.ledger.codec import (
     LEDGER_DATA_KEY,
     SHARDED_MARKER,
     SHARDS,
-    RecordFull,
-    record_object,
-    record_of,
+    LedgerFull,
+    ledger_object,
+    ledger_of,
     shard_key,
     shard_of,
 )
+from priogate.ledger.model import Entry, Ledger
 
 T = "2026-11-22T12:00:00.000000Z"
 
@@ -34,9 +35,9 @@ def entries(count: int, cpu: str = "1") -> dict[str, Entry]:
     return {e.key: e for e in made}
 
 
-def stored(record: Record, namespace: str = "team-a") -> dict[str, Any]:
+def stored(record: Ledger, namespace: str = "team-a") -> dict[str, Any]:
     """The record as a GET returns it: through JSON, with a resourceVersion."""
-    return json.loads(json.dumps(record_object("priogate-system", namespace, record, "7")))
+    return json.loads(json.dumps(ledger_object("priogate-system", namespace, record, "7")))
 
 
 def pack(text: str) -> str:
@@ -45,9 +46,9 @@ def pack(text: str) -> str:
 
 @pytest.mark.parametrize("count", [0, 1, 17, 400, 3000])
 def test_a_record_reads_back_as_written(count):
-    record = Record(entries(count))
+    record = Ledger(entries(count))
     obj = stored(record)
-    assert record_of(obj).entries == record.entries
+    assert ledger_of(obj).entries == record.entries
     assert obj["data"][LEDGER_DATA_KEY] == SHARDED_MARKER
     assert "binaryData" not in obj  # text: kube-apiserver compares a []byte byte by byte
     assert len(text_shards(obj)) <= SHARDS and bool(text_shards(obj)) == bool(count)
@@ -65,7 +66,7 @@ def record_in(shards: dict[int | str, str], text: str | None = None, binary: boo
     `binary`, in binaryData) and, by default, the marker."""
     data: dict[str, str] = {} if text == "" else {LEDGER_DATA_KEY: SHARDED_MARKER if text is None else text}
     values = {shard_key(k) if isinstance(k, int) else k: v for k, v in shards.items()}
-    obj: dict[str, Any] = {"metadata": {"name": "podgroup-reservations.team-a"}, "data": data}
+    obj: dict[str, Any] = {"metadata": {"name": "podgroup-ledger.team-a"}, "data": data}
     if binary:
         obj["binaryData"] = values
     else:
@@ -82,7 +83,7 @@ ONE = json.dumps({"uid-1": Entry("a", "uid-1", {"cpu": "1"}, 1, "", T).to_json()
 
 def test_a_record_is_read():
     group = Entry("a", "uid-1", {"cpu": "1"}, 1, "", T)
-    assert record_of(record_in({shard_of("uid-1"): pack(ONE)})).entries == {"uid-1": group}
+    assert ledger_of(record_in({shard_of("uid-1"): pack(ONE)})).entries == {"uid-1": group}
 
 
 @pytest.mark.parametrize(
@@ -102,16 +103,16 @@ def test_a_record_is_read():
     ],
 )
 def test_a_damaged_record_is_an_error_never_an_empty_record(shards, text, binary, why):
-    with pytest.raises(ledger.DamagedRecord, match=f"is not a reservation record.*{why}"):
-        record_of(record_in(shards, text, binary))
+    with pytest.raises(ledger.DamagedLedger, match=f"is not a ledger.*{why}"):
+        ledger_of(record_in(shards, text, binary))
 
 
 def test_a_shard_that_inflates_past_the_bound_is_damaged(monkeypatch):
     monkeypatch.setattr(record_codec, "SHARD_MAX_TEXT_BYTES", 1000)
     bomb = {"uid-1": {"group": "x" * 5000}}
     obj = record_in({shard_of("uid-1"): pack(json.dumps(bomb))})
-    with pytest.raises(ledger.DamagedRecord, match="inflates past 1000 bytes"):
-        record_of(obj)
+    with pytest.raises(ledger.DamagedLedger, match="inflates past 1000 bytes"):
+        ledger_of(obj)
 
 
 def count_calls(monkeypatch: pytest.MonkeyPatch, owner: Any, name: str) -> list[int]:
@@ -128,19 +129,19 @@ def count_calls(monkeypatch: pytest.MonkeyPatch, owner: Any, name: str) -> list[
 
 def test_only_changed_shards_are_compressed_and_parsed_again(monkeypatch):
     held = entries(200)
-    record_of(stored(Record(held)))
+    ledger_of(stored(Ledger(held)))
     compressed = count_calls(monkeypatch, record_codec.zlib, "compress")
     parsed = count_calls(monkeypatch, record_codec, "_unpacked")
     new = Entry("pg-new", str(uuid.uuid4()), {"cpu": "1"}, 1, "", T)
     before = dict(record_codec._READ)  # what this process knew before the write below
-    grown = stored(Record({**held, new.key: new}))
+    grown = stored(Ledger({**held, new.key: new}))
     assert compressed[0] == 1  # the new entry's shard only
-    assert record_of(grown).entries == {**held, new.key: new}
+    assert ledger_of(grown).entries == {**held, new.key: new}
     assert parsed[0] == 0  # what this process wrote it knows already
     # Written by another process: only the changed shard is parsed.
     record_codec._READ.clear()
     record_codec._READ.update(before)
-    assert record_of(grown).entries == {**held, new.key: new}
+    assert ledger_of(grown).entries == {**held, new.key: new}
     assert parsed[0] == 1
 
 
@@ -148,8 +149,8 @@ def test_the_memo_holds_one_value_per_shard_of_a_record():
     held = entries(300)
     for _ in range(20):
         held = {**held, **entries(1)}
-        record_of(stored(Record(held), namespace="memo"))
-    name = "podgroup-reservations.memo"
+        ledger_of(stored(Ledger(held), namespace="memo"))
+    name = "podgroup-ledger.memo"
     assert len([k for k in record_codec._READ if k[0] == name]) <= SHARDS
     assert len([k for k in record_codec._WRITTEN if k[0] == name]) <= SHARDS
 
@@ -157,8 +158,8 @@ def test_the_memo_holds_one_value_per_shard_of_a_record():
 def test_a_record_larger_than_a_configmap_is_refused_by_name(monkeypatch):
     monkeypatch.setattr(record_codec, "CONFIGMAP_MAX_BYTES", 2000)
     why = r"namespace team-a would hold 300 PodGroup reservations.*delete PodGroups"
-    with pytest.raises(RecordFull, match=why):
-        record_object("priogate-system", "team-a", Record(entries(300)), None)
+    with pytest.raises(LedgerFull, match=why):
+        ledger_object("priogate-system", "team-a", Ledger(entries(300)), None)
 
 
 def test_fifteen_thousand_realistic_groups_fit_one_configmap():
@@ -170,20 +171,20 @@ def test_fifteen_thousand_realistic_groups_fit_one_configmap():
         resources = {"cpu": "8", "memory": "32Gi", "nvidia.com/gpu": "8"}
         stamp = f"2026-11-22T12:{i % 60:02d}:{i * 7 % 60:02d}.{i * 7919 % 1_000_000:06d}Z"
         made[uid] = Entry(f"training-job-{i:05d}-worker", uid, resources, 8, "high-priority", stamp, 1)
-    obj = record_object("priogate-system", "team-a", Record(made), None)
+    obj = ledger_object("priogate-system", "team-a", Ledger(made), None)
     assert record_codec.stored_size(obj) < record_codec.CONFIGMAP_MAX_BYTES
     assert len(",".join(e.json_text for e in made.values())) > 3 * record_codec.CONFIGMAP_MAX_BYTES
 
 
 def test_a_shard_read_before_is_refused_under_another_shards_key():
-    held = Record(entries(40))
+    held = Ledger(entries(40))
     obj = stored(held)
-    record_of(obj)  # its shards are known now
+    ledger_of(obj)  # its shards are known now
     name, packed = next(iter(text_shards(obj).items()))
     moved = shard_key((record_codec._SHARD_OF_KEY[name] + 1) % SHARDS)
     obj["data"] = {LEDGER_DATA_KEY: SHARDED_MARKER, moved: packed}
-    with pytest.raises(ledger.DamagedRecord, match="another shard"):
-        record_of(obj)
+    with pytest.raises(ledger.DamagedLedger, match="another shard"):
+        ledger_of(obj)
 
 
 @pytest.mark.parametrize("length", [0, 1, 2, 3, 100, 1001])

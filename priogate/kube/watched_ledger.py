@@ -1,4 +1,4 @@
-"""The reservation records as this process's watch shows them, as the copy a ledger turn starts
+"""The ledgers as this process's watch shows them, as the copy a ledger turn starts
 from instead of a GET (priogate/turn_order.py says when a turn may, and why that is safe).
 
 The pod's note of its last write comes from HostTurns, read and written while the pod's turn
@@ -13,19 +13,12 @@ from typing import Any
 
 from priogate.kube.cache import WatchCache
 from priogate.kube.host_turn import HostTurns
-from priogate.record_codec import record_name
-from priogate.turn_order import Start, Turn, start_from, turn_of
-
-# Another writer whose write this process saw this recently is taken to be busy: a turn on top
-# of the pod's own last write first waits for that writer's next one.
-OTHERS_ACTIVE_SECONDS = 0.1
-# How long a turn waits for the watch: about two turns of another server under load (its write
-# lands 10 to 25 ms after it began, the watch event a few ms later, measured with
-# `make bench-quota`).
-WAIT_SECONDS = 0.05
+from priogate.ledger.codec import ledger_name
+from priogate.ledger.timing import OTHERS_ACTIVE_SECONDS, WATCH_WAIT_SECONDS
+from priogate.ledger.turn_order import Start, Turn, start_from, turn_of
 
 
-class WatchedRecords:
+class WatchedLedgers:
     def __init__(self, cache: WatchCache, ledger_namespace: str, notes: HostTurns) -> None:
         self.cache = cache
         self.ledger_namespace = ledger_namespace
@@ -35,16 +28,16 @@ class WatchedRecords:
         self._others: dict[str, tuple[Turn, float]] = {}
 
     def start_copy(self, namespace: str, deadline: float) -> tuple[Mapping[str, Any], Turn] | None:
-        """The watch's copy of the namespace's record and its stamp, to start a turn from, or
-        None: start from a GET. Waits for the watch at most WAIT_SECONDS, and never past
+        """The watch's copy of the namespace's ledger and its stamp, to start a turn from, or
+        None: start from a GET. Waits for the watch at most WATCH_WAIT_SECONDS, and never past
         `deadline` (time.monotonic())."""
         if not self.cache.synced:
             return None  # a watch that may be behind would only cost a wait and a lost write
         uid, seq = self.notes.last_written(namespace)
-        give_up = min(deadline, time.monotonic() + WAIT_SECONDS)
+        give_up = min(deadline, time.monotonic() + WATCH_WAIT_SECONDS)
         while True:
             generation = self.cache.generation
-            obj = self.cache.get(self.ledger_namespace, record_name(namespace))
+            obj = self.cache.get(self.ledger_namespace, ledger_name(namespace))
             if obj is None:
                 return None  # none yet, or deleted: the GET finds out, and rebuilds
             turn = turn_of(obj)

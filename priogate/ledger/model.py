@@ -1,17 +1,17 @@
-"""The reservation record: which PodGroups hold a reservation in a tenant namespace, and which
+"""The ledger: which PodGroups hold a reservation in a tenant namespace, and which
 pods were admitted there a moment ago, as plain data and pure decisions.
 
 Where it lives: one ConfigMap per tenant namespace, in priogate's own namespace
-(`priogate-system/podgroup-reservations.<namespace>`), where only priogate may write. Nothing a
+(`priogate-system/podgroup-ledger.<namespace>`), where only priogate may write. Nothing a
 tenant can write decides a reservation. priogate/kube/ledger_store.py reads and writes it with
 optimistic concurrency; this module holds its entries and charges, priogate/record_codec.py
 reads and writes its ConfigMap, priogate/settlement.py rebuilds it from the stored PodGroups and
 decides which entries still count.
 
 What it is: a cache of the truth, never the truth itself. The truth is the set of stored
-PodGroups (read with a quorum LIST); the record adds only what the API server cannot tell yet:
+PodGroups (read with a quorum LIST); the ledger adds only what the API server cannot tell yet:
 groups admitted but not yet stored (in flight), and pods admitted but not yet charged in a
-quota's status.used. So a missing or damaged record is rebuilt from a quorum LIST, an entry
+quota's status.used. So a missing or damaged ledger is rebuilt from a quorum LIST, an entry
 whose group a quorum LIST does not hold is dropped once it is older than the in-flight bound,
 and an entry is set to the stored spec once no update of it can still be in flight.
 
@@ -31,33 +31,17 @@ from functools import cached_property
 from typing import Any, Protocol
 
 from priogate.clock import micro_time, parse_time
+from priogate.ledger.fences import QuotaFence
 from priogate.quota import Reservation, quota_names
-from priogate.quota_fence import QuotaFence
 from priogate.resources import ResourceList, format_quantity, parse_resource_list
 
 # The key suffix of the claim a group held under its previous class while a class change is in
 # flight: either object may end up stored, so both claims count until one is.
 SHADOW_SUFFIX = "/previous"
 
-# How long after priogate decided it a request may still be on its way to storage (or, for a pod,
-# to the built-in ResourceQuota plugin's charge in status.used). kube-apiserver calls validating
-# webhooks in parallel (k8s.io/apiserver pkg/admission/plugin/webhook/validating dispatcher.go)
-# and stores the object once the last has answered and the ResourceQuota plugin has charged it,
-# so after priogate's decision what remains is the slowest other validating webhook for the
-# object plus the quota charge and the etcd write: milliseconds with priogate's own hooks, which
-# do no I/O besides the record. The bound is kept short because of what it costs where the
-# webhook's endpoint takes unauthenticated clients (no mTLS): a forged CREATE holds its claim
-# that long. An admission it would block does not fail meanwhile: it waits (within its own
-# deadline) until the claim is stored or its bound has passed (podgroup_quota). Raise the bound
-# above the timeoutSeconds of any other validating webhook for PodGroups or pods that may be
-# slow: an entry dropped while its request could still be stored would over-admit. Claims are
-# stamped to the microsecond when decided, so a request that queued for its turn does not look
-# older than it is; the margin covers clock skew between replicas.
-DEFAULT_IN_FLIGHT = dt.timedelta(seconds=5)
 
-
-class DamagedRecord(ValueError):
-    """The record exists but is not one priogate wrote; it is rebuilt, never guessed at."""
+class DamagedLedger(ValueError):
+    """The ledger exists but is not one priogate wrote; it is rebuilt, never guessed at."""
 
 
 @dataclass(frozen=True)
@@ -97,7 +81,7 @@ class Entry:
 
     @cached_property
     def json_text(self) -> str:
-        """to_json() as the record stores it: a record is written whole on every admission, and
+        """to_json() as the ledger stores it: a ledger is written whole on every admission, and
         only its new entries need encoding."""
         return json.dumps(self.to_json(), separators=(",", ":"), sort_keys=True)
 
@@ -120,7 +104,7 @@ class Entry:
     def from_json(cls, key: str, raw: Mapping[str, Any]) -> Entry:
         if not isinstance(raw, Mapping):
             raise TypeError(f"entry {key} is not an object")
-        # A record read again holds mostly the entries its last read held: comparing the raw
+        # A ledger read again holds mostly the entries its last read held: comparing the raw
         # entry field by field with the one parsed last for its key is several times cheaper
         # than building the memo key.
         last = _LAST_BY_KEY.get(key)
@@ -151,7 +135,7 @@ class Entry:
 
     @cached_property
     def _reservation(self) -> Reservation:
-        # Parsed once per entry: a decision sums every entry of the namespace's record.
+        # Parsed once per entry: a decision sums every entry of the namespace's ledger.
         requests = parse_resource_list(self.min_resources, context=f"reservation of {self.group}")
         return Reservation(self.group, self.priority_class, quota_names(requests, self.min_member))
 
@@ -173,11 +157,11 @@ class Entry:
         )
 
 
-# Parsed entries by their raw JSON: every admission reads the whole record again, and between
+# Parsed entries by their raw JSON: every admission reads the whole ledger again, and between
 # two reads only the entries just admitted or ended change. Bounded; cleared when full.
 _ENTRIES: dict[tuple[Any, ...], Entry] = {}
 _ENTRIES_KEPT = 50_000
-# The entry last parsed for each record key (Entry.from_json). Bounded the same way.
+# The entry last parsed for each ledger key (Entry.from_json). Bounded the same way.
 _LAST_BY_KEY: dict[str, Entry] = {}
 
 
@@ -257,18 +241,18 @@ class Charge:
 
 
 @dataclass(frozen=True)
-class Record:
+class Ledger:
     entries: Mapping[str, Entry] = field(default_factory=dict)
     charges: Mapping[str, Charge] = field(default_factory=dict)  # by admission request uid
     fences: Mapping[str, QuotaFence] = field(default_factory=dict)  # by QuotaFence.key
 
-    def with_entries(self, entries: Mapping[str, Entry]) -> Record:
+    def with_entries(self, entries: Mapping[str, Entry]) -> Ledger:
         return replace(self, entries=dict(entries))
 
-    def with_charges(self, charges: Mapping[str, Charge]) -> Record:
+    def with_charges(self, charges: Mapping[str, Charge]) -> Ledger:
         return replace(self, charges=dict(charges))
 
-    def with_fences(self, fences: Mapping[str, QuotaFence]) -> Record:
+    def with_fences(self, fences: Mapping[str, QuotaFence]) -> Ledger:
         return replace(self, fences=dict(fences))
 
 
@@ -317,9 +301,9 @@ def formatted(amounts: Mapping[str, Fraction]) -> dict[str, str]:
 
 
 def stamp(moment: dt.datetime) -> str:
-    """An admission's time as the record keeps it: to the microsecond, because the in-flight
+    """An admission's time as the ledger keeps it: to the microsecond, because the in-flight
     bound is a few seconds and a whole-second stamp would make a claim look up to a second
-    older than it is (records written with whole seconds are still read)."""
+    older than it is (ledgers written with whole seconds are still read)."""
     return micro_time(moment)
 
 
@@ -342,5 +326,5 @@ class Reads(Protocol):
     def podgroups(self) -> Listing: ...
 
 
-# decide(record, reads) -> (the record to write, or None to write nothing; the result to return)
-Decide = Callable[[Record, Reads], tuple[Record | None, Any]]
+# decide(ledger, reads) -> (the ledger to write, or None to write nothing; the result to return)
+Decide = Callable[[Ledger, Reads], tuple[Ledger | None, Any]]

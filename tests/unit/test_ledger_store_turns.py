@@ -1,4 +1,4 @@
-"""The reservation record through the real LedgerStore against an in-memory API server: where it
+"""The ledger through the real LedgerStore against an in-memory API server: where it
 lives, its rebuild from a quorum LIST when missing or damaged, the quorum confirmation before a
 refusal, in-flight entries kept, and pods serialized through it.
 
@@ -18,7 +18,7 @@ import zlib
 
 import orjson
 
-from priogate.record_codec import entries_of, record_of, record_path
+from priogate.ledger.codec import entries_of, ledger_of, ledger_path
 from tests.builders import fed_cache, group_review, pod, podgroup, review
 from tests.fake_api import FakeApi
 from tests.unit.record_world import GROUPS, NS, QUOTAS, RECORD, admit_group, aged, setup, store_group
@@ -34,7 +34,7 @@ def test_the_record_lives_in_priogates_namespace_and_a_rebuilt_one_fences_the_li
     # The quota was not in the cache (old code: no limit). The record was missing, so it was
     # rebuilt with the quotas of a LIST without a resourceVersion (a quorum read) as fences.
     assert api.reads_of(QUOTAS) == [()]
-    assert [f.quota for f in record_of(api.objects[RECORD]).fences.values()] == ["compute"]
+    assert [f.quota for f in ledger_of(api.objects[RECORD]).fences.values()] == ["compute"]
     refused = admit_group(view, "b", "5")
     assert not refused.allowed and "exceeded quota: compute" in refused.message
 
@@ -54,8 +54,8 @@ def test_a_damaged_record_is_rebuilt_not_a_500_or_a_503():
     api, view = setup()
     store_group(api, "a", "6")
     api.put_object(
-        record_path("priogate-system"),
-        {"metadata": {"name": f"podgroup-reservations.{NS}"}, "data": {"reservations.json": "{oops"}},
+        ledger_path("priogate-system"),
+        {"metadata": {"name": f"podgroup-ledger.{NS}"}, "data": {"reservations.json": "{oops"}},
     )
     refused = admit_group(view, "b", "5")
     assert not refused.allowed and refused.code == 403 and "reserved: cpu=6" in refused.message
@@ -207,7 +207,7 @@ def test_pods_are_serialized_and_charged_where_something_is_reserved():
     api.put_object(GROUPS, group)
     # A burst: every admission before the quota plugin charged any of them.
     assert [plain_pod(view, i, within=3.0).allowed for i in range(6)] == [True] * 4 + [False] * 2
-    assert len(record_of(api.objects[RECORD]).charges) == 4
+    assert len(ledger_of(api.objects[RECORD]).charges) == 4
     charge_used(api, "4")  # now charged: the fifth is refused at once, with no wait
     started = time.monotonic()
     refused = plain_pod(view, 4)
@@ -227,7 +227,7 @@ def test_a_pod_blocked_only_by_a_charge_never_stored_waits_for_its_bound_and_goe
     started = time.monotonic()
     assert plain_pod(view, 0, within=10.0).allowed
     assert 1.0 < time.monotonic() - started < 4.0
-    assert {c.pod for c in record_of(api.objects[RECORD]).charges.values()} == {"p0"}
+    assert {c.pod for c in ledger_of(api.objects[RECORD]).charges.values()} == {"p0"}
 
 
 def test_a_pod_turn_reads_each_quota_by_a_quorum_get_after_the_record_and_no_list():
@@ -297,7 +297,7 @@ def test_the_controller_sweep_adopts_lowers_and_drops_with_a_quorum_list():
     got = {e.group: e.min_resources["cpu"] for e in entries_of(api.objects[RECORD]).values()}
     assert got == {"kept": "2", "grown": "1", "adopt-me": "2", "young": "1"}
     # The fence the rebuilt record took from the quota LIST survives the sweep's rewrite.
-    assert [f.quota for f in record_of(api.objects[RECORD]).fences.values()] == ["compute"]
+    assert [f.quota for f in ledger_of(api.objects[RECORD]).fences.values()] == ["compute"]
 
 
 def test_a_class_change_counts_both_claims_until_stored():
@@ -314,7 +314,7 @@ def test_a_class_change_counts_both_claims_until_stored():
 def test_a_record_too_large_for_its_configmap_refuses_new_groups_by_name(monkeypatch):
     """Past what one ConfigMap holds, a growing claim is refused with what to do (403, not a
     503 "retry": a retry fails the same way), and the record keeps what it had."""
-    from priogate import record_codec
+    from priogate.ledger import codec as record_codec
 
     api, view = setup(quota_cpu="100")
     assert admit_group(view, "a", "1").allowed
@@ -323,6 +323,6 @@ def test_a_record_too_large_for_its_configmap_refuses_new_groups_by_name(monkeyp
     monkeypatch.setattr(record_codec, "CONFIGMAP_MAX_BYTES", size + 10)  # a second entry does not fit
     refused = admit_group(view, "b", "1")
     assert not refused.allowed and refused.code == 403
-    assert "PodGroup quota: the reservation record of namespace" in refused.message
+    assert "PodGroup quota: the ledger of namespace" in refused.message
     assert "delete PodGroups that are no longer needed" in refused.message
     assert {e.group for e in entries_of(api.objects[RECORD]).values()} == {"a"}

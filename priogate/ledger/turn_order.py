@@ -1,8 +1,8 @@
-"""Which copy of a reservation record a turn starts from: the watch's, or a fresh GET.
+"""Which copy of a ledger a turn starts from: the watch's, or a fresh GET.
 
-A turn decides on a copy of the record and writes with that copy's resourceVersion as a
+A turn decides on a copy of the ledger and writes with that copy's resourceVersion as a
 precondition, so a decision made on a stale copy fails with 409 and is made again on a GET:
-whatever copy a turn starts from, it can only land on the current record. The copy only decides
+whatever copy a turn starts from, it can only land on the current ledger. The copy only decides
 what a turn costs. Starting every turn with a GET cost a request per turn, and two servers that
 each began a turn as soon as their last write landed raced each other all the time (a third of
 their writes lost to 409s). Starting from the last copy held, without more, was tried and lost
@@ -33,7 +33,7 @@ TURN_ANNOTATION = "priogate.io/turn"
 
 @dataclass(frozen=True)
 class Turn:
-    """The stamp of the write that made a copy: `seq` -1 when there is none (a record written
+    """The stamp of the write that made a copy: `seq` -1 when there is none (a ledger written
     before the stamps, or by hand)."""
 
     seq: int
@@ -51,7 +51,7 @@ UNSTAMPED = Turn(-1, "")
 
 
 def turn_of(obj: Mapping[str, Any]) -> Turn:
-    """The stamp a record ConfigMap carries; UNSTAMPED when it carries none that parses."""
+    """The stamp a ledger ConfigMap carries; UNSTAMPED when it carries none that parses."""
     annotations = (obj.get("metadata") or {}).get("annotations") or {}
     text = annotations.get(TURN_ANNOTATION)
     if not isinstance(text, str):
@@ -70,7 +70,7 @@ class Start(enum.Enum):
 
 def start_from(copy: Turn, ours: int, others_active: bool, waited_out: bool) -> Start:
     """Where a turn starts, given the watch's copy's stamp, the last sequence number the pod
-    wrote on this record (-1: none known), whether another writer wrote a moment ago, and
+    wrote on this ledger (-1: none known), whether another writer wrote a moment ago, and
     whether the turn has waited as long as it may."""
     if ours < 0 or copy.seq > ours:
         return Start.COPY  # newer than anything the pod wrote, or nothing better known

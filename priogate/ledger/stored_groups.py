@@ -1,5 +1,5 @@
-"""The truth behind a reservation record: the namespace's stored PodGroups, each as the claim it
-makes (priogate.ledger's Entry), from a quorum LIST or a watch cache."""
+"""The truth behind a ledger: the namespace's stored PodGroups, each as the claim it
+makes (priogate.ledger.model's Entry), from a quorum LIST or a watch cache."""
 
 from __future__ import annotations
 
@@ -8,7 +8,16 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from priogate import podgroup
-from priogate.ledger import Entry, Listing, count_field, memo_key, memoized, normalize, stamp, text_field
+from priogate.ledger.model import (
+    Entry,
+    Listing,
+    count_field,
+    memo_key,
+    memoized,
+    normalize,
+    stamp,
+    text_field,
+)
 
 
 def entry_of_group(group: Mapping[str, Any], admitted_at: str) -> Entry:

@@ -1,6 +1,6 @@
-"""Which entries of a reservation record still count: the in-flight bound, settling an entry to
-its stored PodGroup, and the record made true to a quorum LIST (priogate.ledger holds the
-record's data; see its docstring for why the record is only a cache of the truth).
+"""Which entries of a ledger still count: the in-flight bound, settling an entry to
+its stored PodGroup, and the ledger made true to a quorum LIST (priogate.ledger.model holds the
+ledger's data; see its docstring for why the ledger is only a cache of the truth).
 """
 
 from __future__ import annotations
@@ -11,7 +11,8 @@ from dataclasses import replace
 from typing import Any
 
 from priogate.clock import parse_time
-from priogate.ledger import DEFAULT_IN_FLIGHT, SHADOW_SUFFIX, Charge, Entry, Listing, formatted
+from priogate.ledger.model import SHADOW_SUFFIX, Charge, Entry, Listing, formatted
+from priogate.ledger.timing import IN_FLIGHT
 from priogate.resources import maximum, parse_resource_list
 
 
@@ -22,13 +23,13 @@ def admitted_time(entry: Entry) -> dt.datetime:
         return dt.datetime.min.replace(tzinfo=dt.UTC)  # unreadable: treat as old
 
 
-def in_flight(entry: Entry, at: dt.datetime, bound: dt.timedelta = DEFAULT_IN_FLIGHT) -> bool:
+def in_flight(entry: Entry, at: dt.datetime, bound: dt.timedelta = IN_FLIGHT) -> bool:
     """Whether the admission that last raised `entry` may still be on its way to storage at `at`."""
     return at - admitted_time(entry) <= bound
 
 
 def merge(current: Entry, new: Entry) -> Entry:
-    """A claim that covers both (per resource the larger amount): what an admission records while
+    """A claim that covers both (per resource the larger amount): what an admission ledgers while
     the request is in flight, since either object may end up stored. Of two classes, the new."""
     if current.priority_class != new.priority_class:
         return new
@@ -45,7 +46,7 @@ def settled(entry: Entry, stored: Entry | None, at: dt.datetime, bound: dt.timed
 
 
 def resync(
-    entries: Mapping[str, Entry], listing: Listing, bound: dt.timedelta = DEFAULT_IN_FLIGHT
+    entries: Mapping[str, Entry], listing: Listing, bound: dt.timedelta = IN_FLIGHT
 ) -> dict[str, Entry]:
     """The entries made true to a quorum LIST of the namespace's PodGroups:
     - an entry whose group is stored and whose admission is settled becomes the stored claim (a
@@ -54,7 +55,7 @@ def resync(
     - an entry whose group the LIST does not hold (gone, or never stored: uid-checked) is
       dropped once it is no longer in flight, counted until then;
     - a previous-class claim ends when its group's class change is settled;
-    - a stored group without an entry (a lost or rebuilt record, a group stored before
+    - a stored group without an entry (a lost or rebuilt ledger, a group stored before
       priogate) is adopted with its stored claim.
     Finalizer-held groups (deletionTimestamp set) are still stored, so they still reserve."""
     out: dict[str, Entry] = {}
@@ -67,7 +68,7 @@ def resync(
             continue
         if done:
             # The entry itself where it already is the stored claim: the same object keeps the
-            # sums moved by identity (priogate.entry_totals) from summing it again.
+            # sums moved by identity (priogate.ledger.totals) from summing it again.
             out[key] = (
                 entry if _is_stored_claim(entry, stored) else replace(stored, admitted_at=entry.admitted_at)
             )
@@ -95,7 +96,7 @@ def stale_entries(
     entries: Mapping[str, Entry],
     listed: Mapping[str, Any],
     now: dt.datetime,
-    bound: dt.timedelta = DEFAULT_IN_FLIGHT,
+    bound: dt.timedelta = IN_FLIGHT,
 ) -> list[str]:
     """Keys of entries that a LIST (`listed`: uids of the stored groups) shows no longer count:
     their group is not stored, and their admission is past the in-flight bound. What a reader
@@ -133,7 +134,7 @@ def unconfirmed(
     entries: Mapping[str, Entry],
     live: Mapping[str, bool],
     now: dt.datetime,
-    bound: dt.timedelta = DEFAULT_IN_FLIGHT,
+    bound: dt.timedelta = IN_FLIGHT,
     cached: Mapping[str, Entry] | None = None,
 ) -> list[str]:
     """Keys of entries worth confirming with a quorum LIST before a refusal, because the LIST
@@ -155,7 +156,7 @@ def unconfirmed(
 
 
 def adopted(entries: Mapping[str, Entry], cached_groups: Iterable[Entry]) -> dict[str, Entry]:
-    """Entries plus a claim for every cached (stored) group the record lacks: a record that
+    """Entries plus a claim for every cached (stored) group the ledger lacks: a ledger that
     misses a live group never means that group reserves nothing."""
     out = dict(entries)
     uids = {e.uid for e in entries.values()}
@@ -169,7 +170,7 @@ def live_charges(
     charges: Mapping[str, Charge],
     now: dt.datetime,
     stored_pods: Mapping[str, bool] | None = None,
-    bound: dt.timedelta = DEFAULT_IN_FLIGHT,
+    bound: dt.timedelta = IN_FLIGHT,
 ) -> dict[str, Charge]:
     """Charges that still count: younger than the bound, and for pods the cache does not show
     stored yet (`stored_pods`: uids of cached pods). A pod seen stored was charged in status.used

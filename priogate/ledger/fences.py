@@ -1,4 +1,4 @@
-"""Quota fences: a ResourceQuota change written into its namespace's reservation record before
+"""Quota fences: a ResourceQuota change written into its namespace's ledger before
 kube-apiserver stores it, so that every PodGroup decision taken after the change is limited by
 it, however far behind a replica's quota cache is.
 
@@ -6,8 +6,8 @@ A PodGroup admission must be decided against the quotas as they were at some mom
 request arrived: a quota created or lowered before that limits it. The cache alone cannot prove
 that, and a quorum LIST of an idle kind waits for etcd's next progress notification (up to
 100 ms, KEP-2340) on every admission. Instead the quota hook (webhook.rules.quota_fence) takes a
-turn on the record for every quota change it admits, so the change reaches the record before it
-can reach storage, and a decision's turn on the record sees it: a decision counts the cached
+turn on the ledger for every quota change it admits, so the change reaches the ledger before it
+can reach storage, and a decision's turn on the ledger sees it: a decision counts the cached
 quotas and, as further quotas, the spec of every fence still live.
 
 A decision counts a fence until its own cache shows what became of the change, then that cache
@@ -18,18 +18,18 @@ alone decides (a raise counts as soon as the cache has it):
   base or not at all (kube-apiserver checks the precondition, or admits it again on the newer
   object, before storing: k8s.io/apiserver registry/generic/registry/store.go Update);
 - a create (no base) is superseded once the cache shows the object;
-- past the in-flight bound (a change is stored within it, if at all: priogate.ledger's
-  DEFAULT_IN_FLIGHT), a fence whose end the cache does not show counts only while a quorum read
+- past the in-flight bound (a change is stored within it, if at all: priogate.ledger.model's
+  IN_FLIGHT), a fence whose end the cache does not show counts only while a quorum read
   of its quota says the change may have been stored (stored_keeps): one refused after the hook
   (by a later admission step, or storage), or an AdmissionReview forged to the webhook, stops
   counting then;
-- any fence expires FENCE_TTL after it was written, and the record drops it: kube-apiserver
+- any fence expires FENCE_TTL after it was written, and the ledger drops it: kube-apiserver
   gives up on a request well within that time (--request-timeout, 60 s by default), and a
   replica's cache that lags by more is stale.
 
 Every rule errs towards counting a fence: unknown uid, versions that do not compare (KEP-5504
 makes them comparable integers), a quota the cache lacks. Two fences of one quota both count,
-so changes admitted in one order and stored in the other never loosen a decision. A record keeps
+so changes admitted in one order and stored in the other never loosen a decision. A ledger keeps
 every fence until it expires: one replica's cache having seen the end of a change says nothing
 of another's.
 """
@@ -41,14 +41,15 @@ import hashlib
 import json
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from priogate.clock import parse_time
+from priogate.ledger.timing import FENCE_TTL
 from priogate.quota import hard_limits
 
-# Longer than kube-apiserver lets a write take after admission (its default --request-timeout
-# is 60 s), plus a watch cache's lag.
-FENCE_TTL = dt.timedelta(seconds=90)
+if TYPE_CHECKING:  # the ledger holds fences: these name it only in annotations
+    from priogate.ledger.model import Ledger, Reads
+    from priogate.ledger.outcome import Clock, Outcome
 
 
 @dataclass(frozen=True)
@@ -103,7 +104,7 @@ def fence_of(quota: Mapping[str, Any], old: Mapping[str, Any] | None, at: str) -
 
 
 def seeded(listed: Iterable[Mapping[str, Any]], at: str) -> dict[str, QuotaFence]:
-    """Fences standing for quotas a quorum LIST returned (a record rebuilt without its fences):
+    """Fences standing for quotas a quorum LIST returned (a ledger rebuilt without its fences):
     each counts until the cache shows its quota at that version or later."""
     fences = {}
     for quota in listed:
@@ -138,7 +139,7 @@ def is_live(fence: QuotaFence, cached: Mapping[str, Mapping[str, Any]], now: dt.
 
 
 def unexpired(fences: Mapping[str, QuotaFence], now: dt.datetime) -> dict[str, QuotaFence]:
-    """The fences a record keeps: every one younger than FENCE_TTL. Not fewer: that this
+    """The fences a ledger keeps: every one younger than FENCE_TTL. Not fewer: that this
     replica's cache has seen what became of a change says nothing of another replica's cache,
     which may still need the fence."""
     return {key: fence for key, fence in fences.items() if not _expired(fence, now)}
@@ -218,3 +219,12 @@ def limiting_quotas(
     if not live:
         return cached
     return [*cached, *(fence.as_quota(namespace) for _, fence in sorted(live.items()))]
+
+
+def decide(ledger: Ledger, reads: Reads, clock: Clock, fence: QuotaFence) -> tuple[Ledger | None, Outcome]:
+    """The quota fence turn: the ledger with `fence` (a quota change kube-apiserver may store next)
+    and without the expired fences; never refused. No others are dropped, since a replica whose
+    cache is behind may still need them."""
+    kept = unexpired(ledger.fences, clock())
+    kept[fence.key] = fence
+    return ledger.with_fences(kept), None

@@ -1,10 +1,10 @@
-"""The summed claims of a namespace's record entries by priority class, kept by difference.
+"""The summed claims of a namespace's ledger entries by priority class, kept by difference.
 
 A PodGroup decision compares a claim with everything else the namespace reserves. Summing every
 entry for each decision made a turn cost O(groups) per request: at a few hundred groups that sum
 was most of the webhook's CPU per admission. A turn decides its requests one after another
-against records that differ by an entry or two, and a record read again holds the same Entry
-objects (priogate.ledger memoizes them), so the sums are kept and moved by the entries that
+against ledgers that differ by an entry or two, and a ledger read again holds the same Entry
+objects (priogate.ledger.model memoizes them), so the sums are kept and moved by the entries that
 changed since the last call, found by identity. Exact: amounts in nano-units
 (resources.nano_units), and quota scopes judge a reservation by its class alone, so a quota
 reserves under the class totals exactly what it reserves under the entries (quota.class_totals).
@@ -15,7 +15,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Mapping
 
-from priogate.ledger import Entry
+from priogate.ledger.model import Entry
 from priogate.quota import Reservation, class_totals, positive_nanos
 from priogate.running_sums import Nanos, add_into
 
@@ -40,8 +40,8 @@ class EntryTotals:
         return class_totals(totals.items())
 
     def fork(self) -> EntryTotals:
-        """A copy to sum a what-if map on (the record without some claims, or settled): it
-        moves only the entries that differ, and these sums stay on the record."""
+        """A copy to sum a what-if map on (the ledger without some claims, or settled): it
+        moves only the entries that differ, and these sums stay on the ledger."""
         copy = EntryTotals()
         with self._lock:
             copy._entries = dict(self._entries)
@@ -53,7 +53,7 @@ class EntryTotals:
         gone = last.keys() - entries.keys()
         changed = [(key, entry) for key, entry in entries.items() if last.get(key) is not entry]
         if len(gone) + len(changed) > len(entries):
-            # Another namespace's record, or a new one: cheaper to sum afresh.
+            # Another namespace's ledger, or a new one: cheaper to sum afresh.
             last.clear()
             self._totals.clear()
             gone = set()
