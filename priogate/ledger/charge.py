@@ -104,19 +104,21 @@ def decide(ledger: Ledger, reads: Reads, clock: Clock, ask: PodCharge) -> tuple[
     if isinstance(problem, str):
         # Fits only if admissions still in flight are never stored: the charges of pods not yet
         # seen stored (each counts until its bound), and PodGroup claims a quorum LIST does not
-        # confirm yet.
+        # confirm yet. A LIST begun after a claim's bound has passed ends it instead.
         ends = {key: parse_time(c.charged_at) + bound for key, c in charges.items()}
-        settled = resynced or entries
+        settled = resynced if resynced is not None else entries
         if any(in_flight(e, clock(), bound) for e in settled.values()):
             listing = reads.podgroups()
-            pending = awaiting(settled, listing, bound)
+            resynced = resync(ledger.entries, listing, bound)
+            problem = check(resynced, charges)
+            pending = awaiting(resynced, listing, bound)
             ends.update(pending)
-            settled = once_settled(settled, listing) if pending else settled
-        if ends and check(settled, {}) is None:
+            settled = once_settled(resynced, listing) if pending else resynced
+        if problem and ends and check(settled, {}) is None:
             problem = Awaiting(problem, len(ends), max(ends.values()))
     kept = ledger.with_entries(resynced) if resynced is not None else ledger
     if problem:
-        changed = resynced is not None or charges != dict(ledger.charges)
+        changed = dict(kept.entries) != dict(ledger.entries) or charges != dict(ledger.charges)
         return (kept.with_charges(charges) if changed else None), problem
     # Stamped when decided (see priogate.ledger.claim).
     decided = replace(ask.charge, charged_at=stamp(clock()))

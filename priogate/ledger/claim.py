@@ -135,7 +135,13 @@ def _judged(
     youngest = min(admitted_time(entries[k]) for k in unseen)
     if now - youngest < UNSEEN_GRACE:
         return entries, Awaiting(problem, len(unseen), youngest + UNSEEN_GRACE, through_cache=True)
+    # The LIST begins after this turn's caches were read: claims whose bound has passed since
+    # then are ended by it, not awaited.
     listing = reads.podgroups()
+    entries = resync(entries, listing, bound)
+    problem = check_claim(entries, claim, quotas, ask.totals)
+    if not problem:
+        return entries, None
     pending = {k: t for k, t in awaiting(entries, listing, bound).items() if k not in own}
     if pending and fits(once_settled(entries, listing)):
         return entries, Awaiting(problem, len(pending), max(pending.values()))
