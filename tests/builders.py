@@ -264,6 +264,29 @@ def podgroup(
     return obj
 
 
+def podgroup_body(
+    name: str,
+    min_resources: Mapping[str, Any] | None = None,
+    *,
+    min_member: int | None = 1,
+    annotations: Mapping[str, str] | None = None,
+    **spec: Any,
+) -> dict[str, Any]:
+    """A Volcano PodGroup as a client sends it: no namespace, uid or timestamps. `spec` takes the
+    API's own field names (priorityClassName=..., queue=...) and wins over the keywords; with
+    min_member=None the spec has no minMember unless `spec` gives one."""
+    full: dict[str, Any] = {}
+    if min_member is not None:
+        full["minMember"] = min_member
+    if min_resources is not None:
+        full["minResources"] = dict(min_resources)
+    full.update(spec)
+    meta: dict[str, Any] = {"name": name}
+    if annotations:
+        meta["annotations"] = dict(annotations)
+    return {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "PodGroup", "metadata": meta, "spec": full}
+
+
 def priority_class(
     name: str,
     *,

@@ -18,7 +18,6 @@ import datetime as dt
 import threading
 import time
 import uuid
-from typing import Any
 
 import pytest
 import requests
@@ -29,22 +28,13 @@ from priogate.clock import rfc3339
 from priogate.kube.client import ApiClient, ApiError, load_client, resource_path
 from priogate.ledger.codec import DEFAULT_LEDGER_NAMESPACE, entries_of, ledger_name, ledger_path
 from priogate.ledger.timing import IN_FLIGHT
-from tests.builders import pod
+from tests.builders import pod, podgroup_body
 from tests.e2e.helpers import refusal, wait_for
 from tests.e2e.tenant import GROUP, VERSION, Tenant
 from tests.podgroup_load import create_concurrently
 
 HOLD = "example.com/hold"
 RECORDS = DEFAULT_LEDGER_NAMESPACE
-
-
-def podgroup(name: str, cpu: str) -> dict[str, Any]:
-    return {
-        "apiVersion": f"{GROUP}/{VERSION}",
-        "kind": "PodGroup",
-        "metadata": {"name": name},
-        "spec": {"minMember": 1, "minResources": {"cpu": cpu}},
-    }
 
 
 def quota(admin: ApiClient, namespace: str, cpu: str) -> None:
@@ -81,7 +71,7 @@ def reserved_groups(admin: ApiClient, namespace: str) -> set[str]:
 
 def test_the_record_is_out_of_the_tenants_reach_and_rebuilt_when_deleted(tenant: Tenant, admin: ApiClient):
     quota(admin, tenant.namespace, "10")
-    tenant.create_podgroup(podgroup("six", "6"))
+    tenant.create_podgroup(podgroup_body("six", {"cpu": "6"}))
     assert reserved_groups(admin, tenant.namespace) == {"six"}
     name = ledger_name(tenant.namespace)
     kubectl = tenant.kubectl
@@ -105,22 +95,22 @@ def test_the_record_is_out_of_the_tenants_reach_and_rebuilt_when_deleted(tenant:
         "priogate-podgroup-ledger",
         "--from-literal=reservations.json={}",
     )
-    got = refusal(lambda: tenant.create_podgroup(podgroup("five", "5")))
+    got = refusal(lambda: tenant.create_podgroup(podgroup_body("five", {"cpu": "5"})))
     assert got is not None and "reserved: cpu=6" in got[1], got
 
     # An admin deletes the record: a missing record never means nothing is reserved. The claim
     # that the stored groups leave no room for is refused on them, before any turn; the next
     # admission rebuilds the record from the stored groups before it is decided.
     admin.delete(ledger_path(RECORDS, tenant.namespace))
-    got = refusal(lambda: tenant.create_podgroup(podgroup("five", "5")))
+    got = refusal(lambda: tenant.create_podgroup(podgroup_body("five", {"cpu": "5"})))
     assert got is not None and got[0] == 403 and "reserved: cpu=6, limited: cpu=10" in got[1], got
-    tenant.create_podgroup(podgroup("four", "4"))
+    tenant.create_podgroup(podgroup_body("four", {"cpu": "4"}))
     assert reserved_groups(admin, tenant.namespace) == {"six", "four"}
 
 
 def test_a_finalizer_held_group_reserves_until_it_is_gone(tenant: Tenant, admin: ApiClient):
     quota(admin, tenant.namespace, "10")
-    held = podgroup("held", "10")
+    held = podgroup_body("held", {"cpu": "10"})
     held["metadata"]["finalizers"] = [HOLD]
     tenant.create_podgroup(held)
     tenant.delete_podgroup("held")
@@ -128,14 +118,14 @@ def test_a_finalizer_held_group_reserves_until_it_is_gone(tenant: Tenant, admin:
     # Old code: the DELETE admission released the reservation here, and this was admitted.
     deadline = time.monotonic() + IN_FLIGHT.total_seconds() + 3
     while time.monotonic() < deadline:  # past the in-flight bound too: confirmed still stored
-        got = refusal(lambda: tenant.create_podgroup(podgroup("next", "10")))
+        got = refusal(lambda: tenant.create_podgroup(podgroup_body("next", {"cpu": "10"})))
         assert got is not None and "reserved: cpu=10" in got[1], got
         time.sleep(1)
     tenant.patch_podgroup("held", [{"op": "remove", "path": "/metadata/finalizers"}])
     wait_for(lambda: tenant.podgroup_gone("held"), 30, "the held group is gone")
     started = time.monotonic()
     wait_for(
-        lambda: refusal(lambda: tenant.create_podgroup(podgroup("next", "10"))) is None,
+        lambda: refusal(lambda: tenant.create_podgroup(podgroup_body("next", {"cpu": "10"}))) is None,
         30,
         "a full-size group is admitted once the held one is gone",
         0.5,
@@ -146,7 +136,7 @@ def test_a_finalizer_held_group_reserves_until_it_is_gone(tenant: Tenant, admin:
 
 def test_sixteen_concurrent_plain_pods_cannot_eat_a_reservation(tenant: Tenant, admin: ApiClient):
     quota(admin, tenant.namespace, "10")
-    tenant.create_podgroup(podgroup("gang", "6"))
+    tenant.create_podgroup(podgroup_body("gang", {"cpu": "6"}))
     core = tenant.core
     body = pod(None, namespace=None, generate_name="burst-", cpu="1", limits={"cpu": "1"})
     outcomes: list[tuple[int, str] | None] = []
@@ -176,7 +166,7 @@ def test_sixteen_concurrent_plain_pods_cannot_eat_a_reservation(tenant: Tenant, 
 
 def test_a_resize_into_the_reservation_is_refused(tenant: Tenant, admin: ApiClient, rbac):
     quota(admin, tenant.namespace, "10")
-    tenant.create_podgroup(podgroup("gang", "6"))
+    tenant.create_podgroup(podgroup_body("gang", {"cpu": "6"}))
     core = tenant.core
     # Kept Pending (no node matches): kube-apiserver refuses a resize of a running container
     # whose node has not advertised resize support (status.containerStatuses[].resources), which
@@ -251,7 +241,7 @@ def test_forged_reviews_posted_to_the_webhook_neither_release_nor_block(
     must hold where mTLS cannot be had, so the forged reviews are then posted with that
     certificate, as anyone could post them to an endpoint that takes every client."""
     quota(admin, tenant.namespace, "10")
-    real = tenant.create_podgroup(podgroup("real", "6"))
+    real = tenant.create_podgroup(podgroup_body("real", {"cpu": "6"}))
     session = requests.Session()
     session.trust_env = False
     url = f"{cluster.ports.webhook_url}/validate/podgroups"
@@ -268,7 +258,7 @@ def test_forged_reviews_posted_to_the_webhook_neither_release_nor_block(
     # A forged DELETE of the live group: allowed (it is not ours to refuse), releases nothing.
     # Old code: the entry was dropped and a second 6-cpu group was admitted beside "real".
     assert post(_review("DELETE", None, real, tenant.namespace, "real"))["allowed"]
-    got = refusal(lambda: tenant.create_podgroup(podgroup("second", "6")))
+    got = refusal(lambda: tenant.create_podgroup(podgroup_body("second", {"cpu": "6"})))
     assert got is not None and "reserved: cpu=6" in got[1], got
 
     # A forged CREATE that claims the live group's uid with less lowers nothing.
@@ -277,7 +267,7 @@ def test_forged_reviews_posted_to_the_webhook_neither_release_nor_block(
     assert record_entries(admin, tenant.namespace)[real["metadata"]["uid"]].min_resources == {"cpu": "6"}
 
     # A forged CREATE with an invented uid claiming the rest of the quota.
-    ghost = podgroup("ghost", "4")
+    ghost = podgroup_body("ghost", {"cpu": "4"})
     ghost["metadata"].update(
         namespace=tenant.namespace, uid=str(uuid.uuid4()), creationTimestamp=rfc3339(dt.datetime.now(dt.UTC))
     )
@@ -288,7 +278,7 @@ def test_forged_reviews_posted_to_the_webhook_neither_release_nor_block(
     # its admission waits (as a real claim is stored within milliseconds) until the forged
     # claim's in-flight bound has passed, confirms with a quorum LIST that no such group is
     # stored, drops it and goes through. Old code: refused for the whole bound (then 15 s).
-    assert refusal(lambda: tenant.create_podgroup(podgroup("fits", "4"))) is None
+    assert refusal(lambda: tenant.create_podgroup(podgroup_body("fits", {"cpu": "4"}))) is None
     took = time.monotonic() - forged_at
     assert took < IN_FLIGHT.total_seconds() + 3, f"the create took {took:.1f} s"
     assert reserved_groups(admin, tenant.namespace) == {"real", "fits"}
@@ -298,14 +288,14 @@ def test_a_quota_lowered_below_the_reservations_keeps_them_refuses_growth_and_sa
     tenant: Tenant, admin: ApiClient
 ):
     quota(admin, tenant.namespace, "10")
-    tenant.create_podgroup(podgroup("six", "6"))
-    tenant.create_podgroup(podgroup("four", "4"))
+    tenant.create_podgroup(podgroup_body("six", {"cpu": "6"}))
+    tenant.create_podgroup(podgroup_body("four", {"cpu": "4"}))
     set_quota_cpu(admin, tenant.namespace, "8")
     # What is admitted stays: an update claiming no more goes through.
     tenant.patch_podgroup("six", {"metadata": {"annotations": {"touched": "yes"}}})
     got = refusal(lambda: tenant.patch_podgroup("four", {"spec": {"minResources": {"cpu": "5"}}}))
     assert got is not None and "exceeded quota" in got[1], got
-    got = refusal(lambda: tenant.create_podgroup(podgroup("one", "1")))
+    got = refusal(lambda: tenant.create_podgroup(podgroup_body("one", {"cpu": "1"})))
     assert got is not None and "exceeded quota" in got[1], got
 
     def said_on(name: str) -> bool:
@@ -332,15 +322,17 @@ def test_a_quota_lowered_a_moment_before_a_create_limits_it(tenant: Tenant, admi
     where it has not is driven by tests/unit/test_quota_fence_record.py, with a cache held
     behind on purpose."""
     quota(admin, tenant.namespace, "10")
-    tenant.create_podgroup(podgroup("base", "2"))
+    tenant.create_podgroup(podgroup_body("base", {"cpu": "2"}))
     for round_ in range(10):
         set_quota_cpu(admin, tenant.namespace, "3")
-        got = refusal(lambda: tenant.create_podgroup(podgroup(f"late-{round_}", "2")))  # noqa: B023
+        got = refusal(lambda: tenant.create_podgroup(podgroup_body(f"late-{round_}", {"cpu": "2"})))  # noqa: B023
         assert got is not None and "exceeded quota" in got[1], (round_, got)
         set_quota_cpu(admin, tenant.namespace, "10")
         time.sleep(0.3)  # the webhook's cache hears of the higher quota again
     assert reserved_groups(admin, tenant.namespace) == {"base"}
-    tenant.create_podgroup(podgroup("fits", "2"))  # nothing refused left a claim holding the quota
+    tenant.create_podgroup(
+        podgroup_body("fits", {"cpu": "2"})
+    )  # nothing refused left a claim holding the quota
 
 
 def test_forty_concurrent_podgroups_of_a_tenant_fill_the_quota_exactly(
@@ -352,7 +344,7 @@ def test_forty_concurrent_podgroups_of_a_tenant_fill_the_quota_exactly(
     claim is made alone: it enrols the namespace (priogate.scope), and concurrent first claims
     are told to retry by design."""
     quota(admin, tenant.namespace, "10")
-    tenant.create_podgroup(podgroup("first", "1"))
+    tenant.create_podgroup(podgroup_body("first", {"cpu": "1"}))
     as_tenant = load_client(str(cluster.kubeconfig), pool_size=24)
     as_tenant.set_default_header("Impersonate-User", tenant.user)
     result = create_concurrently(as_tenant, tenant.namespace, 40, cpu="1", in_flight=16, monitor_client=admin)

@@ -11,6 +11,7 @@ apiserver_admission_webhook_request_total.
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 import pytest
@@ -20,7 +21,7 @@ from localcluster.webhooks import PRIOGATE_NAMESPACE
 from priogate import podgroup, priority
 from priogate.kube.client import ApiClient, ApiError, resource_path
 from priogate.priority_table import MARKER_ANNOTATION, TABLE_NAME
-from tests.builders import priority_class
+from tests.builders import podgroup_body, priority_class
 from tests.e2e.conftest import ClassTracker
 from tests.e2e.helpers import hook_creates, wait_for
 from tests.e2e.tenant import Tenant
@@ -33,11 +34,8 @@ TABLE = resource_path("v1", "configmaps", PRIOGATE_NAMESPACE, TABLE_NAME)
 COMPLETE = {"minMember": 1, "queue": "q"}
 
 
-def group(name: str, annotations: dict[str, str] | None = None, **spec: Any) -> dict[str, Any]:
-    meta: dict[str, Any] = {"name": name}
-    if annotations:
-        meta["annotations"] = annotations
-    return {"apiVersion": podgroup.GROUP_VERSION, "kind": "PodGroup", "metadata": meta, "spec": spec}
+# The bodies here carry only the fields each test names (no minMember unless given).
+group = partial(podgroup_body, min_member=None)
 
 
 def resolved_in_process(admin: ApiClient, namespace: str, body: dict[str, Any], class_name: str) -> bool:
@@ -141,7 +139,13 @@ def test_a_tenant_who_sets_the_mark_only_sends_their_group_to_the_hook(
     name = known_class(admin, classes, tenant)
     before = hook_creates(admin, DEFAULTS_HOOK)
     got = tenant.create_podgroup(
-        group("marked", {MARKER_ANNOTATION: "x", "team": "a"}, priorityClassName=name, minMember=1, queue="q")
+        group(
+            "marked",
+            annotations={MARKER_ANNOTATION: "x", "team": "a"},
+            priorityClassName=name,
+            minMember=1,
+            queue="q",
+        )
     )
     assert hook_creates(admin, DEFAULTS_HOOK) == before + 1
     assert got["metadata"]["annotations"] == {"team": "a"}

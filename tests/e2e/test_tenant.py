@@ -16,25 +16,13 @@ from kubernetes.client.rest import ApiException
 from localcluster import LocalCluster
 from localcluster.binaries import REPO
 from priogate.ledger.codec import DEFAULT_LEDGER_NAMESPACE, entries_of, ledger_name
-from tests.builders import priority_class
+from tests.builders import podgroup_body, priority_class
 from tests.e2e.helpers import refusal, unique, wait_for
 from tests.e2e.tenant import GROUP, VERSION, Tenant, make_tenant, tenant_fixture
 
 CRD = REPO / "manifests" / "crds" / "podgroups.scheduling.volcano.sh.yaml"
 HOLD = "example.com/hold"
 RESOURCE = f"podgroups.{GROUP}"  # in full: see test_edit_user_manages_podgroups_through_the_aggregated_roles
-
-
-def podgroup(name: str, min_resources: dict[str, Any] | None = None, **spec: Any) -> dict[str, Any]:
-    body: dict[str, Any] = {
-        "apiVersion": f"{GROUP}/{VERSION}",
-        "kind": "PodGroup",
-        "metadata": {"name": name},
-        "spec": {"minMember": 1, **spec},
-    }
-    if min_resources is not None:
-        body["spec"]["minResources"] = min_resources
-    return body
 
 
 def settled(check: Callable[[], bool], what: str, streak: int = 6, timeout: float = 60) -> None:
@@ -71,7 +59,7 @@ def test_edit_user_manages_podgroups_through_the_aggregated_roles(tenant, rbac, 
     # kubectl --as the tenant: create, list, annotate, delete. The resource is named in full: the
     # local control plane also serves native PodGroups (scheduling.k8s.io), which kubectl picks
     # for a bare "podgroups" (docs/native-podgroups.md).
-    tenant.kubectl.apply([podgroup("mine", {"cpu": "1"})], namespace=tenant.namespace)
+    tenant.kubectl.apply([podgroup_body("mine", {"cpu": "1"})], namespace=tenant.namespace)
     listed = tenant.kubectl.json("get", RESOURCE, f"--namespace={tenant.namespace}")
     assert [g["metadata"]["name"] for g in listed["items"]] == ["mine"]
     tenant.kubectl("annotate", RESOURCE, "mine", "team=a", f"--namespace={tenant.namespace}")
@@ -84,7 +72,7 @@ def test_edit_user_manages_podgroups_through_the_aggregated_roles(tenant, rbac, 
     try:
         got = refusal(
             lambda: tenant.custom.create_namespaced_custom_object(
-                GROUP, VERSION, elsewhere.namespace, "podgroups", podgroup("intruder")
+                GROUP, VERSION, elsewhere.namespace, "podgroups", podgroup_body("intruder")
             )
         )
         assert got is not None and got[0] == 403, got
@@ -98,9 +86,9 @@ def test_view_user_reads_podgroups_and_cannot_write_them(viewer, tenant):
         "get", "podgroups", GROUP, subresource="status"
     )
     assert not viewer.can("create", "podgroups", GROUP)
-    got = refusal(lambda: viewer.create_podgroup(podgroup("nope")))
+    got = refusal(lambda: viewer.create_podgroup(podgroup_body("nope")))
     assert got is not None and got[0] == 403, got
-    out = viewer.kubectl.apply([podgroup("nope")], namespace=viewer.namespace, check=False)
+    out = viewer.kubectl.apply([podgroup_body("nope")], namespace=viewer.namespace, check=False)
     assert out.returncode != 0 and "forbidden" in out.stderr.lower(), out.stderr
 
 
@@ -119,7 +107,9 @@ def quota_for(core: k8s.CoreV1Api, tenant: Tenant, cpu: str) -> None:
             "exceeded quota"
             in (
                 refusal(
-                    lambda: tenant.create_podgroup(podgroup(unique("probe"), {"cpu": too_big}), dry_run="All")
+                    lambda: tenant.create_podgroup(
+                        podgroup_body(unique("probe"), {"cpu": too_big}), dry_run="All"
+                    )
                 )
                 or (0, "")
             )[1]
@@ -150,25 +140,25 @@ NEGATIVE = [
 def test_negative_min_resources_are_refused_and_the_quota_still_holds(tenant, core):
     quota_for(core, tenant, "10")
     for i, amounts in enumerate(NEGATIVE):
-        got = refusal(lambda: tenant.create_podgroup(podgroup(f"neg-{i}", amounts)))  # noqa: B023
+        got = refusal(lambda: tenant.create_podgroup(podgroup_body(f"neg-{i}", amounts)))  # noqa: B023
         assert got is not None, f"{amounts} was admitted"
         status, message = got
         # The CRD's schema answers first (validating webhooks run after it): 422, naming the field.
         assert status == 422 and "spec.minResources." in message, (amounts, got)
     out = tenant.kubectl.apply(
-        [podgroup("neg-kubectl", {"cpu": "-100"})], namespace=tenant.namespace, check=False
+        [podgroup_body("neg-kubectl", {"cpu": "-100"})], namespace=tenant.namespace, check=False
     )
     assert out.returncode != 0 and "spec.minResources.cpu" in out.stderr, out.stderr
     assert ledger_groups(core, tenant.namespace) == set()
 
     # A full-size group beside the refused ones is still limited by the quota.
-    got = refusal(lambda: tenant.create_podgroup(podgroup("huge", {"cpu": "110"})))
+    got = refusal(lambda: tenant.create_podgroup(podgroup_body("huge", {"cpu": "110"})))
     assert got is not None and got[0] == 403, got
     assert "exceeded quota: compute, requested: cpu=110, reserved: cpu=0, limited: cpu=10" in got[1]
-    tenant.create_podgroup(podgroup("plus", {"cpu": "+4"}))  # a sign Kubernetes allows
-    got = refusal(lambda: tenant.create_podgroup(podgroup("seven", {"cpu": "7"})))
+    tenant.create_podgroup(podgroup_body("plus", {"cpu": "+4"}))  # a sign Kubernetes allows
+    got = refusal(lambda: tenant.create_podgroup(podgroup_body("seven", {"cpu": "7"})))
     assert got is not None and "requested: cpu=7, reserved: cpu=4, limited: cpu=10" in got[1], got
-    tenant.create_podgroup(podgroup("six", {"cpu": "6"}))
+    tenant.create_podgroup(podgroup_body("six", {"cpu": "6"}))
     assert ledger_groups(core, tenant.namespace) == {"plus", "six"}
 
 
@@ -194,7 +184,7 @@ def volcano_pattern(api_client: k8s.ApiClient) -> Iterator[None]:
         ext.replace_custom_resource_definition(name, body)
 
     def schema_refuses() -> bool:
-        probe = podgroup(unique("probe"), {"cpu": "-1"})
+        probe = podgroup_body(unique("probe"), {"cpu": "-1"})
         got = refusal(
             lambda: custom.create_namespaced_custom_object(
                 GROUP, VERSION, "default", "podgroups", probe, dry_run="All"
@@ -216,11 +206,13 @@ def test_the_webhook_refuses_negatives_where_the_crd_allows_them(tenant, core, v
     quota_for(core, tenant, "10")
 
     def webhook_answers() -> bool:
-        got = refusal(lambda: tenant.create_podgroup(podgroup(unique("probe"), {"cpu": "-1"}), dry_run="All"))
+        got = refusal(
+            lambda: tenant.create_podgroup(podgroup_body(unique("probe"), {"cpu": "-1"}), dry_run="All")
+        )
         return got is not None and "a negative amount would lower" in got[1]
 
     settled(webhook_answers, "the API server serves the loose schema and the webhook refuses")
-    got = refusal(lambda: tenant.create_podgroup(podgroup("neg", {"cpu": "-100"})))
+    got = refusal(lambda: tenant.create_podgroup(podgroup_body("neg", {"cpu": "-100"})))
     assert got == (
         422,
         # The namespace's first claim: the enrolment hook refuses it, by the quota hook's rule,
@@ -230,11 +222,13 @@ def test_the_webhook_refuses_negatives_where_the_crd_allows_them(tenant, core, v
         "must be greater than or equal to 0 "
         "(a negative amount would lower the namespace's summed reservations)",
     )
-    got = refusal(lambda: tenant.create_podgroup(podgroup("sneaky", {"cpu": "110", "requests.cpu": "-100"})))
+    got = refusal(
+        lambda: tenant.create_podgroup(podgroup_body("sneaky", {"cpu": "110", "requests.cpu": "-100"}))
+    )
     assert got is not None and 'spec.minResources.requests.cpu: Invalid value: "-100"' in got[1], got
-    got = refusal(lambda: tenant.create_podgroup(podgroup("huge", {"cpu": "110"})))
+    got = refusal(lambda: tenant.create_podgroup(podgroup_body("huge", {"cpu": "110"})))
     assert got is not None and "exceeded quota" in got[1], got
-    tenant.create_podgroup(podgroup("fits", {"cpu": "10"}))
+    tenant.create_podgroup(podgroup_body("fits", {"cpu": "10"}))
     assert ledger_groups(core, tenant.namespace) == {"fits"}
 
 
@@ -251,7 +245,7 @@ def test_a_group_whose_class_was_deleted_can_still_be_updated_deleted_and_releas
         def check() -> bool:
             got = refusal(
                 lambda: tenant.create_podgroup(
-                    podgroup(unique("probe"), priorityClassName=cls), dry_run="All"
+                    podgroup_body(unique("probe"), priorityClassName=cls), dry_run="All"
                 )
             )
             if expected:
@@ -261,7 +255,7 @@ def test_a_group_whose_class_was_deleted_can_still_be_updated_deleted_and_releas
         return check
 
     settled(create_resolves(True), f"the webhook sees class {cls}")
-    held = podgroup("held", {"cpu": "1"}, priorityClassName=cls)
+    held = podgroup_body("held", {"cpu": "1"}, priorityClassName=cls)
     held["metadata"]["finalizers"] = [HOLD]
     tenant.create_podgroup(held)
 
@@ -299,14 +293,14 @@ def test_a_group_whose_class_was_deleted_can_still_be_updated_deleted_and_releas
 def test_a_later_global_default_does_not_move_a_classless_group(tenant, classes, scheduling):
     defaults = [c.metadata.name for c in scheduling.list_priority_class().items if c.global_default]
     assert not defaults, f"a globalDefault class is left over from another test: {defaults}"
-    tenant.create_podgroup(podgroup("classless", {"cpu": "1"}))
+    tenant.create_podgroup(podgroup_body("classless", {"cpu": "1"}))
     assert "priorityClassName" not in tenant.get_podgroup("classless")["spec"]
 
     default = classes.name("tenant-default")
     scheduling.create_priority_class(priority_class(default, value=50, default=True, preemption_policy=None))
 
     def create_defaults() -> bool:
-        made = tenant.create_podgroup(podgroup(unique("probe")), dry_run="All")
+        made = tenant.create_podgroup(podgroup_body(unique("probe")), dry_run="All")
         return made["spec"].get("priorityClassName") == default
 
     settled(create_defaults, f"the webhook defaults new groups to {default}")
