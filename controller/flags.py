@@ -116,6 +116,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "never holds a group back",
     )
     p.add_argument(
+        "--evict-overused",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="evict the members of a Running PodGroup beyond its minMember and minResources (newest "
+        "first, through the Eviction API: PDBs and the opt-out label are honoured) when a waiting "
+        "PodGroup of its namespace, of equal or higher priority, lacks only the capacity they hold "
+        "(default off)",
+    )
+    p.add_argument(
         "--gate-orphan-seconds",
         type=_positive_seconds,
         default=DEFAULT_ORPHAN_SECONDS,
