@@ -41,7 +41,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=10.0,
         help="re-reconcile unfinished groups, and check the PriorityClass table, this often",
     )
-    p.add_argument("--reclaim-seconds", type=float, default=30.0, help="sweep every record this often")
+    p.add_argument("--reclaim-seconds", type=float, default=30.0, help="sweep every ledger this often")
     p.add_argument(
         "--in-flight-seconds",
         type=float,
@@ -114,6 +114,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "then older: what kube-batch's and Volcano's enqueue actions implement) or fcfs (older "
         "first, as the Delay Pod Creation design words it); another namespace's waiting group "
         "never holds a group back",
+    )
+    p.add_argument(
+        "--evict-overused",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="evict the members of a Running PodGroup beyond its minMember and minResources (newest "
+        "first, through the Eviction API: PDBs and the opt-out label are honoured) when a waiting "
+        "PodGroup of its namespace, of equal or higher priority, lacks only the capacity they hold "
+        "(default off)",
     )
     p.add_argument(
         "--gate-orphan-seconds",

@@ -19,6 +19,7 @@ from controller.events import EventRecorder
 from controller.gang_preemptor import GangPreemptor
 from controller.gates import GateLifter
 from controller.over_quota import OverQuota
+from controller.overuse import OverusedEvictor
 from controller.victims import NotLeader
 from priogate import enqueue, gate, phase
 from priogate import preemption_record as record
@@ -46,12 +47,14 @@ class Reconciler:
         enqueue_order: str = "priority",
         gates: GateLifter | None = None,
         requeue: Callable[[str, float], None] | None = None,
+        evictor: OverusedEvictor | None = None,
     ) -> None:
         self.client = client
         # --enqueue: False admits every group at once (no Inqueue wait, so no gate holds a
         # member for long); the phases are still written.
         self.enqueue_gate = enqueue_gate
         self.gates = gates
+        self.evictor = evictor  # --evict-overused
         self.requeue = requeue  # (namespace/name, seconds): look at a group's key again then
         self.inqueue_timeout = inqueue_timeout
         self.enqueue_backoff = enqueue_backoff
@@ -134,6 +137,8 @@ class Reconciler:
         admitted = group is not None and gate.admitted((group.get("status") or {}).get("phase"))
         if self.gates is not None and admitted and self.is_leader():
             self.gates.lift(members)
+        if self._evict_overused(group, members):
+            result = "evicted-overused"
         outcome = ""
         if self.preemptor is not None and group is not None:
             scheduled = phase.count_members(members).scheduled
@@ -145,6 +150,30 @@ class Reconciler:
                 result = outcome
         self._track_stuck(f"{namespace}/{name}", group, members, outcome)
         return result
+
+    def _evict_overused(self, group: Mapping[str, Any] | None, members: Sequence[Mapping[str, Any]]) -> bool:
+        """--evict-overused, for a group still waiting: the surplus of its namespace's overused
+        groups, when that alone keeps it out (controller/overuse.py)."""
+        if self.evictor is None or group is None or not self.enqueue_gate or not self.is_leader():
+            return False
+        if (group.get("status") or {}).get("phase") != Phase.PENDING:
+            return False
+        namespace = group["metadata"]["namespace"]
+        by_group = self.view.members(namespace)
+        try:
+            evicted = self.evictor.handle(
+                group,
+                self.demand(group, members),
+                self._cluster().verdicts,
+                by_group,
+                lambda other: self.demand(other, by_group.get(other["metadata"]["name"], ())),
+            )
+        except NotLeader:
+            return False
+        if evicted and self.requeue is not None:
+            # Look again once they are gone, rather than at the next resync.
+            self.requeue(f"{namespace}/{group['metadata']['name']}", 2.0)
+        return bool(evicted)
 
     def _orphans(self, namespace: str, name: str, members: Sequence[Mapping[str, Any]]) -> None:
         """Members gated for a group that does not exist (members was read with the group gone)."""

@@ -28,6 +28,7 @@ from controller.enrol import Enroller
 from controller.events import EventRecorder
 from controller.gang_preemptor import GangPreemptor
 from controller.gates import GateLifter
+from controller.overuse import OverusedEvictor
 from controller.pod_preemptor import SWEEP_KEY, PodPreemptor, candidate
 from controller.priority_table import PriorityTableWriter
 from controller.reclaim import Reclaimer
@@ -119,6 +120,11 @@ class Controller:
             enqueue_order=args.enqueue_order,
             gates=GateLifter(client, events, args.gate_orphan_seconds),
             requeue=lambda key, delay: self.queue.add_after(f"{GROUP_KEY}{key}", delay),
+            evictor=OverusedEvictor(
+                client, self.caches, events, self.is_leader, opt_out_mode=policy.opt_out_mode
+            )
+            if args.evict_overused
+            else None,
         )
         in_flight = dt.timedelta(seconds=args.in_flight_seconds)
         self.reclaimer = Reclaimer(

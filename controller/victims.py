@@ -70,6 +70,9 @@ class Preemptor:
     obj: Mapping[str, Any]  # the preemptor object (the Event's `related`)
     victim_note: str  # the note of the victim's Preempted Event
     event_type: str = "Normal"
+    # The victim's Event: kube-scheduler's "Preempted", or what the overused-group eviction says.
+    victim_reason: str = "Preempted"
+    victim_action: str = "Preempt"
 
     @property
     def key(self) -> str:
@@ -202,8 +205,8 @@ class VictimWriter:
             "Pod",
             "v1",
             type_=by.event_type,
-            reason="Preempted",
-            action="Preempt",
+            reason=by.victim_reason,
+            action=by.victim_action,
             note=by.victim_note,
             related=(by.obj, by.kind, by.api_version),
         )

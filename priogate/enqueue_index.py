@@ -292,25 +292,54 @@ class Verdicts:
         waiting: bool,
         own: Iterable[GroupDemand],
     ) -> EnqueueVerdict:
-        demand = group.unconsumed_nanos
-        if not demand:
-            return EnqueueVerdict(True)
+        short = self._short(group, ns, quota, waiting, own)
+        problem = capacity_problem(group, sorted(short), self._allocatable)
+        return EnqueueVerdict(problem is None, problem or "")
+
+    def _short(
+        self,
+        group: GroupDemand,
+        ns: _Namespace,
+        quota: _QuotaPart,
+        waiting: bool,
+        own: Iterable[GroupDemand],
+    ) -> dict[str, int | Fraction]:
+        """By how much (nano-units) the group's unconsumed minResources exceed what is free for
+        it, per resource where they do."""
         at_least = group.priority if group.preempts else None  # lower pods count unless it may preempt
         # Ahead of it: its namespace's waiting groups before it that can fit the quota; another
         # namespace's waiting groups never are.
         here = quota.fits.before(group.order) if waiting else 0
-        short = []
-        for name, amount in demand.items():
+        short: dict[str, int | Fraction] = {}
+        for name, amount in group.unconsumed_nanos.items():
             held = self._bound.held(name, at_least) + self._holding.held(name, at_least)
             held += quota.fits.first(here, name)
             for other in own:
                 holds = other.phase in HOLDING_PHASES and (at_least is None or other.priority >= at_least)
                 if holds or (waiting and self._ahead(other, group, ns, quota)):
                     held -= other.unconsumed_nanos.get(name, 0)
-            if amount > self._allocatable_nanos.get(name, 0) - held:
-                short.append(name)
-        problem = capacity_problem(group, sorted(short), self._allocatable)
-        return EnqueueVerdict(problem is None, problem or "")
+            missing = amount - (self._allocatable_nanos.get(name, 0) - held)
+            if missing > 0:
+                short[name] = missing
+        return short
+
+    def shortfall(self, group: GroupDemand) -> ResourceList | None:
+        """What a waiting group lacks only in capacity: per resource, by how much its unconsumed
+        minResources exceed what is free for it. None when it is not held back by capacity
+        alone (admitted, backing off, no minResources, a quota refuses it, or it could never
+        fit the allocatable); an empty list when it fits. Raises ValueError for a malformed
+        quota, as verdict() does."""
+        if group.phase not in WAITING_PHASES or before_the_view(group) is not None:
+            return None
+        if any(a > self._allocatable_nanos.get(n, 0) for n, a in group.unconsumed_nanos.items()):
+            return None
+        ns = self._part(group.namespace)
+        quota = ns.quota_part()
+        own = ns.by_key.get(group.key, ())
+        if check_quota(group, ns.quotas, self._holders(group, ns, quota, True, own)):
+            return None
+        short = self._short(group, ns, quota, True, own)
+        return {name: _fraction(amount) for name, amount in short.items()}
 
 
 def _fraction(nanos: int | Fraction) -> Fraction:
