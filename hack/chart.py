@@ -266,13 +266,15 @@ webhook:
     resources: {flow(quo["resources"])}
 
 # Require a client certificate from kube-apiserver (docs/hardening.md): the name of a Secret in
-# the release namespace holding the CA that signed it. The probes then become TCP checks.
+# the release namespace holding the CA that signed it, on the webhook ports only. The probes and
+# Prometheus use the plain-HTTP health ports (priority-health 8081, quota-health 8082), which
+# need none.
 mtls:
   clientCASecret: ""
   clientCAKey: ca.crt
 
-# manifests/networkpolicy.yaml: of priogate's pods' ports only the webhook's two and the
-# controller's metrics are open. `from` narrows the webhook's sources to
+# manifests/networkpolicy.yaml: of priogate's pods' ports only the webhook's two, its two health
+# ports and the controller's metrics are open. `from` narrows the webhook ports' sources to
 # where kube-apiserver's connections come from (docs/hardening.md), e.g.
 #   from: [{{ipBlock: {{cidr: 192.0.2.0/28}}}}]
 networkPolicy:
@@ -321,16 +323,22 @@ monitoring:
     # A reservation record's size as a share of a ConfigMap's 1 MiB.
     recordFillRatio: 0.8
   # A PodMonitor (prometheus-operator's CRD) scraping the controller's and both webhook servers'
-  # /metrics (the webhook's over HTTPS, verified with the serving Secret's CA).
+  # /metrics (plain HTTP: the controller's metrics port, the webhook's health ports).
   podMonitor:
     enabled: false
     # Extra labels, e.g. the one your Prometheus' podMonitorSelector matches.
     labels: {{}}
     # How often to scrape.
     interval: 30s
-    # More of the webhook endpoints' tlsConfig, e.g. a client certificate (cert, keySecret)
-    # when mtls.clientCASecret is set.
-    webhookTLSConfig: {{}}
+  # A ServiceMonitor (prometheus-operator's CRD) scraping the same /metrics through the webhook's
+  # and the controller's Services (their named ports priority-health, quota-health, metrics);
+  # enable it or the PodMonitor, not both (each would scrape every pod).
+  serviceMonitor:
+    enabled: false
+    # Extra labels, e.g. the one your Prometheus' serviceMonitorSelector matches.
+    labels: {{}}
+    # How often to scrape.
+    interval: 30s
   # A ConfigMap holding the Grafana dashboard, labelled for Grafana's dashboard sidecar.
   grafanaDashboard:
     enabled: false
@@ -343,7 +351,7 @@ monitoring:
 # values of every install, upgrade, lint and template against it. Inferred from the defaults,
 # with these refinements; a map whose keys are free is open, every other map closed, so a typo
 # (an unknown key) fails instead of being ignored.
-FREE_FORM = ("resources", "labels", "flags", "nodeSelector", "strategy", "webhookTLSConfig")
+FREE_FORM = ("resources", "labels", "flags", "nodeSelector", "strategy")
 HOOK_OVERRIDE = {
     "type": "object",
     "additionalProperties": False,

@@ -151,21 +151,6 @@ def template_webhook_deployment(d: dict, mk: Markers) -> None:
     own_priority(d["spec"]["template"]["spec"], mk, "webhook")
     pod_scheduling(d["spec"]["template"]["spec"], mk, "webhook")
     deployment_strategy(d, mk, "webhook")
-    # kube-score (hack/kube-score/check.sh): with mTLS both probes are TCP checks of the serving
-    # port (below), which its pod-probes-identical test refuses; the justification goes with it.
-    ignored = d["metadata"]["annotations"]["kube-score/ignore"]
-    d["metadata"]["annotations"]["kube-score/ignore"] = mk.line(
-        lambda i: (
-            "{{- if .Values.mtls.clientCASecret }}\n"
-            f"{i}# mTLS: kubelet's probes carry no client certificate, so readiness and liveness are\n"
-            f"{i}# both TCP checks of the serving port; liveness allows 6 failures 10 s apart,\n"
-            f"{i}# readiness 3 failures 5 s apart, so an overloaded server leaves the Service first.\n"
-            f"{i}kube-score/ignore: {ignored},pod-probes-identical\n"
-            "{{- else }}\n"
-            f"{i}kube-score/ignore: {ignored}\n"
-            "{{- end }}"
-        )
-    )
     spec = d["spec"]["template"]["spec"]
     for name in ("priority", "quota"):
         c = container(spec, name)
@@ -174,8 +159,9 @@ def template_webhook_deployment(d: dict, mk: Markers) -> None:
         for env in c["env"]:
             if env["name"] == "PRIOGATE_WORKERS":
                 env["value"] = mk.value(f"{{{{ {v}.workers | quote }}}}")
-        # mTLS (docs/hardening.md): the servers require a client certificate from this CA. kubelet's
-        # HTTPS probes carry none, so the probes become TCP checks on the same ports.
+        # mTLS (docs/hardening.md): the servers require a client certificate from this CA on the
+        # webhook ports. The probes and /metrics are on the plain-HTTP health ports, so they stay
+        # as they are.
         c["command"].append(
             mk.line(
                 lambda i: (
@@ -186,10 +172,7 @@ def template_webhook_deployment(d: dict, mk: Markers) -> None:
             )
         )
         for probe in ("readinessProbe", "livenessProbe"):
-            tcp = {k: v for k, v in c[probe].items() if k != "httpGet"}
-            tcp = {"tcpSocket": {"port": c[probe]["httpGet"]["port"]}, **tcp}
-            choice = f"{{{{ if .Values.mtls.clientCASecret }}}}{flow(tcp)}{{{{ else }}}}{flow(c[probe])}"
-            c[probe] = mk.value(choice + "{{ end }}")
+            assert c[probe]["httpGet"]["port"] == f"{name}-health", "probes go to the health port"
         c["volumeMounts"].append(
             mk.line(
                 lambda i: (
@@ -340,7 +323,9 @@ def template_certs_job(d: dict, mk: Markers) -> None:
 
 
 def template_networkpolicy(d: dict, mk: Markers) -> None:
-    (rule,) = d["spec"]["ingress"]
+    # The first rule: the webhook ports, kube-apiserver's; the second (the health ports) stays open.
+    rule = d["spec"]["ingress"][0]
+    assert [p["port"] for p in rule["ports"]] == ["priority", "quota"]
     assert "from" not in rule, "manifests/networkpolicy.yaml admits every source; values narrow it"
     rule[
         mk.line(
