@@ -39,10 +39,12 @@ from controller.flags import add_arguments as controller_arguments  # noqa: E402
 from hack.chart_readme import readme  # noqa: E402
 from hack.chart_templates import (  # noqa: E402
     CERTS,
+    CLEANUP,
     CONFIG_NAME,
     SPECIAL,
     Markers,
     certs_hook_objects,
+    cleanup_hook_objects,
     container,
     dump,
     extra_excluded_namespaces,
@@ -73,6 +75,10 @@ DIFFERENCES = {
     "that create the serving Secret before the webhook's init container waits for it (`helm install "
     "--wait` runs post-install hooks only once the webhook is ready; chart_templates.certs_hook_objects). "
     "`kubectl apply -k` applies every object at once, so the base's one Job does both",
+    f"ServiceAccount, Role, RoleBinding, Job {CLEANUP}": "only in the chart: post-delete hooks that "
+    "remove what priogate's programs made in the release namespace (the serving Secret, the reservation "
+    "records, the controller's Lease), which `helm uninstall` would leave (certs/uninstall.py). "
+    "`kubectl delete -k` deletes the namespace, and them with it",
     "Pod <release>-test-webhook-ready": "only in the chart: `helm test` (templates/tests/)",
     "labels": "every object carries Helm's recommended labels (app.kubernetes.io/name, instance, "
     "version, managed-by, helm.sh/chart; https://helm.sh/docs/chart_best_practices/labels/); selectors "
@@ -83,7 +89,7 @@ DIFFERENCES = {
     "them (kube-apiserver ignores it on a cluster-scoped object)",
 }
 # The objects only the chart has (DIFFERENCES).
-CHART_ONLY = {(kind, CERTS) for kind in ("ServiceAccount", "Role", "RoleBinding", "Job")}
+CHART_ONLY = {(kind, name) for kind in ("ServiceAccount", "Role", "RoleBinding", "Job") for name in (CERTS, CLEANUP)}
 # templates/tests/, named after the release (`helm template priogate ...` in the tests).
 CHART_ONLY |= {("Pod", "priogate-test-webhook-ready")}
 # Cluster-scoped kinds kustomize may not know (DIFFERENCES).
@@ -420,7 +426,7 @@ def generate(manifests: Path = MANIFESTS, chart: Path = CHART) -> dict[Path, str
         for plugin in (True, False)
         for o in policy_objects(WebhookPolicy.in_cluster(plugin, NAMESPACE), NAMESPACE)
     }
-    for obj in objs + certs_hook_objects(objs):
+    for obj in objs + certs_hook_objects(objs) + cleanup_hook_objects(objs):
         kind, name = obj["kind"], obj["metadata"]["name"]
         if kind == "Namespace" or kind.endswith("WebhookConfiguration") or (kind, name) in policies:
             continue  # Helm's --create-namespace; the webhook configurations come from the registry

@@ -67,6 +67,79 @@ def certs_hook_objects(objs: list[dict]) -> list[dict]:
     return [sa, role, binding, job]
 
 
+# `helm uninstall` deletes the release's objects, not what priogate's programs made in the release
+# namespace: the serving Secret, the reservation records, the controller's Lease
+# (certs/uninstall.py). A post-delete Job removes them, once the release's pods are gone, under
+# a ServiceAccount and Role of its own that exist only while it runs (hook-succeeded).
+CLEANUP = "priogate-cleanup"
+CLEANUP_HOOK = "post-delete"
+CLEANUP_RULES = [
+    # Waits until no webhook or controller pod is left, so nothing writes after the deletes.
+    {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]},
+    {"apiGroups": [""], "resources": ["secrets"], "resourceNames": ["priogate-webhook-tls"], "verbs": ["delete"]},
+    # The records are named after tenant namespaces, so not by name: ConfigMaps of the release
+    # namespace, priogate's own (the Job lists them by their label and deletes those).
+    {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["list", "delete"]},
+    {
+        "apiGroups": ["coordination.k8s.io"],
+        "resources": ["leases"],
+        "resourceNames": ["priogate-controller"],
+        "verbs": ["delete"],
+    },
+]
+
+
+def cleanup_hook_objects(objs: list[dict]) -> list[dict]:
+    """The post-delete hook objects (CLEANUP), derived from the base's caBundle Job."""
+    by = {(o["kind"], o["metadata"]["name"]): o for o in objs}
+    namespace = by["Job", "priogate-cabundle"]["metadata"]["namespace"]
+
+    def hook(obj: dict, weight: str) -> dict:
+        obj["metadata"] = {
+            "name": CLEANUP,
+            "namespace": namespace,
+            "labels": {"app.kubernetes.io/name": "priogate", "app.kubernetes.io/component": "cleanup"},
+            "annotations": {
+                **obj["metadata"].get("annotations", {}),
+                "helm.sh/hook": CLEANUP_HOOK,
+                "helm.sh/hook-weight": weight,
+                "helm.sh/hook-delete-policy": CERTS_DELETE_POLICY,
+            },
+        }
+        return obj
+
+    sa = hook({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {}}, CERTS_RBAC_WEIGHT)
+    role = hook(
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {}, "rules": CLEANUP_RULES},
+        CERTS_RBAC_WEIGHT,
+    )
+    binding = hook(
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": {},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": CLEANUP},
+            "subjects": [{"kind": "ServiceAccount", "name": CLEANUP, "namespace": namespace}],
+        },
+        CERTS_RBAC_WEIGHT,
+    )
+    job = copy.deepcopy(by["Job", "priogate-cabundle"])
+    job = hook(job, CERTS_JOB_WEIGHT)
+    # kube-score's pod-networkpolicy: the Job runs after `helm uninstall` has deleted the
+    # release's NetworkPolicies, so none could select it; it serves nothing.
+    annotations = job["metadata"]["annotations"]
+    annotations["kube-score/ignore"] += ",pod-networkpolicy"
+    job["spec"]["backoffLimit"] = 3
+    template = job["spec"]["template"]
+    template["metadata"]["labels"]["app.kubernetes.io/component"] = "cleanup"
+    spec = template["spec"]
+    spec["serviceAccountName"] = CLEANUP
+    (c,) = spec["containers"]
+    c["name"] = "cleanup"
+    c["command"] = ["python", "-m", "certs", "uninstall", f"--namespace={namespace}"]
+    return [sa, role, binding, job]
+
+
 class Markers:
     """Marker strings put into an object before it is dumped, and the template text each becomes.
 
@@ -316,6 +389,16 @@ def deployment_strategy(d: dict, mk: Markers, component: str) -> None:
     ] = 0
 
 
+def template_cleanup_job(d: dict, mk: Markers) -> None:
+    pod_scheduling(d["spec"]["template"]["spec"], mk, None)
+    c = container(d["spec"]["template"]["spec"], "cleanup")
+    c["resources"] = mk.value("{{ toJson .Values.cabundleJob.resources }}")
+    # webhookConfigurations.create=false: the admin made the serving Secret; it stays.
+    c["command"].append(
+        mk.line(lambda i: f"{{{{- if not .Values.webhookConfigurations.create }}}}\n{i}- --secret=\n{{{{- end }}}}")
+    )
+
+
 def template_certs_job(d: dict, mk: Markers) -> None:
     pod_scheduling(d["spec"]["template"]["spec"], mk, None)
     c = container(d["spec"]["template"]["spec"], "cabundle")
@@ -349,6 +432,7 @@ SPECIAL: dict[tuple[str, str], tuple[Callable[[dict, Markers], None] | None, str
     ("Job", "priogate-cabundle"): (template_job, ".Values.webhookConfigurations.create"),
     ("Job", CERTS): (template_certs_job, ".Values.webhookConfigurations.create"),
     ("ServiceAccount", CERTS): (None, ".Values.webhookConfigurations.create"),
+    ("Job", CLEANUP): (template_cleanup_job, None),
     ("Role", CERTS): (None, ".Values.webhookConfigurations.create"),
     ("RoleBinding", CERTS): (None, ".Values.webhookConfigurations.create"),
     ("NetworkPolicy", "priogate-webhook"): (template_networkpolicy, ".Values.networkPolicy.enabled"),

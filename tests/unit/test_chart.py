@@ -187,9 +187,10 @@ def hook_of(obj: dict) -> tuple[set[str], int]:
     return events, int(annotations.get("helm.sh/hook-weight", "0"))
 
 
-def test_the_only_annotations_helm_adds_are_the_certs_and_caBundle_job_hooks() -> None:
+def test_the_only_annotations_helm_adds_are_the_certs_caBundle_and_cleanup_job_hooks() -> None:
     hooked = {k for k, o in defaults().items() if hook_of(o)[0]}
-    certs = {(kind, "priogate-certs") for kind in ("ServiceAccount", "Role", "RoleBinding", "Job")}
+    kinds = ("ServiceAccount", "Role", "RoleBinding", "Job")
+    certs = {(kind, name) for kind in kinds for name in ("priogate-certs", "priogate-cleanup")}
     test = {("Pod", "priogate-test-webhook-ready")}
     assert hooked == {("Job", "priogate-cabundle")} | certs | test
     assert hook_of(defaults()["Pod", "priogate-test-webhook-ready"])[0] == {"test"}
@@ -458,7 +459,10 @@ def test_webhook_configurations_renamed_or_left_out() -> None:
     assert rule["resourceNames"] == ["priogate-b"]
     assert "--config-name=priogate-b" in _containers(objs["Job", "priogate-cabundle"])[0]["command"]
     objs = render("webhookConfigurations.create=false")
-    assert not {k for k in objs if k[0].endswith("WebhookConfiguration") or k[0] == "Job"}
+    # Only the uninstall cleanup Job stays (it keeps the admin's Secret then).
+    assert {k for k in objs if k[0].endswith("WebhookConfiguration") or k[0] == "Job"} == {
+        ("Job", "priogate-cleanup")
+    }
 
 
 def test_monitoring_is_off_by_default_and_renders_when_asked() -> None:
@@ -672,7 +676,7 @@ def test_strategy_and_pod_scheduling_values_reach_every_pod() -> None:
     assert objs["Deployment", "priogate-webhook"]["spec"]["strategy"] == {"type": "Recreate"}
     assert "strategy" not in objs["Deployment", "priogate-controller"]["spec"]
     pods = {k: o["spec"]["template"]["spec"] for k, o in objs.items() if k[0] in ("Deployment", "Job")}
-    assert len(pods) == 4
+    assert len(pods) == 5  # both Deployments, the caBundle, certs and cleanup Jobs
     for key, spec in pods.items():
         assert spec["imagePullSecrets"] == [{"name": "regcred"}], key
         assert spec["nodeSelector"] == {"pool": "system"}, key

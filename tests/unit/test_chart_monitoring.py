@@ -45,3 +45,30 @@ def test_service_monitor_scrapes_ports_its_services_have() -> None:
 def test_both_monitors_may_be_rendered() -> None:
     objs = render("monitoring.serviceMonitor.enabled=true", "monitoring.podMonitor.enabled=true")
     assert ("ServiceMonitor", "priogate") in objs and ("PodMonitor", "priogate") in objs
+
+
+def test_uninstall_cleanup_is_a_post_delete_job_with_minimal_rights() -> None:
+    """`helm uninstall` leaves what priogate's programs made in the release namespace; a
+    post-delete Job removes it (certs/uninstall.py), with rights for exactly that."""
+    objs = render(namespace="gate")
+    job = objs["Job", "priogate-cleanup"]
+    for kind in ("ServiceAccount", "Role", "RoleBinding", "Job"):
+        annotations = objs[kind, "priogate-cleanup"]["metadata"]["annotations"]
+        assert annotations["helm.sh/hook"] == "post-delete"
+        assert annotations["helm.sh/hook-delete-policy"] == "before-hook-creation,hook-succeeded"
+    rules = objs["Role", "priogate-cleanup"]["rules"]
+    verbs = {(r["resources"][0], tuple(r.get("resourceNames", ()))): set(r["verbs"]) for r in rules}
+    assert verbs == {
+        ("pods", ()): {"list"},
+        ("secrets", ("priogate-webhook-tls",)): {"delete"},
+        ("configmaps", ()): {"list", "delete"},
+        ("leases", ("priogate-controller",)): {"delete"},
+    }
+    assert "ClusterRole" not in {k[0] for k in objs if k[1] == "priogate-cleanup"}
+    spec = job["spec"]["template"]["spec"]
+    assert spec["serviceAccountName"] == "priogate-cleanup"
+    (c,) = spec["containers"]
+    assert c["command"] == ["python", "-m", "certs", "uninstall", "--namespace=gate"]
+    # With webhookConfigurations.create=false the serving Secret is the admin's: it stays.
+    kept = render("webhookConfigurations.create=false")["Job", "priogate-cleanup"]
+    assert kept["spec"]["template"]["spec"]["containers"][0]["command"][-1] == "--secret="
