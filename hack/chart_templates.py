@@ -17,7 +17,9 @@ CLIENT_CA_DIR = "/etc/priogate/client-ca"  # docs/hardening.md
 HOOK_ANNOTATIONS = {
     # https://helm.sh/docs/topics/charts_hooks/
     "helm.sh/hook": "post-install,post-upgrade",
-    "helm.sh/hook-delete-policy": "before-hook-creation",
+    # hook-succeeded: `helm uninstall` never deletes a hook, so a Job kept after it succeeded
+    # would outlive the release (until its ttlSecondsAfterFinished); a failed one stays to be read.
+    "helm.sh/hook-delete-policy": "before-hook-creation,hook-succeeded",
 }
 
 # The serving Secret must exist before anything waits for it: the webhook's init container waits
