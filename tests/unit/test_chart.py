@@ -768,6 +768,8 @@ def test_helm_test_pod_checks_both_webhook_ports_through_the_service(mtls: bool)
     script = c["command"][2]
     assert {p["port"] for p in service["spec"]["ports"]} == {443, 8444, 8081, 8082}
     assert "for port in (443, 8444):" in script and "/readyz" in script
+    # the health ports too, which need no client certificate with or without mTLS
+    assert "for port in (8081, 8082):" in script and 'f"http://{host}:{port}/readyz"' in script
     compile(script, "webhook-ready", "exec")
     assert pod["spec"]["volumes"][0]["secret"]["secretName"] == "priogate-webhook-tls"
 
