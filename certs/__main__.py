@@ -11,6 +11,10 @@ webhook configurations; the webhook pod's init container waits for the Secret an
     python -m certs bootstrap --namespace priogate-system
     python -m certs bootstrap --namespace priogate-system --out /var/run/priogate/tls \
         --no-create-secret --no-inject-ca-bundle
+
+At `helm uninstall` the chart's post-delete Job removes what the programs created there:
+
+    python -m certs uninstall --namespace priogate-system
 """
 
 from __future__ import annotations
@@ -94,10 +98,37 @@ def _bootstrap(argv: list[str]) -> int:
     return 0
 
 
+def _uninstall(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(
+        prog="python -m certs uninstall",
+        description="delete the serving Secret, the ledgers, the controller's Lease and"
+        " the PriorityClass table from priogate's namespace, once its pods are gone (certs/uninstall.py)",
+    )
+    p.add_argument("--namespace", default="priogate-system")
+    p.add_argument("--secret", default="priogate-webhook-tls", help="empty: keep the Secret (the admin's)")
+    p.add_argument("--lease", default="priogate-controller")
+    p.add_argument("--wait-seconds", type=float, default=120.0, help="how long to wait for the pods to go")
+    p.add_argument("--kubeconfig", default=None, help="default: in-cluster configuration")
+    args = p.parse_args(argv)
+    from certs.uninstall import uninstall
+    from priogate.kube.client import load_client
+
+    uninstall(
+        load_client(args.kubeconfig),
+        args.namespace,
+        wait_seconds=args.wait_seconds,
+        secret=args.secret,
+        lease=args.lease,
+    )
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["bootstrap"]:
         return _bootstrap(argv[1:])
+    if argv[:1] == ["uninstall"]:
+        return _uninstall(argv[1:])
     args = _parse_args(argv)
     out: Path = args.out
     ca_cert, ca_key = out / "ca.crt", out / "ca.key"

@@ -39,10 +39,12 @@ from controller.flags import add_arguments as controller_arguments  # noqa: E402
 from hack.chart_readme import readme  # noqa: E402
 from hack.chart_templates import (  # noqa: E402
     CERTS,
+    CLEANUP,
     CONFIG_NAME,
     SPECIAL,
     Markers,
     certs_hook_objects,
+    cleanup_hook_objects,
     container,
     dump,
     extra_excluded_namespaces,
@@ -73,6 +75,10 @@ DIFFERENCES = {
     "that create the serving Secret before the webhook's init container waits for it (`helm install "
     "--wait` runs post-install hooks only once the webhook is ready; chart_templates.certs_hook_objects). "
     "`kubectl apply -k` applies every object at once, so the base's one Job does both",
+    f"ServiceAccount, Role, RoleBinding, Job {CLEANUP}": "only in the chart: post-delete hooks that "
+    "remove what priogate's programs made in the release namespace (the serving Secret, the reservation "
+    "records, the controller's Lease), which `helm uninstall` would leave (certs/uninstall.py). "
+    "`kubectl delete -k` deletes the namespace, and them with it",
     "Pod <release>-test-webhook-ready": "only in the chart: `helm test` (templates/tests/)",
     "labels": "every object carries Helm's recommended labels (app.kubernetes.io/name, instance, "
     "version, managed-by, helm.sh/chart; https://helm.sh/docs/chart_best_practices/labels/); selectors "
@@ -83,7 +89,7 @@ DIFFERENCES = {
     "them (kube-apiserver ignores it on a cluster-scoped object)",
 }
 # The objects only the chart has (DIFFERENCES).
-CHART_ONLY = {(kind, CERTS) for kind in ("ServiceAccount", "Role", "RoleBinding", "Job")}
+CHART_ONLY = {(kind, name) for kind in ("ServiceAccount", "Role", "RoleBinding", "Job") for name in (CERTS, CLEANUP)}
 # templates/tests/, named after the release (`helm template priogate ...` in the tests).
 CHART_ONLY |= {("Pod", "priogate-test-webhook-ready")}
 # Cluster-scoped kinds kustomize may not know (DIFFERENCES).
@@ -266,13 +272,15 @@ webhook:
     resources: {flow(quo["resources"])}
 
 # Require a client certificate from kube-apiserver (docs/hardening.md): the name of a Secret in
-# the release namespace holding the CA that signed it. The probes then become TCP checks.
+# the release namespace holding the CA that signed it, on the webhook ports only. The probes and
+# Prometheus use the plain-HTTP health ports (priority-health 8081, quota-health 8082), which
+# need none.
 mtls:
   clientCASecret: ""
   clientCAKey: ca.crt
 
-# manifests/networkpolicy.yaml: of priogate's pods' ports only the webhook's two and the
-# controller's metrics are open. `from` narrows the webhook's sources to
+# manifests/networkpolicy.yaml: of priogate's pods' ports only the webhook's two, its two health
+# ports and the controller's metrics are open. `from` narrows the webhook ports' sources to
 # where kube-apiserver's connections come from (docs/hardening.md), e.g.
 #   from: [{{ipBlock: {{cidr: 192.0.2.0/28}}}}]
 networkPolicy:
@@ -321,16 +329,22 @@ monitoring:
     # A ledger's size as a share of a ConfigMap's 1 MiB.
     recordFillRatio: 0.8
   # A PodMonitor (prometheus-operator's CRD) scraping the controller's and both webhook servers'
-  # /metrics (the webhook's over HTTPS, verified with the serving Secret's CA).
+  # /metrics (plain HTTP: the controller's metrics port, the webhook's health ports).
   podMonitor:
     enabled: false
     # Extra labels, e.g. the one your Prometheus' podMonitorSelector matches.
     labels: {{}}
     # How often to scrape.
     interval: 30s
-    # More of the webhook endpoints' tlsConfig, e.g. a client certificate (cert, keySecret)
-    # when mtls.clientCASecret is set.
-    webhookTLSConfig: {{}}
+  # A ServiceMonitor (prometheus-operator's CRD) scraping the same /metrics through the webhook's
+  # and the controller's Services (their named ports priority-health, quota-health, metrics);
+  # enable it or the PodMonitor, not both (each would scrape every pod).
+  serviceMonitor:
+    enabled: false
+    # Extra labels, e.g. the one your Prometheus' serviceMonitorSelector matches.
+    labels: {{}}
+    # How often to scrape.
+    interval: 30s
   # A ConfigMap holding the Grafana dashboard, labelled for Grafana's dashboard sidecar.
   grafanaDashboard:
     enabled: false
@@ -343,7 +357,7 @@ monitoring:
 # values of every install, upgrade, lint and template against it. Inferred from the defaults,
 # with these refinements; a map whose keys are free is open, every other map closed, so a typo
 # (an unknown key) fails instead of being ignored.
-FREE_FORM = ("resources", "labels", "flags", "nodeSelector", "strategy", "webhookTLSConfig")
+FREE_FORM = ("resources", "labels", "flags", "nodeSelector", "strategy")
 HOOK_OVERRIDE = {
     "type": "object",
     "additionalProperties": False,
@@ -412,7 +426,7 @@ def generate(manifests: Path = MANIFESTS, chart: Path = CHART) -> dict[Path, str
         for plugin in (True, False)
         for o in policy_objects(WebhookPolicy.in_cluster(plugin, NAMESPACE), NAMESPACE)
     }
-    for obj in objs + certs_hook_objects(objs):
+    for obj in objs + certs_hook_objects(objs) + cleanup_hook_objects(objs):
         kind, name = obj["kind"], obj["metadata"]["name"]
         if kind == "Namespace" or kind.endswith("WebhookConfiguration") or (kind, name) in policies:
             continue  # Helm's --create-namespace; the webhook configurations come from the registry

@@ -13,7 +13,7 @@ import re
 import yaml
 
 # Values whose content is free-form: documented as one row.
-FREE_FORM = {"resources", "labels", "flags", "hooks", "nodeSelector", "strategy", "webhookTLSConfig"}
+FREE_FORM = {"resources", "labels", "flags", "hooks", "nodeSelector", "strategy"}
 
 INTRO = """# priogate Helm chart
 

@@ -17,7 +17,9 @@ CLIENT_CA_DIR = "/etc/priogate/client-ca"  # docs/hardening.md
 HOOK_ANNOTATIONS = {
     # https://helm.sh/docs/topics/charts_hooks/
     "helm.sh/hook": "post-install,post-upgrade",
-    "helm.sh/hook-delete-policy": "before-hook-creation",
+    # hook-succeeded: `helm uninstall` never deletes a hook, so a Job kept after it succeeded
+    # would outlive the release (until its ttlSecondsAfterFinished); a failed one stays to be read.
+    "helm.sh/hook-delete-policy": "before-hook-creation,hook-succeeded",
 }
 
 # The serving Secret must exist before anything waits for it: the webhook's init container waits
@@ -64,6 +66,79 @@ def certs_hook_objects(objs: list[dict]) -> list[dict]:
     spec["serviceAccountName"] = CERTS
     (c,) = spec["containers"]
     c["command"].append("--no-inject-ca-bundle")
+    return [sa, role, binding, job]
+
+
+# `helm uninstall` deletes the release's objects, not what priogate's programs made in the release
+# namespace: the serving Secret, the ledgers, the controller's Lease
+# (certs/uninstall.py). A post-delete Job removes them, once the release's pods are gone, under
+# a ServiceAccount and Role of its own that exist only while it runs (hook-succeeded).
+CLEANUP = "priogate-cleanup"
+CLEANUP_HOOK = "post-delete"
+CLEANUP_RULES = [
+    # Waits until no webhook or controller pod is left, so nothing writes after the deletes.
+    {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]},
+    {"apiGroups": [""], "resources": ["secrets"], "resourceNames": ["priogate-webhook-tls"], "verbs": ["delete"]},
+    # The records are named after tenant namespaces, so not by name: ConfigMaps of the release
+    # namespace, priogate's own (the Job lists them by their label and deletes those).
+    {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["list", "delete"]},
+    {
+        "apiGroups": ["coordination.k8s.io"],
+        "resources": ["leases"],
+        "resourceNames": ["priogate-controller"],
+        "verbs": ["delete"],
+    },
+]
+
+
+def cleanup_hook_objects(objs: list[dict]) -> list[dict]:
+    """The post-delete hook objects (CLEANUP), derived from the base's caBundle Job."""
+    by = {(o["kind"], o["metadata"]["name"]): o for o in objs}
+    namespace = by["Job", "priogate-cabundle"]["metadata"]["namespace"]
+
+    def hook(obj: dict, weight: str) -> dict:
+        obj["metadata"] = {
+            "name": CLEANUP,
+            "namespace": namespace,
+            "labels": {"app.kubernetes.io/name": "priogate", "app.kubernetes.io/component": "cleanup"},
+            "annotations": {
+                **obj["metadata"].get("annotations", {}),
+                "helm.sh/hook": CLEANUP_HOOK,
+                "helm.sh/hook-weight": weight,
+                "helm.sh/hook-delete-policy": CERTS_DELETE_POLICY,
+            },
+        }
+        return obj
+
+    sa = hook({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {}}, CERTS_RBAC_WEIGHT)
+    role = hook(
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {}, "rules": CLEANUP_RULES},
+        CERTS_RBAC_WEIGHT,
+    )
+    binding = hook(
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": {},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": CLEANUP},
+            "subjects": [{"kind": "ServiceAccount", "name": CLEANUP, "namespace": namespace}],
+        },
+        CERTS_RBAC_WEIGHT,
+    )
+    job = copy.deepcopy(by["Job", "priogate-cabundle"])
+    job = hook(job, CERTS_JOB_WEIGHT)
+    # kube-score's pod-networkpolicy: the Job runs after `helm uninstall` has deleted the
+    # release's NetworkPolicies, so none could select it; it serves nothing.
+    annotations = job["metadata"]["annotations"]
+    annotations["kube-score/ignore"] += ",pod-networkpolicy"
+    job["spec"]["backoffLimit"] = 3
+    template = job["spec"]["template"]
+    template["metadata"]["labels"]["app.kubernetes.io/component"] = "cleanup"
+    spec = template["spec"]
+    spec["serviceAccountName"] = CLEANUP
+    (c,) = spec["containers"]
+    c["name"] = "cleanup"
+    c["command"] = ["python", "-m", "certs", "uninstall", f"--namespace={namespace}"]
     return [sa, role, binding, job]
 
 
@@ -151,21 +226,6 @@ def template_webhook_deployment(d: dict, mk: Markers) -> None:
     own_priority(d["spec"]["template"]["spec"], mk, "webhook")
     pod_scheduling(d["spec"]["template"]["spec"], mk, "webhook")
     deployment_strategy(d, mk, "webhook")
-    # kube-score (hack/kube-score/check.sh): with mTLS both probes are TCP checks of the serving
-    # port (below), which its pod-probes-identical test refuses; the justification goes with it.
-    ignored = d["metadata"]["annotations"]["kube-score/ignore"]
-    d["metadata"]["annotations"]["kube-score/ignore"] = mk.line(
-        lambda i: (
-            "{{- if .Values.mtls.clientCASecret }}\n"
-            f"{i}# mTLS: kubelet's probes carry no client certificate, so readiness and liveness are\n"
-            f"{i}# both TCP checks of the serving port; liveness allows 6 failures 10 s apart,\n"
-            f"{i}# readiness 3 failures 5 s apart, so an overloaded server leaves the Service first.\n"
-            f"{i}kube-score/ignore: {ignored},pod-probes-identical\n"
-            "{{- else }}\n"
-            f"{i}kube-score/ignore: {ignored}\n"
-            "{{- end }}"
-        )
-    )
     spec = d["spec"]["template"]["spec"]
     for name in ("priority", "quota"):
         c = container(spec, name)
@@ -174,8 +234,9 @@ def template_webhook_deployment(d: dict, mk: Markers) -> None:
         for env in c["env"]:
             if env["name"] == "PRIOGATE_WORKERS":
                 env["value"] = mk.value(f"{{{{ {v}.workers | quote }}}}")
-        # mTLS (docs/hardening.md): the servers require a client certificate from this CA. kubelet's
-        # HTTPS probes carry none, so the probes become TCP checks on the same ports.
+        # mTLS (docs/hardening.md): the servers require a client certificate from this CA on the
+        # webhook ports. The probes and /metrics are on the plain-HTTP health ports, so they stay
+        # as they are.
         c["command"].append(
             mk.line(
                 lambda i: (
@@ -186,10 +247,7 @@ def template_webhook_deployment(d: dict, mk: Markers) -> None:
             )
         )
         for probe in ("readinessProbe", "livenessProbe"):
-            tcp = {k: v for k, v in c[probe].items() if k != "httpGet"}
-            tcp = {"tcpSocket": {"port": c[probe]["httpGet"]["port"]}, **tcp}
-            choice = f"{{{{ if .Values.mtls.clientCASecret }}}}{flow(tcp)}{{{{ else }}}}{flow(c[probe])}"
-            c[probe] = mk.value(choice + "{{ end }}")
+            assert c[probe]["httpGet"]["port"] == f"{name}-health", "probes go to the health port"
         c["volumeMounts"].append(
             mk.line(
                 lambda i: (
@@ -333,6 +391,16 @@ def deployment_strategy(d: dict, mk: Markers, component: str) -> None:
     ] = 0
 
 
+def template_cleanup_job(d: dict, mk: Markers) -> None:
+    pod_scheduling(d["spec"]["template"]["spec"], mk, None)
+    c = container(d["spec"]["template"]["spec"], "cleanup")
+    c["resources"] = mk.value("{{ toJson .Values.cabundleJob.resources }}")
+    # webhookConfigurations.create=false: the admin made the serving Secret; it stays.
+    c["command"].append(
+        mk.line(lambda i: f"{{{{- if not .Values.webhookConfigurations.create }}}}\n{i}- --secret=\n{{{{- end }}}}")
+    )
+
+
 def template_certs_job(d: dict, mk: Markers) -> None:
     pod_scheduling(d["spec"]["template"]["spec"], mk, None)
     c = container(d["spec"]["template"]["spec"], "cabundle")
@@ -340,7 +408,9 @@ def template_certs_job(d: dict, mk: Markers) -> None:
 
 
 def template_networkpolicy(d: dict, mk: Markers) -> None:
-    (rule,) = d["spec"]["ingress"]
+    # The first rule: the webhook ports, kube-apiserver's; the second (the health ports) stays open.
+    rule = d["spec"]["ingress"][0]
+    assert [p["port"] for p in rule["ports"]] == ["priority", "quota"]
     assert "from" not in rule, "manifests/networkpolicy.yaml admits every source; values narrow it"
     rule[
         mk.line(
@@ -364,6 +434,7 @@ SPECIAL: dict[tuple[str, str], tuple[Callable[[dict, Markers], None] | None, str
     ("Job", "priogate-cabundle"): (template_job, ".Values.webhookConfigurations.create"),
     ("Job", CERTS): (template_certs_job, ".Values.webhookConfigurations.create"),
     ("ServiceAccount", CERTS): (None, ".Values.webhookConfigurations.create"),
+    ("Job", CLEANUP): (template_cleanup_job, None),
     ("Role", CERTS): (None, ".Values.webhookConfigurations.create"),
     ("RoleBinding", CERTS): (None, ".Values.webhookConfigurations.create"),
     ("NetworkPolicy", "priogate-webhook"): (template_networkpolicy, ".Values.networkPolicy.enabled"),

@@ -160,7 +160,7 @@ class LocalCluster:
         self.state_dir.mkdir(parents=True, exist_ok=True)
         if self.logs.exists():
             shutil.rmtree(self.logs)
-        self.ports = Ports(*free_ports(7))
+        self.ports = Ports(*free_ports(8))
         self.pki = issue_all(self.state_dir / "pki")
         # With a real node, webhook calls go to a Service's endpoints (pod IPs, reachable from the
         # host) rather than its ClusterIP, which nothing here routes (localcluster/node.py).

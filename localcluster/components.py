@@ -59,6 +59,8 @@ class Ports:
     scheduler: int
     webhook: int
     controller: int  # the priogate controller's /healthz and /metrics (plain HTTP)
+    # The webhook's plain-HTTP /healthz, /readyz and /metrics (--health-bind); 0: not served.
+    webhook_health: int = 0
 
     @property
     def etcd_url(self) -> str:
@@ -71,6 +73,10 @@ class Ports:
     @property
     def webhook_url(self) -> str:
         return f"https://{LOOPBACK}:{self.webhook}"
+
+    @property
+    def webhook_health_url(self) -> str:
+        return f"http://{LOOPBACK}:{self.webhook_health}"
 
     @property
     def controller_url(self) -> str:
@@ -279,6 +285,7 @@ def webhook(
         f"--kubeconfig={kubeconfig}",
         f"--workers={workers}",
         *([f"--client-ca-file={pki.webhook_client_ca_crt}"] if mtls else []),
+        *([f"--health-bind={LOOPBACK}:{ports.webhook_health}"] if ports.webhook_health else []),
         *extra,
     ]
 

@@ -32,6 +32,8 @@ class RunningServer:
     log_file: Path
     # With --client-ca-file: a client certificate signed by that CA, which ssl_context() presents.
     client_cert: tuple[Path, Path] | None = None
+    # With --health-bind: the plain-HTTP health and metrics port.
+    health_port: int | None = None
 
     @property
     def url(self) -> str:
@@ -72,6 +74,7 @@ def start_server(
     ready_timeout: float = 30,
     client_ca: bool = False,
     client_deadline_seconds: float | None = None,
+    health: bool = False,
 ) -> RunningServer:
     workdir.mkdir(parents=True, exist_ok=True)
     ca = issue_ca()
@@ -82,7 +85,7 @@ def start_server(
     write_pem(key_file, leaf.key_pem, private=True)
     classes_file = workdir / "priorityclasses.yaml"
     classes_file.write_text(yaml.safe_dump({"apiVersion": "v1", "kind": "List", "items": list(classes)}))
-    port = free_ports(1)[0]
+    port, health_port = free_ports(2)
     cmd = [
         sys.executable,
         "-m",
@@ -115,13 +118,17 @@ def start_server(
         cmd += ["--client-ca-file", str(workdir / "client-ca.crt")]
     if client_deadline_seconds is not None:
         cmd += ["--client-deadline-seconds", str(client_deadline_seconds)]
+    if health:
+        cmd += ["--health-bind", f"127.0.0.1:{health_port}"]
     if cpu_list:
         cmd = ["taskset", "-c", cpu_list, *cmd]
     log_file = workdir / "webhook.log"
     env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(_fresh_dir(workdir / "metrics"))}
     with log_file.open("wb") as log:
         process = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=env)
-    server = RunningServer(process, port, ca_file, cert_file, key_file, log_file, client_cert)
+    server = RunningServer(
+        process, port, ca_file, cert_file, key_file, log_file, client_cert, health_port if health else None
+    )
     deadline = time.monotonic() + ready_timeout
     while time.monotonic() < deadline:
         if process.poll() is not None:

@@ -36,6 +36,13 @@ def main(argv: list[str] | None = None) -> int:
         help="HOST:PORT to listen on; several, comma-separated, to listen on each (default 0.0.0.0:8443)",
     )
     p.add_argument(
+        "--health-bind",
+        default=os.environ.get("PRIOGATE_HEALTH_BIND") or None,
+        help="HOST:PORT of a plain-HTTP port serving /healthz, /readyz and /metrics without TLS, for"
+        " kubelet's probes and Prometheus when the webhook port requires client certificates"
+        " (docs/serving.md; default: not served)",
+    )
+    p.add_argument(
         "--reuse-port",
         action="store_true",
         help="listen with SO_REUSEPORT, so several servers on one host share a port and the kernel"
@@ -130,6 +137,13 @@ def main(argv: list[str] | None = None) -> int:
             )
     if not any(address.strip() for address in args.bind.split(",")):
         p.error(f"--bind {args.bind!r}: give HOST:PORT, or several comma-separated")
+    if args.health_bind:
+        from webhook.health import parse_bind
+
+        try:
+            parse_bind(args.health_bind)
+        except ValueError as e:
+            p.error(f"--health-bind {e}")
     servers = tuple(s.strip() for s in args.serve.split(",") if s.strip())
     if not servers or set(servers) - set(SERVERS):
         p.error(f"--serve {args.serve!r}: give one or more of {', '.join(SERVERS)}, comma-separated")
@@ -166,6 +180,7 @@ def main(argv: list[str] | None = None) -> int:
         cache_quiet_seconds=args.cache_quiet_seconds,
         client_ca_file=args.client_ca_file,
         client_deadline_seconds=args.client_deadline_seconds,
+        health_bind=args.health_bind,
     )
     WebhookServer(options).run()
     return 0

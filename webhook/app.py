@@ -12,6 +12,9 @@ from webhook.endpoints import AdmissionEndpoints
 from webhook.registry import RuleSet, fresh_needs, load_rule_sets
 from webhook.view import CacheView
 
+# app.extensions key of the app's readiness check: () -> (status, text).
+READINESS = "priogate.readiness"
+
 
 def _plain(status: int, text: str) -> Response:
     return Response(text.rstrip("\n") + "\n", status=status, mimetype="text/plain")
@@ -33,8 +36,7 @@ def create_app(view: CacheView, rule_sets: Sequence[RuleSet] | None = None) -> F
     # replica that can decide (or, with none, meet the hook's failurePolicy).
     must_be_current = fresh_needs(rule_sets)
 
-    @app.get("/readyz")
-    def readyz() -> Response:
+    def readiness() -> tuple[int, str]:
         caches = view.caches
         unsynced = view.unlisted(list(caches))
         stale = [n for n in view.unsynced(sorted(must_be_current & set(caches))) if n not in unsynced]
@@ -44,11 +46,18 @@ def create_app(view: CacheView, rule_sets: Sequence[RuleSet] | None = None) -> F
                 f"cache {n} stale for {caches[n].stale_seconds():.0f} s: {caches[n].state().reason}"
                 for n in stale
             ]
-            return _plain(503, "\n".join(lines))
+            return 503, "\n".join(lines)
         tolerated = [n for n in caches if caches[n].stale]
         if tolerated:
-            return _plain(200, f"ok (answering from stale caches: {', '.join(tolerated)})")
-        return _plain(200, "ok")
+            return 200, f"ok (answering from stale caches: {', '.join(tolerated)})"
+        return 200, "ok"
+
+    # The server reports the same check to the health port (webhook/health.py, server.py).
+    app.extensions[READINESS] = readiness
+
+    @app.get("/readyz")
+    def readyz() -> Response:
+        return _plain(*readiness())
 
     @app.get("/metrics")
     def metrics_endpoint() -> Response:

@@ -63,6 +63,14 @@ LEDGER_CONFLICTS = Counter(
     "Ledger writes that lost an optimistic-concurrency race (409) and were retried.",
 )
 
+# One sample per live worker (pid label): the health port's /readyz (webhook/health.py) is ready
+# when every configured worker reports 1.
+WORKER_READY = Gauge(
+    "priogate_webhook_worker_ready",
+    "1 while this worker's caches are current enough to answer (the webhook port's /readyz is"
+    " 200), else 0; one sample per live worker process.",
+    multiprocess_mode="liveall",
+)
 
 CACHE_STALE = Gauge(
     "priogate_cache_stale",

@@ -10,6 +10,7 @@ import gc
 import logging
 import os
 import ssl
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -128,6 +129,9 @@ class ServerOptions:
     # SO_REUSEPORT: several servers on one host share a port, the kernel spreading connections
     # among them (in a cluster each pod has its own address, so this is for benchmarks and tests).
     reuse_port: bool = False
+    # HOST:PORT of the plain-HTTP /healthz, /readyz and /metrics (webhook/health.py), served by
+    # the master apart from the TLS port; None: not served.
+    health_bind: str | None = None
 
 
 class _ContextCache:
@@ -276,6 +280,14 @@ class WebhookServer(BaseApplication):
             # https://docs.gunicorn.org/en/stable/settings.html#control-socket-disable
             "control_socket_disable": True,
         }
+        if o.health_bind:
+            from webhook.health import HealthHooks
+
+            # gunicorn's documented server hooks
+            # (https://docs.gunicorn.org/en/stable/settings.html#server-hooks).
+            hooks = HealthHooks(o.health_bind, o.workers)
+            settings["when_ready"] = hooks.when_ready
+            settings["post_fork"] = hooks.post_fork
         for key, value in settings.items():
             self.cfg.set(key, value)
 
@@ -304,6 +316,7 @@ class WebhookServer(BaseApplication):
                 o.cache_quiet_seconds,
             )
             app = create_app(view, load_rule_sets(servers=o.servers))
+        _report_readiness(app)
         if o.tls_secret:
             from certs.rotation import start_rotation
             from priogate.kube.client import load_client
@@ -328,6 +341,37 @@ def _load_list(path: str) -> list[dict]:
     for doc in docs:
         items.extend(doc.get("items", []) if doc.get("kind", "").endswith("List") else [doc])
     return items
+
+
+READINESS_INTERVAL_SECONDS = 1.0
+
+
+def _report_readiness(app: Any) -> None:
+    """Keep this worker's WORKER_READY sample at what its /readyz answers, for the health port
+    in the master (webhook/health.py). Checked every second on a thread of the worker: the
+    check reads the caches' states only, and kubelet probes every few seconds."""
+    import threading
+
+    from webhook.app import READINESS
+    from webhook.metrics import WORKER_READY
+
+    extensions = getattr(app, "extensions", {})
+    check = extensions.get(READINESS)
+    if check is None:  # an app without caches (tests' app_factory): ready once loaded
+        WORKER_READY.set(1)
+        return
+    WORKER_READY.set(1 if check()[0] == 200 else 0)
+
+    def loop() -> None:
+        while True:
+            try:
+                WORKER_READY.set(1 if check()[0] == 200 else 0)
+            except Exception:  # never let the reporter die: readiness would freeze
+                log.exception("readiness check failed")
+                WORKER_READY.set(0)
+            time.sleep(READINESS_INTERVAL_SECONDS)
+
+    threading.Thread(target=loop, name="readiness-report", daemon=True).start()
 
 
 def _child_exit(_server: Any, worker: Any) -> None:

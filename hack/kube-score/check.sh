@@ -5,7 +5,7 @@
 #   1. the kustomize base, `kubectl kustomize manifests/` (what `kubectl apply -k` applies);
 #   2. the chart with its default values (mode: Priority plugin kept, no mTLS);
 #   3. the chart in the other mode with mTLS and the monitoring objects on, the values that
-#      change the pods (TCP probes, a client-CA volume) or add objects.
+#      change the pods (a client-CA volume) or add objects (a Service for the ServiceMonitor).
 # Fails on any CRITICAL finding. A finding that is wrong for priogate is not silenced here but
 # on its object, with kube-score's `kube-score/ignore: <test>` annotation and a comment saying
 # why (manifests/, and hack/chart.py for the one that depends on a value).
@@ -47,7 +47,8 @@ render() {
     chart-replaced-mtls)
       "$helm" template priogate charts/priogate --namespace priogate-system \
         --set priorityPlugin=false --set mtls.clientCASecret=apiserver-client-ca \
-        --set monitoring.prometheusRule.enabled=true --set monitoring.grafanaDashboard.enabled=true ;;
+        --set monitoring.prometheusRule.enabled=true --set monitoring.grafanaDashboard.enabled=true \
+        --set monitoring.podMonitor.enabled=true --set monitoring.serviceMonitor.enabled=true ;;
   esac
 }
 

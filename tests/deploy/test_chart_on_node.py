@@ -13,7 +13,19 @@ priogate outside the cluster: the chart's pods are the only priogate there is.
    admissions and failures are counted, and at no sample do the live PodGroups claim more than
    the quota (over-admission). The leader is killed: SIGKILL to its container, then its pod deleted
    with no grace, so it cannot hand its Lease back.
-4. `helm uninstall`, then pods are created again (no webhook configuration is left behind).
+4. `helm uninstall`, then pods are created again (no webhook configuration is left behind), and
+   nothing of priogate is left in the release namespace or cluster-wide (the chart's post-delete
+   Job removed the serving Secret, the ledgers and the Lease).
+5. An install with mtls.clientCASecret: the pods become Ready through httpGet /readyz on the
+   plain-HTTP health ports; uninstalled again.
+6. `kubectl apply -k manifests/`: both Deployments available, a PodGroup beyond the quota refused
+   through those pods; `kubectl delete -k manifests/`, then pods are created again.
+7. kube-apiserver restarted with the Priority plugin disabled, `helm install --wait` with
+   priorityPlugin=false: the webhook pods start although the pod priority hook is Fail and they
+   are its only endpoints (the release namespace is exempt), and a pod elsewhere gets its
+   priority from priogate; uninstalled, nothing left.
+
+The webhook pods' /metrics are read over their health ports (plain HTTP), as Prometheus does.
 
 The summary line (`deploy: install ready in ...`) goes to .local/deploy-summary.txt as well, which
 make test-deploy prints last.
@@ -23,37 +35,41 @@ from __future__ import annotations
 
 import os
 import subprocess
-import threading
 import time
-import uuid
-from collections import Counter
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Iterator
 
 import pytest
-import requests
 import urllib3
 
 from localcluster import LocalCluster, Options
-from localcluster.binaries import REPO, ensure_helm
 from localcluster.node import NODE_NAME
 from localcluster.procs import progress
-from priogate.kube.client import ApiClient, ApiError, load_client, resource_path
-
-RELEASE = "priogate"
-NAMESPACE = "priogate-system"
-CHART = REPO / "charts" / "priogate"
-IMAGE = os.environ.get("PRIOGATE_IMAGE", "localhost/priogate:0.1.0")
-# The upgrade's "changed image tag": the same image under a second tag, so the Deployments roll.
-UPGRADE_TAG = IMAGE.rsplit(":", 1)[1] + "-upgrade"
-PODS_NS = "load-pods"
-GROUPS_NS = "load-groups"
-QUOTA_CPU = 4  # the ResourceQuota of GROUPS_NS; every PodGroup claims cpu=1
-CLIENTS = 4
-GROUPS = resource_path("scheduling.volcano.sh/v1beta1", "podgroups", GROUPS_NS)
-PODS = resource_path("v1", "pods", PODS_NS)
-SUMMARY = REPO / ".local" / "deploy-summary.txt"  # make test-deploy prints it last
-ENROLLED = {"priogate.io/reservations": "true"}  # the quota hooks' namespaceSelector (docs/modes.md)
+from priogate.kube.client import ApiError, load_client, resource_path
+from tests.deploy.helpers import (
+    CHART,
+    ENROLLED,
+    GROUPS,
+    GROUPS_NS,
+    IMAGE,
+    NAMESPACE,
+    PODS,
+    PODS_NS,
+    QUOTA_CPU,
+    RELEASE,
+    SUMMARY,
+    UPGRADE_TAG,
+    Load,
+    Tally,
+    group,
+    helm,
+    lease_holder,
+    pods,
+    requests_total,
+    rolled_out,
+    unschedulable_pod,
+    wait_for,
+)
+from tests.deploy.phases import install_with_mtls, kustomize_round, nothing_left, replaced_plugin_round
 
 
 @pytest.fixture(scope="module")
@@ -74,218 +90,6 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
         yield lc
     finally:
         lc.stop()
-
-
-def helm(lc: LocalCluster, *args: str, timeout: float = 300) -> str:
-    r = subprocess.run(
-        [str(ensure_helm()), f"--kubeconfig={lc.kubeconfig}", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
-    assert r.returncode == 0, f"helm {' '.join(args)} failed ({r.returncode}):\n{r.stdout}\n{r.stderr}"
-    return r.stdout
-
-
-def wait_for(check: Callable[[], bool], timeout: float, what: str, interval: float = 0.5) -> float:
-    t0 = time.monotonic()
-    while not check():
-        if time.monotonic() - t0 > timeout:
-            raise AssertionError(f"timed out after {timeout:.0f} s waiting until {what}")
-        time.sleep(interval)
-    return time.monotonic() - t0
-
-
-def pods(api: ApiClient, component: str) -> list[dict]:
-    selector = f"app.kubernetes.io/name=priogate,app.kubernetes.io/component={component}"
-    path = resource_path("v1", "pods", NAMESPACE)
-    return api.get(path, query=[("labelSelector", selector)])["items"]
-
-
-def ready(pod: dict) -> bool:
-    if pod["metadata"].get("deletionTimestamp"):
-        return False
-    conditions = {c["type"]: c["status"] for c in pod.get("status", {}).get("conditions", [])}
-    return conditions.get("Ready") == "True"
-
-
-def rolled_out(api: ApiClient, image: str) -> bool:
-    """Both Deployments have every replica ready with `image` and no other pod left."""
-    for component in ("webhook", "controller"):
-        deployment = api.get(resource_path("apps/v1", "deployments", NAMESPACE, f"priogate-{component}"))
-        want = deployment["spec"]["replicas"]
-        current = pods(api, component)
-        images = {c["image"] for p in current for c in p["spec"]["containers"]}
-        if len(current) != want or not all(ready(p) for p in current) or images != {image}:
-            return False
-    return True
-
-
-def requests_total(api: ApiClient) -> Counter[tuple[str, str]]:
-    """priogate_webhook_requests_total of every webhook pod (both containers), by (webhook,
-    decision), read from the pods themselves over their pod IPs."""
-    total: Counter[tuple[str, str]] = Counter()
-    session = requests.Session()
-    session.trust_env = False
-    for pod in pods(api, "webhook"):
-        ip = pod["status"]["podIP"]
-        for port in (8443, 8444):
-            # The serving certificate names the Service, not the pod IP; this reads counters only.
-            text = session.get(f"https://{ip}:{port}/metrics", verify=False, timeout=5).text
-            for line in text.splitlines():
-                if line.startswith("priogate_webhook_requests_total{"):
-                    labels = dict(
-                        kv.split("=", 1) for kv in line[line.index("{") + 1 : line.index("}")].split(",")
-                    )
-                    key = (labels["webhook"].strip('"'), labels["decision"].strip('"'))
-                    total[key] += float(line.rsplit(" ", 1)[1])
-    return total
-
-
-def unschedulable_pod(name: str) -> dict:
-    """Stays Pending (no node has the label): the test measures admission, not the node."""
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name},
-        "spec": {
-            "nodeSelector": {"priogate.io/deploy-test": "nowhere"},
-            "containers": [{"name": "c", "image": IMAGE}],
-        },
-    }
-
-
-def group(name: str) -> dict:
-    return {
-        "apiVersion": "scheduling.volcano.sh/v1beta1",
-        "kind": "PodGroup",
-        "metadata": {"name": name},
-        "spec": {"minMember": 1, "minResources": {"cpu": "1"}},
-    }
-
-
-@dataclass
-class Tally:
-    admitted: int = 0
-    refused: int = 0  # a decision: the quota is full
-    failed: int = 0  # anything else: the webhook unreachable, a timeout, a 5xx
-    pods: int = 0  # of `admitted`, pods (the rest are PodGroups)
-    errors: Counter[str] = field(default_factory=Counter)
-    started: float = field(default_factory=time.monotonic)
-    seconds: float = 0.0
-
-    def line(self) -> str:
-        return f"{self.admitted} admissions, {self.failed} failed"
-
-
-class Load:
-    """CLIENTS clients, each with two streams: pods (each deleted at once) and PodGroups (each
-    deleted a moment after it is admitted), so a PodGroup waiting on the quota does not hold up
-    the client's pods. The counts go to the current phase's Tally."""
-
-    def __init__(self, lc: LocalCluster) -> None:
-        self.lc = lc
-        self.lock = threading.Lock()
-        self.phase: Tally | None = None
-        self.stop = threading.Event()
-        self.threads = [
-            threading.Thread(target=self._run, args=(i, kind), daemon=True)
-            for i in range(CLIENTS)
-            for kind in ("pods", "groups")
-        ]
-        self.over_admitted = 0
-        self.max_live = 0
-
-    def start(self) -> None:
-        for t in self.threads:
-            t.start()
-        self.threads.append(threading.Thread(target=self._watch_quota, daemon=True))
-        self.threads[-1].start()
-
-    def close(self) -> None:
-        self.stop.set()
-        for t in self.threads:
-            t.join(timeout=30)
-
-    def measure(self, tally: Tally | None) -> None:
-        with self.lock:
-            if self.phase is not None:
-                self.phase.seconds = time.monotonic() - self.phase.started
-            if tally is not None:
-                tally.started = time.monotonic()
-            self.phase = tally
-
-    def _count(self, outcome: str, error: str = "", pod: bool = False) -> None:
-        with self.lock:
-            if self.phase is None:
-                return
-            if outcome == "admitted":
-                self.phase.admitted += 1
-                self.phase.pods += pod
-            elif outcome == "refused":
-                self.phase.refused += 1
-            else:
-                self.phase.failed += 1
-                self.phase.errors[error[:160]] += 1
-
-    def _attempt(self, api: ApiClient, path: str, body: dict) -> bool:
-        try:
-            api.create(path, body)
-        except ApiError as e:
-            if e.status == 403 and "exceeded quota" in e.message:
-                self._count("refused")
-            else:
-                self._count("failed", f"{e.status} {e.message}")
-            return False
-        except (urllib3.exceptions.HTTPError, OSError) as e:
-            self._count("failed", repr(e))
-            return False
-        self._count("admitted", pod=path == PODS)
-        return True
-
-    def _run(self, i: int, kind: str) -> None:
-        api = load_client(str(self.lc.kubeconfig))
-        n = 0
-        while not self.stop.is_set():
-            n += 1
-            name = f"c{i}-{n}-{uuid.uuid4().hex[:4]}"
-            if kind == "pods":
-                if self._attempt(api, PODS, unschedulable_pod(name)):
-                    _quietly(api.delete, f"{PODS}/{name}")
-            elif self._attempt(api, GROUPS, group(name)):
-                time.sleep(0.2)
-                _quietly(api.delete, f"{GROUPS}/{name}")
-
-    def _watch_quota(self) -> None:
-        """Samples the live PodGroups: each claims cpu=1, so more than QUOTA_CPU of them alive at
-        once is an over-admission."""
-        api = load_client(str(self.lc.kubeconfig))
-        while not self.stop.is_set():
-            try:
-                live = [g for g in api.get(GROUPS)["items"] if not g["metadata"].get("deletionTimestamp")]
-            except (ApiError, urllib3.exceptions.HTTPError, OSError):
-                time.sleep(0.2)
-                continue
-            self.max_live = max(self.max_live, len(live))
-            if len(live) > QUOTA_CPU:
-                self.over_admitted = max(self.over_admitted, len(live) - QUOTA_CPU)
-            time.sleep(0.1)
-
-
-def _quietly(call: Callable[[str], object], path: str) -> None:
-    try:
-        call(path)
-    except (ApiError, urllib3.exceptions.HTTPError, OSError) as e:
-        progress(f"delete {path}: {e}")
-
-
-def lease_holder(api: ApiClient) -> str | None:
-    leases = api.get(resource_path("coordination.k8s.io/v1", "leases", NAMESPACE))["items"]
-    holders = [
-        lease["spec"].get("holderIdentity") for lease in leases if "controller" in lease["metadata"]["name"]
-    ]
-    return holders[0] if holders else None
 
 
 def test_chart_on_a_real_node(cluster: LocalCluster) -> None:
@@ -422,7 +226,8 @@ def test_chart_on_a_real_node(cluster: LocalCluster) -> None:
             progress(f"    {n} x {error}")
     progress(f"live PodGroups at most {load.max_live} (quota {QUOTA_CPU})")
 
-    # 4. uninstall; pods can still be created
+    # 4. uninstall; pods can still be created, and nothing of priogate is left: the post-delete
+    # Job removed the serving Secret, the ledgers and the Lease.
     helm(lc, "uninstall", RELEASE, "-n", NAMESPACE)
     wait_for(
         lambda: not pods(api, "webhook") and not pods(api, "controller"), 120, "the release's pods are gone"
@@ -431,11 +236,26 @@ def test_chart_on_a_real_node(cluster: LocalCluster) -> None:
         api.create(PODS, unschedulable_pod(f"after-{i}"))
     left = {p["metadata"]["name"] for p in api.get(PODS)["items"]}
     assert {f"after-{i}" for i in range(3)} <= left
+    nothing_left(api)
+
+    # 5. with mTLS on the webhook port the pods still become Ready through httpGet /readyz
+    install_with_mtls(lc, api, repository, tag)
+
+    # 6. `kubectl apply -k manifests/`, then `kubectl delete -k manifests/`; pods still create
+    api.request("DELETE", GROUPS)  # what the clients may have left; the quota starts empty
+    wait_for(lambda: not api.get(GROUPS)["items"], 60, "no PodGroup is left")
+    kustomize_s = kustomize_round(lc, api)
+    for i in range(3):
+        api.create(PODS, unschedulable_pod(f"after-kustomize-{i}"))
+
+    # 7. the Priority plugin replaced: the webhook pods start behind their own Fail pod hook
+    replaced_plugin_round(lc, api, repository, tag)
 
     summary = (
         f"deploy: install ready in {install_s:.0f} s; "
         + "; ".join(f"{phase}: {t.line()}" for phase, t in phases.items())
         + f"; over-admitted {load.over_admitted}; uninstall: pods create"
+        + f"; kustomize: ready in {kustomize_s:.0f} s"
     )
     print("\n" + summary, flush=True)
     SUMMARY.parent.mkdir(parents=True, exist_ok=True)

@@ -65,6 +65,13 @@ def webhook_ready(lc: LocalCluster) -> tuple[int, str]:
     return get(f"{lc.ports.webhook_url}/readyz", lc.pki.ca_crt, lc.webhook_client_cert)
 
 
+def health_ready(lc: LocalCluster) -> tuple[int, str]:
+    """The webhook's /readyz on its plain-HTTP health port (no client certificate): what
+    kubelet's readiness probe reads in a cluster, mTLS or not."""
+    assert lc.ports and lc.ports.webhook_health
+    return get(f"{lc.ports.webhook_health_url}/readyz")
+
+
 def controller_ready(lc: LocalCluster) -> tuple[int, str]:
     assert lc.ports
     return get(f"{lc.ports.controller_url}/readyz")
@@ -169,6 +176,8 @@ def test_restart_keeps_reservations_and_readiness_tracks_staleness(lc: LocalClus
     wait_for(lambda: webhook_ready(lc)[0] == 503, 2 * QUIET_SECONDS, "the webhook's /readyz fails")
     status, body = webhook_ready(lc)
     assert status == 503 and "stale" in body, body
+    # The health port follows within its workers' report interval (a second).
+    wait_for(lambda: health_ready(lc)[0] == 503, 5, "the health port's /readyz fails")
     wait_for(lambda: controller_ready(lc)[0] == 503, 2 * QUIET_SECONDS, "the controller's /readyz fails")
     assert stale_gauge(lc, "podgroups") == (1.0, 1.0)
     # Longer than the quiet bound: every watch has been restarted (and failed) meanwhile.
@@ -179,6 +188,7 @@ def test_restart_keeps_reservations_and_readiness_tracks_staleness(lc: LocalClus
 
     lc.restart_apiserver(lc.mode)
     wait_for(lambda: webhook_ready(lc)[0] == 200, 120, "the webhook's /readyz recovers")
+    wait_for(lambda: health_ready(lc)[0] == 200, 30, "the health port's /readyz recovers")
     wait_for(lambda: controller_ready(lc)[0] == 200, 120, "the controller's /readyz recovers")
     time.sleep(5)  # several controller sweeps (every second) on recovered caches
     wait_for(lambda: stale_gauge(lc, "podgroups") == (0.0, 0.0), 30, "the stale gauges are back to 0")

@@ -66,3 +66,30 @@ def test_with_kube_apiserver_s_client_certificate_a_direct_request_is_served(clu
         assert resp.status == 200, resp.read()[:200]
     finally:
         conn.close()
+
+
+def test_the_health_port_serves_probes_and_metrics_without_a_client_certificate(cluster: LocalCluster):
+    """With mTLS required on the webhook port, kubelet's probes and Prometheus (no client
+    certificate) read /readyz and /metrics on the plain-HTTP health port (--health-bind): the
+    metrics are the workers' own, counting kube-apiserver's calls."""
+    assert cluster.ports.webhook_health
+    webhook = cluster.supervisor.get("webhook")
+    assert f"--health-bind=127.0.0.1:{cluster.ports.webhook_health}" in webhook.argv
+
+    def get(path: str) -> tuple[int, str]:
+        conn = http.client.HTTPConnection("127.0.0.1", cluster.ports.webhook_health, timeout=10)
+        try:
+            conn.request("GET", path)
+            resp = conn.getresponse()
+            return resp.status, resp.read().decode()
+        finally:
+            conn.close()
+
+    assert get("/healthz") == (200, "ok\n")
+    assert get("/readyz") == (200, "ok\n")
+    status, metrics = get("/metrics")
+    assert status == 200
+    ready = [x for x in metrics.splitlines() if x.startswith("priogate_webhook_worker_ready{")]
+    assert len(ready) == cluster.options.webhook_workers and all(x.endswith(" 1.0") for x in ready)
+    answered = [x for x in metrics.splitlines() if x.startswith("priogate_webhook_requests_total{")]
+    assert answered and sum(float(x.split()[-1]) for x in answered) > 0, "kube-apiserver's calls counted"

@@ -187,9 +187,10 @@ def hook_of(obj: dict) -> tuple[set[str], int]:
     return events, int(annotations.get("helm.sh/hook-weight", "0"))
 
 
-def test_the_only_annotations_helm_adds_are_the_certs_and_caBundle_job_hooks() -> None:
+def test_the_only_annotations_helm_adds_are_the_certs_caBundle_and_cleanup_job_hooks() -> None:
     hooked = {k for k, o in defaults().items() if hook_of(o)[0]}
-    certs = {(kind, "priogate-certs") for kind in ("ServiceAccount", "Role", "RoleBinding", "Job")}
+    kinds = ("ServiceAccount", "Role", "RoleBinding", "Job")
+    certs = {(kind, name) for kind in kinds for name in ("priogate-certs", "priogate-cleanup")}
     test = {("Pod", "priogate-test-webhook-ready")}
     assert hooked == {("Job", "priogate-cabundle")} | certs | test
     assert hook_of(defaults()["Pod", "priogate-test-webhook-ready"])[0] == {"test"}
@@ -367,7 +368,25 @@ def _containers(obj: dict) -> list[dict]:
     return spec.get("initContainers", []) + spec.get("containers", [])
 
 
-def test_mtls_mounts_the_client_ca_and_probes_by_tcp() -> None:
+@pytest.mark.parametrize("mtls", [False, True])
+def test_probes_use_the_health_ports_with_and_without_mtls(mtls: bool) -> None:
+    """kubelet's probes carry no client certificate: /readyz and /healthz go to the plain-HTTP
+    health port in both cases, so stale caches still take a pod out of the Service under mTLS."""
+    objs = render(*(["mtls.clientCASecret=apiserver-client-ca"] if mtls else []))
+    for name in ("priority", "quota"):
+        c = container(objs, "priogate-webhook", name)
+        ports = {p["name"]: p["containerPort"] for p in c["ports"]}
+        health = ports[f"{name}-health"]
+        assert f"--health-bind=0.0.0.0:{health}" in c["command"]
+        assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": f"{name}-health"}
+        assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": f"{name}-health"}
+        assert "tcpSocket" not in c["readinessProbe"] and "tcpSocket" not in c["livenessProbe"]
+    policy = objs["NetworkPolicy", "priogate-webhook"]
+    opened = {p["port"] for rule in policy["spec"]["ingress"] for p in rule["ports"]}
+    assert {"priority-health", "quota-health"} <= opened
+
+
+def test_mtls_mounts_the_client_ca() -> None:
     objs = render("mtls.clientCASecret=apiserver-client-ca")
     spec = objs["Deployment", "priogate-webhook"]["spec"]["template"]["spec"]
     assert {"name": "client-ca", "secret": {"secretName": "apiserver-client-ca"}} in spec["volumes"]
@@ -377,8 +396,6 @@ def test_mtls_mounts_the_client_ca_and_probes_by_tcp() -> None:
         assert {"name": "client-ca", "mountPath": "/etc/priogate/client-ca", "readOnly": True} in c[
             "volumeMounts"
         ]
-        for probe in ("readinessProbe", "livenessProbe"):
-            assert c[probe]["tcpSocket"] == {"port": name} and "httpGet" not in c[probe]
 
 
 def test_controller_flags_parse_with_the_controllers_own_argparse() -> None:
@@ -411,21 +428,25 @@ def test_values_list_every_controller_flag() -> None:
 def test_network_policy_sources_and_switch() -> None:
     source = [{"ipBlock": {"cidr": "192.0.2.0/28"}}]
     objs = render(f"networkPolicy.from={json.dumps(source)}")
-    (rule,) = objs["NetworkPolicy", "priogate-webhook"]["spec"]["ingress"]
+    rule, health = objs["NetworkPolicy", "priogate-webhook"]["spec"]["ingress"]
     assert rule["from"] == source
     assert rule["ports"] == kustomize()["NetworkPolicy", "priogate-webhook"]["spec"]["ingress"][0]["ports"]
+    # `from` narrows the webhook ports only; the health ports stay open to what scrapes them.
+    assert "from" not in health and {p["port"] for p in health["ports"]} == {
+        "priority-health",
+        "quota-health",
+    }
     # the controller's and the caBundle Job's policies do not take `from`, and go with the switch
     assert "from" not in objs["NetworkPolicy", "priogate-controller"]["spec"]["ingress"][0]
     assert not {kind for kind, _ in render("networkPolicy.enabled=false")} & {"NetworkPolicy"}
 
 
-def test_mtls_justifies_its_identical_tcp_probes_to_kube_score() -> None:
+def test_mtls_needs_no_kube_score_exception_for_its_probes() -> None:
     key = "kube-score/ignore"
     default = defaults()["Deployment", "priogate-webhook"]["metadata"]["annotations"][key]
     assert "pod-probes-identical" not in default.split(",")
     objs = render("mtls.clientCASecret=apiserver-client-ca")
-    ignored = objs["Deployment", "priogate-webhook"]["metadata"]["annotations"][key]
-    assert ignored.split(",") == [*default.split(","), "pod-probes-identical"]
+    assert objs["Deployment", "priogate-webhook"]["metadata"]["annotations"][key] == default
 
 
 def test_webhook_configurations_renamed_or_left_out() -> None:
@@ -438,7 +459,10 @@ def test_webhook_configurations_renamed_or_left_out() -> None:
     assert rule["resourceNames"] == ["priogate-b"]
     assert "--config-name=priogate-b" in _containers(objs["Job", "priogate-cabundle"])[0]["command"]
     objs = render("webhookConfigurations.create=false")
-    assert not {k for k in objs if k[0].endswith("WebhookConfiguration") or k[0] == "Job"}
+    # Only the uninstall cleanup Job stays (it keeps the admin's Secret then).
+    assert {k for k in objs if k[0].endswith("WebhookConfiguration") or k[0] == "Job"} == {
+        ("Job", "priogate-cleanup")
+    }
 
 
 def test_monitoring_is_off_by_default_and_renders_when_asked() -> None:
@@ -610,6 +634,8 @@ def test_every_object_carries_the_recommended_labels() -> None:
         "monitoring.grafanaDashboard.enabled=true",
         "--set",
         "monitoring.podMonitor.enabled=true",
+        "--set",
+        "monitoring.serviceMonitor.enabled=true",
     ]
     objs = index(subprocess.run([*args, *sets], capture_output=True, text=True, check=True).stdout)
     objs |= index(subprocess.run(args, capture_output=True, text=True, check=True).stdout)
@@ -650,7 +676,7 @@ def test_strategy_and_pod_scheduling_values_reach_every_pod() -> None:
     assert objs["Deployment", "priogate-webhook"]["spec"]["strategy"] == {"type": "Recreate"}
     assert "strategy" not in objs["Deployment", "priogate-controller"]["spec"]
     pods = {k: o["spec"]["template"]["spec"] for k, o in objs.items() if k[0] in ("Deployment", "Job")}
-    assert len(pods) == 4
+    assert len(pods) == 5  # both Deployments, the caBundle, certs and cleanup Jobs
     for key, spec in pods.items():
         assert spec["imagePullSecrets"] == [{"name": "regcred"}], key
         assert spec["nodeSelector"] == {"pool": "system"}, key
@@ -722,12 +748,11 @@ def test_pod_monitor_scrapes_ports_the_pods_have() -> None:
         for p in c.get("ports", [])
     }
     endpoints = monitor["spec"]["podMetricsEndpoints"]
-    assert {e["port"] for e in endpoints} == ports == {"metrics", "priority", "quota"}
+    assert ports == {"metrics", "priority", "quota", "priority-health", "quota-health"}
+    # Plain HTTP only: the webhook's metrics come from its health ports, never the (m)TLS ones.
+    assert {e["port"] for e in endpoints} == {"metrics", "priority-health", "quota-health"}
     for e in endpoints:
-        assert e["path"] == "/metrics"
-        if e["port"] != "metrics":
-            assert e["scheme"] == "https"
-            assert e["tlsConfig"]["ca"]["secret"] == {"name": "priogate-webhook-tls", "key": "ca.crt"}
+        assert e["path"] == "/metrics" and "scheme" not in e and "tlsConfig" not in e
 
 
 @pytest.mark.parametrize("mtls", [False, True])
@@ -741,8 +766,10 @@ def test_helm_test_pod_checks_both_webhook_ports_through_the_service(mtls: bool)
     assert env["SERVICE"] == f"{service['metadata']['name']}.gate.svc"
     assert env["MTLS"] == ("1" if mtls else "")
     script = c["command"][2]
-    assert {p["port"] for p in service["spec"]["ports"]} == {443, 8444}
+    assert {p["port"] for p in service["spec"]["ports"]} == {443, 8444, 8081, 8082}
     assert "for port in (443, 8444):" in script and "/readyz" in script
+    # the health ports too, which need no client certificate with or without mTLS
+    assert "for port in (8081, 8082):" in script and 'f"http://{host}:{port}/readyz"' in script
     compile(script, "webhook-ready", "exec")
     assert pod["spec"]["volumes"][0]["secret"]["secretName"] == "priogate-webhook-tls"
 

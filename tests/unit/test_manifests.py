@@ -229,6 +229,8 @@ def test_the_network_policy_selects_the_webhook_pods_and_their_ports():
     controller = docs[("Deployment", "priogate-controller")]["spec"]["template"]
     assert selector.items() <= webhook["metadata"]["labels"].items()
     assert not selector.items() <= controller["metadata"]["labels"].items()
-    (rule,) = policy["ingress"]
+    rule, health = policy["ingress"]
     ports = {p["name"] for c in webhook["spec"]["containers"] for p in c["ports"]}
-    assert {p["port"] for p in rule["ports"]} == ports == {"priority", "quota"}
+    assert {p["port"] for p in rule["ports"]} | {p["port"] for p in health["ports"]} == ports
+    assert {p["port"] for p in rule["ports"]} == {"priority", "quota"}
+    assert {p["port"] for p in health["ports"]} == {"priority-health", "quota-health"}
