@@ -69,12 +69,20 @@ def decide(ledger: Ledger, reads: Reads, clock: Clock, ask: Claim) -> tuple[Ledg
     base = existing if existing is not None else previous
     # Never lowered at admission: either object may end up stored.
     claim = merge(base, entry) if base is not None else entry
-    if existing is not None and existing.covers(claim):
-        return None, None  # nothing more claimed (a retry, a shrink, a metadata update)
+    if existing is not None and existing.covers(claim) and ask.shrinking:
+        return None, None  # nothing more than the stored object claims (a shrink, a metadata update)
     # Stamped when decided, not when the request arrived: a request that waited for its turn
     # must not look older than it is, or another replica could end its claim while it is still
     # on its way to storage.
     decided_at = stamp(clock())
+    if existing is not None and existing.covers(claim):
+        # Covered by a claim admitted earlier (a retried call, or an update covered by another
+        # still in flight): nothing more is claimed, but this admission may be stored until its
+        # own bound has passed, so the claim counts from now (unstamped, a LIST past the earlier
+        # bound would settle it to the stored object while this one may still be stored).
+        generation = max(existing.generation, entry.generation)
+        entries[entry.key] = replace(existing, admitted_at=decided_at, generation=generation)
+        return ledger.with_entries(entries), None
     claim = replace(claim, admitted_at=decided_at, generation=entry.generation)
     if base is not None and base.priority_class != claim.priority_class:
         # A class change: the old claim counts under the old class until the change is stored
