@@ -51,6 +51,7 @@ from priogate.ledger.timing import (
     ANSWER_MARGIN_SECONDS,
     CALL_TIMEOUT,
     IN_FLIGHT,
+    LATE_WRITE_SECONDS,
     TURN_DEADLINE_SECONDS,
     TURN_POLL_SECONDS,
 )
@@ -158,6 +159,7 @@ class LedgerStore:
         ledger_namespace: str = DEFAULT_LEDGER_NAMESPACE,
         in_flight: dt.timedelta = IN_FLIGHT,
         deadline_seconds: float = TURN_DEADLINE_SECONDS,
+        late_write_seconds: float = LATE_WRITE_SECONDS,
         on_conflict: Callable[[], None] = lambda: None,
         clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC),
         host_turns: HostTurns | None = None,
@@ -171,6 +173,7 @@ class LedgerStore:
         self.ledger_namespace = ledger_namespace
         self.in_flight = in_flight
         self.deadline_seconds = deadline_seconds
+        self.late_write_seconds = late_write_seconds
         self.on_conflict = on_conflict
         self.clock = clock
         self.host_turns = host_turns
@@ -319,6 +322,7 @@ class LedgerStore:
             copy = None  # a conflict, or a decision to confirm, reads the ledger again
             ledger = current.ledger
             changed = current.rebuilt and not all(r.dry_run for r in batch)
+            decided = time.monotonic()
             for request in batch:
                 new_record, request.result = request.decide(ledger, reads)
                 if new_record is not None and not request.dry_run:
@@ -346,6 +350,14 @@ class LedgerStore:
                     stored = self.client.request("PUT", item, body=body, timeout=CALL_TIMEOUT)
                 if self.watched is not None:
                     self.watched.written(namespace, stored, turn)
+                took = time.monotonic() - decided
+                if took > self.late_write_seconds:
+                    # Stamped before the write: what is left of its claims' in-flight bound may
+                    # no longer cover their way to storage (priogate.ledger.timing).
+                    for request in [r for r in batch if r.result is None]:  # the admitted
+                        request.error = LedgerBusy(
+                            f"the ledger write of namespace {namespace} took {took:.1f} s"
+                        )
                 return
             except ApiError as e:
                 if e.status != 409:

@@ -38,7 +38,11 @@ What keeps the invariant (safety)
 - A missing or damaged ledger is rebuilt from a quorum LIST before any decision; it never reads
   as empty (codec.DamagedLedger).
 - Stamps when decided, to the microsecond, never when the request arrived (a request that queued
-  for its turn does not look older than it is).
+  for its turn does not look older than it is); and an admission whose write landed later than
+  timing.LATE_WRITE_SECONDS after its decision answers "retry", so the bound left for its way to
+  storage is never eaten by a slow write.
+- An admission covered by a claim still in flight restamps that claim (claim.decide), so each
+  admission that may still be stored keeps its own bound.
 
 What only saves time or requests (optimisation; none can cause an over-admission)
 ---------------------------------------------------------------------------------

@@ -29,6 +29,12 @@ IN_FLIGHT = dt.timedelta(seconds=5)
 # cache's lag, so the cache shows the change (or its absence) before the fence lapses.
 FENCE_TTL = dt.timedelta(seconds=90)
 
+# The longest a turn's write may take, from before its decisions to the API server's answer,
+# for its admissions to be answered "yes": a claim is stamped when decided, so a slow write eats
+# into the in-flight bound that the rest of the request's way to storage counts on. A write that
+# lands later answers "busy, retry" (its entries then count until their bound, and lapse).
+LATE_WRITE_SECONDS = 1.0
+
 # --- Waiting for claims in flight (latency only) --------------------------------------------
 
 # A claim admitted this recently and not yet in the watch cache is awaited through the cache (the

@@ -139,3 +139,37 @@ def test_after_a_conflict_the_batch_takes_in_what_arrived_meanwhile():
         t.join(5)
     assert results == ["decided"] * 5
     assert api.writes == 2  # the conflict, then one write for all five
+
+
+class SlowWrites(FakeApi):
+    """Every ledger write answers after `delay` seconds (an API server under strain)."""
+
+    def __init__(self, delay: float) -> None:
+        super().__init__()
+        self.delay = delay
+
+    def request(self, method: str, path: str, **kw: Any) -> dict:
+        if method in ("POST", "PUT"):
+            time.sleep(self.delay)
+        return super().request(method, path, **kw)
+
+
+def admitted(record: Ledger, reads: Reads) -> tuple[Ledger, None]:
+    return Ledger(entries=dict(record.entries), charges=dict(record.charges), fences={}), None
+
+
+def refused(record: Ledger, reads: Reads) -> tuple[None, str]:
+    return None, "refused"
+
+
+@pytest.mark.parametrize(("delay", "busy"), [(0.0, False), (0.2, True)])
+def test_an_admission_whose_write_landed_late_is_answered_retry(delay, busy):
+    """A claim is stamped when decided: a write that took longer than late_write_seconds has
+    eaten into the in-flight bound its request's way to storage counts on, so it says "retry"."""
+    store = LedgerStore(SlowWrites(delay), late_write_seconds=0.1)
+    if busy:
+        with pytest.raises(LedgerBusy, match="took 0.2 s"):
+            store.update("team-a", admitted)
+    else:
+        assert store.update("team-a", admitted) is None
+    assert store.update("team-a", refused) == "refused"  # a refusal writes nothing: never late
