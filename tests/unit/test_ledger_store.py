@@ -168,7 +168,7 @@ def test_an_admission_whose_write_landed_late_is_answered_retry(delay, busy):
     eaten into the in-flight bound its request's way to storage counts on, so it says "retry"."""
     store = LedgerStore(SlowWrites(delay), late_write_seconds=0.1)
     if busy:
-        with pytest.raises(LedgerBusy, match=r"took 0\.2 s"):
+        with pytest.raises(LedgerBusy, match=r"took \d+\.\d s"):
             store.update("team-a", admitted)
     else:
         assert store.update("team-a", admitted) is None
