@@ -140,7 +140,18 @@ class Interleavings(RuleBasedStateMachine):
         hard = {name: str(amount) for name, amount in HARD.items()}
         self.api.put_object(QUOTAS, resource_quota("compute", hard=hard, namespace=NS))
         self.replicas = [
-            Replica(LedgerStore(self.api, clock=self.clock, on_conflict=conflicted, writer=f"replica-{i}"))
+            # Time here is the injected clock's: the store's real-time limits (its deadline, a late
+            # write answered "retry") are set out of reach, so a loaded machine cannot change a turn.
+            Replica(
+                LedgerStore(
+                    self.api,
+                    clock=self.clock,
+                    on_conflict=conflicted,
+                    writer=f"replica-{i}",
+                    deadline_seconds=600,
+                    late_write_seconds=600,
+                )
+            )
             for i in range(REPLICAS)
         ]
         self.pending: list[Pending] = []
