@@ -19,13 +19,18 @@ is (its pods resolve to the deleted class's value, as the plugin's would from it
 Keys: `class.<name>` = "<value> <preemptionPolicy>" (a class name is a DNS subdomain, so
 always a valid ConfigMap key), `globalDefault` = the default class's name, `complete` = "true"
 once written from a synced cache. The prefix keeps a class named "complete" apart.
+
+A class annotated ALLOWED_NAMESPACES_ANNOTATION also has `allowed.<name>` = its selector in the
+compact form CEL reads (priogate.label_selector.encode_text) and `selector.<name>` = the
+annotation as written, for the refusal's message: the in-process class access policy
+(webhook/class_access_policy.py) reads them, in both modes (docs/priorityclass-policy.md).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from priogate import priority
+from priogate import label_selector, priority
 
 TABLE_NAME = "priogate-priority-classes"
 CLASS_PREFIX = "class."
@@ -34,6 +39,17 @@ COMPLETE_KEY = "complete"
 # Set by the policy on a pod it leaves to the pod priority hook; the hook removes it. A tenant
 # who sets it only sends their pod to the hook, which resolves it in full.
 MARKER_ANNOTATION = "priogate.io/priority-unresolved"
+# On a PriorityClass: a label selector (kubectl syntax); only namespaces it matches may use it.
+ALLOWED_NAMESPACES_ANNOTATION = "priogate.io/allowed-namespaces"
+ALLOWED_PREFIX = "allowed."
+SELECTOR_PREFIX = "selector."
+
+
+def allowed_namespaces(pc: Mapping) -> str | None:
+    """The class's selector text, or None without the annotation (the class is usable anywhere)."""
+    annotations = (pc.get("metadata") or {}).get("annotations") or {}
+    value = annotations.get(ALLOWED_NAMESPACES_ANNOTATION)
+    return value if isinstance(value, str) else None
 
 
 def table_data(classes: Iterable[Mapping]) -> dict[str, str]:
@@ -44,6 +60,12 @@ def table_data(classes: Iterable[Mapping]) -> dict[str, str]:
         CLASS_PREFIX + pc["metadata"]["name"]: f"{priority.class_value(pc)} {priority.class_policy(pc)}"
         for pc in listed
     }
+    for pc in listed:
+        selector = allowed_namespaces(pc)
+        if selector is not None:
+            name = pc["metadata"]["name"]
+            data[ALLOWED_PREFIX + name] = label_selector.encode_text(selector)
+            data[SELECTOR_PREFIX + name] = selector
     default = priority.current_default(listed)
     if default is not None:
         data[DEFAULT_KEY] = default["metadata"]["name"]

@@ -1,0 +1,118 @@
+"""Who may use a PriorityClass (`priogate.io/allowed-namespaces`): the table entries the
+controller writes for it (priogate/priority_table.py), the PriorityClass hook's refusal of a
+selector kubectl would not parse (webhook/rules/priorityclasses.py), and the in-process policy
+that enforces it in both modes (webhook/class_access_policy.py). tests/e2e/test_priorityclass_policy.py
+runs the policy's CEL on a real kube-apiserver."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+import pytest
+
+from priogate.label_selector import NEVER
+from priogate.priority_table import ALLOWED_NAMESPACES_ANNOTATION, TABLE_NAME, table_data
+from tests.builders import make_view, priority_class, review
+from webhook.class_access_policy import EXPRESSION, POLICY_NAME, VARIABLES
+from webhook.configuration import policy_objects
+from webhook.policy import SYSTEM_NAMESPACES, WebhookPolicy
+from webhook.review import parse_review
+from webhook.rules import priorityclasses
+
+
+def restricted(name: str, selector: Any, **kw: Any) -> dict[str, Any]:
+    pc = priority_class(name, **kw)
+    pc["metadata"]["annotations"] = {ALLOWED_NAMESPACES_ANNOTATION: selector}
+    return pc
+
+
+@pytest.mark.parametrize(
+    "selector, allowed",
+    [
+        ("tier=prod", "In tier prod"),
+        ("team in (ml,infra),!legacy", "DoesNotExist legacy ;In team infra,ml"),
+        ("", ""),  # kubectl's empty selector: every namespace
+        ("tier>1", f"{NEVER} - "),  # stored past validation: usable nowhere
+    ],
+)
+def test_a_restricted_class_has_its_selector_in_the_table(selector, allowed):
+    data = table_data([restricted("gold", selector, value=10), priority_class("plain", value=1)])
+    assert data["allowed.gold"] == allowed
+    assert data["selector.gold"] == selector
+    assert data["class.gold"] == "10 PreemptLowerPriority"
+    # A class without the annotation adds nothing: its pods are decided as upstream decides them.
+    assert "allowed.plain" not in data and "selector.plain" not in data
+
+
+def decide(obj: dict, operation: str = "CREATE", old: dict | None = None, classes=()):
+    body = review(obj, operation=operation, old=old, resource="priorityclasses")
+    return priorityclasses.admit(parse_review(orjson.dumps(body)), make_view(classes))
+
+
+@pytest.mark.parametrize("selector", ["tier=prod", "team in (ml,infra)", "", "!legacy,tier!=dev"])
+def test_a_valid_selector_is_accepted(selector):
+    assert decide(restricted("gold", selector, value=10)).allowed
+
+
+@pytest.mark.parametrize(
+    "selector, fragment",
+    [
+        ("tier in (prod", "not closed"),
+        ("tier>3", "not supported"),
+        ("-x", "not a valid label key"),
+        (7, "must be a string"),
+    ],
+)
+def test_an_invalid_selector_is_refused_on_create_and_update(selector, fragment):
+    bad = restricted("gold", selector, value=10)
+    for answer in (
+        decide(bad),
+        decide(bad, operation="UPDATE", old=priority_class("gold", value=10), classes=[bad]),
+    ):
+        assert not answer.allowed
+        assert answer.code == 422
+        assert answer.message.startswith('PriorityClass.scheduling.k8s.io "gold" is invalid: ')
+        assert f"metadata.annotations[{ALLOWED_NAMESPACES_ANNOTATION}]: Invalid value" in answer.message
+        assert fragment in answer.message
+
+
+def test_an_invalid_selector_is_reported_with_upstreams_field_errors():
+    answer = decide(restricted("gold", "a>1", value=2_000_000_000))
+    assert not answer.allowed and answer.code == 422
+    assert "maximum allowed value" in answer.message and "not supported" in answer.message
+
+
+@pytest.mark.parametrize("priority_plugin", [True, False], ids=["plugin-kept", "plugin-replaced"])
+def test_the_policy_is_bound_in_both_modes_outside_the_system_namespaces(priority_plugin):
+    objects = {
+        (o["kind"], o["metadata"]["name"]): o
+        for o in policy_objects(WebhookPolicy.for_mode(priority_plugin), "priogate-system")
+    }
+    policy = objects["ValidatingAdmissionPolicy", POLICY_NAME]["spec"]
+    binding = objects["ValidatingAdmissionPolicyBinding", POLICY_NAME]["spec"]
+    assert binding["paramRef"] == {
+        "name": TABLE_NAME,
+        "namespace": "priogate-system",
+        "parameterNotFoundAction": "Allow",
+    }
+    assert binding["validationActions"] == ["Deny"]
+    (expression,) = binding["matchResources"]["namespaceSelector"]["matchExpressions"]
+    assert expression["operator"] == "NotIn" and expression["values"] == list(SYSTEM_NAMESPACES)
+    rules = policy["matchConstraints"]["resourceRules"]
+    assert {(r["apiGroups"][0], r["resources"][0]) for r in rules} == {
+        ("", "pods"),
+        ("scheduling.volcano.sh", "podgroups"),
+        ("scheduling.k8s.io", "podgroups"),
+    }
+    assert all(r["operations"] == ["CREATE"] for r in rules)
+    assert policy["validations"][0]["reason"] == "Forbidden"
+    assert policy["validations"][0]["expression"] == EXPRESSION
+    assert [v["name"] for v in policy["variables"]] == [n for n, _ in VARIABLES]
+
+
+def test_only_policy_objects_for_the_resources_asked_for():
+    kept = WebhookPolicy.for_mode(True)
+    assert not [o for o in policy_objects(kept, "priogate-system", ["priorityclasses"])]
+    kinds = {o["kind"] for o in policy_objects(kept, "priogate-system", ["pods"])}
+    assert "ValidatingAdmissionPolicy" in kinds
