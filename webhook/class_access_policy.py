@@ -46,6 +46,17 @@ _REQUIREMENT = (
     " : false"
 )
 
+# An update that keeps the class (the controller's status and phase writes, most clients') is
+# not evaluated at all.
+MATCH_CONDITIONS = (
+    (
+        "create-or-class-change",
+        "request.operation == 'CREATE'"
+        " || (has(object.spec) ? object.spec.?priorityClassName.orValue('') : '')"
+        " != (has(oldObject.spec) ? oldObject.spec.?priorityClassName.orValue('') : '')",
+    ),
+)
+
 VARIABLES = (
     ("table", "params.?data.orValue({})"),
     ("className", "has(object.spec) ? object.spec.?priorityClassName.orValue('') : ''"),
@@ -73,16 +84,26 @@ MESSAGE = (
 
 def class_access_policies(table_namespace: str, exempt_namespaces: tuple[str, ...]) -> list[dict[str, Any]]:
     """[ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding] over CREATEs of pods, Volcano
-    PodGroups and native PodGroups. CREATE only: a pod's class is immutable, as a native
-    PodGroup's is, and a Volcano PodGroup's change of class is undone by the PodGroup defaults
-    hook (webhook/rules/podgroup_defaults.py). Without the table (deleted by hand) the policy is
-    skipped (parameterNotFoundAction Allow) until the controller's next resync: refusing instead
-    would refuse every pod create in the cluster, in the plugin-kept mode too."""
+    PodGroups and native PodGroups, and the UPDATEs of a Volcano PodGroup that change its class
+    (the PodGroup defaults hook resolves a changed class, webhook/rules/podgroup_defaults.py;
+    a pod's and a native PodGroup's class are immutable). Without the table (deleted by hand)
+    the policy is skipped (parameterNotFoundAction Allow) until the controller's next resync:
+    refusing instead would refuse every pod create in the cluster, in the plugin-kept mode too."""
     labels = {"app.kubernetes.io/name": "priogate"}
     rules = [
-        {"apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"]},
-        {"apiGroups": [VOLCANO_GROUP], "apiVersions": [VOLCANO_VERSION], "resources": [PLURAL]},
-        {"apiGroups": [NATIVE_GROUP], "apiVersions": [NATIVE_VERSION], "resources": ["podgroups"]},
+        {"apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"], "operations": ["CREATE"]},
+        {
+            "apiGroups": [VOLCANO_GROUP],
+            "apiVersions": [VOLCANO_VERSION],
+            "resources": [PLURAL],
+            "operations": ["CREATE", "UPDATE"],
+        },
+        {
+            "apiGroups": [NATIVE_GROUP],
+            "apiVersions": [NATIVE_VERSION],
+            "resources": ["podgroups"],
+            "operations": ["CREATE"],
+        },
     ]
     policy = {
         "apiVersion": API_VERSION,
@@ -91,11 +112,12 @@ def class_access_policies(table_namespace: str, exempt_namespaces: tuple[str, ..
         "spec": {
             "paramKind": {"apiVersion": "v1", "kind": "ConfigMap"},
             "matchConstraints": {
-                "resourceRules": [{**r, "operations": ["CREATE"], "scope": "Namespaced"} for r in rules],
+                "resourceRules": [{**r, "scope": "Namespaced"} for r in rules],
                 "matchPolicy": "Equivalent",
             },
             # Only a hand-edited table can make the CEL fail: refuse rather than admit unchecked.
             "failurePolicy": "Fail",
+            "matchConditions": [{"name": n, "expression": e} for n, e in MATCH_CONDITIONS],
             "variables": [{"name": n, "expression": e} for n, e in VARIABLES],
             "validations": [{"expression": EXPRESSION, "messageExpression": MESSAGE, "reason": "Forbidden"}],
         },

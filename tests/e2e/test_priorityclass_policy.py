@@ -180,6 +180,11 @@ def test_a_tenant_in_an_unmatched_namespace_is_refused_a_restricted_class_by_nam
     with pytest.raises(ApiException) as e:
         tenant.core.patch_namespace(tenant.namespace, {"metadata": {"labels": {LABEL: tier}}})
     assert e.value.status == 403
+    # Nor switch a PodGroup they already have to the class: a Volcano PodGroup's class may change.
+    tenant.create_podgroup(volcano_group("vpg-switch"))
+    got = refusal(lambda: tenant.patch_podgroup("vpg-switch", {"spec": {"priorityClassName": name}}))
+    assert_refusal(got, name, tenant.namespace, selector)
+    assert tenant.get_podgroup("vpg-switch")["spec"].get("priorityClassName") != name
     # The rule is the admin's too, in a namespace that does not match.
     got = refusal(lambda: core.create_namespaced_pod(namespace, bound_pod("admin", priority_class=name)))
     assert_refusal(got, name, namespace, selector)
@@ -200,6 +205,12 @@ def test_a_tenant_in_an_unmatched_namespace_is_refused_a_restricted_class_by_nam
     assert made["native"]["spec"]["priority"] == 4100
     ok = tenant.kubectl.apply([bound_pod("kubectl-ok", priority_class=name)], tenant.namespace, check=False)
     assert ok.returncode == 0, ok.stderr
+    assert (
+        tenant.patch_podgroup("vpg-switch", {"spec": {"priorityClassName": name}})["spec"][
+            "priorityClassName"
+        ]
+        == name
+    )
 
 
 def test_a_restricted_global_default_is_refused_to_class_less_objects_outside_its_namespaces(
