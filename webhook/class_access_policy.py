@@ -5,9 +5,11 @@ in both modes (docs/priorityclass-policy.md).
 Why a policy and not a hook: with the built-in Priority plugin kept, no priogate hook sees a pod
 (the pod priority hook is not registered, webhook/policy.py), and a webhook's matchConditions
 cannot read which classes are restricted, so a hook would cost a round trip on every pod create.
-The policy reads the PriorityClass table (priogate/priority_table.py: `allowed.<class>` and
-`selector.<class>`, written by the controller) and the namespace's labels (`namespaceObject`),
-evaluates the selector in CEL, and calls nothing.
+The policy reads the ConfigMap `priogate-class-access` (priogate/priority_table.py:
+`allowed.<class>` and `selector.<class>`, written by the controller only while some class is
+restricted) and the namespace's labels (`namespaceObject`), evaluates the selector in CEL, and
+calls nothing. While no class is restricted the ConfigMap does not exist and kube-apiserver skips
+the policy before evaluating it (parameterNotFoundAction Allow): the rule then costs nothing.
 
 Why it covers every way a class is chosen: validating admission runs after every mutating step
 (kube-apiserver's plugin order, pkg/kubeapiserver/options/plugins.go: ValidatingAdmissionPolicy
@@ -25,8 +27,8 @@ from priogate.podgroup import GROUP_VERSION, PLURAL
 from priogate.priority_table import (
     ALLOWED_NAMESPACES_ANNOTATION,
     ALLOWED_PREFIX,
+    CLASS_ACCESS_NAME,
     SELECTOR_PREFIX,
-    TABLE_NAME,
 )
 
 POLICY_NAME = "priogate-class-access"
@@ -86,9 +88,9 @@ def class_access_policies(table_namespace: str, exempt_namespaces: tuple[str, ..
     """[ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding] over CREATEs of pods, Volcano
     PodGroups and native PodGroups, and the UPDATEs of a Volcano PodGroup that change its class
     (the PodGroup defaults hook resolves a changed class, webhook/rules/podgroup_defaults.py;
-    a pod's and a native PodGroup's class are immutable). Without the table (deleted by hand)
-    the policy is skipped (parameterNotFoundAction Allow) until the controller's next resync:
-    refusing instead would refuse every pod create in the cluster, in the plugin-kept mode too."""
+    a pod's and a native PodGroup's class are immutable). Without its ConfigMap (no class
+    restricted, or deleted by hand until the controller's next resync) the policy is skipped
+    (parameterNotFoundAction Allow): refusing instead would refuse every pod create."""
     labels = {"app.kubernetes.io/name": "priogate"}
     rules = [
         {"apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"], "operations": ["CREATE"]},
@@ -115,7 +117,7 @@ def class_access_policies(table_namespace: str, exempt_namespaces: tuple[str, ..
                 "resourceRules": [{**r, "scope": "Namespaced"} for r in rules],
                 "matchPolicy": "Equivalent",
             },
-            # Only a hand-edited table can make the CEL fail: refuse rather than admit unchecked.
+            # Only a hand-edited ConfigMap can make the CEL fail: refuse rather than admit unchecked.
             "failurePolicy": "Fail",
             "matchConditions": [{"name": n, "expression": e} for n, e in MATCH_CONDITIONS],
             "variables": [{"name": n, "expression": e} for n, e in VARIABLES],
@@ -124,7 +126,11 @@ def class_access_policies(table_namespace: str, exempt_namespaces: tuple[str, ..
     }
     spec: dict[str, Any] = {
         "policyName": POLICY_NAME,
-        "paramRef": {"name": TABLE_NAME, "namespace": table_namespace, "parameterNotFoundAction": "Allow"},
+        "paramRef": {
+            "name": CLASS_ACCESS_NAME,
+            "namespace": table_namespace,
+            "parameterNotFoundAction": "Allow",
+        },
         "validationActions": ["Deny"],
     }
     if exempt_namespaces:

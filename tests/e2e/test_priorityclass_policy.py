@@ -26,7 +26,7 @@ from kubernetes.client.rest import ApiException
 from localcluster import LocalCluster
 from localcluster.webhooks import PRIOGATE_NAMESPACE
 from priogate.kube.client import ApiClient, ApiError, resource_path
-from priogate.priority_table import ALLOWED_NAMESPACES_ANNOTATION, TABLE_NAME
+from priogate.priority_table import ALLOWED_NAMESPACES_ANNOTATION, CLASS_ACCESS_NAME, TABLE_NAME
 from tests.builders import pod, priority_class
 from tests.e2e.conftest import ClassTracker
 from tests.e2e.helpers import api_error, hook_creates, refusal, unique, wait_for
@@ -37,6 +37,7 @@ from webhook.policy import WebhookPolicy
 
 PRIORITY_CLASSES = "/apis/scheduling.k8s.io/v1/priorityclasses"
 TABLE = resource_path("v1", "configmaps", PRIOGATE_NAMESPACE, TABLE_NAME)
+PARAMETER = resource_path("v1", "configmaps", PRIOGATE_NAMESPACE, CLASS_ACCESS_NAME)
 NATIVE_GROUP, NATIVE_VERSION = "scheduling.k8s.io", "v1alpha2"
 NOWHERE = "e2e-nowhere"  # a node that does not exist: nothing schedules or runs these pods
 LABEL = "e2e.priogate.io/tier"
@@ -127,16 +128,34 @@ def refused_dry_run(admin: ApiClient, namespace: str, body: dict[str, Any], frag
 
 
 def enforced(admin: ApiClient, name: str, namespace: str, body: dict[str, Any]) -> None:
-    """Until the controller's table holds the class's selector and kube-apiserver's policy refuses
-    a dry run of `body` in `namespace` with it (both lag a write by a watch)."""
-    wait_for(
-        lambda: f"allowed.{name}" in (admin.get(TABLE).get("data") or {}), 30, "the table has the selector"
-    )
+    """Until the policy's parameter (the controller writes it) holds the class's selector and
+    kube-apiserver's policy refuses a dry run of `body` in `namespace` with it (both lag a write
+    by a watch)."""
+    wait_for(lambda: f"allowed.{name}" in parameter(admin), 30, "the policy's parameter has the selector")
     wait_for(
         lambda: refused_dry_run(admin, namespace, body, f"PriorityClass {name} may not be used"),
         30,
         f"kube-apiserver's policy refuses class {name} in {namespace}",
     )
+
+
+def parameter(admin: ApiClient) -> dict[str, str]:
+    try:
+        return admin.get(PARAMETER).get("data") or {}
+    except ApiError as e:
+        if e.status == 404:
+            return {}
+        raise
+
+
+def parameter_exists(admin: ApiClient) -> bool:
+    try:
+        admin.get(PARAMETER)
+    except ApiError as e:
+        if e.status == 404:
+            return False
+        raise
+    return True
 
 
 def assert_refusal(got: tuple[int, str] | None, name: str, namespace: str, selector: str) -> None:
@@ -306,9 +325,7 @@ def test_a_namespace_an_admin_marks_later_loses_the_class(
     name = classes.name("shown")
     selector = "!e2e.priogate.io/untrusted"
     admin.create(PRIORITY_CLASSES, restricted_class(name, selector, value=1))
-    wait_for(
-        lambda: f"allowed.{name}" in (admin.get(TABLE).get("data") or {}), 30, "the table has the selector"
-    )
+    wait_for(lambda: f"allowed.{name}" in parameter(admin), 30, "the policy's parameter has the selector")
     assert creates(tenant)["pod"](bound_pod("before", priority_class=name)).spec.priority == 1
     core.patch_namespace(tenant.namespace, {"metadata": {"labels": {"e2e.priogate.io/untrusted": ""}}})
     enforced(admin, name, tenant.namespace, bound_pod("probe", priority_class=name))
@@ -319,3 +336,18 @@ def test_a_namespace_an_admin_marks_later_loses_the_class(
     with pytest.raises(ApiException) as e:
         creates(tenant)["pod"](bound_pod("after2", priority_class=name))
     assert api_error(e.value)[0] == 403
+
+
+def test_the_policys_parameter_exists_only_while_a_class_is_restricted(
+    mode, admin: ApiClient, classes: ClassTracker
+) -> None:
+    """Without it kube-apiserver skips the policy before evaluating it: a cluster with no
+    restricted class pays nothing for the rule (docs/priorityclass-policy.md)."""
+    wait_for(lambda: not parameter_exists(admin), 30, "no parameter while no class is restricted")
+    name = classes.name("transient")
+    admin.create(PRIORITY_CLASSES, restricted_class(name, f"{LABEL}=x", value=2))
+    wait_for(lambda: parameter(admin).get(f"selector.{name}") == f"{LABEL}=x", 30, "the parameter is written")
+    admin.request("DELETE", f"{PRIORITY_CLASSES}/{name}")
+    wait_for(
+        lambda: not parameter_exists(admin), 30, "the parameter is deleted with the last restricted class"
+    )

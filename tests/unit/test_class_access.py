@@ -11,9 +11,16 @@ from typing import Any
 import orjson
 import pytest
 
+from controller.priority_table import ClassAccessWriter
 from priogate.label_selector import NEVER
-from priogate.priority_table import ALLOWED_NAMESPACES_ANNOTATION, TABLE_NAME, table_data
+from priogate.priority_table import (
+    ALLOWED_NAMESPACES_ANNOTATION,
+    CLASS_ACCESS_NAME,
+    class_access_data,
+    table_data,
+)
 from tests.builders import make_view, priority_class, review
+from tests.fake_api import FakeApi
 from webhook.class_access_policy import EXPRESSION, POLICY_NAME, VARIABLES
 from webhook.configuration import policy_objects
 from webhook.policy import SYSTEM_NAMESPACES, WebhookPolicy
@@ -36,13 +43,45 @@ def restricted(name: str, selector: Any, **kw: Any) -> dict[str, Any]:
         ("tier>1", f"{NEVER} - "),  # stored past validation: usable nowhere
     ],
 )
-def test_a_restricted_class_has_its_selector_in_the_table(selector, allowed):
-    data = table_data([restricted("gold", selector, value=10), priority_class("plain", value=1)])
-    assert data["allowed.gold"] == allowed
-    assert data["selector.gold"] == selector
-    assert data["class.gold"] == "10 PreemptLowerPriority"
-    # A class without the annotation adds nothing: its pods are decided as upstream decides them.
-    assert "allowed.plain" not in data and "selector.plain" not in data
+def test_a_restricted_class_has_its_selector_in_the_policys_parameter(selector, allowed):
+    classes = [restricted("gold", selector, value=10), priority_class("plain", value=1)]
+    assert class_access_data(classes) == {"allowed.gold": allowed, "selector.gold": selector}
+    # The pod priority table is as without the annotation.
+    assert table_data(classes) == table_data(
+        [priority_class("gold", value=10), priority_class("plain", value=1)]
+    )
+
+
+CONFIGMAPS = "/api/v1/namespaces/priogate-system/configmaps"
+PARAMETER = f"{CONFIGMAPS}/{CLASS_ACCESS_NAME}"
+
+
+def test_the_parameter_exists_only_while_a_class_is_restricted():
+    """Without it kube-apiserver skips the policy unevaluated: a cluster with no restricted class
+    pays nothing for the rule."""
+    classes = [priority_class("plain", value=1)]
+    api = FakeApi()
+    w = ClassAccessWriter(api, "priogate-system", lambda: classes)
+    assert w.sync() == "unchanged"
+    assert PARAMETER not in api.objects and not api.writes
+
+    classes.append(restricted("gold", "tier=prod", value=10))
+    assert w.sync() == "created"
+    assert api.objects[PARAMETER]["data"] == class_access_data(classes)
+    assert w.sync() == "unchanged"
+    classes[-1] = restricted("gold", "tier in (prod,dev)", value=10)
+    assert w.sync() == "written"
+    assert api.objects[PARAMETER]["data"]["selector.gold"] == "tier in (prod,dev)"
+    api.objects[PARAMETER]["data"]["allowed.gold"] = ""  # an edit by hand: everyone allowed
+    assert w.sync() == "written"
+    assert api.objects[PARAMETER]["data"]["allowed.gold"] == "In tier dev,prod"
+
+    classes.pop()
+    assert w.sync() == "deleted"
+    assert PARAMETER not in api.objects
+    assert api.writes[-1].method == "DELETE"
+    assert api.writes[-1].body["preconditions"]["resourceVersion"]
+    assert w.sync() == "unchanged"
 
 
 def decide(obj: dict, operation: str = "CREATE", old: dict | None = None, classes=()):
@@ -92,7 +131,7 @@ def test_the_policy_is_bound_in_both_modes_outside_the_system_namespaces(priorit
     policy = objects["ValidatingAdmissionPolicy", POLICY_NAME]["spec"]
     binding = objects["ValidatingAdmissionPolicyBinding", POLICY_NAME]["spec"]
     assert binding["paramRef"] == {
-        "name": TABLE_NAME,
+        "name": CLASS_ACCESS_NAME,
         "namespace": "priogate-system",
         "parameterNotFoundAction": "Allow",
     }
