@@ -30,6 +30,9 @@ on them and the only work per request is the create itself; every batch's pods a
 between batches, outside the measured time. Latency is the client's wall-clock time per POST;
 each creator is a process of its own, with its own connection.
 
+`--class-access` (plugin kept) compares priogate with and without its class access policy
+(webhook/class_access_policy.py), with one class restricted that the bench's pods do not use.
+
 The namespace holds no reservations and is not enrolled (priogate.scope), so with the plugin
 kept no priogate hook is called for its pods: the common case. `--enrolled` measures a
 namespace where reservations exist, whose pod creates go through the pod quota hook.
@@ -59,10 +62,11 @@ from localcluster.api import create_or_replace, delete_if_present, metric_sum
 from localcluster.components import ApiServerMode
 from localcluster.procs import progress, wait_until
 from localcluster.webhooks import CONFIG_PATHS, WEBHOOK_METRIC
-from priogate.kube.client import ApiClient, load_client, resource_path
+from priogate.kube.client import ApiClient, ApiError, load_client, resource_path
 from priogate.priority import PREEMPT_LOWER_PRIORITY
 from priogate.priority_table import MARKER_ANNOTATION
 from priogate.scope import ENROLLED_LABEL, ENROLLED_VALUE
+from webhook.class_access_policy import POLICY_NAME as CLASS_ACCESS_POLICY
 from webhook.policy import WebhookPolicy
 from webhook.priority_policy import POLICY_NAME
 
@@ -269,6 +273,56 @@ class Bench:
 
         wait_until(hooked, timeout=60, what="kube-apiserver sends the bench's pod to the hook", interval=0.2)
 
+    def restrict_a_class(self) -> None:
+        """A class restricted by priogate.io/allowed-namespaces, which the bench's pods do not
+        use: the class access policy has a table entry to look at (webhook/class_access_policy.py)."""
+        self.client.create(
+            "/apis/scheduling.k8s.io/v1/priorityclasses",
+            {
+                "apiVersion": "scheduling.k8s.io/v1",
+                "kind": "PriorityClass",
+                "metadata": {
+                    "name": "bench-restricted",
+                    "annotations": {"priogate.io/allowed-namespaces": "tier in (prod,staging)"},
+                },
+                "value": CLASS_VALUE + 1,
+            },
+        )
+
+    def await_class_access(self, evaluated: bool) -> None:
+        """Until a dry-run create of a pod of the restricted class is refused (the class access
+        policy is evaluated) or, five in a row, admitted (it is not)."""
+        streak = 0
+        body = pod_body()
+        body["spec"]["priorityClassName"] = "bench-restricted"
+
+        def refused() -> bool:
+            try:
+                self.client.create(self.pods_path, body, dry_run=True)
+            except ApiError as e:
+                if "may not be used" in str(e):
+                    return True
+                raise
+            return False
+
+        def settled() -> bool:
+            nonlocal streak
+            streak = streak + 1 if refused() is evaluated else 0
+            return streak >= (1 if evaluated else 5)
+
+        wait_until(
+            settled,
+            timeout=60,
+            what=f"the class access policy {'is' if evaluated else 'is not'} evaluated",
+            interval=0.2,
+        )
+
+    def drop_class_access(self) -> None:
+        delete_if_present(
+            self.client, f"{CONFIG_PATHS['ValidatingAdmissionPolicyBinding']}/{CLASS_ACCESS_POLICY}"
+        )
+        self.await_class_access(evaluated=False)
+
     def unregister(self) -> None:
         """Delete the configurations and wait until a probe pod is no longer sent to any webhook:
         five dry-run creates in a row that add no webhook call."""
@@ -314,6 +368,11 @@ def main() -> int:
         help="plugin replaced without the in-process policy: every pod goes through the pod priority hook",
     )
     p.add_argument(
+        "--class-access",
+        action="store_true",
+        help="plugin kept: priogate with against without its class access policy, a class restricted",
+    )
+    p.add_argument(
         "--floor",
         action="store_true",
         help="plugin replaced: a third arm, a constant in-process policy (the least any add-on can do)",
@@ -349,6 +408,18 @@ def main() -> int:
                     "without priogate": bench.unregister,
                     "priogate": lambda: bench.register(kept_policy, plugin=True),
                 }
+                if args.class_access:
+                    bench.restrict_a_class()
+
+                    def with_policy() -> None:
+                        bench.register(kept_policy, plugin=True)
+                        bench.await_class_access(evaluated=True)
+
+                    def without_policy() -> None:
+                        bench.register(kept_policy, plugin=True)
+                        bench.drop_class_access()
+
+                    kept_arms = {"priogate without class access": without_policy, "priogate": with_policy}
                 samples, counters = run_interleaved("plugin kept", args.rounds, kept_arms, bench.batch, what)
                 results["plugin kept"] = report("plugin kept", samples, counters)["priogate"]
             if "replaced" in modes:
