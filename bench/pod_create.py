@@ -56,17 +56,17 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
+from bench import class_access_arm
 from bench.interleaved import Counters, Ratios, apiserver_counters, report, run_interleaved
 from localcluster import LocalCluster, Options
 from localcluster.api import create_or_replace, delete_if_present, metric_sum
 from localcluster.components import ApiServerMode
 from localcluster.procs import progress, wait_until
 from localcluster.webhooks import CONFIG_PATHS, WEBHOOK_METRIC
-from priogate.kube.client import ApiClient, ApiError, load_client, resource_path
+from priogate.kube.client import ApiClient, load_client, resource_path
 from priogate.priority import PREEMPT_LOWER_PRIORITY
 from priogate.priority_table import MARKER_ANNOTATION
 from priogate.scope import ENROLLED_LABEL, ENROLLED_VALUE
-from webhook.class_access_policy import POLICY_NAME as CLASS_ACCESS_POLICY
 from webhook.policy import WebhookPolicy
 from webhook.priority_policy import POLICY_NAME
 
@@ -274,53 +274,13 @@ class Bench:
         wait_until(hooked, timeout=60, what="kube-apiserver sends the bench's pod to the hook", interval=0.2)
 
     def restrict_a_class(self) -> None:
-        """A class restricted by priogate.io/allowed-namespaces, which the bench's pods do not
-        use: the class access policy has a table entry to look at (webhook/class_access_policy.py)."""
-        self.client.create(
-            "/apis/scheduling.k8s.io/v1/priorityclasses",
-            {
-                "apiVersion": "scheduling.k8s.io/v1",
-                "kind": "PriorityClass",
-                "metadata": {
-                    "name": "bench-restricted",
-                    "annotations": {"priogate.io/allowed-namespaces": "tier in (prod,staging)"},
-                },
-                "value": CLASS_VALUE + 1,
-            },
-        )
+        class_access_arm.restrict_a_class(self.client, CLASS_VALUE + 1)
 
     def await_class_access(self, evaluated: bool) -> None:
-        """Until a dry-run create of a pod of the restricted class is refused (the class access
-        policy is evaluated) or, five in a row, admitted (it is not)."""
-        streak = 0
-        body = pod_body()
-        body["spec"]["priorityClassName"] = "bench-restricted"
-
-        def refused() -> bool:
-            try:
-                self.client.create(self.pods_path, body, dry_run=True)
-            except ApiError as e:
-                if "may not be used" in str(e):
-                    return True
-                raise
-            return False
-
-        def settled() -> bool:
-            nonlocal streak
-            streak = streak + 1 if refused() is evaluated else 0
-            return streak >= (1 if evaluated else 5)
-
-        wait_until(
-            settled,
-            timeout=60,
-            what=f"the class access policy {'is' if evaluated else 'is not'} evaluated",
-            interval=0.2,
-        )
+        class_access_arm.await_evaluated(self.client, self.pods_path, pod_body(), evaluated)
 
     def drop_class_access(self) -> None:
-        delete_if_present(
-            self.client, f"{CONFIG_PATHS['ValidatingAdmissionPolicyBinding']}/{CLASS_ACCESS_POLICY}"
-        )
+        class_access_arm.drop_binding(self.client)
         self.await_class_access(evaluated=False)
 
     def unregister(self) -> None:
