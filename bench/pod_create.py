@@ -30,8 +30,9 @@ on them and the only work per request is the create itself; every batch's pods a
 between batches, outside the measured time. Latency is the client's wall-clock time per POST;
 each creator is a process of its own, with its own connection.
 
-`--class-access` (plugin kept) compares priogate with and without its class access policy
-(webhook/class_access_policy.py), with one class restricted that the bench's pods do not use.
+`--class-access restricted|none` (plugin kept) compares priogate with and without its class
+access policy's binding (webhook/class_access_policy.py), with one class restricted that the
+bench's pods do not use, or none (the policy's parameter does not exist).
 
 The namespace holds no reservations and is not enrolled (priogate.scope), so with the plugin
 kept no priogate hook is called for its pods: the common case. `--enrolled` measures a
@@ -329,8 +330,9 @@ def main() -> int:
     )
     p.add_argument(
         "--class-access",
-        action="store_true",
-        help="plugin kept: priogate with against without its class access policy, a class restricted",
+        choices=("restricted", "none"),
+        help="plugin kept: priogate with against without its class access policy, with one class "
+        "restricted (its parameter exists) or none (it does not)",
     )
     p.add_argument(
         "--floor",
@@ -369,15 +371,21 @@ def main() -> int:
                     "priogate": lambda: bench.register(kept_policy, plugin=True),
                 }
                 if args.class_access:
-                    bench.restrict_a_class()
+                    restricted = args.class_access == "restricted"
+                    if restricted:
+                        bench.restrict_a_class()
 
                     def with_policy() -> None:
                         bench.register(kept_policy, plugin=True)
-                        bench.await_class_access(evaluated=True)
+                        if restricted:
+                            bench.await_class_access(evaluated=True)
 
                     def without_policy() -> None:
                         bench.register(kept_policy, plugin=True)
-                        bench.drop_class_access()
+                        if restricted:
+                            bench.drop_class_access()
+                        else:  # nothing to prove it by: the switch's settling time covers the informer
+                            class_access_arm.drop_binding(bench.client)
 
                     kept_arms = {"priogate without class access": without_policy, "priogate": with_policy}
                 samples, counters = run_interleaved("plugin kept", args.rounds, kept_arms, bench.batch, what)
