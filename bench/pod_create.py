@@ -30,6 +30,10 @@ on them and the only work per request is the create itself; every batch's pods a
 between batches, outside the measured time. Latency is the client's wall-clock time per POST;
 each creator is a process of its own, with its own connection.
 
+`--class-access restricted|none` (plugin kept) compares priogate with and without its class
+access policy's binding (webhook/class_access_policy.py), with one class restricted that the
+bench's pods do not use, or none (the policy's parameter does not exist).
+
 The namespace holds no reservations and is not enrolled (priogate.scope), so with the plugin
 kept no priogate hook is called for its pods: the common case. `--enrolled` measures a
 namespace where reservations exist, whose pod creates go through the pod quota hook.
@@ -53,6 +57,7 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
+from bench import class_access_arm
 from bench.interleaved import Counters, Ratios, apiserver_counters, report, run_interleaved
 from localcluster import LocalCluster, Options
 from localcluster.api import create_or_replace, delete_if_present, metric_sum
@@ -269,6 +274,16 @@ class Bench:
 
         wait_until(hooked, timeout=60, what="kube-apiserver sends the bench's pod to the hook", interval=0.2)
 
+    def restrict_a_class(self) -> None:
+        class_access_arm.restrict_a_class(self.client, CLASS_VALUE + 1)
+
+    def await_class_access(self, evaluated: bool) -> None:
+        class_access_arm.await_evaluated(self.client, self.pods_path, pod_body(), evaluated)
+
+    def drop_class_access(self) -> None:
+        class_access_arm.drop_binding(self.client)
+        self.await_class_access(evaluated=False)
+
     def unregister(self) -> None:
         """Delete the configurations and wait until a probe pod is no longer sent to any webhook:
         five dry-run creates in a row that add no webhook call."""
@@ -314,6 +329,12 @@ def main() -> int:
         help="plugin replaced without the in-process policy: every pod goes through the pod priority hook",
     )
     p.add_argument(
+        "--class-access",
+        choices=("restricted", "none"),
+        help="plugin kept: priogate with against without its class access policy, with one class "
+        "restricted (its parameter exists) or none (it does not)",
+    )
+    p.add_argument(
         "--floor",
         action="store_true",
         help="plugin replaced: a third arm, a constant in-process policy (the least any add-on can do)",
@@ -349,6 +370,24 @@ def main() -> int:
                     "without priogate": bench.unregister,
                     "priogate": lambda: bench.register(kept_policy, plugin=True),
                 }
+                if args.class_access:
+                    restricted = args.class_access == "restricted"
+                    if restricted:
+                        bench.restrict_a_class()
+
+                    def with_policy() -> None:
+                        bench.register(kept_policy, plugin=True)
+                        if restricted:
+                            bench.await_class_access(evaluated=True)
+
+                    def without_policy() -> None:
+                        bench.register(kept_policy, plugin=True)
+                        if restricted:
+                            bench.drop_class_access()
+                        else:  # nothing to prove it by: the switch's settling time covers the informer
+                            class_access_arm.drop_binding(bench.client)
+
+                    kept_arms = {"priogate without class access": without_policy, "priogate": with_policy}
                 samples, counters = run_interleaved("plugin kept", args.rounds, kept_arms, bench.batch, what)
                 results["plugin kept"] = report("plugin kept", samples, counters)["priogate"]
             if "replaced" in modes:

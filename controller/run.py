@@ -30,7 +30,7 @@ from controller.gang_preemptor import GangPreemptor
 from controller.gates import GateLifter
 from controller.overuse import OverusedEvictor
 from controller.pod_preemptor import SWEEP_KEY, PodPreemptor, candidate
-from controller.priority_table import PriorityTableWriter
+from controller.priority_table import ClassAccessWriter, PriorityTableWriter
 from controller.reclaim import Reclaimer
 from controller.reconcile import Reconciler
 from controller.serving import Metrics, serve
@@ -137,6 +137,7 @@ class Controller:
         self.enroller = Enroller(client, self.caches, args.ledger_namespace)
         # In priogate's own namespace, with the records: tenants cannot write there.
         self.priority_table = PriorityTableWriter(client, args.ledger_namespace, self.caches.classes.items)
+        self.class_access = ClassAccessWriter(client, args.ledger_namespace, self.caches.classes.items)
 
     def is_leader(self) -> bool:
         return self.elector.is_leader() if self.elector is not None else not self.stop.is_set()
@@ -262,6 +263,7 @@ class Controller:
             self.metrics.reconciles.labels(kind="pods", result=sweep.result).inc()
         elif key == TABLE_KEY:
             self.metrics.reconciles.labels(kind="priority-table", result=self.priority_table.sync()).inc()
+            self.metrics.reconciles.labels(kind="class-access", result=self.class_access.sync()).inc()
         elif key.startswith(GROUP_KEY):
             namespace, _, name = key.removeprefix(GROUP_KEY).partition("/")
             result = self.reconciler.reconcile(namespace, name)

@@ -84,7 +84,8 @@ DIFFERENCES = {
     "version, managed-by, helm.sh/chart; https://helm.sh/docs/chart_best_practices/labels/); selectors "
     "keep the base's",
     "PodDisruptionBudget": "rendered only with more than 1 replica: minAvailable 1 of 1 blocks every drain",
-    "MutatingAdmissionPolicy, MutatingAdmissionPolicyBinding": "no metadata.namespace: they are "
+    "MutatingAdmissionPolicy, MutatingAdmissionPolicyBinding, ValidatingAdmissionPolicy, "
+    "ValidatingAdmissionPolicyBinding": "no metadata.namespace: they are "
     "cluster-scoped, and kustomize versions that do not know the kinds set the base's namespace on "
     "them (kube-apiserver ignores it on a cluster-scoped object)",
 }
@@ -93,7 +94,12 @@ CHART_ONLY = {(kind, name) for kind in ("ServiceAccount", "Role", "RoleBinding",
 # templates/tests/, named after the release (`helm template priogate ...` in the tests).
 CHART_ONLY |= {("Pod", "priogate-test-webhook-ready")}
 # Cluster-scoped kinds kustomize may not know (DIFFERENCES).
-CLUSTER_SCOPED_POLICY_KINDS = ("MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding")
+CLUSTER_SCOPED_POLICY_KINDS = (
+    "MutatingAdmissionPolicy",
+    "MutatingAdmissionPolicyBinding",
+    "ValidatingAdmissionPolicy",
+    "ValidatingAdmissionPolicyBinding",
+)
 
 
 def kustomize(manifests: Path = MANIFESTS) -> list[dict[str, Any]]:

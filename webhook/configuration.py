@@ -12,7 +12,8 @@ from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from priogate.priority_table import table_object
-from webhook.policy import HookPolicy, WebhookPolicy
+from webhook.class_access_policy import class_access_policies
+from webhook.policy import SYSTEM_NAMESPACES, HookPolicy, WebhookPolicy
 from webhook.priority_policy import podgroup_policies, priority_policies
 from webhook.registry import RuleSet, load_rule_sets
 from webhook.rules import pod_priority, podgroup_defaults
@@ -125,7 +126,8 @@ def policy_objects(
     common group; with the pod priority hook registered (the plugin replaced), the one that
     spares it the common pod; and, before them, the placeholder table they read until the
     controller writes the real one. Apply the table only where it is absent: it is the
-    controller's to fill.
+    controller's to fill. In both modes, the validating policy that keeps a class to the
+    namespaces its `priogate.io/allowed-namespaces` selector matches (webhook/class_access_policy.py).
     `resources` keeps only the policies for those resources, as the hooks are kept."""
     wanted = set(resources) if resources is not None else {"pods", "podgroups"}
     out: list[dict[str, Any]] = []
@@ -135,6 +137,8 @@ def policy_objects(
         )
     if "pods" in wanted and policy.registers(pod_priority.RULE_SET):
         out += priority_policies(table_namespace)
+    if wanted & {"pods", "podgroups"}:
+        out += class_access_policies(table_namespace, SYSTEM_NAMESPACES)
     # The table first: the PodGroup policy's binding refuses creates while it is missing.
     return [table_object(table_namespace), *out] if out else []
 

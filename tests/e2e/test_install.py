@@ -34,6 +34,7 @@ import yaml
 from localcluster import LocalCluster
 from localcluster.binaries import REPO, ensure_helm
 from tests.e2e.helpers import Kubectl, wait_for
+from webhook.class_access_policy import POLICY_NAME as CLASS_ACCESS_POLICY_NAME
 from webhook.priority_policy import PODGROUP_POLICY_NAME, POLICY_NAME
 
 NAMESPACE = "priogate-system"
@@ -170,13 +171,19 @@ def test_webhook_configurations_and_cabundle_job_pass_a_server_dry_run(
     )  # fmt: skip
     # The in-process policies, their bindings and the table's placeholder
     # (webhook/priority_policy.py) come too: the PodGroup one in both modes, the pod one with the
-    # plugin replaced; renamed like the configurations, as the test run's cluster registers its own.
-    for name in (POLICY_NAME, PODGROUP_POLICY_NAME):
+    # plugin replaced, the class access one (webhook/class_access_policy.py) in both modes;
+    # renamed like the configurations, as the test run's cluster registers its own.
+    for name in (POLICY_NAME, PODGROUP_POLICY_NAME, CLASS_ACCESS_POLICY_NAME):
         text = text.replace(f"name: {name}\n", f"name: {DRY_RUN_NAME}-{name}\n")
         text = text.replace(f"policyName: {name}\n", f"policyName: {DRY_RUN_NAME}-{name}\n")
     objects = docs(text)
     policies = 1 if plugin else 2
-    policy_kinds = ["ConfigMap", *["MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding"] * policies]
+    policy_kinds = [
+        "ConfigMap",
+        *["MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding"] * policies,
+        "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding",
+    ]
     certs_hooks = ["ServiceAccount", "Role", "RoleBinding", "Job"]
     assert sorted(d["kind"] for d in objects) == sorted(
         ["Job", "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration", *policy_kinds, *certs_hooks]

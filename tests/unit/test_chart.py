@@ -563,7 +563,8 @@ def load_readme_rows() -> list[tuple[str, str, str]]:
 # The Kubernetes minor version each rendered (apiVersion, kind) needs, from the API's or the
 # field's graduation (https://kubernetes.io/docs/reference/using-api/deprecation-guide/ and the
 # release notes): webhooks' matchConditions are GA in 1.30; MutatingAdmissionPolicy (KEP-3962)
-# is served as admissionregistration.k8s.io/v1 from 1.36.
+# is served as admissionregistration.k8s.io/v1 from 1.36; ValidatingAdmissionPolicy (KEP-3488)
+# from 1.30.
 MINIMUM_MINOR = {
     ("v1", "ConfigMap"): 0,
     ("v1", "Pod"): 0,
@@ -582,6 +583,8 @@ MINIMUM_MINOR = {
     ("admissionregistration.k8s.io/v1", "ValidatingWebhookConfiguration"): 30,
     ("admissionregistration.k8s.io/v1", "MutatingAdmissionPolicy"): 36,
     ("admissionregistration.k8s.io/v1", "MutatingAdmissionPolicyBinding"): 36,
+    ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicy"): 30,
+    ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicyBinding"): 30,
 }
 
 

@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from priogate.priority_table import TABLE_NAME
+from webhook.class_access_policy import POLICY_NAME as CLASS_ACCESS_POLICY_NAME
 from webhook.configuration import in_cluster_manifest
 from webhook.policy import WebhookPolicy
 from webhook.priority_policy import PODGROUP_POLICY_NAME
@@ -33,6 +34,9 @@ def test_webhook_configurations_match_the_registry():
         ("ConfigMap", TABLE_NAME),
         ("MutatingAdmissionPolicy", PODGROUP_POLICY_NAME),
         ("MutatingAdmissionPolicyBinding", PODGROUP_POLICY_NAME),
+        # In both modes: who may use a class (webhook/class_access_policy.py).
+        ("ValidatingAdmissionPolicy", CLASS_ACCESS_POLICY_NAME),
+        ("ValidatingAdmissionPolicyBinding", CLASS_ACCESS_POLICY_NAME),
     ]
 
 

@@ -3,6 +3,10 @@ two system classes that cannot be deleted, as kubernetes/kubernetes does them
 (pkg/apis/scheduling/validation, plugin/pkg/admission/priority/admission.go and
 pkg/registry/scheduling/priorityclass/storage).
 
+The annotation `priogate.io/allowed-namespaces` (who may use the class,
+webhook/class_access_policy.py) must hold a label selector kubectl would parse
+(priogate/label_selector.py); otherwise the write is refused as a field error.
+
 Field errors are 422 in upstream's "is invalid" envelope; the globalDefault and delete refusals
 are 403 as upstream's. One deliberate tightening: upstream guards only a single DELETE of a
 system class (storage.go REST.Delete), while a deletecollection removes them. Here every DELETE
@@ -15,7 +19,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from priogate import priority
+from priogate import label_selector, priority
+from priogate.priority_table import ALLOWED_NAMESPACES_ANNOTATION
 from webhook.objects import (
     MalformedObject,
     mapping,
@@ -50,6 +55,21 @@ def _checked_class(obj: Mapping[str, Any], where: str) -> Mapping[str, Any]:
     if not isinstance(obj.get("globalDefault"), bool | None):
         raise MalformedObject(f"{where}.globalDefault must be a boolean")
     return obj
+
+
+def _annotation_errors(pc: Mapping[str, Any]) -> list[str]:
+    annotations = mapping(mapping(pc, "metadata", "object"), "annotations", "object.metadata")
+    selector = annotations.get(ALLOWED_NAMESPACES_ANNOTATION)
+    if selector is None:
+        return []
+    field = f"metadata.annotations[{ALLOWED_NAMESPACES_ANNOTATION}]"
+    if not isinstance(selector, str):
+        return [f"{field}: Invalid value: {selector!r}: must be a string"]
+    try:
+        label_selector.parse(selector)
+    except label_selector.SelectorError as e:
+        return [f'{field}: Invalid value: "{selector}": not a label selector: {e}']
+    return []
 
 
 def _warnings(pc: Mapping[str, Any], operation: str, view: ClusterView) -> list[str]:
@@ -89,6 +109,7 @@ def admit(request: AdmissionRequest, view: ClusterView) -> Decision:
         errors = priority.validate_class_update(_checked_class(old_object(request), "oldObject"), pc)
     else:
         return allow()
+    errors += _annotation_errors(pc)
     if errors:
         return _invalid(name, errors)
     conflict = priority.global_default_conflict(pc, request.operation, view.default_priority_class())
