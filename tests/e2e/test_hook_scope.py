@@ -28,10 +28,10 @@ from localcluster.api import metric_sum
 from localcluster.webhooks import WEBHOOK_METRIC
 from priogate.kube.client import ApiClient
 from priogate.scope import COVERED, ENROLLED_LABEL, PROBE_NAME, enrolled
-from tests.builders import pod
+from tests.builders import pod, podgroup_body
 from tests.e2e.helpers import refusal, wait_for
 from tests.e2e.tenant import Tenant
-from tests.e2e.test_hostile_tenant_quota import podgroup, quota
+from tests.e2e.test_hostile_tenant_quota import quota
 
 POD_QUOTA = "pod-quota.priogate.io"
 PODGROUP_QUOTA = "podgroup-quota.priogate.io"
@@ -100,7 +100,7 @@ def test_the_first_reservation_is_enforced_from_the_first_pod_on(
 
     # One request, no retry: the enrolment hook labels the namespace and proves kube-apiserver
     # routes it before it admits the claim.
-    tenant.create_podgroup(podgroup("gang", "6"))
+    tenant.create_podgroup(podgroup_body("gang", {"cpu": "6"}))
     outcomes = burst(tenant, 16)  # at once
 
     assert enrolled(labels(admin, tenant.namespace))
@@ -121,7 +121,7 @@ def test_the_first_reservation_is_enforced_from_the_first_pod_on(
     )
     # Later claims in the enrolled namespace go to the reservation hook, not the enrolment one.
     before = called(admin, ENROLMENT)
-    got = refusal(lambda: tenant.create_podgroup(podgroup("five", "5")))
+    got = refusal(lambda: tenant.create_podgroup(podgroup_body("five", {"cpu": "5"})))
     assert got is not None and "reserved: cpu=6, limited: cpu=10" in got[1], got
     assert called(admin, ENROLMENT) == before
 
@@ -134,7 +134,7 @@ def test_a_namespace_without_reservations_is_never_sent_to_the_pod_quota_hook(
     # and enrols nothing. (One that claims its minMember as pods is judged: a quota on pods, or
     # one scoped to its class, binds it: tests/e2e/test_podgroup_claims.py.)
     enrolments, reservations = called(admin, ENROLMENT), called(admin, PODGROUP_QUOTA)
-    tenant.create_podgroup({**podgroup("plain", "1"), "spec": {"minMember": 0}})
+    tenant.create_podgroup({**podgroup_body("plain", {"cpu": "1"}), "spec": {"minMember": 0}})
     assert (called(admin, ENROLMENT), called(admin, PODGROUP_QUOTA)) == (enrolments, reservations)
     assert not enrolled(labels(admin, tenant.namespace))
 
@@ -148,7 +148,7 @@ def test_a_namespace_without_reservations_is_never_sent_to_the_pod_quota_hook(
 
 def test_the_tenant_can_neither_remove_the_label_nor_abuse_the_probe(tenant: Tenant, admin: ApiClient):
     quota(admin, tenant.namespace, "10")
-    tenant.create_podgroup(podgroup("gang", "6"))
+    tenant.create_podgroup(podgroup_body("gang", {"cpu": "6"}))
     assert enrolled(labels(admin, tenant.namespace))
     ns = tenant.namespace
     for verb in (
@@ -170,12 +170,12 @@ def test_the_tenant_can_neither_remove_the_label_nor_abuse_the_probe(tenant: Ten
 
     # A dry-run probe of the tenant's own is refused, as every probe is; a real PodGroup of the
     # probe's name is an ordinary one, held to the quota like any other.
-    probe = podgroup(PROBE_NAME, "5")
+    probe = podgroup_body(PROBE_NAME, {"cpu": "5"})
     got = refusal(lambda: tenant.create_podgroup(probe, dry_run="All"))
     assert got is not None and got[0] == 403 and COVERED in got[1], got
     got = refusal(lambda: tenant.create_podgroup(probe))
     assert got is not None and "reserved: cpu=6, limited: cpu=10" in got[1], got
-    tenant.create_podgroup(podgroup(PROBE_NAME, "4"))
+    tenant.create_podgroup(podgroup_body(PROBE_NAME, {"cpu": "4"}))
     assert tenant.get_podgroup(PROBE_NAME)["spec"]["minResources"] == {"cpu": "4"}
 
 
@@ -192,7 +192,7 @@ def test_a_burst_of_first_claims_fills_the_quota_exactly(tenant: Tenant, admin: 
     def claim(name: str) -> None:
         start.wait()
         for _ in range(50):
-            got = refusal(lambda: tenant.create_podgroup(podgroup(name, "1")))
+            got = refusal(lambda: tenant.create_podgroup(podgroup_body(name, {"cpu": "1"})))
             if got is None or got[0] != 429:
                 break
             with lock:
@@ -217,7 +217,7 @@ def test_a_burst_of_first_claims_fills_the_quota_exactly(tenant: Tenant, admin: 
 
 def test_the_controller_puts_back_a_removed_label(cluster: LocalCluster, tenant: Tenant, admin: ApiClient):
     quota(admin, tenant.namespace, "10")
-    tenant.create_podgroup(podgroup("gang", "6"))
+    tenant.create_podgroup(podgroup_body("gang", {"cpu": "6"}))
     path = f"/api/v1/namespaces/{tenant.namespace}"
     # As a cluster admin might by hand, or as a namespace that reserved before the label existed.
     admin.request("PATCH", path, body={"metadata": {"labels": {ENROLLED_LABEL: None}}}, content_type=MERGE)

@@ -28,9 +28,10 @@ from localcluster.api import update
 from priogate.kube.client import ApiClient, resource_path
 from priogate.ledger.codec import DEFAULT_LEDGER_NAMESPACE, ledger_of, ledger_path
 from priogate.ledger.timing import IN_FLIGHT
+from tests.builders import podgroup_body
 from tests.e2e.helpers import refusal, wait_for
 from tests.e2e.tenant import Tenant
-from tests.e2e.test_hostile_tenant_quota import podgroup, quota, reserved_groups
+from tests.e2e.test_hostile_tenant_quota import quota, reserved_groups
 
 ROUNDS = 8
 
@@ -50,14 +51,14 @@ def test_a_quota_created_a_moment_before_a_create_limits_it(tenant: Tenant, admi
     deleted a moment ago may still limit from the cache (as in kube-apiserver's own quota
     admission, the safe side), and must not be the one that refuses here."""
     quota(admin, tenant.namespace, "1000")
-    tenant.create_podgroup(podgroup("base", "1"))
+    tenant.create_podgroup(podgroup_body("base", {"cpu": "1"}))
     for round_ in range(ROUNDS):
         small = 100 - 10 * round_  # with base's 1, a claim of `small` exceeds only this quota
         admin.create(
             quotas(tenant.namespace),
             {"metadata": {"name": f"small-{round_}"}, "spec": {"hard": {"cpu": str(small)}}},
         )
-        got = refusal(lambda: tenant.create_podgroup(podgroup(f"late-{round_}", str(small))))  # noqa: B023
+        got = refusal(lambda: tenant.create_podgroup(podgroup_body(f"late-{round_}", {"cpu": str(small)})))  # noqa: B023
         assert got is not None and f"exceeded quota: small-{round_}" in got[1], (round_, got)
         admin.request("DELETE", f"{quotas(tenant.namespace)}/small-{round_}")
     assert reserved_groups(admin, tenant.namespace) == {"base"}
@@ -69,9 +70,9 @@ def test_a_namespaces_first_claim_is_limited_by_a_quota_created_a_moment_before(
     """The namespace holds no reservation yet: its first claim goes through the enrolment hook,
     which decides it on the same record the quota hook fenced."""
     admin.create(quotas(tenant.namespace), {"metadata": {"name": "compute"}, "spec": {"hard": {"cpu": "1"}}})
-    got = refusal(lambda: tenant.create_podgroup(podgroup("first", "2")))
+    got = refusal(lambda: tenant.create_podgroup(podgroup_body("first", {"cpu": "2"})))
     assert got is not None and "exceeded quota: compute" in got[1], got
-    tenant.create_podgroup(podgroup("fits", "1"))
+    tenant.create_podgroup(podgroup_body("fits", {"cpu": "1"}))
     assert reserved_groups(admin, tenant.namespace) == {"fits"}
 
 
@@ -79,12 +80,12 @@ def test_a_raised_quota_counts_once_cached_and_the_record_holds_only_the_admins_
     tenant: Tenant, admin: ApiClient
 ):
     quota(admin, tenant.namespace, "2")
-    tenant.create_podgroup(podgroup("a", "2"))
+    tenant.create_podgroup(podgroup_body("a", {"cpu": "2"}))
     path = f"{quotas(tenant.namespace)}/compute"
     update(admin, path, lambda q: q["spec"]["hard"].update(cpu="6"))
     # Refused while the webhook's cache still shows cpu=2; admitted once it shows the raise.
     wait_for(
-        lambda: refusal(lambda: tenant.create_podgroup(podgroup("b", "4"))) is None,
+        lambda: refusal(lambda: tenant.create_podgroup(podgroup_body("b", {"cpu": "4"}))) is None,
         30,
         "the raise counts",
         0.2,
@@ -157,7 +158,7 @@ def test_a_forged_quota_change_refuses_for_the_in_flight_bound_at_most(
     assert answer.status_code == 200 and answer.json()["response"]["allowed"], answer.text
     assert "1" in {f.spec["hard"]["cpu"] for f in fences(admin, tenant.namespace)}
     wait_for(
-        lambda: refusal(lambda: tenant.create_podgroup(podgroup("fits", "4"))) is None,
+        lambda: refusal(lambda: tenant.create_podgroup(podgroup_body("fits", {"cpu": "4"}))) is None,
         30,
         "the fence ends",
         0.5,

@@ -24,10 +24,11 @@ from priogate.ledger.codec import (
     ledger_path,
     stored_size,
 )
+from tests.builders import podgroup_body
 from tests.e2e.controller_helpers import metric
 from tests.e2e.helpers import refusal, wait_for
 from tests.e2e.tenant import Tenant
-from tests.e2e.test_hostile_tenant_quota import podgroup, quota
+from tests.e2e.test_hostile_tenant_quota import quota
 
 DAMAGED = "ledger damaged"
 RECORD_BYTES = "priogate_reservation_record_bytes"
@@ -47,8 +48,8 @@ def test_a_tenants_groups_are_recorded_in_shards_and_the_quota_holds(
     quota(admin, tenant.namespace, "10")
     names = [f"g{i:02d}" for i in range(20)]
     for name in names:
-        tenant.create_podgroup(podgroup(name, "500m"))
-    got = refusal(lambda: tenant.create_podgroup(podgroup("one-too-many", "500m")))
+        tenant.create_podgroup(podgroup_body(name, {"cpu": "500m"}))
+    got = refusal(lambda: tenant.create_podgroup(podgroup_body("one-too-many", {"cpu": "500m"})))
     assert got is not None and got[0] == 403 and "limited: cpu=10" in got[1], got
 
     stored = record(admin, tenant.namespace)
@@ -96,7 +97,7 @@ def test_a_record_in_another_form_is_rebuilt_and_the_quota_holds(
 ):
     quota(admin, tenant.namespace, "3")
     for name in ("a", "b"):
-        tenant.create_podgroup(podgroup(name, "1"))
+        tenant.create_podgroup(podgroup_body(name, {"cpu": "1"}))
     # The admin rewrites the record in a form priogate does not write. Retried on 409 (the
     # controller's sweep may write meanwhile).
     path = ledger_path(DEFAULT_LEDGER_NAMESPACE, tenant.namespace)
@@ -117,8 +118,8 @@ def test_a_record_in_another_form_is_rebuilt_and_the_quota_holds(
 
     damaged_before = damaged()
 
-    tenant.create_podgroup(podgroup("c", "1"))
-    got = refusal(lambda: tenant.create_podgroup(podgroup("d", "1")))
+    tenant.create_podgroup(podgroup_body("c", {"cpu": "1"}))
+    got = refusal(lambda: tenant.create_podgroup(podgroup_body("d", {"cpu": "1"})))
     assert got is not None and got[0] == 403 and "limited: cpu=3" in got[1], got
 
     stored = record(admin, tenant.namespace)
