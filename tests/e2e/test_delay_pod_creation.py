@@ -2,7 +2,8 @@
 `kubectl --as`): a member of a PodGroup that is not Inqueue is created with priogate's scheduling
 gate and takes no node, however much is idle for it alone; the tenant cannot lift the gate; the
 controller lifts it when the group is admitted, and every member is bound. A gang whose group
-is created after its pods waits for it the same way."""
+is created after its pods, in a namespace that already holds PodGroups, waits for it the same
+way."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from typing import Any
 
 from priogate import gate
 from priogate.kube.client import ApiClient, resource_path
+from priogate.scope import ENROLLED_LABEL, ENROLLED_VALUE
 from tests.builders import pod, podgroup
 from tests.e2e.controller_helpers import phase, wait_phase
 from tests.e2e.helpers import wait_for
@@ -120,6 +122,12 @@ def test_members_of_a_waiting_group_hold_no_node_until_it_is_inqueue(
 def test_pods_created_before_their_group_wait_for_it(admin: ApiClient, tenant: Tenant, default_side: Side):
     client = admin
     default_side.settle()
+    # The gate hook is called only where PodGroups are (docs/controller.md): the namespace's
+    # first claiming group enrols it before that group is admitted.
+    first = podgroup("first", namespace=None, min_member=1)
+    tenant.kubectl.apply([first], namespace=tenant.namespace)
+    labels = client.get(f"/api/v1/namespaces/{tenant.namespace}")["metadata"].get("labels") or {}
+    assert labels.get(ENROLLED_LABEL) == ENROLLED_VALUE, labels
     names = ["early-0", "early-1"]
     tenant.kubectl.apply([member(n, "late") for n in names], namespace=tenant.namespace)
     wait_for(

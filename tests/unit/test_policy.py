@@ -86,13 +86,14 @@ HOOKS: dict[str, dict[bool, tuple[list[str], list[dict[str, Any]], list[str], li
     },
     # Pod creates in a namespace that never held a reservation cost no round trip.
     "pod-quota.priogate.io": {mode: (SYSTEM, ENROLLED, [], ["CREATE"], "Fail") for mode in (KEPT, REPLACED)},
-    # Delay Pod Creation: only pods that name a PodGroup are sent (a pod outside any group pays
-    # nothing), and only updates that lift priogate's gate.
+    # Delay Pod Creation: only where PodGroups are (a matchCondition costs kube-apiserver a
+    # conversion of the pod, a namespaceSelector does not), there only pods that name a PodGroup,
+    # and only updates that lift priogate's gate.
     "pod-gate.priogate.io": {
-        mode: (SYSTEM, ANY, ["names-a-podgroup"], ["CREATE"], "Fail") for mode in (KEPT, REPLACED)
+        mode: (SYSTEM, ENROLLED, ["names-a-podgroup"], ["CREATE"], "Fail") for mode in (KEPT, REPLACED)
     },
     "pod-gate-guard.priogate.io": {
-        mode: (SYSTEM, ANY, ["lifts-the-gate"], ["UPDATE"], "Fail") for mode in (KEPT, REPLACED)
+        mode: (SYSTEM, ENROLLED, ["lifts-the-gate"], ["UPDATE"], "Fail") for mode in (KEPT, REPLACED)
     },
 }
 

@@ -5,12 +5,15 @@ forbids adding one), and the built-in `edit` role may update pods: a tenant coul
 member of a waiting group and let a partial gang hold nodes. So an update that removes the gate
 is refused unless it comes from the controller's identity, the one that writes preemption
 records (webhook.rules.podgroup_annotations). Called only for such updates (its
-matchCondition), so no other pod update pays a call.
+matchCondition), so no other pod update pays a call, and only in enrolled namespaces, the only
+ones where priogate gates pods (webhook.rules.pod_gate), so no other pod update pays the
+condition's evaluation either.
 """
 
 from __future__ import annotations
 
 from priogate import gate
+from priogate.scope import ENROLLED_LABEL, ENROLLED_VALUE
 from webhook.objects import new_object
 from webhook.registry import ClusterView, RuleSet
 from webhook.review import AdmissionRequest, Decision, allow
@@ -44,6 +47,7 @@ RULE_SET = RuleSet(
     resources=("pods",),
     operations=("UPDATE",),
     server="quota",
+    namespace_labels=((ENROLLED_LABEL, "In", (ENROLLED_VALUE,)),),
     match_conditions=(
         (
             "lifts-the-gate",
