@@ -1,15 +1,15 @@
 """`make bench-quota`: PodGroup admissions per second under contention, through the real control plane.
 
 Starts the local control plane (binaries built by `make controlplane`), then two webhook servers
-of two workers each (each server with a temporary directory of its own, as each pod has) that
-share one port with SO_REUSEPORT, so the kernel spreads kube-apiserver's connections among them
-as a Service's rules spread them among pods (a relaying proxy in this process took CPU and
-latency from the machine measured). As manifests/ deploys priogate, every quota rule set is sent
-to them (each pod's quota container), and the cluster's own webhook is restarted to answer only
-the priority rule sets (each pod's priority container). It creates PodGroups of cpu=1 with 32
-requests in flight against a quota that fits half of them. Every admission reads the
-namespace's ledger and writes it with a resourceVersion precondition, so this measures the
-ledger under contention.
+of one worker each (`--quota-workers`; each server with a temporary directory of its own, as
+each pod has) that share one port with SO_REUSEPORT, so the kernel spreads kube-apiserver's
+connections among them as a Service's rules spread them among pods (a relaying proxy in this
+process took CPU and latency from the machine measured). As manifests/ deploys priogate, every
+quota rule set is sent to them (each pod's quota container), and the cluster's own webhook is
+restarted to answer only the priority rule sets (each pod's priority container). It creates
+PodGroups of cpu=1 with 32 requests in flight against a quota that fits half of them. Every
+admission reads the namespace's ledger and writes it with a resourceVersion precondition, so
+this measures the ledger under contention.
 
 Each round has three runs in the same cluster, each in fresh namespaces, the cluster quiet
 before each. The baseline: the same creates with priogate's quota hooks taken out of the webhook
@@ -233,6 +233,9 @@ def main() -> int:
     p.add_argument("--quota-cpu", type=int, default=200)
     p.add_argument("--rounds", type=int, default=3, help="rounds of the three runs; medians reported")
     p.add_argument("--keep-logs", type=Path, help="copy the components' logs here before stopping")
+    p.add_argument(
+        "--quota-workers", type=int, default=1, help="gunicorn workers of each quota server (deployed: 1)"
+    )
     args = p.parse_args()
     if args.rounds < 1:
         p.error("--rounds must be at least 1")
@@ -250,7 +253,7 @@ def main() -> int:
                 cluster.kubeconfig,
                 cluster.logs,
                 masters=2,
-                workers=2,
+                workers=args.quota_workers,
                 ca_file=cluster.pki.ca_crt,
                 repo=REPO,
                 client_ca=cluster.webhook_client_ca,

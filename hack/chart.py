@@ -272,7 +272,9 @@ webhook:
     # The priority container's resources (no CPU limit: throttling adds to every admission).
     resources: {flow(pri["resources"])}
   quota:
-    # Worker processes of the quota server (PodGroup quota, record writes).
+    # Worker processes of the quota server (PodGroup quota, ledger writes). One: its threads
+    # batch a namespace's admissions into one ledger write, where processes would race for it
+    # (docs/serving.md). Scale the quota server with replicas.
     workers: {workers(quo)}
     # The quota container's resources; its PodGroup cache grows with the cluster.
     resources: {flow(quo["resources"])}

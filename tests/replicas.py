@@ -142,8 +142,7 @@ def start_replicas(
             f"--workers={workers}",
             *([f"--client-ca-file={client_ca}"] if client_ca else []),
         ]
-        # A temporary directory of its own, as each pod has (an emptyDir): worker processes of one
-        # replica share ledger turns through it (priogate.kube.host_turn), replicas do not.
+        # A temporary directory of its own, as each pod has (an emptyDir).
         tmp = log_dir / f"webhook-replica-{i}.tmp"
         tmp.mkdir(exist_ok=True)
         proc = supervisor.start(

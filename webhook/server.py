@@ -187,7 +187,6 @@ def build_view(
     """Caches for what the served rule sets need, started in this worker."""
     from priogate.kube.cache import CacheState, WatchCache
     from priogate.kube.client import load_client
-    from priogate.kube.host_turn import HostTurns
     from priogate.kube.ledger_store import LedgerStore
     from priogate.kube.watched_ledger import WatchedLedgers
     from webhook.metrics import CACHE_LAST_EVENT, CACHE_STALE, LEDGER_CONFLICTS
@@ -215,17 +214,15 @@ def build_view(
         cache.on_state = export
         export(cache.state())
         caches[name] = cache.start()
-    turns = HostTurns(f"{client.host}/{ledger_namespace}")
     store = LedgerStore(
         client,
         ledger_namespace=ledger_namespace,
         in_flight=in_flight,
         on_conflict=LEDGER_CONFLICTS.inc,
-        host_turns=turns,
         # Where the records are watched (the pod quota rule set reads them, so the quota server
         # does), turns start from that copy. Not a need of the PodGroup rule sets: the copy only
         # saves a GET, so a stale watch of the records must not refuse their admissions.
-        watched=WatchedLedgers(caches["ledgers"], ledger_namespace, turns) if "ledgers" in caches else None,
+        watched=WatchedLedgers(caches["ledgers"], ledger_namespace) if "ledgers" in caches else None,
     )
     return CacheView(caches, store, client, ledger_namespace=ledger_namespace, in_flight=in_flight)
 

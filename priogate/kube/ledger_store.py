@@ -27,7 +27,6 @@ two.
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
 import random
 import threading
@@ -40,7 +39,6 @@ import structlog
 
 from priogate import podgroup
 from priogate.kube.client import ApiClient, ApiError, resource_path
-from priogate.kube.host_turn import HostTurns
 from priogate.kube.watched_ledger import WatchedLedgers
 from priogate.ledger.codec import DEFAULT_LEDGER_NAMESPACE, ledger_object, ledger_of, ledger_path
 from priogate.ledger.fences import seeded
@@ -162,7 +160,6 @@ class LedgerStore:
         late_write_seconds: float = LATE_WRITE_SECONDS,
         on_conflict: Callable[[], None] = lambda: None,
         clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC),
-        host_turns: HostTurns | None = None,
         watched: WatchedLedgers | None = None,
         writer: str = "priogate",
     ) -> None:
@@ -176,7 +173,6 @@ class LedgerStore:
         self.late_write_seconds = late_write_seconds
         self.on_conflict = on_conflict
         self.clock = clock
-        self.host_turns = host_turns
         self.watched = watched
         self.writer = watched.writer if watched is not None else writer
         self._namespaces: dict[str, _Namespace] = {}
@@ -226,14 +222,10 @@ class LedgerStore:
         return request.result
 
     def _take_turn(self, state: _Namespace, namespace: str, holder: _Request) -> None:
-        """The process's turn, held: wait for the host's (HostTurns), then decide everything
-        waiting by then, so the batch grows while another process holds the host's turn."""
-        with contextlib.ExitStack() as stack:
-            if self.host_turns is not None:
-                stack.enter_context(self.host_turns.turn(namespace, holder.deadline))
-            with state.waiting_lock:
-                batch, state.waiting = state.waiting, []
-            self._decide_batch(state, namespace, batch, holder)
+        """The process's turn, held: decide everything waiting by then as one batch."""
+        with state.waiting_lock:
+            batch, state.waiting = state.waiting, []
+        self._decide_batch(state, namespace, batch, holder)
 
     def _decide_batch(
         self, state: _Namespace, namespace: str, batch: list[_Request], holder: _Request

@@ -1,29 +1,34 @@
 """The ledgers as this process's watch shows them, as the copy a ledger turn starts
 from instead of a GET (priogate/turn_order.py says when a turn may, and why that is safe).
 
-The pod's note of its last write comes from HostTurns, read and written while the pod's turn
-on the namespace is held, so the worker that takes the next turn knows what its sibling wrote.
+The process's note of its last write on each namespace's ledger is kept here: a quota server runs
+one worker process (docs/serving.md), so nobody else writes under its name.
 """
 
 from __future__ import annotations
 
+import os
+import socket
 import time
+import uuid
 from collections.abc import Mapping
 from typing import Any
 
 from priogate.kube.cache import WatchCache
-from priogate.kube.host_turn import HostTurns
 from priogate.ledger.codec import ledger_name
 from priogate.ledger.timing import OTHERS_ACTIVE_SECONDS, WATCH_WAIT_SECONDS
 from priogate.ledger.turn_order import Start, Turn, start_from, turn_of
 
 
 class WatchedLedgers:
-    def __init__(self, cache: WatchCache, ledger_namespace: str, notes: HostTurns) -> None:
+    def __init__(self, cache: WatchCache, ledger_namespace: str, writer: str | None = None) -> None:
+        """`writer` names this process's writes in their turn stamps: by default the host, the
+        process and a random part, so a restarted process never takes an old stamp for its own."""
         self.cache = cache
         self.ledger_namespace = ledger_namespace
-        self.notes = notes
-        self.writer = notes.identity
+        self.writer = writer or f"{socket.gethostname()[:40]}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+        # namespace -> (the ledger's uid, the sequence number) of this process's last write
+        self._last: dict[str, tuple[str, int]] = {}
         # namespace -> (the last stamp of another writer seen, time.monotonic() it was first seen)
         self._others: dict[str, tuple[Turn, float]] = {}
 
@@ -33,7 +38,7 @@ class WatchedLedgers:
         `deadline` (time.monotonic())."""
         if not self.cache.synced:
             return None  # a watch that may be behind would only cost a wait and a lost write
-        uid, seq = self.notes.last_written(namespace)
+        uid, seq = self.last_written(namespace)
         give_up = min(deadline, time.monotonic() + WATCH_WAIT_SECONDS)
         while True:
             generation = self.cache.generation
@@ -59,6 +64,12 @@ class WatchedLedgers:
         seen = self._others.get(namespace)
         return seen is not None and now - seen[1] < OTHERS_ACTIVE_SECONDS
 
+    def last_written(self, namespace: str) -> tuple[str, int]:
+        """(the ledger's uid, the sequence number) of this process's last write on the
+        namespace's ledger; ("", -1) when it wrote none."""
+        return self._last.get(namespace, ("", -1))
+
     def written(self, namespace: str, stored: Mapping[str, Any], turn: Turn) -> None:
-        """Note a write that landed (`stored`: kube-apiserver's answer), holding the pod's turn."""
-        self.notes.note_written(namespace, (stored.get("metadata") or {}).get("uid", ""), turn.seq)
+        """Note a write that landed (`stored`: kube-apiserver's answer), holding the namespace's
+        turn in this process."""
+        self._last[namespace] = ((stored.get("metadata") or {}).get("uid", ""), turn.seq)

@@ -48,8 +48,9 @@ What only saves time or requests (optimisation; none can cause an over-admission
 ---------------------------------------------------------------------------------
 - Starting a turn from the watch's copy when the turn stamps say it is current (turn_order,
   priogate.kube.watched_ledger); a stale copy costs a 409 and a GET.
-- Batching a process's concurrent requests for a namespace into one read and one write, and one
-  turn at a time per pod (priogate.kube.host_turn).
+- Batching a process's concurrent requests for a namespace into one read and one write
+  (priogate.kube.ledger_store); a quota server is one process, so its requests never race each
+  other.
 - Early refusal when the groups the cache shows stored already leave no room (claim.check_claim
   on the cached groups): the turn would refuse the same.
 - Running per-class sums moved by changed entries (totals).

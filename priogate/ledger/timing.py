@@ -63,10 +63,8 @@ ANSWER_MARGIN_SECONDS = 1.5
 CALL_TIMEOUT = (3, 5)
 # How often a request queued behind a batch looks whether its answer is in, or the turn is free.
 TURN_POLL_SECONDS = 0.05
-# How often a worker process tries for the pod-wide turn lock (an flock taken without blocking).
-HOST_TURN_POLL_SECONDS = 0.001
 # Another writer whose write this process saw this recently is taken to be busy: a turn on top of
-# the pod's own last write first waits for that writer's next one.
+# the process's own last write first waits for that writer's next one.
 OTHERS_ACTIVE_SECONDS = 0.1
 # How long a turn waits for the watch to show the newest write: about two turns of another server
 # under load (its write lands 10 to 25 ms after it began, the watch event a few ms later).

@@ -9,12 +9,12 @@ their writes lost to 409s). Starting from the last copy held, without more, was 
 to conflicts: the other server had nearly always written since.
 
 So each write carries a turn stamp (TURN_ANNOTATION): a sequence number one above the copy it
-was decided on, and the writer (a pod: its worker processes share one identity and one note of
-the last sequence number the pod wrote, see priogate/kube/host_turn.py). A turn then starts from
-the watch's copy when that copy is newer than anything its pod wrote. When the newest copy is the
-pod's own last write and another writer was active a moment ago, the turn waits a little for that
-writer's next write (the pods take turns instead of racing), then starts from the newest copy.
-When the watch has not shown the pod's last write yet, the turn waits for it, then GETs.
+was decided on, and the writer (a quota server's process, which keeps the note of the last
+sequence number it wrote, see priogate/kube/watched_ledger.py). A turn then starts from the
+watch's copy when that copy is newer than anything its process wrote. When the newest copy is the
+process's own last write and another writer was active a moment ago, the turn waits a little for
+that writer's next write (the servers take turns instead of racing), then starts from the newest
+copy. When the watch has not shown the process's last write yet, the turn waits for it, then GETs.
 
 The stamp is a hint, like the resourceVersion read by a client of optimistic concurrency in
 kube-apiserver (API concepts, "Resource versions"): a forged or garbled stamp costs a wait or a

@@ -1,5 +1,5 @@
 """Ledger turns that start from the watch's copy of the record (priogate/kube/watched_ledger.py):
-a real LedgerStore, WatchedLedgers and HostTurns against the in-memory API server, with the
+a real LedgerStore and WatchedLedgers against the in-memory API server, with the
 watch cache fed by hand, so what the watch has shown (and when) is up to each test."""
 
 from __future__ import annotations
@@ -8,13 +8,11 @@ import copy
 import datetime as dt
 import threading
 import time
-from pathlib import Path
 
 import pytest
 
 from priogate.kube import watched_ledger
 from priogate.kube.cache import WatchCache
-from priogate.kube.host_turn import HostTurns
 from priogate.kube.ledger_store import LedgerStore
 from priogate.kube.watched_ledger import WatchedLedgers
 from priogate.ledger.codec import entries_of, ledger_object, ledger_path
@@ -45,11 +43,10 @@ def refuse(seen: list[set[str]]):
 
 
 class World:
-    def __init__(self, tmp_path: Path, cache: WatchCache | None = None) -> None:
+    def __init__(self, cache: WatchCache | None = None) -> None:
         self.api = FakeApi()
         self.cache = cache if cache is not None else WatchCache.static("ledgers", [])
-        self.notes = HostTurns("cluster-a", tmp_path)
-        self.watched = WatchedLedgers(self.cache, LEDGER_NS, self.notes)
+        self.watched = WatchedLedgers(self.cache, LEDGER_NS)
         self.store = LedgerStore(self.api, watched=self.watched)  # type: ignore[arg-type]
 
     def written_by(self, writer: str, seq: int, groups: tuple[str, ...] = (), watched: bool = True) -> dict:
@@ -79,8 +76,8 @@ class World:
 
 
 @pytest.fixture
-def world(tmp_path: Path) -> World:
-    return World(tmp_path)
+def world() -> World:
+    return World()
 
 
 def test_a_turn_on_the_current_watched_copy_makes_no_get_and_stamps_its_write(world: World):
@@ -88,8 +85,8 @@ def test_a_turn_on_the_current_watched_copy_makes_no_get_and_stamps_its_write(wo
     assert world.store.update(NS, claim("g1")) == "admitted"
     assert world.gets() == 0
     assert world.stored() == (Turn(4, world.watched.writer), {"g0", "g1"})
-    # The pod's note: whichever of its workers takes the next turn knows what it wrote last.
-    assert HostTurns("cluster-a", world.notes.directory).last_written(NS) == (UID, 4)
+    # The process's note of what it wrote last: its next turn waits for the watch to show it.
+    assert world.watched.last_written(NS) == (UID, 4)
 
 
 def test_a_stale_watched_copy_loses_its_precondition_and_is_decided_again_on_a_get(world: World):
@@ -163,8 +160,8 @@ def test_a_missing_watched_record_means_a_get_and_a_rebuilt_record(world: World)
     assert (turn.seq, groups) == (0, {"g1"})
 
 
-def test_a_watch_of_the_records_that_is_not_current_is_not_started_from(tmp_path: Path):
-    world = World(tmp_path, WatchCache.static("ledgers", None))  # never listed: not current
+def test_a_watch_of_the_records_that_is_not_current_is_not_started_from():
+    world = World(WatchCache.static("ledgers", None))  # never listed: not current
     world.written_by("pod-b", 3, ("g0",))
     assert world.store.update(NS, claim("g1")) == "admitted"
     assert [c.method for c in world.api.calls] == ["GET", "PUT"]
