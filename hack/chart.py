@@ -76,8 +76,8 @@ DIFFERENCES = {
     "--wait` runs post-install hooks only once the webhook is ready; chart_templates.certs_hook_objects). "
     "`kubectl apply -k` applies every object at once, so the base's one Job does both",
     f"ServiceAccount, Role, RoleBinding, Job {CLEANUP}": "only in the chart: post-delete hooks that "
-    "remove what priogate's programs made in the release namespace (the serving Secret, the reservation "
-    "records, the controller's Lease), which `helm uninstall` would leave (certs/uninstall.py). "
+    "remove what priogate's programs made in the release namespace (the serving Secret, the "
+    "ledgers, the controller's Lease), which `helm uninstall` would leave (certs/uninstall.py). "
     "`kubectl delete -k` deletes the namespace, and them with it",
     "Pod <release>-test-webhook-ready": "only in the chart: `helm test` (templates/tests/)",
     "labels": "every object carries Helm's recommended labels (app.kubernetes.io/name, instance, "
@@ -272,7 +272,7 @@ webhook:
     # The priority container's resources (no CPU limit: throttling adds to every admission).
     resources: {flow(pri["resources"])}
   quota:
-    # Worker processes of the quota server (PodGroup quota, record writes).
+    # Worker processes of the quota server (PodGroup quota, ledger writes).
     workers: {workers(quo)}
     # The quota container's resources; its PodGroup cache grows with the cluster.
     resources: {flow(quo["resources"])}
