@@ -319,7 +319,7 @@ def test_a_quota_lowered_a_moment_before_a_create_limits_it(tenant: Tenant, admi
     the old quota is refused, and none leaves a claim behind. The webhook decides on its cached
     quotas and the record's quota fences (webhook.rules.quota_fence wrote this change there
     before it was stored); here its cache has usually heard of the change already, so the path
-    where it has not is driven by tests/unit/test_quota_fence_record.py, with a cache held
+    where it has not is driven by tests/unit/test_quota_fence_ledger.py, with a cache held
     behind on purpose."""
     quota(admin, tenant.namespace, "10")
     tenant.create_podgroup(podgroup_body("base", {"cpu": "2"}))

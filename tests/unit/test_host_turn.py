@@ -1,5 +1,5 @@
 """HostTurns: worker processes of one pod take a namespace's ledger turns one at a time, and a turn
-that cannot have the lock in time goes ahead without it (the record's precondition still decides).
+that cannot have the lock in time goes ahead without it (the ledger's precondition still decides).
 
 Each LedgerStore below stands for one worker process: flock(2) locks belong to an open file, so
 two opens in one process contend exactly as two processes do.
@@ -61,7 +61,7 @@ class NoReads:
         return []
 
     def podgroups(self):
-        raise AssertionError("not read: the record exists")
+        raise AssertionError("not read: the ledger exists")
 
 
 def _claims(tmp_path: Path, host_turns: bool) -> tuple[int, dict[str, Entry]]:
@@ -78,9 +78,9 @@ def _claims(tmp_path: Path, host_turns: bool) -> tuple[int, dict[str, Entry]]:
     ]
 
     def claim(name: str):
-        def decide(record: Ledger, _reads: Reads) -> tuple[Ledger, None]:
+        def decide(ledger: Ledger, _reads: Reads) -> tuple[Ledger, None]:
             entry = Entry(name, f"uid-{name}", {"cpu": "1"}, 1, "", stamp(dt.datetime.now(dt.UTC)))
-            return record.with_entries({**record.entries, entry.key: entry}), None
+            return ledger.with_entries({**ledger.entries, entry.key: entry}), None
 
         return decide
 

@@ -1,6 +1,6 @@
-"""The world the record-store tests run in: a real LedgerStore against an in-memory API server
+"""The world the ledger-store tests run in: a real LedgerStore against an in-memory API server
 (tests/fake_api.py) holding one quota, caches fed by hand, and the helpers that admit and store
-PodGroups and age the record's entries."""
+PodGroups and age the ledger's entries."""
 
 from __future__ import annotations
 
@@ -24,17 +24,17 @@ from webhook.view import CacheView
 NS = "team-a"
 GROUPS = resource_path("scheduling.volcano.sh/v1beta1", "podgroups", NS)
 QUOTAS = resource_path("v1", "resourcequotas", NS)
-RECORD = ledger_path("priogate-system", NS)
+LEDGER = ledger_path("priogate-system", NS)
 
 
-def setup(quota_cpu: str = "10", cached_groups=(), cached_records=(), in_flight: float = 15.0):
+def setup(quota_cpu: str = "10", cached_groups=(), cached_ledgers=(), in_flight: float = 15.0):
     api = FakeApi()
     api.put_object(QUOTAS, resource_quota("compute", hard={"cpu": quota_cpu}, namespace=NS))
     caches = {
         "resourcequotas": fed_cache("resourcequotas", []),  # the cache has not seen the quota yet
         "podgroups": fed_cache("podgroups", cached_groups),
         "pods": fed_cache("pods", []),
-        "ledgers": fed_cache("ledgers", cached_records),
+        "ledgers": fed_cache("ledgers", cached_ledgers),
     }
     bound = dt.timedelta(seconds=in_flight)
     store = LedgerStore(api, in_flight=bound)  # type: ignore[arg-type]
@@ -55,14 +55,14 @@ def store_group(api: FakeApi, name: str, cpu: str, uid: str | None = None, **met
 
 
 def aged(api: FakeApi, seconds: float) -> None:
-    """Make every entry of the stored record `seconds` older."""
-    obj = api.objects[RECORD]
-    record = ledger_of(obj)
+    """Make every entry of the stored ledger `seconds` older."""
+    obj = api.objects[LEDGER]
+    ledger = ledger_of(obj)
     older = {}
-    for key, e in record.entries.items():
+    for key, e in ledger.entries.items():
         t = clock.parse_time(e.admitted_at) - dt.timedelta(seconds=seconds)
         older[key] = replace(e, admitted_at=stamp(t))
     new = ledger_object(
-        "priogate-system", NS, replace(record, entries=older), obj["metadata"]["resourceVersion"]
+        "priogate-system", NS, replace(ledger, entries=older), obj["metadata"]["resourceVersion"]
     )
-    api.request("PUT", RECORD, body=new)
+    api.request("PUT", LEDGER, body=new)
