@@ -333,7 +333,7 @@ monitoring:
     # Ledger write conflicts per second, sustained.
     ledgerConflictsPerSecond: 1
     # A ledger's size as a share of a ConfigMap's 1 MiB.
-    recordFillRatio: 0.8
+    ledgerFillRatio: 0.8
   # A PodMonitor (prometheus-operator's CRD) scraping the controller's and both webhook servers'
   # /metrics (plain HTTP: the controller's metrics port, the webhook's health ports).
   podMonitor:

@@ -31,7 +31,7 @@ from tests.e2e.tenant import Tenant
 from tests.e2e.test_hostile_tenant_quota import quota
 
 DAMAGED = "ledger damaged"
-RECORD_BYTES = "priogate_reservation_record_bytes"
+LEDGER_BYTES = "priogate_ledger_bytes"
 
 
 def record(admin: ApiClient, namespace: str) -> dict:
@@ -61,7 +61,7 @@ def test_a_tenants_groups_are_recorded_in_shards_and_the_quota_holds(
     ours = {"tenant_namespace": tenant.namespace}
     wait_for(
         lambda: (
-            metric(cluster.ports.controller_url, RECORD_BYTES, ours)
+            metric(cluster.ports.controller_url, LEDGER_BYTES, ours)
             == stored_size(record(admin, tenant.namespace))
         ),
         10,
