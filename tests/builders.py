@@ -46,7 +46,7 @@ def make_view(
     elif getattr(ledger_store, "reads", False) is None:
         ledger_store.reads = lambda namespace: CacheReads(view, namespace)
     if isinstance(view.ledger_store, MemoryLedgerStore):
-        for obj in ledgers:  # the in-process record starts as the cached one
+        for obj in ledgers:  # the in-process ledger starts as the cached one
             view.ledger_store.ledgers.setdefault(covered_namespace(obj), ledger_of(obj))
     return view
 
