@@ -22,7 +22,7 @@ import orjson
 from priogate.ledger.codec import ledger_object, ledger_of
 from priogate.ledger.memory import MemoryLedgerStore
 from priogate.ledger.totals import EntryTotals
-from tests.builders import SYSTEM_CLASSES, group_review, make_view, podgroup, resource_quota
+from tests.builders import SYSTEM_CLASSES, cpu_podgroup, group_review, make_view, resource_quota
 from webhook.review import parse_review
 from webhook.rules import podgroup_quota
 
@@ -83,9 +83,7 @@ def _what_if_cost(store: MemoryLedgerStore, rounds: int = 100) -> None:
 
 def _stored_claims_cost(groups: int, rounds: int = 200) -> None:
     def stored(i: int, cpu: str, version: int) -> dict:
-        group = podgroup(f"g{i}", namespace=NAMESPACE, min_member=1, min_resources={"cpu": cpu})
-        group["metadata"]["resourceVersion"] = str(version)
-        return group
+        return cpu_podgroup(f"g{i}", cpu, namespace=NAMESPACE, resource_version=str(version))
 
     view = make_view(podgroups=[stored(i, "1", i) for i in range(groups)])
     view.stored_podgroups(NAMESPACE)

@@ -15,7 +15,7 @@ from priogate.kube.client import resource_path
 from priogate.kube.ledger_store import LedgerStore
 from priogate.ledger.codec import ledger_object, ledger_of, ledger_path
 from priogate.ledger.model import stamp
-from tests.builders import fed_cache, group_review, podgroup, resource_quota
+from tests.builders import cpu_podgroup, fed_cache, group_review, resource_quota
 from tests.fake_api import FakeApi
 from webhook.review import parse_review
 from webhook.rules import podgroup_quota
@@ -43,13 +43,13 @@ def setup(quota_cpu: str = "10", cached_groups=(), cached_ledgers=(), in_flight:
 
 def admit_group(view, name: str, cpu: str, uid: str | None = None, within: float | None = None):
     """`within`: the request's deadline, seconds from now (kube-apiserver's timeoutSeconds)."""
-    body = group_review(podgroup(name, namespace=NS, uid=uid, min_member=1, min_resources={"cpu": cpu}))
+    body = group_review(cpu_podgroup(name, cpu, namespace=NS, uid=uid))
     deadline = None if within is None else time.monotonic() + within
     return podgroup_quota.admit(parse_review(orjson.dumps(body), deadline), view)
 
 
 def store_group(api: FakeApi, name: str, cpu: str, uid: str | None = None, **meta) -> dict:
-    group = podgroup(name, namespace=NS, uid=uid, min_member=1, min_resources={"cpu": cpu})
+    group = cpu_podgroup(name, cpu, namespace=NS, uid=uid)
     group["metadata"].update(meta)
     return api.put_object(GROUPS, group)
 
