@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 
 .PHONY: help venv lock lint format test test-unit test-integration test-e2e test-upstream upstream-e2e controlplane \
         run up down status \
-        manifests chart image test-image test-deploy image-lock helm kube-score certs wrk bench-webhook bench-quota bench-reserved-pod bench-decision bench-record bench-enqueue bench-preemption bench-pod-cache bench-pod-create bench-preemption-live clean
+        manifests chart image test-image test-deploy image-lock helm kube-score certs wrk bench-webhook bench-quota bench-reserved-pod bench-decision bench-ledger bench-enqueue bench-preemption bench-pod-cache bench-pod-create bench-preemption-live clean
 
 help:
 	@echo "make run        start etcd, kube-apiserver, controller-manager, scheduler, kwok and priogate (Ctrl-C stops)"
@@ -16,7 +16,7 @@ help:
 	@echo "make image      build the image with buildah (make test-image: and check that it runs)"
 	@echo "make test-deploy  the chart and the image on a real node (containerd + kubelet; root)"
 	@echo "make test-upstream  upstream's own preemption and priority-quota e2e tests against the local control plane"
-	@echo "make bench-webhook | bench-quota | bench-reserved-pod | bench-decision | bench-record | bench-enqueue | bench-preemption | bench-pod-cache | bench-pod-create | bench-preemption-live"
+	@echo "make bench-webhook | bench-quota | bench-reserved-pod | bench-decision | bench-ledger | bench-enqueue | bench-preemption | bench-pod-cache | bench-pod-create | bench-preemption-live"
 
 $(STAMP): requirements-dev.txt requirements.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -162,8 +162,8 @@ bench-reserved-pod: $(STAMP) controlplane
 bench-decision: $(STAMP)
 	$(PY) -m bench.podgroup_decision
 
-bench-record: $(STAMP) controlplane
-	$(PY) -m bench.record_cost
+bench-ledger: $(STAMP) controlplane
+	$(PY) -m bench.ledger_turn
 
 bench-enqueue: $(STAMP)
 	$(PY) -m bench.enqueue

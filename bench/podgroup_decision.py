@@ -1,9 +1,9 @@
 """The PodGroup quota hook's decision at scale, in CPU time, no API server: the rule's handler
-(webhook.rules.podgroup_quota.admit) over an in-process record (MemoryLedgerStore) and static
+(webhook.rules.podgroup_quota.admit) over an in-process ledger (MemoryLedgerStore) and static
 caches, admitting G PodGroups of cpu=1 one after another in one namespace under a quota that
 fits them all. Prints CPU microseconds per admission over the first and the last tenth, so the
-growth with the record's size shows; then the CPU milliseconds to read (ledger_of, its entries
-parsed before) and to write (ledger_object) the final record as the ConfigMap a turn GETs and PUTs;
+growth with the ledger's size shows; then the CPU milliseconds to read (ledger_of, its entries
+parsed before) and to write (ledger_object) the final ledger as the ConfigMap a turn GETs and PUTs;
 then the CPU milliseconds to have the cached groups' claims again (ClusterView.stored_podgroups,
 which every decision reads) after one of G stored groups changed; then a refusal's what-if check
 (the claim without two of the entries) summed afresh and on a fork of the running sums.
@@ -22,7 +22,7 @@ import orjson
 from priogate.ledger.codec import ledger_object, ledger_of
 from priogate.ledger.memory import MemoryLedgerStore
 from priogate.ledger.totals import EntryTotals
-from tests.builders import SYSTEM_CLASSES, group_review, make_view, podgroup, resource_quota
+from tests.builders import SYSTEM_CLASSES, cpu_podgroup, group_review, make_view, resource_quota
 from webhook.review import parse_review
 from webhook.rules import podgroup_quota
 
@@ -58,9 +58,9 @@ def main() -> int:
     first, last = sum(spent[:tenth]) / tenth, sum(spent[-tenth:]) / tenth
     print(
         f"podgroup decision: {first * 1e6:.0f} us CPU per admission over the first {tenth} groups, "
-        f"{last * 1e6:.0f} us over the last {tenth} ({args.groups} groups in one namespace's record)"
+        f"{last * 1e6:.0f} us over the last {tenth} ({args.groups} groups in one namespace's ledger)"
     )
-    _record_costs(store)
+    _ledger_costs(store)
     _stored_claims_cost(args.groups)
     _what_if_cost(store)
     return 0
@@ -68,7 +68,7 @@ def main() -> int:
 
 def _what_if_cost(store: MemoryLedgerStore, rounds: int = 100) -> None:
     """A refusal in a turn asks whether the claim would fit without some entries (or with them
-    settled): summed on a fork of the record's running sums, against summing afresh."""
+    settled): summed on a fork of the ledger's running sums, against summing afresh."""
     entries = dict(store.ledgers[NAMESPACE].entries)
     totals = EntryTotals()
     totals.others(entries, "")
@@ -83,9 +83,7 @@ def _what_if_cost(store: MemoryLedgerStore, rounds: int = 100) -> None:
 
 def _stored_claims_cost(groups: int, rounds: int = 200) -> None:
     def stored(i: int, cpu: str, version: int) -> dict:
-        group = podgroup(f"g{i}", namespace=NAMESPACE, min_member=1, min_resources={"cpu": cpu})
-        group["metadata"]["resourceVersion"] = str(version)
-        return group
+        return cpu_podgroup(f"g{i}", cpu, namespace=NAMESPACE, resource_version=str(version))
 
     view = make_view(podgroups=[stored(i, "1", i) for i in range(groups)])
     view.stored_podgroups(NAMESPACE)
@@ -98,9 +96,9 @@ def _stored_claims_cost(groups: int, rounds: int = 200) -> None:
     print(f"cached groups' claims after one of {groups} changed: {spent * 1e3:.2f} ms CPU")
 
 
-def _record_costs(store: MemoryLedgerStore, rounds: int = 50) -> None:
-    record = store.ledgers[NAMESPACE]
-    stored = json.loads(json.dumps(ledger_object("priogate-system", NAMESPACE, record, "1")))
+def _ledger_costs(store: MemoryLedgerStore, rounds: int = 50) -> None:
+    ledger = store.ledgers[NAMESPACE]
+    stored = json.loads(json.dumps(ledger_object("priogate-system", NAMESPACE, ledger, "1")))
     ledger_of(stored)  # a turn's read finds the entries parsed by the turns before it
     start = time.process_time()
     for _ in range(rounds):
@@ -108,11 +106,11 @@ def _record_costs(store: MemoryLedgerStore, rounds: int = 50) -> None:
     read = (time.process_time() - start) / rounds
     start = time.process_time()
     for _ in range(rounds):
-        ledger_object("priogate-system", NAMESPACE, record, "1")
+        ledger_object("priogate-system", NAMESPACE, ledger, "1")
     written = (time.process_time() - start) / rounds
     size = len(json.dumps(stored))
     print(
-        f"record of {len(record.entries)} entries ({size / 1024:.0f} KiB): read {read * 1e3:.2f} ms CPU, "
+        f"ledger of {len(ledger.entries)} entries ({size / 1024:.0f} KiB): read {read * 1e3:.2f} ms CPU, "
         f"written {written * 1e3:.2f} ms CPU"
     )
 

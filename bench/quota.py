@@ -22,7 +22,7 @@ measured run. Then the measured run. A run lasts a second or two on a fast machi
 is mostly noise: the figures are each arm's median over `--rounds` (3), and every round's rates
 are printed too. The CPU seconds each component used while the creates ran are printed for each
 median run (the load generator is this process: its creating threads and the monitor), and
-kube-apiserver's requests per admission in the measured one (the record's GETs and PUTs, those
+kube-apiserver's requests per admission in the measured one (the ledgers' GETs and PUTs, those
 lost to a conflict, the quota LISTs), and how many reservation-hook requests each server
 answered (the kernel spreads connections, not requests; the bench fails if a server answered
 none). The last line:
@@ -137,8 +137,8 @@ class Run:
     requests: Counter[tuple[str, str, str]] = field(default_factory=Counter)
 
     def per_admission(self) -> str:
-        """The requests the quota hooks add, per admission: the record's reads and writes (the
-        run's ConfigMap traffic: only the records are ConfigMaps here) and the quota LISTs."""
+        """The requests the quota hooks add, per admission: the ledgers' reads and writes (the
+        run's ConfigMap traffic: only the ledgers are ConfigMaps here) and the quota LISTs."""
         n = len(self.result.admitted) + sum(self.result.denials.values()) or 1
 
         def count(verb: str, resource: str, code: str | None = None) -> float:
@@ -149,8 +149,8 @@ class Run:
             )
 
         return (
-            f"kube-apiserver requests per admission: record GET {count('GET', 'configmaps') / n:.2f}, "
-            f"record PUT {count('PUT', 'configmaps') / n:.2f} (lost to a conflict: "
+            f"kube-apiserver requests per admission: ledger GET {count('GET', 'configmaps') / n:.2f}, "
+            f"ledger PUT {count('PUT', 'configmaps') / n:.2f} (lost to a conflict: "
             f"{count('PUT', 'configmaps', '409') / n:.2f}), "
             f"quota LIST {count('LIST', 'resourcequotas') / n:.2f}"
         )
@@ -264,7 +264,7 @@ def main() -> int:
             # As manifests/ deploys priogate: every quota rule set (PodGroup defaults, annotations,
             # reservations, enrolment, pod quota, quota fences) on the two quota servers, and the
             # cluster's own webhook answering only the priority rule sets, as a pod's priority
-            # container does. Serving both, it also kept caches of every PodGroup and record,
+            # container does. Serving both, it also kept caches of every PodGroup and ledger,
             # two more watchers of everything measured than any deployment has.
             point_quota_server(client, replicas_url)
             cluster.restart_webhook("--serve=priority")

@@ -1,5 +1,5 @@
 """`make bench-reserved-pod`: pod CREATE latency through the real kube-apiserver in a namespace
-that holds a PodGroup reservation (so every pod takes a turn on the namespace's record in the pod
+that holds a PodGroup reservation (so every pod takes a turn on the namespace's ledger in the pod
 quota hook), while 4 threads create ConfigMaps in another namespace: the write load that makes a
 consistent LIST of an idle kind, such as ResourceQuotas, wait for etcd's next progress
 notification (KEP-2340). Prints p50, p90 and the mean of N sequential creates.

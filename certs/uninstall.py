@@ -10,7 +10,7 @@ which no installer owns (the chart's post-delete hook runs it; docs/install.md, 
 * the PriorityClass table (a release object, but a controller still stopping may write it again).
 
 It first waits until the webhook and controller pods are gone, so that nothing still running
-writes a record or renews the Lease after it was deleted. Each object is deleted by name or by
+writes a ledger or renews the Lease after it was deleted. Each object is deleted by name or by
 the label only priogate's own objects carry; a 404 is success (already gone).
 """
 
@@ -43,14 +43,14 @@ def running_pods(client: Client, namespace: str) -> list[str]:
 def targets(client: Client, namespace: str, secret: str = SECRET, lease: str = LEASE) -> list[str]:
     """The paths to delete: the Secret (unless `secret` is empty: the admin's own), the Lease,
     the table and every ledger."""
-    records = client.get(
+    ledgers = client.get(
         resource_path("v1", "configmaps", namespace), query=[("labelSelector", "=".join(LEDGER_LABEL))]
     )["items"]
     return [
         *([resource_path("v1", "secrets", namespace, secret)] if secret else []),
         resource_path("coordination.k8s.io/v1", "leases", namespace, lease),
         resource_path("v1", "configmaps", namespace, TABLE_NAME),
-        *(resource_path("v1", "configmaps", namespace, r["metadata"]["name"]) for r in records),
+        *(resource_path("v1", "configmaps", namespace, r["metadata"]["name"]) for r in ledgers),
     ]
 
 

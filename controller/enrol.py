@@ -5,7 +5,7 @@ The guarantee does not rest on this: the enrolment hook (webhook/rules/podgroup_
 labels a namespace, and proves kube-apiserver routes it, before its first reservation is
 admitted. Two cases escape it: namespaces that reserved before the label existed (an upgrade),
 and a label a cluster admin removed by hand. Both are found from the controller's caches (a
-Namespace event, a record or PodGroup event, or the periodic record sweep enqueues the
+Namespace event, a ledger or PodGroup event, or the periodic ledger sweep enqueues the
 namespace) and cost one PATCH each; until then that namespace's plain pods are not checked
 against its reservations. docs/install.md, "Upgrading", labels the first case before the upgrade.
 """
@@ -38,15 +38,15 @@ class Enroller:
 
     def claims(self, namespace: str) -> list[tuple[Mapping[str, Any], int]]:
         """What the caches show the namespace reserves, as (minResources, minMember): its
-        record's entries and its stored PodGroups (a damaged record shows only the latter)."""
+        ledger's entries and its stored PodGroups (a damaged ledger shows only the latter)."""
         out = [claim_of(g.get("spec") or {}) for g in self.caches.podgroups.namespace(namespace).values()]
         cached = self.caches.ledgers.get(self.ledger_namespace, ledger_name(namespace))
         try:
-            record = ledger_of(cached) if cached is not None else None
+            ledger = ledger_of(cached) if cached is not None else None
         except DamagedLedger:
-            record = None  # the stored groups above still count; the sweep rebuilds the record
-        if record is not None:
-            out += [(e.min_resources, e.min_member) for e in record.entries.values()]
+            ledger = None  # the stored groups above still count; the sweep rebuilds the ledger
+        if ledger is not None:
+            out += [(e.min_resources, e.min_member) for e in ledger.entries.values()]
         return out
 
     def enrol(self, namespace: str) -> bool:

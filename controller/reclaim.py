@@ -1,12 +1,12 @@
-"""The ledgers' sweep: each record made true to its namespace's stored PodGroups.
+"""The ledgers' sweep: each ledger made true to its namespace's stored PodGroups.
 
-priogate/ledger.resync decides (drop entries whose group a quorum LIST does not hold once they
+priogate.ledger.settlement.resync decides (drop entries whose group a quorum LIST does not hold once they
 are no longer in flight; set an entry to the stored spec after a shrinking or refused update;
-adopt a stored group the record lacks; rebuild a missing or damaged record);
+adopt a stored group the ledger lacks; rebuild a missing or damaged ledger);
 priogate/kube/ledger_store.LedgerStore reads the truth with a quorum LIST and writes with the
 resourceVersion read, deciding again on a 409, so a reservation the webhook adds meanwhile is
 never lost. The caches only tell which namespaces may have something to do, so a sweep where
-the caches agree with the record costs no API call.
+the caches agree with the ledger costs no API call.
 """
 
 from __future__ import annotations
@@ -63,24 +63,24 @@ class Reclaimer:
         self.in_flight = in_flight
 
     def namespaces(self) -> list[str]:
-        """Namespaces with a record or with stored PodGroups (a missing record is rebuilt)."""
+        """Namespaces with a ledger or with stored PodGroups (a missing ledger is rebuilt)."""
         covered = {covered_namespace(c) for c in self.caches.ledgers.items()}
         with_groups = {(g.get("metadata") or {}).get("namespace", "") for g in self.caches.podgroups.items()}
         return sorted((covered | with_groups) - {""})
 
     def _needs_work(self, namespace: str, now: dt.datetime) -> tuple[bool, float | None]:
-        """(whether the caches disagree with the record, seconds until an entry in flight ends)."""
+        """(whether the caches disagree with the ledger, seconds until an entry in flight ends)."""
         cached = self.caches.ledgers.get(self.store.ledger_namespace, ledger_name(namespace))
         groups = _cached_claims(self.caches.podgroups.namespace(namespace))
         if cached is None:
             return bool(groups), None
         try:
-            record = ledger_of(cached)
+            ledger = ledger_of(cached)
         except DamagedLedger:
             return True, None
         recheck: float | None = None
         work = False
-        for entry in record.entries.values():
+        for entry in ledger.entries.values():
             stored = groups.get(entry.uid)
             if in_flight(entry, now, self.in_flight):
                 if stored is None or not stored.same_claim(entry):
@@ -89,10 +89,10 @@ class Reclaimer:
                 continue
             if stored is None or not stored.same_claim(entry):
                 work = True
-        uids = {e.uid for e in record.entries.values()}
+        uids = {e.uid for e in ledger.entries.values()}
         if any(uid not in uids for uid in groups):
             work = True
-        if len(live_charges(record.charges, now, None, self.in_flight)) != len(record.charges):
+        if len(live_charges(ledger.charges, now, None, self.in_flight)) != len(ledger.charges):
             work = True
         return work, recheck
 
@@ -103,19 +103,19 @@ class Reclaimer:
         if not work:
             return result
 
-        def make_true(record: Ledger, reads: Reads) -> tuple[Ledger | None, SweepResult]:
-            entries = resync(record.entries, reads.podgroups(), self.in_flight)
-            charges = live_charges(record.charges, now, None, self.in_flight)
-            before = dict(record.entries)
+        def make_true(ledger: Ledger, reads: Reads) -> tuple[Ledger | None, SweepResult]:
+            entries = resync(ledger.entries, reads.podgroups(), self.in_flight)
+            charges = live_charges(ledger.charges, now, None, self.in_flight)
+            before = dict(ledger.entries)
             outcome = SweepResult(recheck_after=recheck)
             outcome.dropped = sorted(e.group for k, e in before.items() if k not in entries)
             outcome.adopted = sorted(e.group for k, e in entries.items() if k not in before)
             outcome.resynced = sorted(
                 e.group for k, e in entries.items() if k in before and not before[k].same_claim(e)
             )
-            if entries == before and charges == dict(record.charges):
+            if entries == before and charges == dict(ledger.charges):
                 return None, outcome
-            return replace(record, entries=entries, charges=charges), outcome  # fences kept
+            return replace(ledger, entries=entries, charges=charges), outcome  # fences kept
 
         result = self.store.update(namespace, make_true)
         if result.changed:

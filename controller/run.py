@@ -135,7 +135,7 @@ class Controller:
             in_flight,
         )
         self.enroller = Enroller(client, self.caches, args.ledger_namespace)
-        # In priogate's own namespace, with the records: tenants cannot write there.
+        # In priogate's own namespace, with the ledgers: tenants cannot write there.
         self.priority_table = PriorityTableWriter(client, args.ledger_namespace, self.caches.classes.items)
         self.class_access = ClassAccessWriter(client, args.ledger_namespace, self.caches.classes.items)
 
@@ -157,7 +157,7 @@ class Controller:
         namespace = meta.get("namespace", "")
         if cache == "podgroups":
             self.queue.add(f"{GROUP_KEY}{namespace}/{meta.get('name')}")
-            # A group gone, stored, or with a new spec: its record may need to follow (the
+            # A group gone, stored, or with a new spec: its ledger may need to follow (the
             # sweep looks at the caches first and calls the API only when they disagree).
             self.queue.add(f"{LEDGER_KEY}{namespace}")
         elif cache == "pods":
@@ -170,25 +170,25 @@ class Controller:
             for group in self.caches.podgroups.namespace(namespace).values():
                 self.queue.add(f"{GROUP_KEY}{namespace}/{group['metadata']['name']}")
         elif cache == "ledgers":
-            # Records live in priogate's namespace; each names the namespace it covers. A
-            # deleted record is rebuilt.
+            # Ledgers live in priogate's namespace; each names the namespace it covers. A
+            # deleted ledger is rebuilt.
             covered = covered_namespace(obj)
             if covered:
                 self.queue.add(f"{LEDGER_KEY}{covered}")
-                self.record_size(covered, None if event_type == "DELETED" else obj)
+                self.ledger_size(covered, None if event_type == "DELETED" else obj)
         elif cache == "classes":
             self.queue.add(TABLE_KEY)
         elif cache == "namespaces":
-            # Its enrolment label may be gone (controller/enrol.py): the record's key checks it.
+            # Its enrolment label may be gone (controller/enrol.py): the ledger's key checks it.
             name = meta.get("name", "")
             if name and self.caches.ledgers.get(self.args.ledger_namespace, ledger_name(name)) is not None:
                 self.queue.add(f"{LEDGER_KEY}{name}")
         self.metrics.queue_depth.set(self.queue.depth())
 
-    def record_size(self, namespace: str, record: Obj | None) -> None:
-        gauge = self.metrics.record_bytes
-        if record is not None:
-            gauge.labels(namespace).set(stored_size(record))
+    def ledger_size(self, namespace: str, ledger: Obj | None) -> None:
+        gauge = self.metrics.ledger_bytes
+        if ledger is not None:
+            gauge.labels(namespace).set(stored_size(ledger))
         else:
             gauge.remove(namespace)  # a no-op for a namespace never set
 

@@ -53,9 +53,9 @@ class Metrics:
             registry=self.registry,
         )
         # Per tenant namespace (not `namespace`, which Prometheus gives the scraped pod's): how
-        # full its record is; past priogate.ledger.codec.CONFIGMAP_MAX_BYTES, claims are refused.
-        self.record_bytes = Gauge(
-            "priogate_reservation_record_bytes",
+        # full its ledger is; past priogate.ledger.codec.CONFIGMAP_MAX_BYTES, claims are refused.
+        self.ledger_bytes = Gauge(
+            "priogate_ledger_bytes",
             "Bytes a namespace's ledger holds, as kube-apiserver counts them against a"
             " ConfigMap's limit of 1 MiB; past it, PodGroups that claim more are refused",
             ["tenant_namespace"],

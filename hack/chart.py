@@ -76,8 +76,8 @@ DIFFERENCES = {
     "--wait` runs post-install hooks only once the webhook is ready; chart_templates.certs_hook_objects). "
     "`kubectl apply -k` applies every object at once, so the base's one Job does both",
     f"ServiceAccount, Role, RoleBinding, Job {CLEANUP}": "only in the chart: post-delete hooks that "
-    "remove what priogate's programs made in the release namespace (the serving Secret, the reservation "
-    "records, the controller's Lease), which `helm uninstall` would leave (certs/uninstall.py). "
+    "remove what priogate's programs made in the release namespace (the serving Secret, the "
+    "ledgers, the controller's Lease), which `helm uninstall` would leave (certs/uninstall.py). "
     "`kubectl delete -k` deletes the namespace, and them with it",
     "Pod <release>-test-webhook-ready": "only in the chart: `helm test` (templates/tests/)",
     "labels": "every object carries Helm's recommended labels (app.kubernetes.io/name, instance, "
@@ -335,7 +335,7 @@ monitoring:
     # Ledger write conflicts per second, sustained.
     ledgerConflictsPerSecond: 1
     # A ledger's size as a share of a ConfigMap's 1 MiB.
-    recordFillRatio: 0.8
+    ledgerFillRatio: 0.8
   # A PodMonitor (prometheus-operator's CRD) scraping the controller's and both webhook servers'
   # /metrics (plain HTTP: the controller's metrics port, the webhook's health ports).
   podMonitor:

@@ -30,7 +30,7 @@ helm test priogate -n priogate-system
 
 Any namespace works: every reference to it (RBAC subjects, flags, the hooks' Service, the
 controller's identity the webhook trusts) follows the release namespace. `kubectl priogate`
-reads priogate's records from `priogate-system` unless told otherwise:
+reads priogate's ledgers from `priogate-system` unless told otherwise:
 `kubectl priogate --priogate-namespace <namespace> reservations` (or `$PRIOGATE_NAMESPACE`).
 
 What the install does, in order (https://helm.sh/docs/topics/charts_hooks/):

@@ -79,7 +79,7 @@ CLEANUP_RULES = [
     # Waits until no webhook or controller pod is left, so nothing writes after the deletes.
     {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]},
     {"apiGroups": [""], "resources": ["secrets"], "resourceNames": ["priogate-webhook-tls"], "verbs": ["delete"]},
-    # The records are named after tenant namespaces, so not by name: ConfigMaps of the release
+    # The ledgers are named after tenant namespaces, so not by name: ConfigMaps of the release
     # namespace, priogate's own (the Job lists them by their label and deletes those).
     {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["list", "delete"]},
     {

@@ -21,7 +21,7 @@ import urllib3
 
 from kubectl_priogate import reservations, simulation, why, why_report
 from kubectl_priogate.output import FORMATS, render, shown
-from kubectl_priogate.source import RecordNamespaceNotFound, Source
+from kubectl_priogate.source import LedgerNamespaceNotFound, Source
 from priogate import __version__
 from priogate.clock import rfc3339
 from priogate.kube.client import ApiError
@@ -123,7 +123,7 @@ def _namespace(args: argparse.Namespace, default: str) -> str:
 
 def cmd_reservations(args: argparse.Namespace, source: Source, default_ns: str, out: TextIO) -> int:
     namespace = None if args.all_namespaces else _namespace(args, default_ns)
-    ledgers = source.ledger_records(namespace)
+    ledgers = source.read_ledgers(namespace)
     quotas = source.resource_quotas(namespace)
     groups = source.podgroups(namespace)
     pods = source.pods(namespace)
@@ -133,16 +133,16 @@ def cmd_reservations(args: argparse.Namespace, source: Source, default_ns: str, 
     now = dt.datetime.now(dt.UTC)
     reports = []
     for ns in names:
-        record = ledgers.get(ns)
+        ledger = ledgers.get(ns)
         reports.append(
             reservations.namespace_report(
                 ns,
                 [q for q in quotas if q["metadata"]["namespace"] == ns],
-                record.entries if record else {},
+                ledger.entries if ledger else {},
                 [g for g in groups if g["metadata"]["namespace"] == ns],
                 [p for p in pods if p["metadata"]["namespace"] == ns],
                 now,
-                record.stored_bytes if record else None,
+                ledger.stored_bytes if ledger else None,
             )
         )
     reports = [r for r in reports if r.rows or r.holds]
@@ -285,7 +285,7 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None, err: Text
     except ApiError as e:
         reason = _REASONS.get(e.status, e.reason or str(e.status))
         err.write(f"Error from server ({shown(reason)}): {shown(e.message or e.reason)}\n")
-    except (CliError, KubeconfigError, RecordNamespaceNotFound) as e:
+    except (CliError, KubeconfigError, LedgerNamespaceNotFound) as e:
         err.write(f"error: {shown(e)}\n")
     except urllib3.exceptions.HTTPError as e:
         # The API server cannot be reached: kubectl's own wording names the server too.

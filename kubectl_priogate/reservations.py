@@ -27,9 +27,9 @@ from priogate.resources import ResourceList, add, pod_requests
 
 ZERO = Fraction(0)
 NO_QUOTA = "<none>"
-# The table names a namespace whose record fills at least this share of its ConfigMap: past the
+# The table names a namespace whose ledger fills at least this share of its ConfigMap: past the
 # whole of it, new PodGroups with reservations are refused (docs/limits.md).
-RECORD_FILL_NOTED = 0.5
+LEDGER_FILL_NOTED = 0.5
 
 
 @dataclass(frozen=True)
@@ -65,7 +65,7 @@ class NamespaceReport:
     rows: tuple[Row, ...]
     holds: tuple[Hold, ...]
     stale: tuple[str, ...]  # groups of ledger entries that no longer count
-    record_bytes: int | None = None  # the record's stored size; None when it could not be read
+    ledger_bytes: int | None = None  # the ledger's stored size; None when it could not be read
 
 
 def consumed_by_group(pods: Iterable[Mapping[str, Any]]) -> dict[str, ResourceList]:
@@ -177,7 +177,7 @@ def namespace_report(
     podgroups: Iterable[Mapping[str, Any]],
     pods: Iterable[Mapping[str, Any]],
     now: dt.datetime,
-    record_bytes: int | None = None,
+    ledger_bytes: int | None = None,
 ) -> NamespaceReport:
     holds, stale = holds_of(entries, podgroups, pods, now)
     quotas = sorted(quotas, key=lambda q: str((q.get("metadata") or {}).get("name", "")))
@@ -186,7 +186,7 @@ def namespace_report(
         rows.extend(quota_rows(namespace, quota, holds))
     if not quotas and holds:
         rows = unlimited_rows(namespace, holds)
-    return NamespaceReport(namespace, tuple(rows), tuple(holds), tuple(stale), record_bytes)
+    return NamespaceReport(namespace, tuple(rows), tuple(holds), tuple(stale), ledger_bytes)
 
 
 # ---- output ------------------------------------------------------------------------------------
@@ -214,16 +214,16 @@ def render_table(reports: Sequence[NamespaceReport], *, all_namespaces: bool) ->
                 _groups_cell(r.groups),
             ]
             rows.append([r.namespace, *cells] if all_namespaces else cells)
-    return table(headers, rows) + "".join(_record_fill_note(report) for report in reports)
+    return table(headers, rows) + "".join(_ledger_fill_note(report) for report in reports)
 
 
-def _record_fill_note(report: NamespaceReport) -> str:
-    if report.record_bytes is None or report.record_bytes < RECORD_FILL_NOTED * CONFIGMAP_MAX_BYTES:
+def _ledger_fill_note(report: NamespaceReport) -> str:
+    if report.ledger_bytes is None or report.ledger_bytes < LEDGER_FILL_NOTED * CONFIGMAP_MAX_BYTES:
         return ""
-    share = report.record_bytes / CONFIGMAP_MAX_BYTES
+    share = report.ledger_bytes / CONFIGMAP_MAX_BYTES
     return (
         f"\nThe ledger of namespace {shown(report.namespace)} is {share:.0%} full"
-        f" ({report.record_bytes / 1024:.0f} KiB of {CONFIGMAP_MAX_BYTES // 1024} KiB):"
+        f" ({report.ledger_bytes / 1024:.0f} KiB of {CONFIGMAP_MAX_BYTES // 1024} KiB):"
         " once it is full, new PodGroups with minResources are refused; delete the PodGroups"
         " that are no longer needed.\n"
     )
@@ -260,9 +260,9 @@ def to_json(reports: Sequence[NamespaceReport]) -> dict[str, Any]:
                     for h in report.holds
                 ],
                 "staleEntries": list(report.stale),
-                "record": None
-                if report.record_bytes is None
-                else {"bytes": report.record_bytes, "limitBytes": CONFIGMAP_MAX_BYTES},
+                "ledger": None
+                if report.ledger_bytes is None
+                else {"bytes": report.ledger_bytes, "limitBytes": CONFIGMAP_MAX_BYTES},
             }
         )
     return {"namespaces": namespaces}

@@ -29,16 +29,16 @@ LIST_TIMEOUT = (5, 60)
 
 
 @dataclass(frozen=True)
-class LedgerRecord:
+class LedgerRead:
     """A namespace's ledger as the plugin read it."""
 
     entries: dict[str, Entry]  # by PodGroup uid
-    # The record's size as kube-apiserver counts it against a ConfigMap's 1 MiB; None when the
-    # entries were derived from the stored PodGroups (a user who may not read the record).
+    # The ledger's size as kube-apiserver counts it against a ConfigMap's 1 MiB; None when the
+    # entries were derived from the stored PodGroups (a user who may not read the ledger).
     stored_bytes: int | None
 
 
-class RecordNamespaceNotFound(Exception):
+class LedgerNamespaceNotFound(Exception):
     """The namespace the plugin reads ledgers from does not exist: priogate is
     installed elsewhere (--priogate-namespace), or not at all."""
 
@@ -54,7 +54,7 @@ class RecordNamespaceNotFound(Exception):
 class Source:
     def __init__(self, client: ApiClient, priogate_namespace: str = DEFAULT_LEDGER_NAMESPACE) -> None:
         self.client = client
-        # Where priogate is installed, and so where its records live (the chart installs into any
+        # Where priogate is installed, and so where its ledgers live (the chart installs into any
         # namespace; the webhook's --ledger-namespace is its release namespace).
         self.priogate_namespace = priogate_namespace
 
@@ -112,50 +112,50 @@ class Source:
 
     def ledger_entries(self, namespace: str | None) -> dict[str, dict[str, Entry]]:
         """Tenant namespace -> its ledger's entries (by PodGroup uid), as
-        ledger_records reads them."""
-        return {ns: record.entries for ns, record in self.ledger_records(namespace).items()}
+        read_ledgers reads them."""
+        return {ns: ledger.entries for ns, ledger in self.read_ledgers(namespace).items()}
 
-    def ledger_records(self, namespace: str | None) -> dict[str, LedgerRecord]:
-        """Tenant namespace -> its ledger; every namespace that has a record when
-        `namespace` is None. The only place that knows where records live: in priogate's own
+    def read_ledgers(self, namespace: str | None) -> dict[str, LedgerRead]:
+        """Tenant namespace -> its ledger; every namespace that has a ledger when
+        `namespace` is None. The only place that knows where ledgers live: in priogate's own
         namespace, where a namespace user may not read them. For such a user the entries are
-        derived from the namespace's stored PodGroups, as priogate rebuilds a record (the record
+        derived from the namespace's stored PodGroups, as priogate rebuilds a ledger (the ledger
         only adds admissions still in flight)."""
         if namespace is not None:
             try:
-                record: Mapping[str, Any] | None = self.client.get(
+                ledger: Mapping[str, Any] | None = self.client.get(
                     ledger_path(self.priogate_namespace, namespace)
                 )
             except ApiError as e:
                 if e.status == 403:
-                    return {namespace: LedgerRecord(self._derived(namespace), None)}
+                    return {namespace: LedgerRead(self._derived(namespace), None)}
                 if e.status != 404:
                     raise
                 # A GET of a ConfigMap in a namespace that does not exist is a 404 too: "nothing
                 # reserved" only when the namespace is there.
                 self._require_priogate_namespace()
-                record = None
-            return {namespace: _read(record)} if record is not None else {}
-        found: dict[str, LedgerRecord] = {}
-        records = self._list(
+                ledger = None
+            return {namespace: _read(ledger)} if ledger is not None else {}
+        found: dict[str, LedgerRead] = {}
+        ledgers = self._list(
             "v1", "configmaps", self.priogate_namespace, labelSelector="=".join(LEDGER_LABEL)
         )
-        if not records:  # a LIST in a namespace that does not exist is empty, not a 404
+        if not ledgers:  # a LIST in a namespace that does not exist is empty, not a 404
             self._require_priogate_namespace()
-        for cm in records:
+        for cm in ledgers:
             covered = covered_namespace(cm)
             if covered:
                 found[covered] = _read(cm)
         return found
 
     def _require_priogate_namespace(self) -> None:
-        """Raise RecordNamespaceNotFound when the records' namespace does not exist. A user who may
-        not read namespaces (403) gets the benefit of the doubt: the records are simply absent."""
+        """Raise LedgerNamespaceNotFound when the ledgers' namespace does not exist. A user who may
+        not read namespaces (403) gets the benefit of the doubt: the ledgers are simply absent."""
         try:
             self.client.get(resource_path("v1", "namespaces", None, self.priogate_namespace))
         except ApiError as e:
             if e.status == 404:
-                raise RecordNamespaceNotFound(self.priogate_namespace) from None
+                raise LedgerNamespaceNotFound(self.priogate_namespace) from None
             if e.status != 403:
                 raise
 
@@ -170,5 +170,5 @@ class Source:
         return out
 
 
-def _read(record: Mapping[str, Any]) -> LedgerRecord:
-    return LedgerRecord(entries_of(record), stored_size(record))
+def _read(ledger: Mapping[str, Any]) -> LedgerRead:
+    return LedgerRead(entries_of(ledger), stored_size(ledger))

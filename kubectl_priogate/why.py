@@ -1,5 +1,5 @@
 """`kubectl priogate why`: why a pod is pending or was preempted, why a PodGroup is pending.
-Pure: the object, its Events and priogate's records in; a report out.
+Pure: the object, its Events and priogate's preemption records in; a report out.
 
 What is read, and who writes it:
 - a pod's PodScheduled condition (kube-scheduler: reason Unschedulable and the "0/N nodes are

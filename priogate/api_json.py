@@ -1,4 +1,4 @@
-"""JSON from the API server (watch events, response bodies, the record's shards), decoded with orjson.
+"""JSON from the API server (watch events, response bodies, the ledger's shards), decoded with orjson.
 
 orjson parses a PodGroup's watch event about 2.5 times faster than the standard library, and
 under load decoding was a tenth of a quota worker's time. What orjson refuses and the standard

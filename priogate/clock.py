@@ -37,8 +37,8 @@ def parse_rfc3339(text: str) -> dt.datetime:
 @lru_cache(maxsize=16384)
 def parse_time(text: str) -> dt.datetime:
     """Either form this module writes (MicroTime or Time), as an aware UTC datetime; ValueError
-    otherwise. For records whose older copies hold whole seconds. Cached: every admission reads
-    the same stamps of a namespace's record again."""
+    otherwise. For ledgers whose older copies hold whole seconds. Cached: every admission reads
+    the same stamps of a namespace's ledger again."""
     if len(text) in (20, 27) and _fixed_form(text):
         # fromisoformat parses these exact layouts several times faster than strptime.
         return dt.datetime.fromisoformat(text[:-1]).replace(tzinfo=dt.UTC)

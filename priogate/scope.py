@@ -105,7 +105,7 @@ def claim_of(spec: Mapping[str, Any]) -> tuple[Mapping[str, Any], int]:
 def needs_enrolment(
     labels: Mapping[str, str] | None, claims: Iterable[tuple[Mapping[str, Any], int]]
 ) -> bool:
-    """A namespace that holds a reservation (the claims: its record's entries and its stored
+    """A namespace that holds a reservation (the claims: its ledger's entries and its stored
     groups, as (minResources, minMember)) but lacks the label: one that reserved before
     enrolment existed, or whose label someone removed. The controller's backstop enrols it
     (controller/enrol.py)."""

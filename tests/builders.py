@@ -46,7 +46,7 @@ def make_view(
     elif getattr(ledger_store, "reads", False) is None:
         ledger_store.reads = lambda namespace: CacheReads(view, namespace)
     if isinstance(view.ledger_store, MemoryLedgerStore):
-        for obj in ledgers:  # the in-process record starts as the cached one
+        for obj in ledgers:  # the in-process ledger starts as the cached one
             view.ledger_store.ledgers.setdefault(covered_namespace(obj), ledger_of(obj))
     return view
 
@@ -241,9 +241,10 @@ def podgroup(
     priority_class: str | None = None,
     queue: str | None = None,
     phase: str | None = None,
+    resource_version: str | None = None,
 ) -> dict[str, Any]:
     """A Volcano PodGroup; its uid is "uid-<name>" unless given (ledger() uses the same). Only a
-    group with a `phase` has a status."""
+    group with a `phase` has a status; with `resource_version`, it is as stored."""
     spec: dict[str, Any] = {}
     if min_member is not None:
         spec["minMember"] = min_member
@@ -259,9 +260,17 @@ def podgroup(
         "metadata": _meta(name, namespace, created, uid=uid or f"uid-{name}"),
         "spec": spec,
     }
+    if resource_version is not None:
+        obj["metadata"]["resourceVersion"] = resource_version
     if phase is not None:
         obj["status"] = {"phase": phase}
     return obj
+
+
+def cpu_podgroup(name: str, cpu: str, *, min_member: int = 1, **kw: Any) -> dict[str, Any]:
+    """podgroup() reserving minResources cpu=`cpu` for `min_member` (1) pods, the shape the quota
+    and eviction tests claim with; `kw` as podgroup() takes them."""
+    return podgroup(name, min_member=min_member, min_resources={"cpu": cpu}, **kw)
 
 
 def podgroup_body(

@@ -1,5 +1,5 @@
-"""An in-memory API server for unit tests of what writes to kube-apiserver (the reservation
-record's store, the preemptors, the reclaimer): the answers those callers rely on, each as
+"""An in-memory API server for unit tests of what writes to kube-apiserver (the ledger's
+store, the preemptors, the reclaimer): the answers those callers rely on, each as
 kube-apiserver gives it, and a log of every call.
 
 - GET of an object or a collection; a collection's items are the objects stored under it.

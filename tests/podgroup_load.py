@@ -51,7 +51,7 @@ Fold = Callable[[str, dict], None]
 class _Monitor:
     """Follows the stored PodGroups and the ledger with watches while the load runs: every state
     either goes through is seen (a poll would only sample them, and its LISTs of every group
-    would load the API server it measures). The record's states are decoded once the load is
+    would load the API server it measures). The ledger's states are decoded once the load is
     done, in the order seen: decoding each write meanwhile took CPU from the machine measured."""
 
     def __init__(self, client: ApiClient, namespace: str, result: LoadResult) -> None:
@@ -154,8 +154,8 @@ def create_concurrently(
     monitor_client: ApiClient | None = None,
     on_created: Callable[[], None] | None = None,
 ) -> LoadResult:
-    """`monitor_client`: who watches the record and the groups meanwhile, when `client` (a
-    tenant) may not read the record. `on_created` is called once every create is answered,
+    """`monitor_client`: who watches the ledger and the groups meanwhile, when `client` (a
+    tenant) may not read the ledger. `on_created` is called once every create is answered,
     before the monitor's last watch and its decoding (a bench's measured window ends there)."""
     result = LoadResult()
     path = resource_path(podgroup.GROUP_VERSION, podgroup.PLURAL, namespace)

@@ -19,7 +19,7 @@ from webhook.review import AdmissionRequest, Decision
 
 class ClusterView(Protocol):
     """What rule sets may read: watch-backed caches, and the ledger's store (the
-    only way a rule set reaches the API server: quorum reads and record writes, in turns)."""
+    only way a rule set reaches the API server: quorum reads and ledger writes, in turns)."""
 
     def priority_classes(self) -> Mapping[str, Mapping]: ...
 

@@ -196,7 +196,7 @@ def build_view(
     in_flight = dt.timedelta(seconds=in_flight_seconds)
     needed = sorted({name for rule_set in load_rule_sets(servers=servers) for name in rule_set.needs})
     if priorityclasses_file:
-        # Offline: fixed PriorityClasses, empty everything else, the record in this process.
+        # Offline: fixed PriorityClasses, empty everything else, the ledger in this process.
         classes = _load_list(priorityclasses_file)
         caches = {n: WatchCache.static(n, classes if n == "priorityclasses" else []) for n in needed}
         return memory_view(caches, ledger_namespace=ledger_namespace, in_flight=in_flight)
@@ -219,9 +219,9 @@ def build_view(
         ledger_namespace=ledger_namespace,
         in_flight=in_flight,
         on_conflict=LEDGER_CONFLICTS.inc,
-        # Where the records are watched (the pod quota rule set reads them, so the quota server
+        # Where the ledgers are watched (the pod quota rule set reads them, so the quota server
         # does), turns start from that copy. Not a need of the PodGroup rule sets: the copy only
-        # saves a GET, so a stale watch of the records must not refuse their admissions.
+        # saves a GET, so a stale watch of the ledgers must not refuse their admissions.
         watched=WatchedLedgers(caches["ledgers"], ledger_namespace) if "ledgers" in caches else None,
     )
     return CacheView(caches, store, client, ledger_namespace=ledger_namespace, in_flight=in_flight)

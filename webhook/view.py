@@ -50,16 +50,16 @@ CLAIMS_MEMO_NAMESPACES = 1024
 
 @dataclass(frozen=True)
 class NamespaceReservations:
-    """A namespace's reservations as the caches show them: the cached record's entries plus a
-    claim for every cached stored group the record lacks (`damaged`: the cached record did not
+    """A namespace's reservations as the caches show them: the cached ledger's entries plus a
+    claim for every cached stored group the ledger lacks (`damaged`: the cached ledger did not
     parse, so only the stored groups are known), what each group's cached members use, the
-    record's charges, and which groups are alive (uid -> being deleted)."""
+    ledger's charges, and which groups are alive (uid -> being deleted)."""
 
     entries: dict[str, Entry]
     consumed_by_group: dict[str, ResourceList]  # group name -> quota-named usage of its pods
     live: Mapping[str, bool]
     member_uids: dict[str, bool]  # uids of cached (stored) member pods
-    has_record: bool
+    has_ledger: bool
     stored: Mapping[str, Entry]  # uid -> the cached stored group's claim
     damaged: bool = False
 
@@ -76,7 +76,7 @@ class CacheView:
     ) -> None:
         self.caches = caches
         self.ledger_store: LedgerStore | Any = ledger_store
-        # For quorum reads outside a record's turn (listed_podgroups); None offline and in
+        # For quorum reads outside a ledger's turn (listed_podgroups); None offline and in
         # tests, where the caches are fixed and so never behind.
         self.client = client
         self.ledger_namespace = ledger_namespace
@@ -179,8 +179,8 @@ class CacheView:
         """The cached PodGroups as a listing (offline mode and tests stand it in for a LIST)."""
         return listing_of(self.caches["podgroups"].namespace(namespace).values(), now)
 
-    def cached_record(self, namespace: str) -> Ledger | None:
-        """The namespace's record as the watch shows it; DamagedLedger when unreadable."""
+    def cached_ledger(self, namespace: str) -> Ledger | None:
+        """The namespace's ledger as the watch shows it; DamagedLedger when unreadable."""
         obj = self.caches["ledgers"].get(self.ledger_namespace, ledger_name(namespace))
         return ledger_of(obj) if obj is not None else None
 
@@ -209,7 +209,7 @@ class CacheView:
 
     def reservations(self, namespace: str) -> NamespaceReservations:
         """What the caches show of the namespace's reservations (admission of PodGroups, and of
-        pods where something is reserved, decides on the record in a ledger turn instead)."""
+        pods where something is reserved, decides in a ledger turn instead)."""
         ledgers, pods, groups = self.caches["ledgers"], self.caches["pods"], self.caches["podgroups"]
         key = (
             ledgers.namespace_generation(self.ledger_namespace),
@@ -228,17 +228,17 @@ class CacheView:
                 member_uids[(pod.get("metadata") or {}).get("uid", "")] = True
         damaged = False
         try:
-            record = self.cached_record(namespace)
+            ledger = self.cached_ledger(namespace)
         except DamagedLedger:
-            record, damaged = None, True
+            ledger, damaged = None, True
         stored = self.stored_podgroups(namespace)
-        entries = adopted(record.entries if record else {}, stored.values())
+        entries = adopted(ledger.entries if ledger else {}, stored.values())
         value = NamespaceReservations(
             entries,
             consumed,
             self.live_podgroups(namespace),
             member_uids,
-            record is not None,
+            ledger is not None,
             stored,
             damaged,
         )
@@ -273,7 +273,7 @@ class CacheReads:
 
 
 def memory_view(caches: Mapping[str, WatchCache], **kw: Any) -> CacheView:
-    """A view whose record lives in this process (priogate.ledger.model.MemoryLedgerStore)."""
+    """A view whose ledger lives in this process (priogate.ledger.memory.MemoryLedgerStore)."""
     from priogate.ledger.memory import MemoryLedgerStore
 
     view = CacheView(caches, None, **kw)

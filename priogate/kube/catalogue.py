@@ -49,7 +49,7 @@ PODGROUPS = Source("podgroups", resource_path(GROUP_VERSION, PLURAL))
 
 def ledgers(ledger_namespace: str = DEFAULT_LEDGER_NAMESPACE) -> Source:
     """The ledgers: ConfigMaps in priogate's own namespace only (where tenants
-    cannot write), and of those only the records."""
+    cannot write), and of those only the ledgers."""
     return Source(
         "ledgers",
         resource_path("v1", "configmaps", ledger_namespace),

@@ -316,9 +316,9 @@ class LedgerStore:
             changed = current.rebuilt and not all(r.dry_run for r in batch)
             decided = time.monotonic()
             for request in batch:
-                new_record, request.result = request.decide(ledger, reads)
-                if new_record is not None and not request.dry_run:
-                    ledger, changed = new_record, True
+                new_ledger, request.result = request.decide(ledger, reads)
+                if new_ledger is not None and not request.dry_run:
+                    ledger, changed = new_ledger, True
             if not changed:
                 if not current.fresh:
                     # No write, so no precondition proves the watch's copy current: decide

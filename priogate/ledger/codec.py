@@ -59,8 +59,8 @@ SHARD_MAX_TEXT_BYTES = 64 * CONFIGMAP_MAX_BYTES
 # zlib's fastest level: each PUT compresses its changed shards, and the ratio it loses against
 # the default level is small for entries this alike.
 COMPRESSION_LEVEL = 1
-# Records whose shards are kept below: cleared when more (namespaces come and go).
-_KEPT_RECORDS = 4096
+# Ledgers whose shards are kept below: cleared when more (namespaces come and go).
+_KEPT_LEDGERS = 4096
 
 
 class LedgerFull(ValueError):
@@ -162,7 +162,7 @@ def _sharded_entries(ledger: str, shards: Mapping[str, Any]) -> dict[str, Entry]
 
 
 def _keep(memo: dict[tuple[str, int], Any], key: tuple[str, int], value: Any) -> None:
-    if len(memo) >= _KEPT_RECORDS * SHARDS and key not in memo:
+    if len(memo) >= _KEPT_LEDGERS * SHARDS and key not in memo:
         memo.clear()
     memo[key] = value
 

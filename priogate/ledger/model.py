@@ -4,9 +4,9 @@ pods were admitted there a moment ago, as plain data and pure decisions.
 Where it lives: one ConfigMap per tenant namespace, in priogate's own namespace
 (`priogate-system/podgroup-ledger.<namespace>`), where only priogate may write. Nothing a
 tenant can write decides a reservation. priogate/kube/ledger_store.py reads and writes it with
-optimistic concurrency; this module holds its entries and charges, priogate/record_codec.py
-reads and writes its ConfigMap, priogate/settlement.py rebuilds it from the stored PodGroups and
-decides which entries still count.
+optimistic concurrency; this module holds its entries and charges, priogate/ledger/codec.py
+reads and writes its ConfigMap, priogate/ledger/settlement.py rebuilds it from the stored
+PodGroups and decides which entries still count.
 
 What it is: a cache of the truth, never the truth itself. The truth is the set of stored
 PodGroups (read with a quorum LIST); the ledger adds only what the API server cannot tell yet:

@@ -128,8 +128,8 @@ def decided(api: ApiClient, name: str, cpu: str, namespace: str = NAMESPACE) -> 
 
 def reservations(api: ApiClient, namespace: str = NAMESPACE) -> dict[str, str]:
     """group name -> admitted_at, from the ledger as stored."""
-    record = api.get(ledger_path(DEFAULT_LEDGER_NAMESPACE, namespace))
-    return {e.group: e.admitted_at for e in entries_of(record).values()}
+    ledger = api.get(ledger_path(DEFAULT_LEDGER_NAMESPACE, namespace))
+    return {e.group: e.admitted_at for e in entries_of(ledger).values()}
 
 
 def old_reservation(api: ApiClient, namespace: str) -> str:

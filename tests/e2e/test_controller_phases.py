@@ -202,14 +202,14 @@ def _inject_stale_entry(client: ApiClient, namespace: str, key: str) -> dict:
     admitted = (dt.datetime.now(dt.UTC) - dt.timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
     stale = Entry("never-stored", key, {"cpu": "1"}, 1, "", admitted)
     for _ in range(10):
-        ledger = client.get(ledger_path(DEFAULT_LEDGER_NAMESPACE, namespace))
-        record = ledger_of(ledger)
-        record = record.with_entries({**record.entries, key: stale})
-        version = ledger["metadata"]["resourceVersion"]
+        obj = client.get(ledger_path(DEFAULT_LEDGER_NAMESPACE, namespace))
+        ledger = ledger_of(obj)
+        ledger = ledger.with_entries({**ledger.entries, key: stale})
+        version = obj["metadata"]["resourceVersion"]
         try:
             return client.replace(
                 ledger_path(DEFAULT_LEDGER_NAMESPACE, namespace),
-                ledger_object(DEFAULT_LEDGER_NAMESPACE, namespace, record, version),
+                ledger_object(DEFAULT_LEDGER_NAMESPACE, namespace, ledger, version),
             )  # carries the resourceVersion read
         except ApiError as e:
             if e.status != 409:

@@ -221,7 +221,7 @@ def test_the_controller_puts_back_a_removed_label(cluster: LocalCluster, tenant:
     path = f"/api/v1/namespaces/{tenant.namespace}"
     # As a cluster admin might by hand, or as a namespace that reserved before the label existed.
     admin.request("PATCH", path, body={"metadata": {"labels": {ENROLLED_LABEL: None}}}, content_type=MERGE)
-    # The Namespace event enqueues its record's key at once (the periodic sweep would too).
+    # The Namespace event enqueues its ledger's key at once (the periodic sweep would too).
     wait_for(lambda: enrolled(labels(admin, tenant.namespace)), 30, "the controller labels it again", 0.2)
     # And kube-apiserver routes its pods to the pod quota hook again.
     body = pod(None, namespace=None, generate_name="big-", cpu="5", limits={"cpu": "5"})

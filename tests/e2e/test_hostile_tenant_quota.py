@@ -34,7 +34,7 @@ from tests.e2e.tenant import GROUP, VERSION, Tenant
 from tests.podgroup_load import create_concurrently
 
 HOLD = "example.com/hold"
-RECORDS = DEFAULT_LEDGER_NAMESPACE
+LEDGER_NS = DEFAULT_LEDGER_NAMESPACE
 
 
 def quota(admin: ApiClient, namespace: str, cpu: str) -> None:
@@ -56,9 +56,9 @@ def set_quota_cpu(admin: ApiClient, namespace: str, cpu: str) -> None:
     update(admin, path, lambda quota: quota["spec"]["hard"].update(cpu=cpu))
 
 
-def record_entries(admin: ApiClient, namespace: str) -> dict:
+def ledger_entries(admin: ApiClient, namespace: str) -> dict:
     try:
-        return entries_of(admin.get(ledger_path(RECORDS, namespace)))
+        return entries_of(admin.get(ledger_path(LEDGER_NS, namespace)))
     except ApiError as e:
         if e.status == 404:
             return {}
@@ -66,10 +66,10 @@ def record_entries(admin: ApiClient, namespace: str) -> dict:
 
 
 def reserved_groups(admin: ApiClient, namespace: str) -> set[str]:
-    return {e.group for e in record_entries(admin, namespace).values()}
+    return {e.group for e in ledger_entries(admin, namespace).values()}
 
 
-def test_the_record_is_out_of_the_tenants_reach_and_rebuilt_when_deleted(tenant: Tenant, admin: ApiClient):
+def test_the_ledger_is_out_of_the_tenants_reach_and_rebuilt_when_deleted(tenant: Tenant, admin: ApiClient):
     quota(admin, tenant.namespace, "10")
     tenant.create_podgroup(podgroup_body("six", {"cpu": "6"}))
     assert reserved_groups(admin, tenant.namespace) == {"six"}
@@ -84,7 +84,7 @@ def test_the_record_is_out_of_the_tenants_reach_and_rebuilt_when_deleted(tenant:
         ("create", "configmap", "podgroup-ledger.other", "--from-literal=reservations.json={}"),
         ("get", "configmaps"),
     ):
-        out = kubectl(f"--namespace={RECORDS}", *verb, check=False)
+        out = kubectl(f"--namespace={LEDGER_NS}", *verb, check=False)
         assert out.returncode != 0 and "forbidden" in out.stderr.lower(), (verb, out.stdout, out.stderr)
     # What the tenant can write, in their own namespace, decides nothing: a ConfigMap of the old
     # ledger's name, empty.
@@ -98,10 +98,10 @@ def test_the_record_is_out_of_the_tenants_reach_and_rebuilt_when_deleted(tenant:
     got = refusal(lambda: tenant.create_podgroup(podgroup_body("five", {"cpu": "5"})))
     assert got is not None and "reserved: cpu=6" in got[1], got
 
-    # An admin deletes the record: a missing record never means nothing is reserved. The claim
+    # An admin deletes the ledger: a missing ledger never means nothing is reserved. The claim
     # that the stored groups leave no room for is refused on them, before any turn; the next
-    # admission rebuilds the record from the stored groups before it is decided.
-    admin.delete(ledger_path(RECORDS, tenant.namespace))
+    # admission rebuilds the ledger from the stored groups before it is decided.
+    admin.delete(ledger_path(LEDGER_NS, tenant.namespace))
     got = refusal(lambda: tenant.create_podgroup(podgroup_body("five", {"cpu": "5"})))
     assert got is not None and got[0] == 403 and "reserved: cpu=6, limited: cpu=10" in got[1], got
     tenant.create_podgroup(podgroup_body("four", {"cpu": "4"}))
@@ -237,7 +237,7 @@ def test_forged_reviews_posted_to_the_webhook_neither_release_nor_block(
     tenant: Tenant, admin: ApiClient, cluster: LocalCluster
 ):
     """The local webhook's URL is known. With mutual TLS (the launcher's default) a post without
-    kube-apiserver's client certificate is refused at TLS, so forging is impossible; the record
+    kube-apiserver's client certificate is refused at TLS, so forging is impossible; the ledger
     must hold where mTLS cannot be had, so the forged reviews are then posted with that
     certificate, as anyone could post them to an endpoint that takes every client."""
     quota(admin, tenant.namespace, "10")
@@ -264,7 +264,7 @@ def test_forged_reviews_posted_to_the_webhook_neither_release_nor_block(
     # A forged CREATE that claims the live group's uid with less lowers nothing.
     smaller = {**real, "spec": {**real["spec"], "minResources": {"cpu": "1"}}}
     assert post(_review("CREATE", smaller, None, tenant.namespace, "real"))["allowed"]
-    assert record_entries(admin, tenant.namespace)[real["metadata"]["uid"]].min_resources == {"cpu": "6"}
+    assert ledger_entries(admin, tenant.namespace)[real["metadata"]["uid"]].min_resources == {"cpu": "6"}
 
     # A forged CREATE with an invented uid claiming the rest of the quota.
     ghost = podgroup_body("ghost", {"cpu": "4"})
@@ -317,9 +317,9 @@ def test_a_quota_lowered_below_the_reservations_keeps_them_refuses_growth_and_sa
 def test_a_quota_lowered_a_moment_before_a_create_limits_it(tenant: Tenant, admin: ApiClient):
     """The admin lowers the quota and the tenant creates at once: every create that fits only
     the old quota is refused, and none leaves a claim behind. The webhook decides on its cached
-    quotas and the record's quota fences (webhook.rules.quota_fence wrote this change there
+    quotas and the ledger's quota fences (webhook.rules.quota_fence wrote this change there
     before it was stored); here its cache has usually heard of the change already, so the path
-    where it has not is driven by tests/unit/test_quota_fence_record.py, with a cache held
+    where it has not is driven by tests/unit/test_quota_fence_ledger.py, with a cache held
     behind on purpose."""
     quota(admin, tenant.namespace, "10")
     tenant.create_podgroup(podgroup_body("base", {"cpu": "2"}))
@@ -339,7 +339,7 @@ def test_forty_concurrent_podgroups_of_a_tenant_fill_the_quota_exactly(
     tenant: Tenant, admin: ApiClient, cluster: LocalCluster
 ):
     """A tenant racing their own PodGroups through the webhook's two workers: each turn starts
-    from the watched copy of the record where its turn stamps say it is current
+    from the watched copy of the ledger where its turn stamps say it is current
     (priogate/turn_order.py), and still exactly as many groups as fit are admitted. The first
     claim is made alone: it enrols the namespace (priogate.scope), and concurrent first claims
     are told to retry by design."""

@@ -113,7 +113,7 @@ def docs(text: str) -> list[dict]:
 
 def test_helm_install_creates_every_object_of_the_release(release: str, helm: Helm, kubectl: Kubectl) -> None:
     assert "STATUS: deployed" in release
-    # NOTES.txt: where it went, how to check it, how the kubectl plugin finds the records.
+    # NOTES.txt: where it went, how to check it, how the kubectl plugin finds the ledgers.
     notes = release.split("NOTES:", 1)[1]
     assert f"installed in namespace {NAMESPACE} (release {RELEASE})" in notes
     assert f"helm test {RELEASE} -n {NAMESPACE}" in notes
@@ -277,7 +277,7 @@ ALLOWED: list[tuple[str, str, str, str | None, str]] = [
     # controller/reconcile.py: the phase (PUT status)
     (CONTROLLER, "get", "podgroups.scheduling.volcano.sh", TENANT_NS, "status"),
     (CONTROLLER, "update", "podgroups.scheduling.volcano.sh", TENANT_NS, "status"),
-    # controller/reclaim.py through the ledger store: the records in priogate's namespace
+    # controller/reclaim.py through the ledger store: the ledgers in priogate's namespace
     *[(CONTROLLER, v, "configmaps", NAMESPACE, "") for v in (*CACHE_VERBS, "create", "update")],
     # controller/events.py
     (CONTROLLER, "create", "events.events.k8s.io", TENANT_NS, ""),

@@ -83,15 +83,15 @@ def test_reservations_of_a_namespace_with_a_quota_and_podgroups(client: ApiClien
     assert table[1].split() == ["compute", "cpu", "10", "1", "6", "5", "4", "eval=2,train=4"]
     assert table[2].split() == ["compute", "pods", "10", "1", "3", "2", "7", "eval=1,train=2"]
 
-    record = ledger_path(DEFAULT_LEDGER_NAMESPACE, namespace)
-    before = stored_size(client.get(record))
+    ledger = ledger_path(DEFAULT_LEDGER_NAMESPACE, namespace)
+    before = stored_size(client.get(ledger))
     data = json.loads(ok(priogate("reservations", "-n", namespace, "-o", "json")))
-    after = stored_size(client.get(record))  # the controller may rewrite it meanwhile
+    after = stored_size(client.get(ledger))  # the controller may rewrite it meanwhile
     (ns,) = data["namespaces"]
     assert ns["quotas"][0]["resources"]["cpu"]["free"] == "4"
-    # The record's size as kube-apiserver counts it against the ConfigMap limit.
-    assert ns["record"]["bytes"] in {before, after}
-    assert ns["record"]["limitBytes"] == CONFIGMAP_MAX_BYTES
+    # The ledger's size as kube-apiserver counts it against the ConfigMap limit.
+    assert ns["ledger"]["bytes"] in {before, after}
+    assert ns["ledger"]["limitBytes"] == CONFIGMAP_MAX_BYTES
     assert {g["name"]: g["reservedUnused"].get("cpu") for g in ns["podGroups"]} == {"eval": "2", "train": "3"}
 
     everywhere = ok(priogate("reservations", "-A"))
@@ -174,7 +174,7 @@ def test_why_a_pending_group_a_pending_pod_and_a_missing_group(client: ApiClient
 def test_a_namespace_user_asks_why_and_sees_reservations(client: ApiClient, tenant, priogate):
     """As a user with the built-in `edit` role in one namespace only (--as, kubectl's
     impersonation flag): PodGroups of other namespaces are not theirs to list, so `why` reads
-    the records of their own namespace instead of failing."""
+    the preemption records of their own namespace instead of failing."""
     client.create(resource_path("v1", "pods", tenant.namespace), pod("big", namespace=None, cpu="100"))
     client.create(
         groups_path(tenant.namespace), podgroup("train", namespace=None, min_resources={"cpu": "1"})
@@ -192,10 +192,10 @@ def test_a_namespace_user_asks_why_and_sees_reservations(client: ApiClient, tena
     assert "Reservation:    holds minResources cpu=1" in group, group
     table = ok(priogate("reservations", *as_tenant))
     assert table.splitlines()[1].split()[:3] == ["<none>", "cpu", "<none>"], table
-    # The record lives where the tenant may not read it: the entries come from their own
+    # The ledger lives where the tenant may not read it: the entries come from their own
     # PodGroups, and its size is unknown rather than guessed.
     (ns,) = json.loads(ok(priogate("reservations", *as_tenant, "-o", "json")))["namespaces"]
-    assert ns["record"] is None
+    assert ns["ledger"] is None
     assert [g["name"] for g in ns["podGroups"]] == ["train"]
     denied = priogate("simulate", *as_tenant)
     assert denied.returncode == 1 and denied.stderr.startswith("Error from server (Forbidden): "), (

@@ -98,7 +98,7 @@ def quota_webhook_at(cluster: LocalCluster, client: ApiClient, url: str) -> Iter
 
 @contextlib.contextmanager
 def forging_turn_stamps(client: ApiClient, namespace: str, every: float = 0.05) -> Iterator[list[int]]:
-    """Rewrite the record's turn stamp (priogate.ledger.turn_order) while the block runs, as someone
+    """Rewrite the ledger's turn stamp (priogate.ledger.turn_order) while the block runs, as someone
     allowed to write in priogate's namespace might: higher, lower, another writer's, garbled.
     Yields the count of stamps written."""
     path = ledger_path(DEFAULT_LEDGER_NAMESPACE, namespace)
@@ -115,7 +115,7 @@ def forging_turn_stamps(client: ApiClient, namespace: str, every: float = 0.05) 
                 client.request("PATCH", path, body=body, content_type="application/merge-patch+json")
                 written[0] += 1
             except ApiError as e:
-                if e.status != 404:  # the record is written by the first admission
+                if e.status != 404:  # the ledger is written by the first admission
                     raise
 
     thread = threading.Thread(target=forge, daemon=True)
@@ -292,7 +292,7 @@ def test_growing_a_podgroup_is_checked_again(client, namespace):
     )
     current["spec"]["minResources"]["cpu"] = "1"
     client.replace(f"{path}/a", current)
-    # A shrink takes effect once stored: the record lowers "a" when an admission it would block
+    # A shrink takes effect once stored: the ledger lowers "a" when an admission it would block
     # confirms the stored spec (the webhook's cache shows the stored generation a moment later).
     c = podgroup("c", namespace=None, min_member=1, min_resources={"cpu": "1"})
     wait_for(lambda: denial(client, path, c, dry_run=False) is None, 30, "c fits beside the shrunk a")

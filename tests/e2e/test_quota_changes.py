@@ -1,14 +1,14 @@
 """Quota changes against PodGroup admissions, on the real control plane: the admin changes a
 ResourceQuota and a tenant (the built-in `edit` role in one namespace, tests/e2e/tenant.py)
 creates PodGroups at once. priogate decides PodGroups on its cached quotas plus the quota
-fences its ResourceQuota hook wrote into the namespace's record before kube-apiserver stored
+fences its ResourceQuota hook wrote into the namespace's ledger before kube-apiserver stored
 each change (webhook.rules.quota_fence), so no change is missed however far the cache is behind.
 
 - a quota created a moment before a create limits it, in an enrolled namespace and in a
   namespace's very first claim (through the enrolment hook);
-- a raised quota counts as soon as priogate's cache shows it, and the record holds the admin's
+- a raised quota counts as soon as priogate's cache shows it, and the ledger holds the admin's
   changes and nothing else;
-- the tenant can change neither the quotas nor the record that holds the fences;
+- the tenant can change neither the quotas nor the ledger that holds the fences;
 - a quota change forged straight to the webhook refuses for the in-flight bound at most.
 
 (A quota lowered a moment before a create: tests/e2e/test_hostile_tenant_quota.py.)
@@ -68,7 +68,7 @@ def test_a_namespaces_first_claim_is_limited_by_a_quota_created_a_moment_before(
     tenant: Tenant, admin: ApiClient
 ):
     """The namespace holds no reservation yet: its first claim goes through the enrolment hook,
-    which decides it on the same record the quota hook fenced."""
+    which decides it on the same ledger the quota hook fenced."""
     admin.create(quotas(tenant.namespace), {"metadata": {"name": "compute"}, "spec": {"hard": {"cpu": "1"}}})
     got = refusal(lambda: tenant.create_podgroup(podgroup_body("first", {"cpu": "2"})))
     assert got is not None and "exceeded quota: compute" in got[1], got
@@ -76,7 +76,7 @@ def test_a_namespaces_first_claim_is_limited_by_a_quota_created_a_moment_before(
     assert reserved_groups(admin, tenant.namespace) == {"fits"}
 
 
-def test_a_raised_quota_counts_once_cached_and_the_record_holds_only_the_admins_changes(
+def test_a_raised_quota_counts_once_cached_and_the_ledger_holds_only_the_admins_changes(
     tenant: Tenant, admin: ApiClient
 ):
     quota(admin, tenant.namespace, "2")
@@ -95,7 +95,7 @@ def test_a_raised_quota_counts_once_cached_and_the_record_holds_only_the_admins_
     assert {f.spec["hard"]["cpu"] for f in fences(admin, tenant.namespace)} == {"2", "6"}
 
 
-def test_the_tenant_can_change_neither_quotas_nor_the_record_of_fences(tenant: Tenant, admin: ApiClient):
+def test_the_tenant_can_change_neither_quotas_nor_the_ledger_of_fences(tenant: Tenant, admin: ApiClient):
     quota(admin, tenant.namespace, "2")
     for verb in ("create", "update", "patch", "delete"):
         assert not tenant.can(verb, "resourcequotas"), verb
@@ -104,10 +104,10 @@ def test_the_tenant_can_change_neither_quotas_nor_the_record_of_fences(tenant: T
             "compute", tenant.namespace, {"spec": {"hard": {"cpu": "99"}}}
         )
     assert raised.value.status == 403
-    # The record lives in priogate's namespace, out of the tenant's reach.
-    record = f"podgroup-ledger.{tenant.namespace}"
+    # The ledger lives in priogate's namespace, out of the tenant's reach.
+    ledger = f"podgroup-ledger.{tenant.namespace}"
     with pytest.raises(ApiException) as raised:
-        tenant.core.patch_namespaced_config_map(record, DEFAULT_LEDGER_NAMESPACE, {"data": {}})
+        tenant.core.patch_namespaced_config_map(ledger, DEFAULT_LEDGER_NAMESPACE, {"data": {}})
     assert raised.value.status == 403
     assert [f.quota for f in fences(admin, tenant.namespace)] == ["compute"]
 

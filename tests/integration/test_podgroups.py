@@ -185,7 +185,7 @@ def reserved_namespace():
     quota = resource_quota("compute", hard={"cpu": "10"}, used={"cpu": "2"}, namespace="team-a")
     reservations = ledger(namespace="team-a", gang={"cpu": "6"})
     member = pod("m0", namespace="team-a", cpu="1", group="gang")
-    # uid-gang, matching the record
+    # uid-gang, matching the ledger
     live = podgroup("gang", namespace="team-a", min_member=1, min_resources={"cpu": "6"})
     return dict(quotas=[quota], ledgers=[reservations], pods=[member], podgroups=[live])
 
@@ -203,8 +203,8 @@ def test_plain_pod_cannot_eat_reservations(reserved_namespace):
     ]
 
 
-def test_a_record_without_entries_still_reserves_for_stored_groups(reserved_namespace):
-    """The record lost its entry; the stored group still reserves (adopted from the cache)."""
+def test_a_ledger_without_entries_still_reserves_for_stored_groups(reserved_namespace):
+    """The ledger lost its entry; the stored group still reserves (adopted from the cache)."""
     reserved_namespace["ledgers"] = [ledger(namespace="team-a")]
     client, _ = client_with(**reserved_namespace)
     refused = answer(client, "/validate/pods", review(pod("greedy", namespace="team-a", cpu="3500m")))
@@ -229,7 +229,7 @@ def test_reservation_of_a_group_that_never_got_stored_stops_counting(reserved_na
 
 def test_pods_in_a_burst_are_charged_until_status_used_shows_them(reserved_namespace):
     """used 2, 5 reserved and unconsumed, hard 10: 3 cpu are free; the quota's status.used does
-    not move between admissions (kube-apiserver charges it after the webhooks), the record's
+    not move between admissions (kube-apiserver charges it after the webhooks), the ledger's
     charges do."""
     client, store = client_with(**reserved_namespace)
     # kube-apiserver's ?timeout, shorter than the charges' in-flight bound: a pod that fits only

@@ -129,7 +129,7 @@ def new_group() -> dict:
 
 
 def test_reservation_the_quorum_list_still_shows_is_not_pruned() -> None:
-    # The cache missed it; etcd has it (as admitted: the record follows the stored spec).
+    # The cache missed it; etcd has it (as admitted: the ledger follows the stored spec).
     lister = Lister([podgroup("old", min_resources={"cpu": "4"})])
     client, store = quota_client(lister)
     got = answer(client, "/validate/podgroups", new_group())

@@ -473,7 +473,7 @@ def test_monitoring_is_off_by_default_and_renders_when_asked() -> None:
     assert len(alerts) == 9
     expiry = next(r for g in rules for r in g["rules"] if r["alert"] == "PriogateCertificateExpiringSoon")
     assert "< 30 * 86400" in expiry["expr"]
-    filling = next(r for g in rules for r in g["rules"] if r["alert"] == "PriogateReservationRecordFilling")
+    filling = next(r for g in rules for r in g["rules"] if r["alert"] == "PriogateLedgerFilling")
     assert "> 0.8 * 1048576" in filling["expr"]
     dashboard = json.loads(objs["ConfigMap", "priogate-dashboard"]["data"]["priogate.json"])
     assert dashboard == json.loads((CHART / "dashboards" / "priogate.json").read_text())
@@ -520,7 +520,7 @@ def test_metric_names_in_alerts_and_dashboard_exist_in_the_code() -> None:
         "priogate_controller_leader",
         "priogate_controller_preemptions_total",
         "priogate_cache_stale",
-        "priogate_reservation_record_bytes",
+        "priogate_ledger_bytes",
     ):
         assert metric in named_metrics(rule_text)
 

@@ -26,7 +26,7 @@ def refusal_by(hook: str, message: str) -> str:
 
 
 class ScopeView:
-    """make_view's caches and in-process record, with the API server's side of enrolment
+    """make_view's caches and in-process ledger, with the API server's side of enrolment
     scripted: `routed` is what each probe finds (True: the reservation hook answered it)."""
 
     def __init__(self, routed: list[bool | None], cpu: str = "10", enroll_error: Exception | None = None):
@@ -68,8 +68,8 @@ def decide(rule: Any, obj: dict, view: Any, *, dry_run: bool = False, old: dict 
 
 
 def reserved(view: ScopeView) -> set[str]:
-    record = view.inner.ledger_store.ledgers.get("team-a")
-    return {e.group for e in record.entries.values()} if record else set()
+    ledger = view.inner.ledger_store.ledgers.get("team-a")
+    return {e.group for e in ledger.entries.values()} if ledger else set()
 
 
 @pytest.fixture(autouse=True)

@@ -1,5 +1,5 @@
 """priogate.ledger.totals: the running per-class sums give every quota the same reserved amounts,
-and so the same decisions, as summing the other entries afresh, whatever the record does between
+and so the same decisions, as summing the other entries afresh, whatever the ledger does between
 two calls."""
 
 from __future__ import annotations
@@ -35,26 +35,26 @@ def sums(reservations: list[Reservation]) -> dict[str, dict[str, Fraction]]:
 A, B, C = entry("a", "1"), entry("b", "2", "high"), entry("c", "500m", memory="1Gi")
 
 CASES = [
-    # (name, records given one after another, the key left out of the last)
-    ("one record", [{"a": A, "b": B, "c": C}], "a"),
+    # (name, ledgers given one after another, the key left out of the last)
+    ("one ledger", [{"a": A, "b": B, "c": C}], "a"),
     ("an entry added", [{"a": A}, {"a": A, "b": B}], "zzz"),
     ("an entry removed", [{"a": A, "b": B, "c": C}, {"a": A, "c": C}], "zzz"),
     ("an entry raised", [{"a": A, "b": B}, {"a": entry("a", "3"), "b": B}], "b"),
     ("a class changed", [{"a": A, "b": B}, {"a": entry("a", "1", "high"), "b": B}], "zzz"),
     ("the claim's own entry left out", [{"a": A, "b": B}], "b"),
-    ("another namespace's record", [{"a": A, "b": B}, {"x": entry("x", "7"), "y": entry("y", "1")}], "x"),
-    ("back to an earlier record", [{"a": A, "b": B, "c": C}, {"a": A}, {"a": A, "b": B, "c": C}], "c"),
+    ("another namespace's ledger", [{"a": A, "b": B}, {"x": entry("x", "7"), "y": entry("y", "1")}], "x"),
+    ("back to an earlier ledger", [{"a": A, "b": B, "c": C}, {"a": A}, {"a": A, "b": B, "c": C}], "c"),
     ("empty", [{"a": A}, {}], "a"),
     ("a negative amount counts as nothing", [{"a": A, "n": entry("n", "-5")}], "zzz"),
 ]
 
 
-@pytest.mark.parametrize(("name", "records", "leave_out"), CASES, ids=[c[0] for c in CASES])
-def test_the_running_sums_are_the_sums_afresh(name, records, leave_out):
+@pytest.mark.parametrize(("name", "ledgers", "leave_out"), CASES, ids=[c[0] for c in CASES])
+def test_the_running_sums_are_the_sums_afresh(name, ledgers, leave_out):
     totals = EntryTotals()
-    for record in records:
-        got = totals.others(record, leave_out)
-    assert sums(got) == afresh(records[-1], leave_out)
+    for ledger in ledgers:
+        got = totals.others(ledger, leave_out)
+    assert sums(got) == afresh(ledgers[-1], leave_out)
 
 
 QUOTAS = [
@@ -78,19 +78,19 @@ entries_st = st.builds(
     st.sampled_from(["", "high", "low"]),
     st.sampled_from([None, "512Mi", "1Gi"]),
 )
-records_st = st.lists(st.lists(entries_st, max_size=8), min_size=1, max_size=6).map(
-    lambda records: [{e.key: e for e in record} for record in records]
+ledgers_st = st.lists(st.lists(entries_st, max_size=8), min_size=1, max_size=6).map(
+    lambda ledgers: [{e.key: e for e in ledger} for ledger in ledgers]
 )
 
 
 @settings(max_examples=300, deadline=None)
-@given(records=records_st, claim=entries_st)
-def test_every_decision_is_the_one_made_on_the_sums_afresh(records, claim):
+@given(ledgers=ledgers_st, claim=entries_st)
+def test_every_decision_is_the_one_made_on_the_sums_afresh(ledgers, claim):
     """The refusal's message holds the reserved amounts, so equal messages mean equal sums."""
     totals = EntryTotals()
-    for record in records:
-        kept = totals.others(record, claim.key)
-        others = [e.reservation() for k, e in record.items() if k != claim.key]
+    for ledger in ledgers:
+        kept = totals.others(ledger, claim.key)
+        others = [e.reservation() for k, e in ledger.items() if k != claim.key]
         assert check_podgroup(QUOTAS, kept, claim.reservation()) == check_podgroup(
             QUOTAS, others, claim.reservation()
         )
@@ -106,15 +106,15 @@ def test_each_namespace_keeps_its_own_sums_and_the_number_kept_is_bounded():
 
 
 @settings(max_examples=200, deadline=None)
-@given(records=records_st, what_if=st.lists(entries_st, max_size=8), claim=entries_st)
-def test_a_fork_sums_a_what_if_map_and_leaves_the_record_sums_alone(records, what_if, claim):
+@given(ledgers=ledgers_st, what_if=st.lists(entries_st, max_size=8), claim=entries_st)
+def test_a_fork_sums_a_what_if_map_and_leaves_the_ledger_sums_alone(ledgers, what_if, claim):
     totals = EntryTotals()
-    for record in records:
-        totals.others(record, claim.key)
-    what_if_map = {**records[-1], **{e.key: e for e in what_if}}
+    for ledger in ledgers:
+        totals.others(ledger, claim.key)
+    what_if_map = {**ledgers[-1], **{e.key: e for e in what_if}}
     for key in list(what_if_map)[::2]:
         del what_if_map[key]
     assert sums(totals.fork().others(what_if_map, claim.key)) == afresh(what_if_map, claim.key)
     kept = dict(totals._entries)
-    assert sums(totals.others(records[-1], claim.key)) == afresh(records[-1], claim.key)
+    assert sums(totals.others(ledgers[-1], claim.key)) == afresh(ledgers[-1], claim.key)
     assert totals._entries == kept  # nothing moved: the fork took the what-if's moves

@@ -1,6 +1,6 @@
 """The ledger's pure decisions, by table: resync to a quorum LIST (gone, never
 stored, in flight, shrunk, refused growth, adopted, finalizer-held), which entries are worth
-confirming, charges, and a damaged record never read as empty."""
+confirming, charges, and a damaged ledger never read as empty."""
 
 from __future__ import annotations
 
@@ -92,7 +92,7 @@ def claims(entries: dict[str, Entry]) -> dict[str, tuple[str, str]]:
             {"u1": ("a", "1")},
             id="previous-class-ends",
         ),
-        # A stored group the record lacks (lost, rebuilt, or stored before priogate) is adopted.
+        # A stored group the ledger lacks (lost, rebuilt, or stored before priogate) is adopted.
         pytest.param([], [stored("b", "u9", cpu="3")], {"u9": ("b", "3")}, id="adopted"),
     ],
 )
@@ -215,7 +215,7 @@ def test_live_charges(charges, stored_pods, kept):
     assert sorted(settlement.live_charges(charges, NOW, stored_pods, BOUND)) == kept
 
 
-def test_record_roundtrip_lives_in_priogates_namespace():
+def test_ledger_roundtrip_lives_in_priogates_namespace():
     e = Entry(
         "g",
         "uid-1",
@@ -225,19 +225,19 @@ def test_record_roundtrip_lives_in_priogates_namespace():
         "2026-11-22T12:00:00Z",
     )
     assert e.min_resources == {"cpu": "1", "memory": "1Gi"}
-    record = Ledger({e.key: e}, {"r": charge(1)})
-    obj = ledger_object("priogate-system", "team-a", record, "42")
+    written = Ledger({e.key: e}, {"r": charge(1)})
+    obj = ledger_object("priogate-system", "team-a", written, "42")
     assert obj["metadata"]["namespace"] == "priogate-system"
     assert obj["metadata"]["name"] == "podgroup-ledger.team-a"
     assert covered_namespace(obj) == "team-a"
     assert obj["metadata"]["resourceVersion"] == "42"
-    assert ledger_of(obj) == record
+    assert ledger_of(obj) == written
     assert ledger_path("priogate-system", "team-a") == (
         "/api/v1/namespaces/priogate-system/configmaps/podgroup-ledger.team-a"
     )
 
 
-def test_a_relabelled_record_covers_nothing():
+def test_a_relabelled_ledger_covers_nothing():
     obj = ledger_object("priogate-system", "team-a", Ledger(), None)
     obj["metadata"]["labels"][COVERS_LABEL] = "team-b"
     assert covered_namespace(obj) == ""
@@ -262,7 +262,7 @@ T = "2026-11-22T12:00:00Z"
         {CHARGES_DATA_KEY: '{"r": {"demand": {"cpu": "x"}, "chargedAt": "' + T + '"}}'},
     ],
 )
-def test_a_damaged_record_is_an_error_never_an_empty_record(data):
+def test_a_damaged_ledger_is_an_error_never_an_empty_ledger(data):
     with pytest.raises(ledger.DamagedLedger, match="is not a ledger"):
         ledger_of({"metadata": {"name": "podgroup-ledger.team-a"}, "data": data})
 
@@ -294,7 +294,7 @@ def test_a_lowered_quota_is_reported_on_the_groups_and_clears_when_it_fits():
 
 
 def raw_entry(**fields: object) -> dict:
-    """An entry as the record stores it (without generation, as records before it did)."""
+    """An entry as the ledger stores it (without generation, as ledgers before it did)."""
     return {
         "group": "a",
         "minResources": {"cpu": "1"},

@@ -56,7 +56,7 @@ from priogate.ledger.totals import EntryTotals
 from priogate.resources import parse_resource_list
 from tests.builders import podgroup, resource_quota
 from tests.fake_api import FakeApi
-from tests.unit.record_world import GROUPS, NS, QUOTAS, RECORD
+from tests.unit.ledger_world import GROUPS, LEDGER, NS, QUOTAS
 
 HARD = {"cpu": 10, "pods": 4}
 QUOTA = f"{QUOTAS}/compute"
@@ -308,11 +308,11 @@ class Interleavings(RuleBasedStateMachine):
         self.now += dt.timedelta(milliseconds=ms)
         self.pending = self.live_pending()  # the rest timed out in kube-apiserver
 
-    @precondition(lambda self: RECORD in self.api.objects and not self.live_pending())
+    @precondition(lambda self: LEDGER in self.api.objects and not self.live_pending())
     @rule()
     def ledger_deleted(self) -> None:
         """Deleted by hand while nothing is in flight: the next turn rebuilds it from a LIST."""
-        self.api.remove(RECORD)
+        self.api.remove(LEDGER)
 
     # --- what must hold after every step ---------------------------------------------------
 
@@ -330,7 +330,7 @@ class Interleavings(RuleBasedStateMachine):
     @invariant()
     def no_live_reservation_lost(self) -> None:
         live = self.stored() + [p.obj for p in self.live_pending()]
-        ledger = self.api.objects.get(RECORD)
+        ledger = self.api.objects.get(LEDGER)
         if ledger is None:
             assert not self.live_pending(), "the ledger is missing while admissions are in flight"
             return

@@ -25,7 +25,7 @@ class AlwaysConflicting:
 
     def get(self, path: str, **_: Any) -> dict:
         time.sleep(0.005)
-        return ledger_object("priogate-system", "team-a", Ledger(), "1")  # an empty record
+        return ledger_object("priogate-system", "team-a", Ledger(), "1")  # an empty ledger
 
     def request(self, method: str, path: str, **_: Any) -> dict:
         time.sleep(0.005)
@@ -33,8 +33,8 @@ class AlwaysConflicting:
         raise ApiError(409, "Conflict", "the object has been modified")
 
 
-def claim(record: Ledger, reads: Reads) -> tuple[Ledger, str]:
-    return record, "decided"
+def claim(ledger: Ledger, reads: Reads) -> tuple[Ledger, str]:
+    return ledger, "decided"
 
 
 def test_each_request_is_answered_by_its_own_deadline_not_the_batch_holders():
@@ -101,8 +101,8 @@ def test_the_callers_deadline_is_kept_with_a_margin():
 QUOTAS = "/api/v1/namespaces/team-a/resourcequotas"
 
 
-def _quota_counting(record: Ledger, reads: Reads) -> tuple[Ledger, int]:
-    return record, len(reads.quotas())
+def _quota_counting(ledger: Ledger, reads: Reads) -> tuple[Ledger, int]:
+    return ledger, len(reads.quotas())
 
 
 def test_decisions_that_count_status_used_read_the_quotas_in_their_turn():
@@ -110,9 +110,9 @@ def test_decisions_that_count_status_used_read_the_quotas_in_their_turn():
     store = LedgerStore(api, deadline_seconds=5)
     api.put_object(QUOTAS, {"metadata": {"name": "compute"}, "spec": {"hard": {"cpu": "4"}}})
     assert store.update("team-a", _quota_counting) == 1
-    record_read = next(i for i, c in enumerate(api.calls) if "configmaps" in c.path)
+    ledger_read = next(i for i, c in enumerate(api.calls) if "configmaps" in c.path)
     quota_read = next(i for i, c in enumerate(api.calls) if c.path == QUOTAS)
-    assert record_read < quota_read  # after the record, so a dropped charge is in one of them
+    assert ledger_read < quota_read  # after the ledger, so a dropped charge is in one of them
 
 
 def test_after_a_conflict_the_batch_takes_in_what_arrived_meanwhile():
@@ -154,11 +154,11 @@ class SlowWrites(FakeApi):
         return super().request(method, path, **kw)
 
 
-def admitted(record: Ledger, reads: Reads) -> tuple[Ledger, None]:
-    return Ledger(entries=dict(record.entries), charges=dict(record.charges), fences={}), None
+def admitted(ledger: Ledger, reads: Reads) -> tuple[Ledger, None]:
+    return Ledger(entries=dict(ledger.entries), charges=dict(ledger.charges), fences={}), None
 
 
-def refused(record: Ledger, reads: Reads) -> tuple[None, str]:
+def refused(ledger: Ledger, reads: Reads) -> tuple[None, str]:
     return None, "refused"
 
 

@@ -21,36 +21,36 @@ import orjson
 from priogate.ledger.codec import entries_of, ledger_of, ledger_path
 from tests.builders import fed_cache, group_review, pod, podgroup, review
 from tests.fake_api import FakeApi
-from tests.unit.record_world import GROUPS, NS, QUOTAS, RECORD, admit_group, aged, setup, store_group
+from tests.unit.ledger_world import GROUPS, LEDGER, NS, QUOTAS, admit_group, aged, setup, store_group
 from webhook.review import parse_review
 from webhook.rules import pod_quota, podgroup_quota
 
 
-def test_the_record_lives_in_priogates_namespace_and_a_rebuilt_one_fences_the_listed_quotas():
+def test_the_ledger_lives_in_priogates_namespace_and_a_rebuilt_one_fences_the_listed_quotas():
     api, view = setup()
     assert admit_group(view, "a", "6").allowed
-    assert set(entries_of(api.objects[RECORD])) == {"uid-a"}
+    assert set(entries_of(api.objects[LEDGER])) == {"uid-a"}
     assert not any("/namespaces/team-a/configmaps" in call.path for call in api.calls)
-    # The quota was not in the cache (old code: no limit). The record was missing, so it was
+    # The quota was not in the cache (old code: no limit). The ledger was missing, so it was
     # rebuilt with the quotas of a LIST without a resourceVersion (a quorum read) as fences.
     assert api.reads_of(QUOTAS) == [()]
-    assert [f.quota for f in ledger_of(api.objects[RECORD]).fences.values()] == ["compute"]
+    assert [f.quota for f in ledger_of(api.objects[LEDGER]).fences.values()] == ["compute"]
     refused = admit_group(view, "b", "5")
     assert not refused.allowed and "exceeded quota: compute" in refused.message
 
 
-def test_a_missing_record_is_rebuilt_from_the_stored_groups_before_deciding():
+def test_a_missing_ledger_is_rebuilt_from_the_stored_groups_before_deciding():
     """Old code: a missing ledger read as empty, so the next group was admitted over quota."""
     api, view = setup()
     view.caches["resourcequotas"].apply_event("ADDED", api.objects[f"{QUOTAS}/compute"])
-    store_group(api, "a", "6")  # stored, and its record deleted by someone
+    store_group(api, "a", "6")  # stored, and its ledger deleted by someone
     refused = admit_group(view, "b", "5")
     assert not refused.allowed and "reserved: cpu=6" in refused.message
     assert api.reads_of(GROUPS) == [()]  # one quorum LIST
-    assert set(entries_of(api.objects[RECORD])) == {"uid-a"}  # and the rebuild was written
+    assert set(entries_of(api.objects[LEDGER])) == {"uid-a"}  # and the rebuild was written
 
 
-def test_a_damaged_record_is_rebuilt_not_a_500_or_a_503():
+def test_a_damaged_ledger_is_rebuilt_not_a_500_or_a_503():
     api, view = setup()
     store_group(api, "a", "6")
     api.put_object(
@@ -60,7 +60,7 @@ def test_a_damaged_record_is_rebuilt_not_a_500_or_a_503():
     refused = admit_group(view, "b", "5")
     assert not refused.allowed and refused.code == 403 and "reserved: cpu=6" in refused.message
     assert admit_group(view, "c", "4").allowed
-    assert set(entries_of(api.objects[RECORD])) == {"uid-a", "uid-c"}
+    assert set(entries_of(api.objects[LEDGER])) == {"uid-a", "uid-c"}
 
 
 def test_an_entry_in_flight_is_never_dropped():
@@ -74,7 +74,7 @@ def test_an_entry_in_flight_is_never_dropped():
     assert not refused.allowed and "may still be on their way to storage, retry" in refused.message
     assert time.monotonic() - started < 4.0  # answered within the request's deadline
     assert len(api.reads_of(GROUPS)) > 2  # looked again while waiting
-    assert "uid-a" in entries_of(api.objects[RECORD])
+    assert "uid-a" in entries_of(api.objects[LEDGER])
 
 
 def test_an_admission_blocked_by_a_claim_never_stored_waits_for_its_bound_and_goes_through():
@@ -88,7 +88,7 @@ def test_an_admission_blocked_by_a_claim_never_stored_waits_for_its_bound_and_go
     started = time.monotonic()
     assert admit_group(view, "b", "5", within=10.0).allowed
     assert 1.0 < time.monotonic() - started < 4.0
-    assert set(entries_of(api.objects[RECORD])) == {"uid-b"}
+    assert set(entries_of(api.objects[LEDGER])) == {"uid-b"}
 
 
 def test_a_waiting_admission_is_refused_once_the_blocking_claim_is_stored():
@@ -104,7 +104,7 @@ def test_a_waiting_admission_is_refused_once_the_blocking_claim_is_stored():
     assert not refused.allowed and "reserved: cpu=6" in refused.message
     assert "retry" not in refused.message
     assert time.monotonic() - started < 3.0
-    assert set(entries_of(api.objects[RECORD])) == {"uid-a"}
+    assert set(entries_of(api.objects[LEDGER])) == {"uid-a"}
 
 
 def test_a_refusal_for_claims_the_watch_cache_shows_stored_costs_no_quorum_list():
@@ -146,7 +146,7 @@ def test_a_gone_or_forged_entry_is_confirmed_with_one_quorum_list_and_dropped():
     lists_before = len(api.reads_of(GROUPS))
     assert admit_group(view, "b", "10").allowed
     assert len(api.reads_of(GROUPS)) == lists_before + 1
-    assert set(entries_of(api.objects[RECORD])) == {"uid-b"}
+    assert set(entries_of(api.objects[LEDGER])) == {"uid-b"}
 
 
 def test_a_finalizer_held_group_reserves_until_gone():
@@ -167,7 +167,7 @@ def test_a_delete_admission_releases_nothing():
     body = group_review(None, operation="DELETE", old=podgroup("a", namespace=NS, min_resources={"cpu": "6"}))
     body["request"]["name"] = "a"
     assert podgroup_quota.admit(parse_review(orjson.dumps(body)), view).allowed
-    assert "uid-a" in entries_of(api.objects[RECORD])
+    assert "uid-a" in entries_of(api.objects[LEDGER])
     assert "DELETE" not in podgroup_quota.RULE_SET.operations
 
 
@@ -180,7 +180,7 @@ def test_a_shrinking_update_lowers_nothing_until_stored():
     new = podgroup("a", namespace=NS, min_member=1, min_resources={"cpu": "2"})
     body = group_review(new, operation="UPDATE", old=old)
     assert podgroup_quota.admit(parse_review(orjson.dumps(body)), view).allowed
-    assert entries_of(api.objects[RECORD])["uid-a"].min_resources == {"cpu": "6"}
+    assert entries_of(api.objects[LEDGER])["uid-a"].min_resources == {"cpu": "6"}
     aged(api, 60)  # the update was refused later: the stored spec is still 6
     assert not admit_group(view, "b", "5").allowed
 
@@ -207,7 +207,7 @@ def test_pods_are_serialized_and_charged_where_something_is_reserved():
     api.put_object(GROUPS, group)
     # A burst: every admission before the quota plugin charged any of them.
     assert [plain_pod(view, i, within=3.0).allowed for i in range(6)] == [True] * 4 + [False] * 2
-    assert len(ledger_of(api.objects[RECORD]).charges) == 4
+    assert len(ledger_of(api.objects[LEDGER]).charges) == 4
     charge_used(api, "4")  # now charged: the fifth is refused at once, with no wait
     started = time.monotonic()
     refused = plain_pod(view, 4)
@@ -227,23 +227,23 @@ def test_a_pod_blocked_only_by_a_charge_never_stored_waits_for_its_bound_and_goe
     started = time.monotonic()
     assert plain_pod(view, 0, within=10.0).allowed
     assert 1.0 < time.monotonic() - started < 4.0
-    assert {c.pod for c in ledger_of(api.objects[RECORD]).charges.values()} == {"p0"}
+    assert {c.pod for c in ledger_of(api.objects[LEDGER]).charges.values()} == {"p0"}
 
 
-def test_a_pod_turn_reads_each_quota_by_a_quorum_get_after_the_record_and_no_list():
-    """The quota the record's fence names is read by name (its status.used fresh); the cache has
+def test_a_pod_turn_reads_each_quota_by_a_quorum_get_after_the_ledger_and_no_list():
+    """The quota the ledger's fence names is read by name (its status.used fresh); the cache has
     not seen it. A LIST would wait for kube-apiserver's cache; a GET does not."""
     group = podgroup("gang", namespace=NS, min_member=1, min_resources={"cpu": "6"})
     api, view = setup(cached_groups=[group])
     api.put_object(GROUPS, group)
-    assert plain_pod(view, 0).allowed  # the first turn rebuilds the record: one LIST seeds it
+    assert plain_pod(view, 0).allowed  # the first turn rebuilds the ledger: one LIST seeds it
     lists, before = len(api.reads_of(QUOTAS)), len(api.calls)
     charge_used(api, "9")  # 6 reserved + 1 charged + 9 used > 10
     refused = plain_pod(view, 1)
     assert not refused.allowed and "exceeded quota: compute" in refused.message
     assert len(api.reads_of(QUOTAS)) == lists
     gets = [c.path for c in api.calls[before:] if c.method == "GET"]
-    assert gets.index(RECORD) < gets.index(f"{QUOTAS}/compute")
+    assert gets.index(LEDGER) < gets.index(f"{QUOTAS}/compute")
 
 
 def test_pods_where_nothing_is_reserved_cost_no_api_call():
@@ -254,10 +254,10 @@ def test_pods_where_nothing_is_reserved_cost_no_api_call():
     assert len(api.calls) == calls
 
 
-def test_the_record_json_is_what_the_readme_says():
+def test_the_ledger_json_is_what_the_readme_says():
     api, view = setup()
     admit_group(view, "a", "6")
-    (packed,) = (v for k, v in api.objects[RECORD]["data"].items() if k.endswith(".json.zlib.base64"))
+    (packed,) = (v for k, v in api.objects[LEDGER]["data"].items() if k.endswith(".json.zlib.base64"))
     data = json.loads(zlib.decompress(base64.b64decode(packed)))
     assert set(data["uid-a"]) == {
         "group",
@@ -270,7 +270,7 @@ def test_the_record_json_is_what_the_readme_says():
 
 
 def test_the_controller_sweep_adopts_lowers_and_drops_with_a_quorum_list():
-    """The sweep makes the record true to the stored groups: a stored group the record lacks is
+    """The sweep makes the ledger true to the stored groups: a stored group the ledger lacks is
     adopted, an entry above its stored spec (a refused growth) is lowered once settled, an entry
     whose group is gone is dropped; an entry in flight is kept and looked at again later."""
     from controller.reclaim import Reclaimer
@@ -286,7 +286,7 @@ def test_the_controller_sweep_adopts_lowers_and_drops_with_a_quorum_list():
     groups = [api.objects[f"{GROUPS}/{n}"] for n in ("kept", "grown", "adopt-me")]
 
     class Caches:
-        ledgers = fed_cache("ledgers", [api.objects[RECORD]])
+        ledgers = fed_cache("ledgers", [api.objects[LEDGER]])
         podgroups = fed_cache("podgroups", groups)
 
     reclaimer = Reclaimer(view.ledger_store, Caches(), dt.timedelta(seconds=15))  # type: ignore[arg-type]
@@ -294,10 +294,10 @@ def test_the_controller_sweep_adopts_lowers_and_drops_with_a_quorum_list():
     result = reclaimer.reclaim(NS)
     assert result.dropped == ["gone"] and result.adopted == ["adopt-me"] and result.resynced == ["grown"]
     assert result.recheck_after is not None  # "young" is looked at again once past the bound
-    got = {e.group: e.min_resources["cpu"] for e in entries_of(api.objects[RECORD]).values()}
+    got = {e.group: e.min_resources["cpu"] for e in entries_of(api.objects[LEDGER]).values()}
     assert got == {"kept": "2", "grown": "1", "adopt-me": "2", "young": "1"}
-    # The fence the rebuilt record took from the quota LIST survives the sweep's rewrite.
-    assert [f.quota for f in ledger_of(api.objects[RECORD]).fences.values()] == ["compute"]
+    # The fence the rebuilt ledger took from the quota LIST survives the sweep's rewrite.
+    assert [f.quota for f in ledger_of(api.objects[LEDGER]).fences.values()] == ["compute"]
 
 
 def test_a_class_change_counts_both_claims_until_stored():
@@ -307,22 +307,22 @@ def test_a_class_change_counts_both_claims_until_stored():
     new = podgroup("a", namespace=NS, min_member=1, min_resources={"cpu": "4"}, priority_class="high")
     body = group_review(new, operation="UPDATE", old=old)
     assert podgroup_quota.admit(parse_review(orjson.dumps(body)), view).allowed
-    assert set(entries_of(api.objects[RECORD])) == {"uid-a", "uid-a/previous"}
+    assert set(entries_of(api.objects[LEDGER])) == {"uid-a", "uid-a/previous"}
     assert not admit_group(view, "b", "3").allowed  # 4 (old class) + 4 (new class) + 3 > 10
 
 
-def test_a_record_too_large_for_its_configmap_refuses_new_groups_by_name(monkeypatch):
+def test_a_ledger_too_large_for_its_configmap_refuses_new_groups_by_name(monkeypatch):
     """Past what one ConfigMap holds, a growing claim is refused with what to do (403, not a
-    503 "retry": a retry fails the same way), and the record keeps what it had."""
-    from priogate.ledger import codec as record_codec
+    503 "retry": a retry fails the same way), and the ledger keeps what it had."""
+    from priogate.ledger import codec as ledger_codec
 
     api, view = setup(quota_cpu="100")
     assert admit_group(view, "a", "1").allowed
-    held = api.objects[RECORD]
+    held = api.objects[LEDGER]
     size = sum(map(len, held["data"].values()))
-    monkeypatch.setattr(record_codec, "CONFIGMAP_MAX_BYTES", size + 10)  # a second entry does not fit
+    monkeypatch.setattr(ledger_codec, "CONFIGMAP_MAX_BYTES", size + 10)  # a second entry does not fit
     refused = admit_group(view, "b", "1")
     assert not refused.allowed and refused.code == 403
     assert "PodGroup quota: the ledger of namespace" in refused.message
     assert "delete PodGroups that are no longer needed" in refused.message
-    assert {e.group for e in entries_of(api.objects[RECORD]).values()} == {"a"}
+    assert {e.group for e in entries_of(api.objects[LEDGER]).values()} == {"a"}

@@ -103,9 +103,9 @@ def test_controller_deployment_and_rbac():
         ("policy", "poddisruptionbudgets", "list"),
     ]:
         assert need in granted, need
-    records = docs[("Role", "priogate-controller-records")]
-    assert records["metadata"]["namespace"] == "priogate-system"
-    assert "update" in records["rules"][0]["verbs"] and records["rules"][0]["resources"] == ["configmaps"]
+    ledgers = docs[("Role", "priogate-controller-ledgers")]
+    assert ledgers["metadata"]["namespace"] == "priogate-system"
+    assert "update" in ledgers["rules"][0]["verbs"] and ledgers["rules"][0]["resources"] == ["configmaps"]
     lease_rules = docs[("Role", "priogate-controller-leader-election")]["rules"]
     assert lease_rules[0]["resources"] == ["leases"] and "update" in lease_rules[0]["verbs"]
 
@@ -145,7 +145,7 @@ def test_no_configmap_or_secret_write_outside_priogates_namespace():
         if "configmaps" in rule["resources"]
         for verb in rule["verbs"]
     }
-    assert {("priogate-webhook-records", "update"), ("priogate-controller-records", "update")} <= granted
+    assert {("priogate-webhook-ledgers", "update"), ("priogate-controller-ledgers", "update")} <= granted
 
 
 def rules_of(docs: dict[tuple[str, str], dict], namespace: str, account: str) -> list[tuple[str, dict]]:

@@ -328,8 +328,8 @@ def stored_groups(*cpus: str) -> list[dict]:
 @pytest.mark.parametrize(
     ("stored", "claim", "refused_without_a_turn"),
     [
-        (("4", "4"), "3", True),  # 8 stored + 3 > 10: no record could make room
-        (("4", "4"), "2", False),  # fits the stored groups: the record decides, in a turn
+        (("4", "4"), "3", True),  # 8 stored + 3 > 10: no ledger could make room
+        (("4", "4"), "2", False),  # fits the stored groups: the ledger decides, in a turn
         ((), "11", True),  # larger than the quota alone
         (("10",), "0", False),  # claims nothing: never refused
     ],

@@ -1,5 +1,5 @@
 """Quota fences (priogate.ledger.fences): when a decision counts one, as a table of the cache's
-states, and what a record rebuilt from a quorum LIST holds."""
+states, and what a ledger rebuilt from a quorum LIST holds."""
 
 from __future__ import annotations
 
@@ -83,7 +83,7 @@ def test_a_decision_counts_the_cached_quotas_and_each_live_fence_as_a_quota():
     assert limiting_quotas("team-a", cached, {}, NOW) is cached
 
 
-def test_a_rebuilt_record_fences_the_listed_quotas_until_the_cache_shows_that_version():
+def test_a_rebuilt_ledger_fences_the_listed_quotas_until_the_cache_shows_that_version():
     (listed,) = seeded([quota("8")], stamp(NOW)).values()
     assert listed.spec == {"hard": {"cpu": "10"}}
     assert is_live(listed, {"q": quota("7")}, NOW)
@@ -113,7 +113,7 @@ def test_a_fence_survives_its_json():
     assert QuotaFence.from_json(original.to_json()) == original
 
 
-def test_a_record_keeps_every_fence_until_it_expires():
+def test_a_ledger_keeps_every_fence_until_it_expires():
     ended, young = fence(base="5"), fence(base="6", age=1)
     old = fence(base="7", age=FENCE_TTL.total_seconds() + 1)
     kept = unexpired({f.key: f for f in (ended, young, old)}, NOW)

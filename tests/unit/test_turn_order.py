@@ -16,7 +16,7 @@ OURS = 7
         # Newer than anything the pod wrote: another writer's write, start from it at once.
         (Turn(8, "pod-b"), OURS, True, False, Start.COPY),
         (Turn(8, "pod-b"), OURS, False, False, Start.COPY),
-        # The pod knows nothing it wrote (a new pod, another record): the copy is the best known.
+        # The pod knows nothing it wrote (a new pod, another ledger): the copy is the best known.
         (Turn(3, "pod-b"), -1, True, False, Start.COPY),
         (UNSTAMPED, -1, False, False, Start.COPY),
         # The pod's own last write is the newest: wait for a busy other writer, not for an idle one.

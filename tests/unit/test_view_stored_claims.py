@@ -6,17 +6,10 @@ from __future__ import annotations
 import datetime as dt
 
 from priogate.ledger.stored_groups import listing_of
-from tests.builders import make_view, podgroup
+from tests.builders import cpu_podgroup, make_view
 
 NS = "team-a"
 MINIMUM = dt.datetime.min.replace(tzinfo=dt.UTC)
-
-
-def group(name: str, cpu: str, rv: str, **spec: object) -> dict:
-    obj = podgroup(name, namespace=NS, min_member=1, min_resources={"cpu": cpu})
-    obj["metadata"]["resourceVersion"] = rv
-    obj["spec"].update(spec)
-    return obj
 
 
 def as_listed(view) -> dict:
@@ -24,14 +17,21 @@ def as_listed(view) -> dict:
 
 
 def test_the_claims_follow_every_change_and_reuse_what_did_not_change():
-    view = make_view(podgroups=[group("a", "1", "1"), group("b", "2", "2"), group("c", "3", "3")])
+    view = make_view(
+        podgroups=[
+            cpu_podgroup("a", "1", namespace=NS, resource_version="1"),
+            cpu_podgroup("b", "2", namespace=NS, resource_version="2"),
+            cpu_podgroup("c", "3", namespace=NS, resource_version="3"),
+        ]
+    )
     first = dict(view.stored_podgroups(NS))
     assert first == as_listed(view)
     cache = view.caches["podgroups"]
-    cache.apply_event("MODIFIED", group("b", "5", "4"))  # raised
-    cache.apply_event("DELETED", group("c", "3", "5"))
-    cache.apply_event("ADDED", group("d", "1", "6"))
-    cache.apply_event("ADDED", group("bad", "1", "7", minMember=-1))  # unreadable: reserves nothing
+    cache.apply_event("MODIFIED", cpu_podgroup("b", "5", namespace=NS, resource_version="4"))  # raised
+    cache.apply_event("DELETED", cpu_podgroup("c", "3", namespace=NS, resource_version="5"))
+    cache.apply_event("ADDED", cpu_podgroup("d", "1", namespace=NS, resource_version="6"))
+    unreadable = cpu_podgroup("bad", "1", namespace=NS, resource_version="7", min_member=-1)
+    cache.apply_event("ADDED", unreadable)  # reserves nothing
     now = dict(view.stored_podgroups(NS))
     assert now == as_listed(view)
     assert set(now) == {"uid-a", "uid-b", "uid-d"}
@@ -40,5 +40,5 @@ def test_the_claims_follow_every_change_and_reuse_what_did_not_change():
 
 
 def test_an_unchanged_cache_answers_the_same_mapping():
-    view = make_view(podgroups=[group("a", "1", "1")])
+    view = make_view(podgroups=[cpu_podgroup("a", "1", namespace=NS, resource_version="1")])
     assert view.stored_podgroups(NS) is view.stored_podgroups(NS)

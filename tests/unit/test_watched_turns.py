@@ -1,4 +1,4 @@
-"""Ledger turns that start from the watch's copy of the record (priogate/kube/watched_ledger.py):
+"""Ledger turns that start from the watch's copy of the ledger (priogate/kube/watched_ledger.py):
 a real LedgerStore and WatchedLedgers against the in-memory API server, with the
 watch cache fed by hand, so what the watch has shown (and when) is up to each test."""
 
@@ -22,21 +22,21 @@ from tests.fake_api import FakeApi
 
 NS = "team-a"
 LEDGER_NS = "priogate-system"
-RECORD = ledger_path(LEDGER_NS, NS)
+LEDGER = ledger_path(LEDGER_NS, NS)
 UID = "b1c2d3e4-0000-4000-8000-000000000001"
 
 
 def claim(name: str):
-    def decide(record: Ledger, _reads: Reads) -> tuple[Ledger, str]:
+    def decide(ledger: Ledger, _reads: Reads) -> tuple[Ledger, str]:
         entry = Entry(name, f"uid-{name}", {"cpu": "1"}, 1, "", stamp(dt.datetime.now(dt.UTC)))
-        return record.with_entries({**record.entries, entry.key: entry}), "admitted"
+        return ledger.with_entries({**ledger.entries, entry.key: entry}), "admitted"
 
     return decide
 
 
 def refuse(seen: list[set[str]]):
-    def decide(record: Ledger, _reads: Reads) -> tuple[None, str]:
-        seen.append({e.group for e in record.entries.values()})
+    def decide(ledger: Ledger, _reads: Reads) -> tuple[None, str]:
+        seen.append({e.group for e in ledger.entries.values()})
         return None, "refused"
 
     return decide
@@ -64,14 +64,14 @@ class World:
         return stored
 
     def watch(self) -> None:
-        """The watch delivers the stored record (a copy: the fake API changes its own in place)."""
-        self.cache.apply_event("MODIFIED", copy.deepcopy(self.api.objects[RECORD]))
+        """The watch delivers the stored ledger (a copy: the fake API changes its own in place)."""
+        self.cache.apply_event("MODIFIED", copy.deepcopy(self.api.objects[LEDGER]))
 
     def gets(self) -> int:
-        return len(self.api.reads_of(RECORD))
+        return len(self.api.reads_of(LEDGER))
 
     def stored(self) -> tuple[Turn, set[str]]:
-        obj = self.api.objects[RECORD]
+        obj = self.api.objects[LEDGER]
         return turn_of(obj), {e.group for e in entries_of(obj).values()}
 
 
@@ -103,7 +103,7 @@ def test_a_decision_that_writes_nothing_on_a_watched_copy_is_confirmed_by_a_get(
     world.written_by("pod-b", 4, ("g0", "g2"), watched=False)
     seen: list[set[str]] = []
     assert world.store.update(NS, refuse(seen)) == "refused"
-    # Decided on the watch's copy, then again on the record as a GET found it: no precondition
+    # Decided on the watch's copy, then again on the ledger as a GET found it: no precondition
     # proves a copy current when nothing is written.
     assert seen == [{"g0"}, {"g0", "g2"}]
     assert [c.method for c in world.api.calls] == ["GET"]
@@ -152,9 +152,9 @@ def test_with_no_other_writer_busy_a_turn_on_the_pods_own_write_goes_at_once(wor
     assert world.stored() == (Turn(5, world.watched.writer), {"g0", "g1", "g2"})
 
 
-def test_a_missing_watched_record_means_a_get_and_a_rebuilt_record(world: World):
+def test_a_missing_watched_ledger_means_a_get_and_a_rebuilt_ledger(world: World):
     assert world.store.update(NS, claim("g1")) == "admitted"
-    # The record, then the stored groups and the quotas it is rebuilt from.
+    # The ledger, then the stored groups and the quotas it is rebuilt from.
     assert [c.method for c in world.api.calls] == ["GET", "GET", "GET", "POST"]
     turn, groups = world.stored()
     assert (turn.seq, groups) == (0, {"g1"})

@@ -114,11 +114,11 @@ def admit(request: AdmissionRequest, view: ClusterView) -> Decision:
     )
     if request.dry_run or terminating:
         # Writes nothing (dry run), or claims nothing new (a terminating group's finalizer
-        # removal, which no record write may hold up): no enrolment.
+        # removal, which no ledger write may hold up): no enrolment.
         return podgroup_quota.admit(request, view)
     invalid = podgroup_quota.refused_as_invalid(request)
     if invalid is not None:
-        return invalid  # refused whatever the record says: nothing to enrol for
+        return invalid  # refused whatever the ledger says: nothing to enrol for
     if not _enrolling.acquire(blocking=False):
         return deny(
             f"PodGroup quota: namespace {request.namespace} is being enrolled for reservations and"

@@ -88,7 +88,7 @@ def enroller(
     status: int = 200,
 ) -> tuple[Enroller, Patches]:
     ns = {"metadata": {"name": "team-a", **({"labels": labels} if labels is not None else {})}}
-    records = (
+    ledgers = (
         [ledger_object("priogate-system", "team-a", Ledger(entries), "1")] if entries is not None else []
     )
     caches = Caches(
@@ -96,7 +96,7 @@ def enroller(
         pods=WatchCache.static("pods", []),
         quotas=WatchCache.static("quotas", []),
         nodes=WatchCache.static("nodes", []),
-        ledgers=WatchCache.static("ledgers", records),
+        ledgers=WatchCache.static("ledgers", ledgers),
         pdbs=WatchCache.static("pdbs", []),
         classes=WatchCache.static("classes", []),
         namespaces=WatchCache.static("namespaces", [ns] if namespace_known else []),
@@ -115,13 +115,13 @@ ENTRY = {"uid-r": Entry("r", "uid-r", {"cpu": "4"}, 1, "", LONG_AGO)}
     ("labels", "groups", "entries", "known", "enrolled"),
     [
         (None, [RESERVING], None, True, True),  # stored before enrolment existed
-        ({"team": "a"}, [], ENTRY, True, True),  # the record's entry alone (group not cached yet)
+        ({"team": "a"}, [], ENTRY, True, True),  # the ledger's entry alone (group not cached yet)
         ({ENROLLED_LABEL: "true"}, [RESERVING], ENTRY, True, False),
         (None, [EMPTY], {}, True, False),  # reserves nothing: stays off the quota hooks
         (None, [MEMBERS_ONLY], {}, True, True),  # no minResources, but a pod a quota may limit
         (None, [RESERVING], None, False, False),  # not in the cache: its event comes later
     ],
-    ids=["stored-group", "record-entry", "already", "nothing-reserved", "members-only", "unknown"],
+    ids=["stored-group", "ledger-entry", "already", "nothing-reserved", "members-only", "unknown"],
 )
 def test_a_reserving_namespace_without_the_label_is_labelled(labels, groups, entries, known, enrolled):
     e, client = enroller(labels, groups, entries, namespace_known=known)

@@ -65,8 +65,8 @@ def test_kept_sums_answer_as_a_fresh_sum_after_every_change():
                 min_resources={"cpu": cpu},
                 priority_class=rng.choice(["gold", "", None]),
                 phase=rng.choice(["Pending", "Inqueue", None]),
+                resource_version=str(step),
             )
-            group["metadata"]["resourceVersion"] = str(step)
             caches.podgroups.apply_event("MODIFIED", group)
         for namespace in ("a", "b"):
             answer = kept.answer(namespace)

@@ -14,7 +14,7 @@ from priogate.kube.cache import WatchCache
 from priogate.kube.client import ApiError, resource_path
 from priogate.podgroup import GROUP_VERSION, PLURAL
 from priogate.preemption_record import OPT_OUT_LABEL
-from tests.builders import node, pod, podgroup
+from tests.builders import cpu_podgroup, node, pod
 from tests.fake_api import FakeApi
 
 NS = "default"
@@ -23,12 +23,6 @@ NS = "default"
 def member(name: str, second: int, *, group: str = "over", ns: str = NS, labels: dict | None = None) -> dict:
     obj = pod(name, namespace=ns, cpu="1", priority=0, node="n1", group=group, created=second, labels=labels)
     obj["metadata"]["uid"] = f"uid-{name}"
-    return obj
-
-
-def group(name: str, phase: str, cpu: str, *, ns: str = NS, min_member: int = 1) -> dict:
-    obj = podgroup(name, namespace=ns, min_member=min_member, min_resources={"cpu": cpu}, phase=phase)
-    obj["metadata"]["resourceVersion"] = "1"
     return obj
 
 
@@ -67,13 +61,21 @@ class World:
         return [c.body for c in self.client.calls if c.body and c.body.get("reason") == reason]
 
 
+def over_and_wait(wait_cpu: str = "2") -> list[dict]:
+    """Group "over" (Running, minimum 1 cpu) and group "wait" (Pending, `wait_cpu`), as stored."""
+    return [
+        cpu_podgroup("over", "1", namespace=NS, phase="Running", resource_version="1"),
+        cpu_podgroup("wait", wait_cpu, namespace=NS, phase="Pending", resource_version="1"),
+    ]
+
+
 def overused(ns: str = NS, labels: dict[str, dict] | None = None) -> list[dict]:
     """Group "over" (Running, minimum 1 cpu) with four 1-cpu members filling the 4-cpu node."""
     return [member(f"o{i}", i, ns=ns, labels=(labels or {}).get(f"o{i}")) for i in range(4)]
 
 
 def test_only_the_surplus_it_lacks_is_evicted_newest_first_with_events():
-    w = World(overused(), [group("over", "Running", "1"), group("wait", "Pending", "2")])
+    w = World(overused(), over_and_wait())
     assert w.reconciler.reconcile(NS, "wait") == "evicted-overused"
     assert w.evicted() == ["o3", "o2"]
     (on_pod,) = [e for e in w.events("Evicted") if e["regarding"]["name"] == "o3"]
@@ -88,39 +90,49 @@ def test_only_the_surplus_it_lacks_is_evicted_newest_first_with_events():
 
 
 def test_no_eviction_without_the_flag_across_namespaces_or_when_it_would_not_suffice():
-    groups = [group("over", "Running", "1"), group("wait", "Pending", "2")]
+    groups = over_and_wait()
     off = World(overused(), groups, evict=False)
     off.reconciler.reconcile(NS, "wait")
     assert off.evicted() == []
     # Another namespace's surplus is never taken.
-    apart = World(overused(ns="other"), [group("over", "Running", "1", ns="other"), groups[1]])
+    apart = World(
+        overused(ns="other"),
+        [cpu_podgroup("over", "1", namespace="other", phase="Running", resource_version="1"), groups[1]],
+    )
     apart.reconciler.reconcile(NS, "wait")
     assert apart.evicted() == []
     # Four cpu lacking, three surplus: evicting them would not let it in, so nothing is.
-    greedy = World(overused(), [groups[0], group("wait", "Pending", "4")])
+    greedy = World(
+        overused(),
+        [groups[0], cpu_podgroup("wait", "4", namespace=NS, phase="Pending", resource_version="1")],
+    )
     greedy.reconciler.reconcile(NS, "wait")
     assert greedy.evicted() == []
     # A group at its minimum has no surplus.
-    full = World(overused(), [group("over", "Running", "4", min_member=4), groups[1]])
+    full = World(
+        overused(),
+        [
+            cpu_podgroup("over", "4", namespace=NS, phase="Running", resource_version="1", min_member=4),
+            groups[1],
+        ],
+    )
     full.reconciler.reconcile(NS, "wait")
     assert full.evicted() == []
 
 
 def test_an_opted_out_member_is_kept_and_counts_towards_the_minimum():
     labels = {"o3": {OPT_OUT_LABEL: "false"}}
-    w = World(overused(labels=labels), [group("over", "Running", "1"), group("wait", "Pending", "3")])
+    w = World(overused(labels=labels), over_and_wait("3"))
     w.reconciler.reconcile(NS, "wait")
     assert w.evicted() == ["o2", "o1", "o0"]  # o3 is kept: the group keeps its minimum with it
     # Soft mode: opted-out members go last, so the same three are chosen here.
-    soft = World(
-        overused(labels=labels), [group("over", "Running", "1"), group("wait", "Pending", "2")], mode="soft"
-    )
+    soft = World(overused(labels=labels), over_and_wait(), mode="soft")
     soft.reconciler.reconcile(NS, "wait")
     assert soft.evicted() == ["o2", "o1"]
 
 
 def test_a_pdb_refusal_passes_the_member_over_and_others_are_chosen_next_time():
-    w = World(overused(), [group("over", "Running", "1"), group("wait", "Pending", "2")])
+    w = World(overused(), over_and_wait())
     original = w.client.request
     refused = []
 
@@ -150,6 +162,6 @@ def test_a_higher_priority_member_or_group_is_never_taken():
     pods = overused()
     for p in pods:
         p["spec"]["priority"] = 5
-    w = World(pods, [group("over", "Running", "1"), group("wait", "Pending", "2")])
+    w = World(pods, over_and_wait())
     w.reconciler.reconcile(NS, "wait")
     assert w.evicted() == []

@@ -182,7 +182,7 @@ def _run(monkeypatch, cluster: _Cluster, argv: list[str]) -> tuple[int, str]:
 
 
 @pytest.mark.parametrize("argv", [["reservations"], ["reservations", "-A"]])
-def test_records_namespace_missing_is_an_error_not_nothing_reserved(monkeypatch, argv):
+def test_ledgers_namespace_missing_is_an_error_not_nothing_reserved(monkeypatch, argv):
     """priogate installed into `gate`: the default priogate-system does not exist, and the plugin
     says so instead of "No ... reservations found"."""
     code, err = _run(monkeypatch, _Cluster({"team-a", "gate"}), argv)
@@ -192,7 +192,7 @@ def test_records_namespace_missing_is_an_error_not_nothing_reserved(monkeypatch,
 
 
 @pytest.mark.parametrize("how", ["flag", "env"])
-def test_priogate_namespace_flag_or_environment_names_where_records_are_read(monkeypatch, capsys, how):
+def test_priogate_namespace_flag_or_environment_names_where_ledgers_are_read(monkeypatch, capsys, how):
     cluster = _Cluster({"team-a", "gate"})
     argv = ["reservations"]
     if how == "flag":

@@ -150,7 +150,7 @@ def test_stale_entries_are_named_and_holds_carry_the_group_phase():
     assert {h.group: h.phase for h in report.holds} == {"fresh": "", "live": "Pending"}
 
 
-def team_a_report(record_bytes: int | None = None) -> NamespaceReport:
+def team_a_report(ledger_bytes: int | None = None) -> NamespaceReport:
     """A namespace with one quota and one group holding 4 of its 10 cpu."""
     return namespace_report(
         "team-a",
@@ -159,7 +159,7 @@ def team_a_report(record_bytes: int | None = None) -> NamespaceReport:
         [podgroup("train", namespace="team-a", phase="Inqueue")],
         [],
         NOW,
-        record_bytes,
+        ledger_bytes,
     )
 
 
@@ -193,17 +193,17 @@ def test_table_and_json():
 
 
 @pytest.mark.parametrize(
-    ("record_bytes", "note"),
+    ("ledger_bytes", "note"),
     [
-        (None, None),  # a user who may not read the record: nothing to say
+        (None, None),  # a user who may not read the ledger: nothing to say
         (40 * 1024, None),
         (CONFIGMAP_MAX_BYTES // 2 - 1, None),
         (CONFIGMAP_MAX_BYTES // 2, "is 50% full (512 KiB of 1024 KiB)"),
         (CONFIGMAP_MAX_BYTES - 1024, "is 100% full (1023 KiB of 1024 KiB)"),
     ],
 )
-def test_a_filling_record_is_named_under_the_table_and_its_size_is_in_json(record_bytes, note):
-    report = team_a_report(record_bytes)
+def test_a_filling_ledger_is_named_under_the_table_and_its_size_is_in_json(ledger_bytes, note):
+    report = team_a_report(ledger_bytes)
     text = render_table([report], all_namespaces=False)
     assert text.startswith("QUOTA ")
     if note is None:
@@ -212,8 +212,8 @@ def test_a_filling_record_is_named_under_the_table_and_its_size_is_in_json(recor
         assert f"The ledger of namespace team-a {note}" in text
         assert "new PodGroups with minResources are refused" in text
     (ns,) = to_json([report])["namespaces"]
-    assert ns["record"] == (
-        None if record_bytes is None else {"bytes": record_bytes, "limitBytes": CONFIGMAP_MAX_BYTES}
+    assert ns["ledger"] == (
+        None if ledger_bytes is None else {"bytes": ledger_bytes, "limitBytes": CONFIGMAP_MAX_BYTES}
     )
 
 

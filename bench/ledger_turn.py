@@ -1,16 +1,16 @@
-"""`make bench-record`: what one turn on a ledger costs the control plane, by the
-record's size, through the real kube-apiserver and etcd.
+"""`make bench-ledger`: what one turn on a ledger costs the control plane, by the
+ledger's size, through the real kube-apiserver and etcd.
 
-A turn reads the record (GET) and writes it back (PUT with its resourceVersion), as
-priogate.kube.ledger_store does for each batch of admissions. The record is built as priogate
+A turn reads the ledger (GET) and writes it back (PUT with its resourceVersion), as
+priogate.kube.ledger_store does for each batch of admissions. The ledger is built as priogate
 writes it (priogate.ledger.codec.ledger_object, one entry per PodGroup of cpu=1) in priogate's own
-namespace, and W watchers (threads of this process, each a watch on the records decoding every
-event, as each quota server worker and the controller do) hear every write. Prints, per record
+namespace, and W watchers (threads of this process, each a watch on the ledgers decoding every
+event, as each quota server worker and the controller do) hear every write. Prints, per ledger
 size, the wall time of a turn and the CPU milliseconds per turn of each control-plane process and
 of this process (the client and its watchers). kube-controller-manager shows up because its
-ConfigMap informers hear every record write too.
+ConfigMap informers hear every ledger write too.
 
-    .venv/bin/python -m bench.record_cost [--turns 200] [--watchers 5] [--entries 0 100 400 2000]
+    .venv/bin/python -m bench.ledger_turn [--turns 200] [--watchers 5] [--entries 0 100 400 2000]
 """
 
 from __future__ import annotations
@@ -33,9 +33,9 @@ from priogate.ledger.codec import DEFAULT_LEDGER_NAMESPACE, ledger_object, ledge
 from priogate.ledger.model import Entry, Ledger, stamp
 
 
-def _record(entries: int) -> Ledger:
+def _ledger(entries: int) -> Ledger:
     """As a namespace's groups make it: random uids, each group admitted at its own microsecond
-    (the record is compressed, so entries alike would flatter it)."""
+    (the ledger is compressed, so entries alike would flatter it)."""
     rng = random.Random(entries)
     start = dt.datetime.now(dt.UTC)
     made = {}
@@ -47,7 +47,7 @@ def _record(entries: int) -> Ledger:
 
 
 class _Watcher(threading.Thread):
-    """One watch on the records, decoding every event; counts them, and keeps the error that
+    """One watch on the ledgers, decoding every event; counts them, and keeps the error that
     ended it, so a watcher that died is reported rather than measured as one that heard
     nothing."""
 
@@ -73,7 +73,7 @@ def _check_heard(watchers: list[_Watcher], before: list[int], writes: int) -> No
         heard = watcher.events - seen
         if watcher.error is not None or heard < writes:
             raise SystemExit(
-                f"a watcher heard {heard} of {writes} record writes (error: {watcher.error!r}); "
+                f"a watcher heard {heard} of {writes} ledger writes (error: {watcher.error!r}); "
                 "the figures would not include the watchers, so none are printed"
             )
 
@@ -93,7 +93,7 @@ def main() -> int:
     p.add_argument("--entries", type=int, nargs="+", default=[0, 100, 400, 2000])
     args = p.parse_args()
     lines = []
-    with tempfile.TemporaryDirectory(prefix="priogate-bench-record-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="priogate-bench-ledger-") as tmp:
         cluster = LocalCluster(Options(state_dir=Path(tmp), nodes=1, webhook=False, controller=False))
         cluster.start()
         stop = threading.Event()
@@ -105,10 +105,10 @@ def main() -> int:
                 watcher.start()
             for entries in args.entries:
                 namespace = f"bench-{entries}"
-                body = ledger_object(DEFAULT_LEDGER_NAMESPACE, namespace, _record(entries), None)
+                body = ledger_object(DEFAULT_LEDGER_NAMESPACE, namespace, _ledger(entries), None)
                 client.create(ledger_path(DEFAULT_LEDGER_NAMESPACE), body)
                 size = len(json.dumps(body))
-                progress(f"{args.turns} turns on a record of {entries} entries ({size / 1024:.1f} KiB)")
+                progress(f"{args.turns} turns on a ledger of {entries} entries ({size / 1024:.1f} KiB)")
                 time.sleep(1)  # the create's watch events delivered
                 before = {name: tree_cpu_seconds(pid) for name, pid in pids.items()}
                 heard = [watcher.events for watcher in watchers]
@@ -124,7 +124,7 @@ def main() -> int:
                 ]
                 per_turn = 1000 * wall / args.turns
                 lines.append(
-                    f"record of {entries} entries ({size / 1024:.1f} KiB): a turn takes {per_turn:.2f} ms; "
+                    f"ledger of {entries} entries ({size / 1024:.1f} KiB): a turn takes {per_turn:.2f} ms; "
                     f"CPU ms per turn: {', '.join(parts)}, "
                     f"this process (client and {args.watchers} watchers) {1000 * own / args.turns:.2f}"
                 )

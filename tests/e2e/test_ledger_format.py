@@ -1,6 +1,6 @@
 """The ledger's form through the real control plane, with a tenant (built-in `edit`
-in one namespace) creating the PodGroups: the record kube-apiserver stores holds their entries in
-compressed shards (base64 text in data) and the quota holds exactly; and a record in another form
+in one namespace) creating the PodGroups: the ledger kube-apiserver stores holds their entries in
+compressed shards (base64 text in data) and the quota holds exactly; and a ledger in another form
 (one JSON text, or shards in binaryData, as a hand edit may leave it) is not guessed at: it is
 read as damaged, rebuilt from the stored PodGroups and written back in its form, the quota
 holding throughout."""
@@ -31,15 +31,15 @@ from tests.e2e.tenant import Tenant
 from tests.e2e.test_hostile_tenant_quota import quota
 
 DAMAGED = "ledger damaged"
-RECORD_BYTES = "priogate_reservation_record_bytes"
+LEDGER_BYTES = "priogate_ledger_bytes"
 
 
-def record(admin: ApiClient, namespace: str) -> dict:
+def ledger(admin: ApiClient, namespace: str) -> dict:
     return admin.get(ledger_path(DEFAULT_LEDGER_NAMESPACE, namespace))
 
 
-def recorded_groups(admin: ApiClient, namespace: str) -> set[str]:
-    return {e.group for e in entries_of(record(admin, namespace)).values()}
+def ledger_groups(admin: ApiClient, namespace: str) -> set[str]:
+    return {e.group for e in entries_of(ledger(admin, namespace)).values()}
 
 
 def test_a_tenants_groups_are_recorded_in_shards_and_the_quota_holds(
@@ -52,20 +52,20 @@ def test_a_tenants_groups_are_recorded_in_shards_and_the_quota_holds(
     got = refusal(lambda: tenant.create_podgroup(podgroup_body("one-too-many", {"cpu": "500m"})))
     assert got is not None and got[0] == 403 and "limited: cpu=10" in got[1], got
 
-    stored = record(admin, tenant.namespace)
+    stored = ledger(admin, tenant.namespace)
     assert stored["data"][LEDGER_DATA_KEY] == SHARDED_MARKER
     assert "binaryData" not in stored
     assert 1 <= len(shards_of(stored)) <= SHARDS
-    assert recorded_groups(admin, tenant.namespace) == set(names)
-    # The controller exports how full the record is (its alert fires before claims are refused).
+    assert ledger_groups(admin, tenant.namespace) == set(names)
+    # The controller exports how full the ledger is (its alert fires before claims are refused).
     ours = {"tenant_namespace": tenant.namespace}
     wait_for(
         lambda: (
-            metric(cluster.ports.controller_url, RECORD_BYTES, ours)
-            == stored_size(record(admin, tenant.namespace))
+            metric(cluster.ports.controller_url, LEDGER_BYTES, ours)
+            == stored_size(ledger(admin, tenant.namespace))
         ),
         10,
-        "the controller's gauge shows the record's size",
+        "the controller's gauge shows the ledger's size",
         0.2,
     )
 
@@ -77,7 +77,7 @@ def shards_of(stored: dict) -> dict[str, str]:
 
 
 def in_another_form(current: dict, form: str) -> dict:
-    """The record in a form priogate does not write: every entry as one JSON text in data, or the
+    """The ledger in a form priogate does not write: every entry as one JSON text in data, or the
     same shards as binaryData."""
     charges = {CHARGES_DATA_KEY: current["data"].get(CHARGES_DATA_KEY, "{}")}
     if form == "one JSON text":
@@ -92,13 +92,13 @@ def in_another_form(current: dict, form: str) -> dict:
 
 
 @pytest.mark.parametrize("form", ["one JSON text", "shards in binaryData"])
-def test_a_record_in_another_form_is_rebuilt_and_the_quota_holds(
+def test_a_ledger_in_another_form_is_rebuilt_and_the_quota_holds(
     cluster: LocalCluster, tenant: Tenant, admin: ApiClient, form: str
 ):
     quota(admin, tenant.namespace, "3")
     for name in ("a", "b"):
         tenant.create_podgroup(podgroup_body(name, {"cpu": "1"}))
-    # The admin rewrites the record in a form priogate does not write. Retried on 409 (the
+    # The admin rewrites the ledger in a form priogate does not write. Retried on 409 (the
     # controller's sweep may write meanwhile).
     path = ledger_path(DEFAULT_LEDGER_NAMESPACE, tenant.namespace)
     for _ in range(10):
@@ -110,10 +110,10 @@ def test_a_record_in_another_form_is_rebuilt_and_the_quota_holds(
             if e.status != 409:
                 raise
     else:
-        raise AssertionError("the record kept changing")
+        raise AssertionError("the ledger kept changing")
 
     def damaged() -> int:
-        """Records read as damaged, by the webhook's turns or the controller's sweep."""
+        """Ledgers read as damaged, by the webhook's turns or the controller's sweep."""
         return sum((cluster.logs / f"{c}.log").read_text().count(DAMAGED) for c in ("webhook", "controller"))
 
     damaged_before = damaged()
@@ -122,9 +122,9 @@ def test_a_record_in_another_form_is_rebuilt_and_the_quota_holds(
     got = refusal(lambda: tenant.create_podgroup(podgroup_body("d", {"cpu": "1"})))
     assert got is not None and got[0] == 403 and "limited: cpu=3" in got[1], got
 
-    stored = record(admin, tenant.namespace)
+    stored = ledger(admin, tenant.namespace)
     assert stored["data"][LEDGER_DATA_KEY] == SHARDED_MARKER  # written back in the current form
     assert "binaryData" not in stored
-    assert recorded_groups(admin, tenant.namespace) == {"a", "b", "c"}
+    assert ledger_groups(admin, tenant.namespace) == {"a", "b", "c"}
     # Read as damaged and rebuilt from the stored groups, never read as empty: "d" was refused.
-    assert damaged() > damaged_before, "the record in another form was not read as damaged"
+    assert damaged() > damaged_before, "the ledger in another form was not read as damaged"

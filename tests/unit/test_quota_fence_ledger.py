@@ -1,7 +1,7 @@
 """Quota fences through the real LedgerStore and the quota hook (webhook.rules.quota_fence)
-against an in-memory API server: a change written into the record before it is stored limits
+against an in-memory API server: a change written into the ledger before it is stored limits
 the PodGroups that follow it, whatever a replica's cache shows; past the in-flight bound a
-quorum GET decides whether it still counts; the record keeps every fence until it expires."""
+quorum GET decides whether it still counts; the ledger keeps every fence until it expires."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from priogate.ledger.model import stamp
 from priogate.ledger.timing import FENCE_TTL
 from tests.builders import fed_cache, resource_quota, review
 from tests.fake_api import FakeApi
-from tests.unit.record_world import NS, QUOTAS, RECORD, admit_group, setup
+from tests.unit.ledger_world import LEDGER, NS, QUOTAS, admit_group, setup
 from webhook.objects import MalformedObject
 from webhook.review import parse_review
 from webhook.rules import quota_fence
@@ -49,7 +49,7 @@ def quota_review(new: dict, old: dict | None, dry_run: bool = False) -> dict:
 
 
 def cached_quota_setup(quota_cpu: str = "10"):
-    """The quota stored and cached, and the namespace's record written (the usual state)."""
+    """The quota stored and cached, and the namespace's ledger written (the usual state)."""
     api, view = setup(quota_cpu)
     quota = api.objects[f"{QUOTAS}/compute"]
     quota["metadata"]["uid"] = "uid-compute"
@@ -59,8 +59,8 @@ def cached_quota_setup(quota_cpu: str = "10"):
 
 
 def test_a_quota_lowered_before_the_request_limits_it_though_the_cache_has_not_seen_it():
-    """The quota hook writes the change into the record before kube-apiserver stores it; the
-    cache still says cpu=10, the API server cpu=4: the record's fence limits "a" (6)."""
+    """The quota hook writes the change into the ledger before kube-apiserver stores it; the
+    cache still says cpu=10, the API server cpu=4: the ledger's fence limits "a" (6)."""
     api, view = cached_quota_setup()
     assert change_quota(api, view, "4").allowed
     refused = admit_group(view, "a", "6")
@@ -76,13 +76,13 @@ def test_a_quota_raised_counts_once_the_cache_shows_it():
     assert admit_group(view, "a", "6").allowed  # the fence is superseded by the cached version
 
 
-def test_the_record_keeps_a_fence_another_replicas_cache_still_needs():
+def test_the_ledger_keeps_a_fence_another_replicas_cache_still_needs():
     """Replica A's cache has seen the lowered quota; replica B's has not. A's next fence write
     must not drop the first fence: B decides on it."""
     api, view_a = cached_quota_setup()
     assert change_quota(api, view_a, "4", cached=True).allowed
     assert change_quota(api, view_a, "5", cached=True).allowed  # A's cache shows both ended
-    assert len(ledger_of(api.objects[RECORD]).fences) == 3  # the record's rebuild, 4 and 5
+    assert len(ledger_of(api.objects[LEDGER]).fences) == 3  # the ledger's rebuild, 4 and 5
     view_b = CacheView(
         {**view_a.caches, "resourcequotas": fed_cache("resourcequotas", [])},
         view_a.ledger_store,
@@ -103,16 +103,16 @@ def test_the_record_keeps_a_fence_another_replicas_cache_still_needs():
 def test_a_quota_change_drops_the_expired_fences_and_no_others():
     api, view = cached_quota_setup()
     assert change_quota(api, view, "4", cached=True).allowed
-    obj = api.objects[RECORD]
-    record = ledger_of(obj)
+    obj = api.objects[LEDGER]
+    ledger = ledger_of(obj)
     old = dt.datetime.now(dt.UTC) - FENCE_TTL - dt.timedelta(seconds=1)
-    aged_fences = {k: replace(f, at=stamp(old)) for k, f in record.fences.items()}
+    aged_fences = {k: replace(f, at=stamp(old)) for k, f in ledger.fences.items()}
     version = obj["metadata"]["resourceVersion"]
     api.request(
-        "PUT", RECORD, body=ledger_object("priogate-system", NS, record.with_fences(aged_fences), version)
+        "PUT", LEDGER, body=ledger_object("priogate-system", NS, ledger.with_fences(aged_fences), version)
     )
     assert change_quota(api, view, "5", cached=True).allowed
-    assert [f.spec for f in ledger_of(api.objects[RECORD]).fences.values()] == [{"hard": {"cpu": "5"}}]
+    assert [f.spec for f in ledger_of(api.objects[LEDGER]).fences.values()] == [{"hard": {"cpu": "5"}}]
 
 
 def test_two_changes_of_one_quota_both_limit_until_the_cache_shows_what_became_of_them():
@@ -138,14 +138,14 @@ def test_a_quota_created_before_the_request_limits_it_though_the_cache_has_not_s
 
 
 def age_fences(api: FakeApi, seconds: float) -> None:
-    obj = api.objects[RECORD]
-    record = ledger_of(obj)
+    obj = api.objects[LEDGER]
+    ledger = ledger_of(obj)
     older = {
         k: replace(f, at=stamp(clock.parse_time(f.at) - dt.timedelta(seconds=seconds)))
-        for k, f in record.fences.items()
+        for k, f in ledger.fences.items()
     }
     version = obj["metadata"]["resourceVersion"]
-    api.request("PUT", RECORD, body=ledger_object("priogate-system", NS, record.with_fences(older), version))
+    api.request("PUT", LEDGER, body=ledger_object("priogate-system", NS, ledger.with_fences(older), version))
 
 
 def test_a_forged_quota_change_refuses_for_the_in_flight_bound_at_most():
@@ -173,14 +173,14 @@ def test_a_stored_change_the_cache_has_not_shown_for_the_bound_still_counts():
 @pytest.mark.parametrize(
     "spec", [{"hard": {"cpu": "lots"}}, {"hard": "not a map"}], ids=["bad quantity", "bad hard"]
 )
-def test_a_quota_the_record_could_not_read_back_is_refused_as_malformed(spec):
+def test_a_quota_the_ledger_could_not_read_back_is_refused_as_malformed(spec):
     api, view = cached_quota_setup()
-    before = api.objects[RECORD]["metadata"]["resourceVersion"]
+    before = api.objects[LEDGER]["metadata"]["resourceVersion"]
     new = {**api.objects[f"{QUOTAS}/compute"], "spec": spec}
     body = quota_review(new, api.objects[f"{QUOTAS}/compute"])
     with pytest.raises(MalformedObject, match="not a ResourceQuota priogate can record"):  # a 400
         quota_fence.admit(parse_review(orjson.dumps(body)), view)
-    assert api.objects[RECORD]["metadata"]["resourceVersion"] == before
+    assert api.objects[LEDGER]["metadata"]["resourceVersion"] == before
 
 
 def test_a_dry_run_quota_change_writes_nothing():
@@ -191,7 +191,7 @@ def test_a_dry_run_quota_change_writes_nothing():
     assert admit_group(view, "a", "6").allowed
 
 
-def test_a_quota_change_the_record_cannot_take_is_refused_with_retry():
+def test_a_quota_change_the_ledger_cannot_take_is_refused_with_retry():
     api, view = cached_quota_setup()
 
     def unavailable(*_: Any, **__: Any) -> dict:
@@ -203,7 +203,7 @@ def test_a_quota_change_the_record_cannot_take_is_refused_with_retry():
     assert "ResourceQuota compute" in answer.message
 
 
-def test_a_podgroup_admission_reads_no_quota_where_the_record_exists():
+def test_a_podgroup_admission_reads_no_quota_where_the_ledger_exists():
     api, view = cached_quota_setup()
     reads = len(api.reads_of(QUOTAS))
     assert admit_group(view, "a", "6").allowed
