@@ -144,12 +144,30 @@ def uses_of(kind: Kind, objects: Iterable[Any], class_name: str) -> list[Use]:
     return found
 
 
-def collapse(uses: Iterable[Use]) -> list[Use]:
-    """`uses` without those whose controller is itself listed (the ReplicaSets of a Deployment
-    that names the class, the Jobs of such a CronJob): the admin changes the owner, and the owner
-    is what the refusal should name. An owned object whose owner names another class stays: a
-    rollback, or a retry of that Job, would still need this class. Sorted, for a stable message."""
-    uses = list(uses)
+def _terminating(ns: Any) -> bool:
+    meta = ns.get("metadata") if isinstance(ns, Mapping) else None
+    if not isinstance(meta, Mapping):
+        return False
+    return bool(meta.get("deletionTimestamp")) or _dig(ns, ("status", "phase")) == "Terminating"
+
+
+def terminating_namespaces(namespaces: Iterable[Any]) -> frozenset[str]:
+    """The namespaces being deleted: the namespace controller deletes everything in them, and
+    NamespaceLifecycle admits no new pod there, so what they hold names a class for nothing."""
+    return frozenset(
+        ns["metadata"]["name"]
+        for ns in namespaces
+        if _terminating(ns) and isinstance(ns["metadata"].get("name"), str)
+    )
+
+
+def collapse(uses: Iterable[Use], terminating: frozenset[str] = frozenset()) -> list[Use]:
+    """`uses` without those in a `terminating` namespace, and without those whose controller is
+    itself listed (the ReplicaSets of a Deployment that names the class, the Jobs of such a
+    CronJob): the admin changes the owner, and the owner is what the refusal should name. An
+    owned object whose owner names another class stays: a rollback, or a retry of that Job,
+    would still need this class. Sorted, for a stable message."""
+    uses = [u for u in uses if u.namespace not in terminating]
     listed = {u.uid for u in uses if u.uid}
     return sorted(u for u in uses if not (u.owner and u.owner in listed))
 
@@ -198,9 +216,7 @@ def count_namespaces(namespaces: Iterable[Any]) -> NamespaceCount:
     changed = own = 0
     for ns in namespaces:
         meta = ns.get("metadata") if isinstance(ns, Mapping) else None
-        if not isinstance(meta, Mapping) or meta.get("deletionTimestamp"):
-            continue
-        if _dig(ns, ("status", "phase")) == "Terminating":
+        if not isinstance(meta, Mapping) or _terminating(ns):
             continue
         annotations = meta.get("annotations")
         default = annotations.get(NAMESPACE_DEFAULT_ANNOTATION) if isinstance(annotations, Mapping) else None

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from priogate.class_users import KINDS, Kind, Use, collapse, uses_of
+from priogate.class_users import KINDS, Kind, Use, collapse, terminating_namespaces, uses_of
 from priogate.kube.client import ApiClient, ApiError, resource_path
 
 PAGE_SIZE = 500
@@ -76,27 +76,42 @@ def _uses_of_kind(client: ApiClient, kind: Kind, class_name: str, deadline: floa
 def class_uses(
     client: ApiClient, class_name: str, *, deadline: float, kinds: Sequence[Kind] = KINDS
 ) -> list[Use]:
-    """Every live object of `kinds` naming `class_name`, less those whose controller is listed
-    (priogate.class_users.collapse). The kinds are listed side by side, so the deadline covers
-    the slowest, not their sum. Raises ListingFailed naming every kind that failed."""
-    pool = ThreadPoolExecutor(max_workers=len(kinds), thread_name_prefix="class-uses")
-    futures = [(kind, pool.submit(_uses_of_kind, client, kind, class_name, deadline)) for kind in kinds]
+    """Every live object of `kinds` naming `class_name`, less those in a namespace being deleted
+    and those whose controller is listed (priogate.class_users.collapse). The kinds and the
+    namespaces are listed side by side, so the deadline covers the slowest, not their sum.
+    Raises ListingFailed naming every listing that failed."""
+    pool = ThreadPoolExecutor(max_workers=len(kinds) + 1, thread_name_prefix="class-uses")
+    namespaces = pool.submit(list_namespaces, client, deadline=deadline)
+    futures = [
+        (
+            f"{kind.plural}.{kind.group_version}",
+            pool.submit(_uses_of_kind, client, kind, class_name, deadline),
+        )
+        for kind in kinds
+    ]
     found: list[Use] = []
     failures: list[str] = []
+    terminating: frozenset[str] = frozenset()
     try:
-        for kind, future in futures:
+        for what, future in [("namespaces", namespaces), *futures]:
             try:
                 # A read can outlast the deadline by its own timeout: stop waiting at the deadline.
-                found += future.result(timeout=max(0.0, deadline - time.monotonic()) + GRACE_SECONDS)
+                result = future.result(timeout=max(0.0, deadline - time.monotonic()) + GRACE_SECONDS)
             except ListingFailed as e:
                 failures.append(str(e))
+                continue
             except TimeoutError:
-                failures.append(f"{kind.plural}.{kind.group_version}: not listed within the admission's time")
+                failures.append(f"{what}: not listed within the admission's time")
+                continue
+            if future is namespaces:
+                terminating = terminating_namespaces(result)
+            else:
+                found += result
     finally:
         pool.shutdown(wait=False, cancel_futures=True)
     if failures:
         raise ListingFailed("; ".join(failures))
-    return collapse(found)
+    return collapse(found, terminating)
 
 
 def list_namespaces(

@@ -224,3 +224,19 @@ def test_new_default_warning(count, fragment):
     warning = cu.new_default_warning(7, count)
     assert fragment in warning
     assert warning.endswith("existing pods keep theirs")
+
+
+def test_terminating_namespaces():
+    namespaces = [
+        namespace("a"),
+        namespace("gone", terminating=True),
+        {"metadata": {"name": "going"}, "status": {"phase": "Terminating"}},
+        {"metadata": {"deletionTimestamp": "2026-01-01T00:00:00Z"}},  # no name: nothing to match
+        "junk",
+    ]
+    assert cu.terminating_namespaces(namespaces) == {"gone", "going"}
+
+
+def test_uses_in_terminating_namespaces_are_dropped():
+    uses = [cu.Use("Deployment", "gone", "a", uid="1"), cu.Use("Deployment", "kept", "b", uid="2")]
+    assert cu.collapse(uses, frozenset({"gone"})) == [uses[1]]

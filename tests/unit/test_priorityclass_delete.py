@@ -27,8 +27,9 @@ NAMESPACES = resource_path("v1", "namespaces")
 
 class StubApi(ApiClient):
     """LISTs of fixed collections, `page` items a page with continue tokens, as kube-apiserver
-    paginates; a path it does not hold answers 404 (not served). A collection given as an
-    exception raises it; `slow` paths sleep that long first."""
+    paginates; a path it does not hold answers 404 (not served), but namespaces are always
+    served (none unless given). A collection given as an exception raises it; `slow` paths sleep
+    that long first."""
 
     def __init__(
         self,
@@ -37,7 +38,7 @@ class StubApi(ApiClient):
         page: int = 2,
         slow: Mapping[str, float] | None = None,
     ) -> None:
-        self.collections = collections
+        self.collections = {NAMESPACES: [], **collections}
         self.page = page
         self.slow = slow or {}
         self.calls: list[tuple[str, tuple[tuple[str, str], ...]]] = []
@@ -120,7 +121,7 @@ def test_an_unused_class_is_deleted_after_every_kind_is_listed_in_pages():
     api = StubApi({PATH["Deployment"]: others, PATH["Job"]: []})
     assert admit(GOLD, api).allowed
     listed = {path for path, _ in api.calls}
-    assert listed == set(PATH.values())
+    assert listed == {*PATH.values(), NAMESPACES}
     deployment_calls = [q for p, q in api.calls if p == PATH["Deployment"]]
     assert [dict(q).get("continue") for q in deployment_calls] == [None, "2", "4"]
     assert all(dict(q)["limit"] == str(PAGE_SIZE) for q in deployment_calls)
@@ -143,6 +144,26 @@ def test_objects_being_deleted_and_finished_jobs_do_not_block():
             PATH["Job"]: [workload("Job", "j", priority_class="gold", finished="Complete")],
         }
     )
+    assert admit(GOLD, api).allowed
+
+
+def test_objects_in_a_namespace_being_deleted_do_not_block():
+    gone = {
+        "metadata": {"name": "old", "deletionTimestamp": "2026-01-01T00:00:00Z"},
+        "status": {"phase": "Terminating"},
+    }
+    api = StubApi(
+        {
+            NAMESPACES: [ns("kept"), gone],
+            PATH["Deployment"]: [
+                workload("Deployment", "a", namespace="old", priority_class="gold"),
+                workload("Deployment", "b", namespace="kept", priority_class="gold"),
+            ],
+        }
+    )
+    decision = admit(GOLD, api)
+    assert 'still named by 1 live object: Deployment "kept/b"' in decision.message
+    api.collections[PATH["Deployment"]] = api.collections[PATH["Deployment"]][:1]
     assert admit(GOLD, api).allowed
 
 
@@ -204,6 +225,11 @@ def test_a_listing_that_fails_refuses_with_retry(error):
     assert decision.message.endswith(
         '; retry, or annotate the class priogate.io/force-delete="true" to delete it anyway'
     )
+
+
+def test_namespaces_that_cannot_be_listed_refuse_the_delete():
+    decision = admit(GOLD, StubApi({NAMESPACES: ApiError(500, "InternalError", "etcd is down")}))
+    assert decision.code == 503 and "/api/v1/namespaces: 500 InternalError" in decision.message
 
 
 def test_a_slow_listing_refuses_before_kube_apiserver_stops_waiting():
@@ -289,8 +315,10 @@ def test_a_class_that_is_not_the_default_lists_nothing():
 def test_listing_helpers():
     api = StubApi({NAMESPACES: [ns(str(i)) for i in range(5)]}, page=2)
     assert len(list_namespaces(api, deadline=time.monotonic() + 5)) == 5
+    unserved = StubApi({})
+    del unserved.collections[NAMESPACES]
     with pytest.raises(ListingFailed):
-        list_namespaces(StubApi({}), deadline=time.monotonic() + 5)  # namespaces are always served
+        list_namespaces(unserved, deadline=time.monotonic() + 5)  # namespaces are always served
     assert class_uses(StubApi({}), "gold", deadline=time.monotonic() + 5) == []
 
 
