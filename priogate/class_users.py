@@ -42,7 +42,8 @@ class Kind:
 # The workload kinds of k8s.io/api whose pod template's spec is a PodSpec (apps/v1, batch/v1;
 # a CronJob's template is one level further down, in its jobTemplate), then the PodGroups whose
 # spec names a class: Volcano's schema (scheduling.volcano.sh/v1beta1) and the native one
-# (scheduling.k8s.io/v1alpha2, KEP-4671; upstream resolves its class in admitPodGroup).
+# (scheduling.k8s.io/v1alpha2, docs/native-podgroups.md; upstream resolves its class in
+# admitPodGroup).
 KINDS: tuple[Kind, ...] = (
     Kind("Deployment", "apps/v1", "deployments", _POD_TEMPLATE_CLASS),
     Kind("StatefulSet", "apps/v1", "statefulsets", _POD_TEMPLATE_CLASS),
@@ -50,15 +51,8 @@ KINDS: tuple[Kind, ...] = (
     Kind("ReplicaSet", "apps/v1", "replicasets", _POD_TEMPLATE_CLASS),
     Kind("Job", "batch/v1", "jobs", _POD_TEMPLATE_CLASS),
     Kind("CronJob", "batch/v1", "cronjobs", ("spec", "jobTemplate", *_POD_TEMPLATE_CLASS)),
-    Kind(
-        "PodGroup.scheduling.volcano.sh",
-        "scheduling.volcano.sh/v1beta1",
-        "podgroups",
-        ("spec", "priorityClassName"),
-    ),
-    Kind(
-        "PodGroup.scheduling.k8s.io", "scheduling.k8s.io/v1alpha2", "podgroups", ("spec", "priorityClassName")
-    ),
+    Kind("PodGroup.scheduling.volcano.sh", "scheduling.volcano.sh/v1beta1", "podgroups", _PODGROUP_CLASS),
+    Kind("PodGroup.scheduling.k8s.io", "scheduling.k8s.io/v1alpha2", "podgroups", _PODGROUP_CLASS),
 )
 
 
