@@ -83,10 +83,10 @@ def refused_in_use(result: subprocess.CompletedProcess[str], name: str, count: i
     assert result.returncode != 0, result.stdout
     noun = "object" if count == 1 else "objects"
     assert HOOK in result.stderr, result.stderr
-    assert (
+    refusal = (
         f'priorityclasses.scheduling.k8s.io "{name}" is forbidden: it is still named by {count} live {noun}: '
-        in (result.stderr)
-    ), result.stderr
+    )
+    assert refusal in result.stderr, result.stderr
     assert f'annotate the class {FORCE_DELETE_ANNOTATION}="true" to delete it anyway' in result.stderr
     return result.stderr
 
