@@ -90,6 +90,7 @@ def _annotation_errors(pc: Mapping[str, Any]) -> list[str]:
 
 
 def _deadline(request: AdmissionRequest) -> float:
+    """When LISTs made for this request must end (time.monotonic())."""
     now = time.monotonic()
     if request.deadline is None:
         return now + DEFAULT_LIST_SECONDS
@@ -135,6 +136,8 @@ def _admit_delete(request: AdmissionRequest, name: str, view: ClusterView) -> De
     try:
         uses = view.class_uses(name, _deadline(request))
     except ListingFailed as e:
+        # Not a verdict on the class (a retry may pass), so 503 and not 403, as a ledger that
+        # cannot be written is answered (webhook/ledger_refusal.py). Never admitted unchecked.
         return deny(
             f'{GROUP_RESOURCE} "{escape_untrusted(name)}" could not be deleted:'
             f" {class_users.unchecked_message(str(e))}",
