@@ -195,6 +195,70 @@ def pod(
     return obj
 
 
+WORKLOAD_API = {
+    "Deployment": "apps/v1",
+    "StatefulSet": "apps/v1",
+    "DaemonSet": "apps/v1",
+    "ReplicaSet": "apps/v1",
+    "Job": "batch/v1",
+    "CronJob": "batch/v1",
+}
+
+
+def workload(
+    kind: str,
+    name: str,
+    *,
+    namespace: str | None = "default",
+    priority_class: str | None = None,
+    replicas: int = 0,
+    node: str | None = None,
+    uid: str | None = None,
+    controller_uid: str | None = None,
+    deleting: bool = False,
+    finished: str | None = None,
+) -> dict[str, Any]:
+    """A workload of `kind` (WORKLOAD_API) whose pod template names `priority_class`: valid to
+    create (selector and template labels match; a Job's and a CronJob's template never restart);
+    `replicas` for Deployments, StatefulSets and ReplicaSets (0: it makes no pod), `node` pins the
+    template. `controller_uid` adds a controller ownerReference, `deleting` a deletionTimestamp,
+    `finished` a Job's True condition ("Complete" or "Failed")."""
+    meta = _meta(name, namespace, None, uid=uid)
+    if controller_uid is not None:
+        meta["ownerReferences"] = [
+            {
+                "apiVersion": "apps/v1",
+                "kind": "Owner",
+                "name": "owner",
+                "uid": controller_uid,
+                "controller": True,
+            }
+        ]
+    if deleting:
+        meta["deletionTimestamp"] = ts(10**6)
+    labels = {"app": name}
+    template_spec = pod(None, namespace=None, priority_class=priority_class, created=None)["spec"]
+    if node is not None:
+        template_spec["nodeName"] = node
+    template: dict[str, Any] = {"metadata": {"labels": labels}, "spec": template_spec}
+    spec: dict[str, Any]
+    if kind in ("Job", "CronJob"):
+        template_spec["restartPolicy"] = "Never"
+        spec = {"template": template, "backoffLimit": 0}
+        if kind == "CronJob":
+            spec = {"schedule": "0 0 1 1 *", "suspend": True, "jobTemplate": {"spec": spec}}
+    else:
+        spec = {"selector": {"matchLabels": labels}, "template": template}
+        if kind != "DaemonSet":
+            spec["replicas"] = replicas
+        if kind == "StatefulSet":
+            spec["serviceName"] = name
+    obj: dict[str, Any] = {"apiVersion": WORKLOAD_API[kind], "kind": kind, "metadata": meta, "spec": spec}
+    if finished is not None:
+        obj["status"] = {"conditions": [{"type": finished, "status": "True"}]}
+    return obj
+
+
 def node(
     name: str,
     *,

@@ -18,14 +18,19 @@ from webhook.review import AdmissionRequest, Decision
 
 
 class ClusterView(Protocol):
-    """What rule sets may read: watch-backed caches, and the ledger's store (the
-    only way a rule set reaches the API server: quorum reads and ledger writes, in turns)."""
+    """What rule sets may read: watch-backed caches, the ledger's store (quorum reads and ledger
+    writes, in turns), and LISTs for the rare admin writes that must see every object of some
+    kinds (class_uses, namespaces: a PriorityClass DELETE or new globalDefault)."""
 
     def priority_classes(self) -> Mapping[str, Mapping]: ...
 
     def default_priority_class(self) -> Mapping | None: ...
 
     def stored_priority_class(self, name: str) -> Mapping | None: ...
+
+    def class_uses(self, name: str, deadline: float) -> list[Any]: ...
+
+    def namespaces(self, deadline: float) -> list[Mapping]: ...
 
     def resource_quotas(self, namespace: str) -> list[Mapping]: ...
 

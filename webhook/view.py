@@ -11,9 +11,11 @@ from types import MappingProxyType
 from typing import Any
 
 from priogate import podgroup, priority
+from priogate.class_users import Use
 from priogate.kube import catalogue
 from priogate.kube.cache import Transform, WatchCache
 from priogate.kube.catalogue import Source
+from priogate.kube.class_users import class_uses, list_namespaces
 from priogate.kube.client import ApiClient, ApiError, resource_path
 from priogate.kube.ledger_store import LedgerStore
 from priogate.kube.namespaces import label_namespace, probe_refusal
@@ -121,6 +123,20 @@ class CacheView:
             if e.status == 404:
                 return None
             raise
+
+    def class_uses(self, name: str, deadline: float) -> list[Use]:
+        """The live workloads and PodGroups naming class `name`, by LISTs of every kind that may
+        (priogate/kube/class_users.py; raises ListingFailed). Nothing where there is no API
+        server (offline): nothing else exists there."""
+        if self.client is None:
+            return []
+        return class_uses(self.client, name, deadline=deadline)
+
+    def namespaces(self, deadline: float) -> list[Mapping[str, Any]]:
+        """Every namespace, by a LIST (raises ListingFailed); none offline."""
+        if self.client is None:
+            return []
+        return list_namespaces(self.client, deadline=deadline)
 
     def resource_quotas(self, namespace: str) -> list[Mapping[str, Any]]:
         return list(self.caches["resourcequotas"].namespace(namespace).values())

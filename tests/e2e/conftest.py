@@ -18,6 +18,7 @@ from kubernetes.client.rest import ApiException
 
 from localcluster import LocalCluster, Options
 from localcluster.webhooks import PROBE_NAMESPACE
+from priogate.class_users import FORCE_DELETE_ANNOTATION
 from priogate.kube.client import ApiClient, load_client
 from tests.e2e.helpers import Admission, Kubectl, delete_namespace, ensure_namespace, unique
 from tests.e2e.plugin import install_launcher
@@ -144,8 +145,12 @@ class ClassTracker:
         return n
 
     def cleanup(self) -> None:
+        """Delete the classes, forced: a test's objects that still name one (in a namespace
+        torn down after this) must not keep it (docs/priorityclass-policy.md, "Safe deletes")."""
+        forced = {"metadata": {"annotations": {FORCE_DELETE_ANNOTATION: "true"}}}
         for n in self.names:
             try:
+                self.scheduling.patch_priority_class(n, forced)
                 self.scheduling.delete_priority_class(n)
             except ApiException as e:
                 if e.status != 404:

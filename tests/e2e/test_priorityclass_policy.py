@@ -25,6 +25,7 @@ from kubernetes.client.rest import ApiException
 
 from localcluster import LocalCluster
 from localcluster.webhooks import PRIOGATE_NAMESPACE
+from priogate.class_users import FORCE_DELETE_ANNOTATION
 from priogate.kube.client import ApiClient, ApiError, resource_path
 from priogate.priority_table import ALLOWED_NAMESPACES_ANNOTATION, CLASS_ACCESS_NAME, TABLE_NAME
 from tests.builders import pod, priority_class
@@ -268,7 +269,14 @@ def test_a_restricted_global_default_is_refused_to_class_less_objects_outside_it
         assert creates(tenant)["native"](native_group("npg-defaulted"))["spec"]["priority"] == -7
         assert creates(tenant)["volcano"](volcano_group("vpg-defaulted"))["spec"]["priorityClassName"] == name
     finally:
-        # Not left as the cluster's globalDefault for the next test, whatever happened.
+        # Not left as the cluster's globalDefault for the next test, whatever happened; forced,
+        # since the tenant's PodGroups still name it (docs/priorityclass-policy.md, "Safe deletes").
+        admin.request(
+            "PATCH",
+            f"{PRIORITY_CLASSES}/{name}",
+            body={"metadata": {"annotations": {FORCE_DELETE_ANNOTATION: "true"}}},
+            content_type="application/merge-patch+json",
+        )
         admin.request("DELETE", f"{PRIORITY_CLASSES}/{name}")
 
 

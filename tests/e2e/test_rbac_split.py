@@ -1,7 +1,8 @@
 """manifests/rbac.yaml against a real API server: the certificate steps, each run as its own
 ServiceAccount, can do their part and no more. The caBundle Job creates the serving Secret and
 injects the CA; the webhook pod (init container and servers) can only read and renew that one
-Secret, and cannot touch a webhook configuration.
+Secret, and cannot touch a webhook configuration. The webhook pod may list what a PriorityClass
+delete checks, and write none of it.
 
 The rules are the shipped ones, moved into the test's namespace and pointed at a webhook
 configuration of the test's own (the test run's `priogate` configurations stay untouched)."""
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,8 +23,10 @@ from kubernetes import config as k8s_config
 from certs.bootstrap import SecretMissing, bootstrap, ensure_secret, inject_ca_bundle
 from localcluster import LocalCluster
 from localcluster.binaries import REPO
-from priogate.kube.client import ApiClient, ApiError, load_client
-from tests.e2e.helpers import inert_webhook_configuration
+from priogate.kube.class_users import ListingFailed, class_uses, list_namespaces
+from priogate.kube.client import ApiClient, ApiError, load_client, resource_path
+from tests.builders import workload
+from tests.e2e.helpers import inert_webhook_configuration, wait_for
 
 RBAC_KINDS = ("ServiceAccount", "Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding")
 ACCOUNTS = ("priogate-webhook", "priogate-cabundle")
@@ -131,3 +135,27 @@ def test_the_job_and_the_webhook_pod_each_do_their_part_and_no_more(
     assert forbidden(lambda: pod.get(f"{CONFIGS}/{config_name}"))
     assert forbidden(lambda: job.get(f"{CONFIGS}/priogate"))
     assert forbidden(lambda: job.create("/api/v1/namespaces/default/secrets", {"metadata": {"name": "x"}}))
+
+
+def test_the_webhook_pod_may_list_what_a_priorityclass_delete_checks_and_write_none_of_it(
+    cluster: LocalCluster, namespace: str, installed: str
+):
+    """Safe deletes (docs/priorityclass-policy.md): every kind the check lists, and the
+    namespaces, are listed by the webhook's shipped rules without a refusal; none is written."""
+    pod = as_account(cluster, namespace, "priogate-webhook")
+
+    def lists_all() -> bool:
+        try:
+            class_uses(pod, "no-such-class", deadline=time.monotonic() + 8)
+            list_namespaces(pod, deadline=time.monotonic() + 8)
+        except ListingFailed:
+            return False  # RBAC's caches lag the shipped rules' apply by a moment
+        return True
+
+    wait_for(lists_all, 30, "the webhook's ServiceAccount lists every kind a delete checks")
+    assert forbidden(
+        lambda: pod.create(
+            resource_path("apps/v1", "deployments", namespace), workload("Deployment", "d", namespace=None)
+        )
+    )
+    assert forbidden(lambda: pod.delete(resource_path("v1", "namespaces", name=namespace)))

@@ -15,6 +15,7 @@ from kubernetes.client.rest import ApiException
 
 from localcluster import LocalCluster
 from localcluster.binaries import REPO
+from priogate.class_users import FORCE_DELETE_ANNOTATION
 from priogate.ledger.codec import DEFAULT_LEDGER_NAMESPACE, entries_of, ledger_name
 from tests.builders import podgroup_body, priority_class
 from tests.e2e.helpers import refusal, unique, wait_for
@@ -259,6 +260,9 @@ def test_a_group_whose_class_was_deleted_can_still_be_updated_deleted_and_releas
     held["metadata"]["finalizers"] = [HOLD]
     tenant.create_podgroup(held)
 
+    # "held" still names the class, so the admin forces the delete (docs/priorityclass-policy.md,
+    # "Safe deletes"): what follows is the state that leaves behind.
+    scheduling.patch_priority_class(cls, {"metadata": {"annotations": {FORCE_DELETE_ANNOTATION: "true"}}})
     scheduling.delete_priority_class(cls)
     settled(create_resolves(False), f"the webhook sees class {cls} gone")
 

@@ -238,3 +238,39 @@ def test_the_network_policy_selects_the_webhook_pods_and_their_ports():
     assert {p["port"] for p in rule["ports"]} | {p["port"] for p in health["ports"]} == ports
     assert {p["port"] for p in rule["ports"]} == {"priority", "quota"}
     assert {p["port"] for p in health["ports"]} == {"priority-health", "quota-health"}
+
+
+def test_the_webhook_may_list_every_kind_a_safe_delete_reads_and_do_nothing_more_with_them():
+    """A PriorityClass DELETE lists every kind of priogate.class_users.KINDS cluster-wide, and a
+    new globalDefault lists namespaces (docs/priorityclass-policy.md, "Safe deletes"): the
+    webhook's ServiceAccount may, and may not write the workload kinds."""
+    from priogate.class_users import KINDS
+
+    rules = [
+        rule
+        for where, rule in rules_of(kustomize_build(), "priogate-system", "priogate-webhook")
+        if not where
+    ]
+
+    def verbs(group: str, resource: str) -> set[str]:
+        return {
+            verb
+            for rule in rules
+            if group in rule["apiGroups"] and resource in rule["resources"] and not rule.get("resourceNames")
+            for verb in rule["verbs"]
+        }
+
+    for kind in KINDS:
+        group = kind.group_version.rpartition("/")[0]
+        assert "list" in verbs(group, kind.plural), kind
+    assert "list" in verbs("", "namespaces")
+    for group, resource in [
+        ("apps", "deployments"),
+        ("apps", "statefulsets"),
+        ("apps", "daemonsets"),
+        ("apps", "replicasets"),
+        ("batch", "jobs"),
+        ("batch", "cronjobs"),
+        ("scheduling.k8s.io", "podgroups"),
+    ]:
+        assert verbs(group, resource) == {"list"}, (group, resource)
