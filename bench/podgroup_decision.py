@@ -22,7 +22,8 @@ import orjson
 from priogate.ledger.codec import ledger_object, ledger_of
 from priogate.ledger.memory import MemoryLedgerStore
 from priogate.ledger.totals import EntryTotals
-from tests.builders import SYSTEM_CLASSES, cpu_podgroup, group_review, make_view, resource_quota
+from tests.builders import SYSTEM_CLASSES, cpu_podgroup, resource_quota
+from tests.reviews import group_review, make_view
 from webhook.review import parse_review
 from webhook.rules import podgroup_quota
 

@@ -20,7 +20,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from tests.builders import SYSTEM_CLASSES, priority_class, review
+from tests.builders import SYSTEM_CLASSES, priority_class
+from tests.reviews import review
 from tests.serving import start_server
 from webhook.registry import SERVERS
 
@@ -86,7 +87,7 @@ def in_process_cost(body: bytes, classes: list[dict], rounds: int = 5, n: int = 
 
     from flask import Flask, Response, request
 
-    from tests.builders import make_app
+    from tests.reviews import make_app
 
     bare = Flask("bare")
 

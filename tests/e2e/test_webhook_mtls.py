@@ -13,7 +13,8 @@ import pytest
 
 from certs import issue_ca, issue_leaf, write_pem
 from localcluster import LocalCluster
-from tests.builders import pod, review
+from tests.builders import pod
+from tests.reviews import review
 from tests.serving import tls_refusal
 
 

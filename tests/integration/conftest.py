@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.builders import make_app
+from tests.reviews import make_app
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ import jsonpatch
 import pytest
 
 from tests.acceptance_cases import PATHS, load_cases, message_matches, review
-from tests.builders import decode_patch, make_app
+from tests.reviews import decode_patch, make_app
 
 CASES = load_cases()
 OWNED = [c for c in CASES if c.skip_reason is None]

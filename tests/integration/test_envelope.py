@@ -8,7 +8,8 @@ import json
 import jsonpatch
 import pytest
 
-from tests.builders import SYSTEM_CLASSES, decode_patch, make_app, make_view, pod, priority_class, review
+from tests.builders import SYSTEM_CLASSES, pod, priority_class
+from tests.reviews import decode_patch, make_app, make_view, review
 from webhook.review import caller_timeout
 
 CLASSES = [*SYSTEM_CLASSES, priority_class("high", value=1000), priority_class("low", value=10, default=True)]

@@ -7,16 +7,8 @@ import json
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.builders import (
-    SYSTEM_CLASSES,
-    ledger,
-    make_app,
-    pod,
-    podgroup,
-    priority_class,
-    resource_quota,
-    review,
-)
+from tests.builders import SYSTEM_CLASSES, ledger, pod, podgroup, priority_class, resource_quota
+from tests.reviews import make_app, review
 
 APP = make_app(
     [*SYSTEM_CLASSES, priority_class("d", value=3, default=True)],

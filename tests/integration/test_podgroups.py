@@ -11,18 +11,8 @@ import pytest
 
 from priogate.ledger.memory import MemoryLedgerStore
 from priogate.ledger.model import Entry, Ledger
-from tests.builders import (
-    SYSTEM_CLASSES,
-    decode_patch,
-    group_review,
-    ledger,
-    make_app,
-    pod,
-    podgroup,
-    priority_class,
-    resource_quota,
-    review,
-)
+from tests.builders import SYSTEM_CLASSES, ledger, pod, podgroup, priority_class, resource_quota
+from tests.reviews import decode_patch, group_review, make_app, review
 
 CLASSES = [
     *SYSTEM_CLASSES,

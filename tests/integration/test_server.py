@@ -12,7 +12,8 @@ import pytest
 from cryptography import x509
 
 from certs import issue_ca, issue_leaf, write_pem
-from tests.builders import SYSTEM_CLASSES, pod, priority_class, review
+from tests.builders import SYSTEM_CLASSES, pod, priority_class
+from tests.reviews import review
 from tests.serving import start_server
 
 

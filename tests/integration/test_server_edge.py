@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from certs import issue_ca, issue_leaf, write_pem
-from tests.builders import SYSTEM_CLASSES, pod, priority_class, review
+from tests.builders import SYSTEM_CLASSES, pod, priority_class
+from tests.reviews import review
 from tests.serving import RunningServer, start_server, tls_refusal
 
 CLASSES = [*SYSTEM_CLASSES, priority_class("high", value=1000)]

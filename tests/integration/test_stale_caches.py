@@ -12,16 +12,8 @@ import pytest
 from priogate.kube.client import ApiError
 from priogate.ledger.memory import MemoryLedgerStore
 from priogate.ledger.model import Entry, Ledger
-from tests.builders import (
-    SYSTEM_CLASSES,
-    group_review,
-    make_view,
-    pod,
-    podgroup,
-    priority_class,
-    resource_quota,
-    review,
-)
+from tests.builders import SYSTEM_CLASSES, pod, podgroup, priority_class, resource_quota
+from tests.reviews import group_review, make_view, review
 from webhook.app import create_app
 
 CLASSES = [*SYSTEM_CLASSES, priority_class("batch", value=100, default=True)]

@@ -15,8 +15,9 @@ from priogate.kube.client import resource_path
 from priogate.kube.ledger_store import LedgerStore
 from priogate.ledger.codec import ledger_object, ledger_of, ledger_path
 from priogate.ledger.model import stamp
-from tests.builders import cpu_podgroup, fed_cache, group_review, resource_quota
+from tests.builders import cpu_podgroup, resource_quota
 from tests.fake_api import FakeApi
+from tests.reviews import fed_cache, group_review
 from webhook.review import parse_review
 from webhook.rules import podgroup_quota
 from webhook.view import CacheView

@@ -19,8 +19,9 @@ from priogate.priority_table import (
     class_access_data,
     table_data,
 )
-from tests.builders import make_view, priority_class, review
+from tests.builders import priority_class
 from tests.fake_api import FakeApi
+from tests.reviews import make_view, review
 from webhook.class_access_policy import EXPRESSION, POLICY_NAME, VARIABLES
 from webhook.configuration import policy_objects
 from webhook.policy import SYSTEM_NAMESPACES, WebhookPolicy

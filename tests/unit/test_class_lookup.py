@@ -10,8 +10,9 @@ import pytest
 
 from priogate import priority
 from priogate.kube.client import ApiError
-from tests.builders import make_view, pod, priority_class, review
+from tests.builders import pod, priority_class
 from tests.fake_api import FakeApi
+from tests.reviews import make_view, review
 from webhook.class_lookup import resolve
 from webhook.review import parse_review
 from webhook.rules import pod_priority

@@ -13,7 +13,8 @@ from priogate.kube.client import ApiError
 from priogate.kube.namespaces import label_namespace
 from priogate.ledger.memory import MemoryLedgerStore
 from priogate.scope import COVERED, ENROLLED_LABEL, NOT_COVERED, PROBE_NAME, enrolled, probe_verdict
-from tests.builders import group_review, make_view, podgroup, resource_quota
+from tests.builders import podgroup, resource_quota
+from tests.reviews import group_review, make_view
 from webhook.review import Decision, parse_review
 from webhook.rules import podgroup_enrolment, podgroup_quota
 

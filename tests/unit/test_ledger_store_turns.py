@@ -19,8 +19,9 @@ import zlib
 import orjson
 
 from priogate.ledger.codec import entries_of, ledger_of, ledger_path
-from tests.builders import fed_cache, group_review, pod, podgroup, review
+from tests.builders import pod, podgroup
 from tests.fake_api import FakeApi
+from tests.reviews import fed_cache, group_review, review
 from tests.unit.ledger_world import GROUPS, LEDGER, NS, QUOTAS, admit_group, aged, setup, store_group
 from webhook.review import parse_review
 from webhook.rules import pod_quota, podgroup_quota

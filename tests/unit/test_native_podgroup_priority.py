@@ -12,7 +12,8 @@ import orjson
 import pytest
 
 from priogate import priority as p
-from tests.builders import SYSTEM_CLASSES, make_app, make_view, priority_class, review
+from tests.builders import SYSTEM_CLASSES, priority_class
+from tests.reviews import make_app, make_view, review
 from webhook.objects import MalformedObject
 from webhook.review import Decision, parse_review
 from webhook.rules import native_podgroup_priority as rule

@@ -18,7 +18,8 @@ from priogate.ledger.memory import MemoryLedgerStore
 from priogate.ledger.model import Entry, Ledger
 from priogate.priority_table import MARKER_ANNOTATION
 from priogate.resources import parse_resource_list
-from tests.builders import SYSTEM_CLASSES, group_review, make_view, podgroup, priority_class, resource_quota
+from tests.builders import SYSTEM_CLASSES, podgroup, priority_class, resource_quota
+from tests.reviews import group_review, make_view
 from webhook.review import Decision, parse_review
 from webhook.rules import podgroup_defaults, podgroup_quota
 

@@ -12,8 +12,9 @@ import pytest
 from controller.priority_table import ATTEMPTS, PriorityTableWriter, TableConflict
 from priogate.kube.client import ApiError
 from priogate.priority_table import MARKER_ANNOTATION, TABLE_NAME, table_data, table_object
-from tests.builders import SYSTEM_CLASSES, make_view, pod, priority_class, review
+from tests.builders import SYSTEM_CLASSES, pod, priority_class
 from tests.fake_api import FakeApi
+from tests.reviews import make_view, review
 from webhook.review import parse_review
 from webhook.rules import pod_priority
 

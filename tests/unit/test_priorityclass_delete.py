@@ -16,7 +16,8 @@ import pytest
 from priogate.class_users import FORCE_DELETE_ANNOTATION, KINDS, NAMESPACE_DEFAULT_ANNOTATION
 from priogate.kube.class_users import PAGE_SIZE, ListingFailed, class_uses, list_namespaces
 from priogate.kube.client import ApiClient, ApiError, resource_path
-from tests.builders import SYSTEM_CLASSES, make_view, podgroup, priority_class, review, workload
+from tests.builders import SYSTEM_CLASSES, podgroup, priority_class, workload
+from tests.reviews import make_view, review
 from webhook.endpoints import answer_review
 from webhook.review import Decision, parse_review
 from webhook.rules import priorityclasses

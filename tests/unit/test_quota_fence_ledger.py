@@ -17,8 +17,9 @@ from priogate.kube.client import ApiError
 from priogate.ledger.codec import ledger_object, ledger_of
 from priogate.ledger.model import stamp
 from priogate.ledger.timing import FENCE_TTL
-from tests.builders import fed_cache, resource_quota, review
+from tests.builders import resource_quota
 from tests.fake_api import FakeApi
+from tests.reviews import fed_cache, review
 from tests.unit.ledger_world import LEDGER, NS, QUOTAS, admit_group, setup
 from webhook.objects import MalformedObject
 from webhook.review import parse_review

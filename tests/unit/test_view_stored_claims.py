@@ -6,7 +6,8 @@ from __future__ import annotations
 import datetime as dt
 
 from priogate.ledger.stored_groups import listing_of
-from tests.builders import cpu_podgroup, make_view
+from tests.builders import cpu_podgroup
+from tests.reviews import make_view
 
 NS = "team-a"
 MINIMUM = dt.datetime.min.replace(tzinfo=dt.UTC)
