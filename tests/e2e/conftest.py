@@ -7,6 +7,7 @@ logs. It is never a skip: not under CI=true, and not locally either.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,6 +25,7 @@ from tests.e2e.helpers import Admission, Kubectl, delete_namespace, ensure_names
 from tests.e2e.plugin import install_launcher
 from tests.e2e.preemptor_side import Side
 from tests.e2e.tenant import Tenant, tenant_fixture
+from webhook.policy import WebhookPolicy
 
 _figures: dict[str, str] = {}
 
@@ -178,3 +180,28 @@ def default_side(default_cluster_side: Side) -> Iterator[Side]:
     """The default mode, for one scenario."""
     yield default_cluster_side
     default_cluster_side.end_scenario()
+
+
+@pytest.fixture(scope="module", params=["plugin-replaced", "plugin-kept"])
+def mode(request: pytest.FixtureRequest, cluster: LocalCluster) -> Iterator[str]:
+    """The cluster in one mode (docs/modes.md) for the tests of a module that asks for it, the
+    plugin replaced and then kept; the test run's mode again afterwards."""
+    if request.param == "plugin-replaced":
+        assert cluster.mode.priority_plugin is False
+        yield request.param
+        return
+    assert cluster.webhooks is not None
+    hook = cluster.supervisor.get("webhook")
+    default_mode = cluster.mode
+
+    def switch(plugin: bool) -> None:
+        cluster.webhooks.unregister()
+        cluster.webhooks.register(WebhookPolicy.for_mode(priority_plugin=plugin))
+        cluster.restart_apiserver(dataclasses.replace(default_mode, priority_plugin=plugin))
+        cluster.webhooks.probe(priority_plugin=plugin, proc=hook)
+
+    switch(True)
+    try:
+        yield request.param
+    finally:
+        switch(default_mode.priority_plugin)

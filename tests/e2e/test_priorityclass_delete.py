@@ -13,16 +13,12 @@ class-less pods it changes, less those with a default of their own.
 
 from __future__ import annotations
 
-import dataclasses
 import re
 import subprocess
-from collections.abc import Iterator
 from typing import Any
 
-import pytest
 import yaml
 
-from localcluster import LocalCluster
 from priogate.class_users import FORCE_DELETE_ANNOTATION, NAMESPACE_DEFAULT_ANNOTATION
 from priogate.kube.client import ApiClient, ApiError, resource_path
 from tests.builders import priority_class, workload
@@ -31,35 +27,10 @@ from tests.e2e.helpers import Kubectl, wait_for
 from tests.e2e.tenant import GROUP as VOLCANO_GROUP
 from tests.e2e.tenant import VERSION as VOLCANO_VERSION
 from tests.e2e.tenant import Tenant
-from webhook.policy import WebhookPolicy
 
 PRIORITY_CLASSES = "/apis/scheduling.k8s.io/v1/priorityclasses"
 NATIVE = "scheduling.k8s.io/v1alpha2"
 HOOK = 'admission webhook "priorityclasses.priogate.io" denied the request'
-
-
-@pytest.fixture(scope="module", params=["plugin-replaced", "plugin-kept"])
-def mode(request: pytest.FixtureRequest, cluster: LocalCluster) -> Iterator[str]:
-    """The cluster in one mode for the module's tests; the test run's mode again afterwards."""
-    if request.param == "plugin-replaced":
-        assert cluster.mode.priority_plugin is False
-        yield request.param
-        return
-    assert cluster.webhooks is not None
-    hook = cluster.supervisor.get("webhook")
-    default_mode = cluster.mode
-
-    def switch(plugin: bool) -> None:
-        cluster.webhooks.unregister()
-        cluster.webhooks.register(WebhookPolicy.for_mode(priority_plugin=plugin))
-        cluster.restart_apiserver(dataclasses.replace(default_mode, priority_plugin=plugin))
-        cluster.webhooks.probe(priority_plugin=plugin, proc=hook)
-
-    switch(True)
-    try:
-        yield request.param
-    finally:
-        switch(default_mode.priority_plugin)
 
 
 def delete_class(kubectl: Kubectl, name: str) -> subprocess.CompletedProcess[str]:

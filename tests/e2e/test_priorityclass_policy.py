@@ -15,8 +15,6 @@ costs no priogate hook call it did not cost before.
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -34,7 +32,6 @@ from tests.e2e.helpers import api_error, hook_creates, refusal, unique, wait_for
 from tests.e2e.tenant import GROUP as VOLCANO_GROUP
 from tests.e2e.tenant import VERSION as VOLCANO_VERSION
 from tests.e2e.tenant import Tenant
-from webhook.policy import WebhookPolicy
 
 PRIORITY_CLASSES = "/apis/scheduling.k8s.io/v1/priorityclasses"
 TABLE = resource_path("v1", "configmaps", PRIOGATE_NAMESPACE, TABLE_NAME)
@@ -42,30 +39,6 @@ PARAMETER = resource_path("v1", "configmaps", PRIOGATE_NAMESPACE, CLASS_ACCESS_N
 NATIVE_GROUP, NATIVE_VERSION = "scheduling.k8s.io", "v1alpha2"
 NOWHERE = "e2e-nowhere"  # a node that does not exist: nothing schedules or runs these pods
 LABEL = "e2e.priogate.io/tier"
-
-
-@pytest.fixture(scope="module", params=["plugin-replaced", "plugin-kept"])
-def mode(request: pytest.FixtureRequest, cluster: LocalCluster) -> Iterator[str]:
-    """The cluster in one mode for the module's tests; the test run's mode again afterwards."""
-    if request.param == "plugin-replaced":
-        assert cluster.mode.priority_plugin is False
-        yield request.param
-        return
-    assert cluster.webhooks is not None
-    hook = cluster.supervisor.get("webhook")
-    default_mode = cluster.mode
-
-    def switch(plugin: bool) -> None:
-        cluster.webhooks.unregister()
-        cluster.webhooks.register(WebhookPolicy.for_mode(priority_plugin=plugin))
-        cluster.restart_apiserver(dataclasses.replace(default_mode, priority_plugin=plugin))
-        cluster.webhooks.probe(priority_plugin=plugin, proc=hook)
-
-    switch(True)
-    try:
-        yield request.param
-    finally:
-        switch(default_mode.priority_plugin)
 
 
 def bound_pod(name: str, **kw: Any) -> dict[str, Any]:
