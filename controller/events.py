@@ -28,6 +28,27 @@ log = structlog.get_logger("priogate.controller.events")
 REPORTING_CONTROLLER = "priogate.io/controller"
 NOTE_LIMIT = 1024  # events.k8s.io/v1 refuses longer notes
 MAX_QUEUED = 1000  # client-go's maxQueuedEvents
+KEYS_KEPT = 10_000  # what Once remembers; cleared when full (an Event again at worst)
+
+
+class Once:
+    """Which (object uid, text) Events were already sent, so a condition seen on every reconcile
+    is told once, as client-go's EventCorrelator folds repeats (tools/record/events_cache.go),
+    in bounded memory."""
+
+    def __init__(self, kept: int = KEYS_KEPT) -> None:
+        self.kept = kept
+        self._keys: set[tuple[str, str]] = set()
+
+    def first(self, obj: Mapping[str, Any], text: str) -> bool:
+        """Whether this is the first time `text` is told about `obj`; remembers it."""
+        key = (str((obj.get("metadata") or {}).get("uid", "")), text)
+        if key in self._keys:
+            return False
+        if len(self._keys) >= self.kept:
+            self._keys.clear()
+        self._keys.add(key)
+        return True
 
 
 class EventRecorder:

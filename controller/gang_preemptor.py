@@ -37,7 +37,7 @@ import structlog
 
 from controller.caches import Caches
 from controller.engine_state import EngineState
-from controller.events import EventRecorder
+from controller.events import EventRecorder, Once
 from controller.victims import MERGE_PATCH, NotLeader, Preemptor, Taken, VictimWriter
 from priogate import preemption_record as record
 from priogate import priority as prio
@@ -49,9 +49,6 @@ from priogate.preemption.policy import DEFAULT_POLICY, PreemptionPolicy
 from priogate.preemption_record import RecordedDecision, Step, Victim
 
 log = structlog.get_logger("priogate.controller.preemption")
-
-
-TOLD_KEPT = 10_000  # _tell_priority's memory, cleared when full (an Event again at worst)
 
 
 class Stopped(Exception):
@@ -84,7 +81,7 @@ class GangPreemptor:
         self.max_age = max_age
         self.on_applied = on_applied
         self.writer = VictimWriter(client, caches.pods.get, events, self._guard)
-        self._told: set[tuple[str, str]] = set()  # (group uid, note) told by _tell_priority
+        self._told = Once()  # (group uid, note) told by _tell_priority
 
     def handle(self, group: Mapping[str, Any], members: Sequence[Mapping[str, Any]], scheduled: int) -> str:
         meta = group["metadata"]
@@ -161,12 +158,8 @@ class GangPreemptor:
         class's: the gang preempts at what its members were admitted with, never at a class
         they were not allowed."""
         _, note = self._priority(group, members)
-        told = (group["metadata"].get("uid", ""), note)
-        if not note or told in self._told:
+        if not note or not self._told.first(group, note):
             return
-        if len(self._told) >= TOLD_KEPT:
-            self._told.clear()
-        self._told.add(told)
         self.events.emit(
             group,
             "PodGroup",

@@ -27,7 +27,7 @@ from typing import Any
 import structlog
 
 from controller.caches import Caches
-from controller.events import EventRecorder
+from controller.events import EventRecorder, Once
 from controller.pods_view import bound_active, priority_of, requests_of
 from controller.victims import NotLeader, Preemptor, Taken, VictimWriter
 from priogate import overuse
@@ -42,7 +42,6 @@ log = structlog.get_logger("priogate.controller.overuse")
 
 LEAVING_SECONDS = 60.0  # how long an evicted member counts as leaving if the cache never says so
 BLOCKED_SECONDS = 30.0  # how long a member a PDB protected is passed over
-TOLD_KEPT = 10_000
 
 Members = Mapping[str, Sequence[Mapping[str, Any]]]
 
@@ -94,7 +93,7 @@ class OverusedEvictor:
             str, tuple[float, str, str, ResourceList]
         ] = {}  # uid -> (when, ns, name, requests)
         self._blocked: dict[str, float] = {}  # uid -> passed over until
-        self._told: set[tuple[str, str]] = set()
+        self._told = Once()  # (group uid, pod) told by _tell_blocked
 
     def _guard(self) -> None:
         if not self.is_leader():
@@ -232,12 +231,8 @@ class OverusedEvictor:
         return names
 
     def _tell_blocked(self, group: Mapping[str, Any], pod: str, other: str) -> None:
-        told = (str(group["metadata"].get("uid", "")), pod)
-        if told in self._told:
+        if not self._told.first(group, pod):
             return
-        if len(self._told) >= TOLD_KEPT:
-            self._told.clear()
-        self._told.add(told)
         self.events.emit(
             group,
             "PodGroup",

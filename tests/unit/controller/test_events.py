@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from controller.events import NOTE_LIMIT, EventRecorder
+from controller.events import NOTE_LIMIT, EventRecorder, Once
 
 GROUP = {"metadata": {"namespace": "ns", "name": "g", "uid": "u1"}}
 
@@ -45,3 +45,16 @@ def test_the_escaped_note_is_cut_to_the_limit():
     note = _note("\x1b" * NOTE_LIMIT)
     assert len(note) == NOTE_LIMIT and "\x1b" not in note
     assert note.startswith("\\x1b\\x1b")
+
+
+def test_once_tells_each_text_about_each_object_once_in_bounded_memory():
+    once = Once(kept=2)
+    a, b = {"metadata": {"uid": "a"}}, {"metadata": {"uid": "b"}}
+    assert [once.first(a, "x"), once.first(a, "x"), once.first(a, "y"), once.first(b, "x")] == [
+        True,
+        False,
+        True,
+        True,
+    ]
+    # The memory was full when b came: cleared, so an old text may be told again, never lost.
+    assert once.first(a, "x") is True
