@@ -30,9 +30,9 @@ from priogate.priority_table import (
     CLASS_ACCESS_NAME,
     SELECTOR_PREFIX,
 )
+from webhook.priority_policy import API_VERSION, LABELS, binding
 
 POLICY_NAME = "priogate-class-access"
-API_VERSION = "admissionregistration.k8s.io/v1"
 VOLCANO_GROUP, VOLCANO_VERSION = GROUP_VERSION.split("/")
 # Native PodGroups (KEP-4671); the rule matches nothing where the API is not served.
 NATIVE_GROUP, NATIVE_VERSION = "scheduling.k8s.io", "v1alpha2"
@@ -91,7 +91,6 @@ def class_access_policies(table_namespace: str, exempt_namespaces: tuple[str, ..
     a pod's and a native PodGroup's class are immutable). Without its ConfigMap (no class
     restricted, or deleted by hand until the controller's next resync) the policy is skipped
     (parameterNotFoundAction Allow): refusing instead would refuse every pod create."""
-    labels = {"app.kubernetes.io/name": "priogate"}
     rules = [
         {"apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"], "operations": ["CREATE"]},
         {
@@ -110,7 +109,7 @@ def class_access_policies(table_namespace: str, exempt_namespaces: tuple[str, ..
     policy = {
         "apiVersion": API_VERSION,
         "kind": "ValidatingAdmissionPolicy",
-        "metadata": {"name": POLICY_NAME, "labels": labels},
+        "metadata": {"name": POLICY_NAME, "labels": dict(LABELS)},
         "spec": {
             "paramKind": {"apiVersion": "v1", "kind": "ConfigMap"},
             "matchConstraints": {
@@ -124,28 +123,17 @@ def class_access_policies(table_namespace: str, exempt_namespaces: tuple[str, ..
             "validations": [{"expression": EXPRESSION, "messageExpression": MESSAGE, "reason": "Forbidden"}],
         },
     }
-    spec: dict[str, Any] = {
-        "policyName": POLICY_NAME,
-        "paramRef": {
-            "name": CLASS_ACCESS_NAME,
-            "namespace": table_namespace,
-            "parameterNotFoundAction": "Allow",
-        },
-        "validationActions": ["Deny"],
-    }
-    if exempt_namespaces:
-        # kube-system's and priogate's own pods are never refused a class: a selector that
-        # forgot them must not stop the control plane or priogate itself.
-        selector = {
-            "key": "kubernetes.io/metadata.name",
-            "operator": "NotIn",
-            "values": list(exempt_namespaces),
-        }
-        spec["matchResources"] = {"namespaceSelector": {"matchExpressions": [selector]}}
-    binding = {
-        "apiVersion": API_VERSION,
-        "kind": "ValidatingAdmissionPolicyBinding",
-        "metadata": {"name": POLICY_NAME, "labels": labels},
-        "spec": spec,
-    }
-    return [policy, binding]
+    # kube-system's and priogate's own pods are never refused a class: a selector that forgot
+    # them must not stop the control plane or priogate itself.
+    return [
+        policy,
+        binding(
+            "ValidatingAdmissionPolicyBinding",
+            POLICY_NAME,
+            CLASS_ACCESS_NAME,
+            table_namespace,
+            "Allow",
+            exempt_namespaces,
+            validationActions=["Deny"],
+        ),
+    ]

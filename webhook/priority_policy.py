@@ -71,6 +71,41 @@ _PATCH = (
 )
 
 
+LABELS = {"app.kubernetes.io/name": "priogate"}
+
+
+def binding(
+    kind: str,
+    name: str,
+    param: str,
+    table_namespace: str,
+    param_not_found: str,
+    exempt_namespaces: tuple[str, ...],
+    **spec: Any,
+) -> dict[str, Any]:
+    """The `kind` binding of policy `name` to its ConfigMap parameter `param`, outside the
+    exempt namespaces (those the hook it stands beside is not called for either,
+    webhook.policy); `spec` adds fields such as validationActions."""
+    body: dict[str, Any] = {
+        "policyName": name,
+        "paramRef": {"name": param, "namespace": table_namespace, "parameterNotFoundAction": param_not_found},
+        **spec,
+    }
+    if exempt_namespaces:
+        selector = {
+            "key": "kubernetes.io/metadata.name",
+            "operator": "NotIn",
+            "values": list(exempt_namespaces),
+        }
+        body["matchResources"] = {"namespaceSelector": {"matchExpressions": [selector]}}
+    return {
+        "apiVersion": API_VERSION,
+        "kind": kind,
+        "metadata": {"name": name, "labels": dict(LABELS)},
+        "spec": body,
+    }
+
+
 def _policy_pair(
     name: str,
     resource_rule: dict[str, Any],
@@ -83,11 +118,10 @@ def _policy_pair(
 ) -> list[dict[str, Any]]:
     """[MutatingAdmissionPolicy, MutatingAdmissionPolicyBinding]: one JSONPatch mutation over
     CREATEs of `resource_rule`, with the table in `table_namespace` as `params`."""
-    labels = {"app.kubernetes.io/name": "priogate"}
     policy = {
         "apiVersion": API_VERSION,
         "kind": "MutatingAdmissionPolicy",
-        "metadata": {"name": name, "labels": labels},
+        "metadata": {"name": name, "labels": dict(LABELS)},
         "spec": {
             "paramKind": {"apiVersion": "v1", "kind": "ConfigMap"},
             "matchConstraints": {
@@ -101,29 +135,17 @@ def _policy_pair(
             "mutations": [{"patchType": "JSONPatch", "jsonPatch": {"expression": patch}}],
         },
     }
-    spec: dict[str, Any] = {
-        "policyName": name,
-        "paramRef": {
-            "name": TABLE_NAME,
-            "namespace": table_namespace,
-            "parameterNotFoundAction": param_not_found,
-        },
-    }
-    if exempt_namespaces:
-        # The namespaces the hook it spares is not called for either (webhook.policy).
-        selector = {
-            "key": "kubernetes.io/metadata.name",
-            "operator": "NotIn",
-            "values": list(exempt_namespaces),
-        }
-        spec["matchResources"] = {"namespaceSelector": {"matchExpressions": [selector]}}
-    binding = {
-        "apiVersion": API_VERSION,
-        "kind": "MutatingAdmissionPolicyBinding",
-        "metadata": {"name": name, "labels": labels},
-        "spec": spec,
-    }
-    return [policy, binding]
+    return [
+        policy,
+        binding(
+            "MutatingAdmissionPolicyBinding",
+            name,
+            TABLE_NAME,
+            table_namespace,
+            param_not_found,
+            exempt_namespaces,
+        ),
+    ]
 
 
 def priority_policies(table_namespace: str) -> list[dict[str, Any]]:
