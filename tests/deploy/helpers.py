@@ -49,6 +49,29 @@ def helm(lc: LocalCluster, *args: str, timeout: float = 300) -> str:
     return r.stdout
 
 
+def helm_install(lc: LocalCluster, repository: str, tag: str, *values: str) -> float:
+    """`helm install --wait` of the chart with the image and `values` (each `--set=...`), as
+    Flux, Argo CD and `--atomic` do: it returns once the Deployments are ready. The seconds it
+    took."""
+    t0 = time.monotonic()
+    helm(
+        lc,
+        "install",
+        RELEASE,
+        str(CHART),
+        "-n",
+        NAMESPACE,
+        "--create-namespace",
+        f"--set=image.repository={repository}",
+        f"--set=image.tag={tag}",
+        *values,
+        "--wait",
+        "--timeout=5m",
+        timeout=330,
+    )
+    return time.monotonic() - t0
+
+
 def wait_for(check: Callable[[], bool], timeout: float, what: str, interval: float = 0.5) -> float:
     t0 = time.monotonic()
     while not check():

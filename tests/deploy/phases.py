@@ -15,7 +15,6 @@ from localcluster.binaries import REPO
 from localcluster.procs import progress
 from priogate.kube.client import ApiClient, ApiError, resource_path
 from tests.deploy.helpers import (
-    CHART,
     GROUPS,
     HEALTH_PORTS,
     IMAGE,
@@ -26,6 +25,7 @@ from tests.deploy.helpers import (
     group,
     health_readyz,
     helm,
+    helm_install,
     pods,
     rolled_out,
     unschedulable_pod,
@@ -98,22 +98,7 @@ def install_with_mtls(lc: LocalCluster, api: ApiClient, repository: str, tag: st
         "data": {"ca.crt": base64.b64encode(ca.read_bytes()).decode()},
     }
     api.create(resource_path("v1", "secrets", NAMESPACE), secret)
-    t0 = time.monotonic()
-    helm(
-        lc,
-        "install",
-        RELEASE,
-        str(CHART),
-        "-n",
-        NAMESPACE,
-        f"--set=image.repository={repository}",
-        f"--set=image.tag={tag}",
-        "--set=mtls.clientCASecret=apiserver-client-ca",
-        "--wait",
-        "--timeout=5m",
-        timeout=330,
-    )
-    ready_s = time.monotonic() - t0
+    ready_s = helm_install(lc, repository, tag, "--set=mtls.clientCASecret=apiserver-client-ca")
     assert rolled_out(api, f"{repository}:{tag}")
     for pod in pods(api, "webhook"):
         for c in pod["spec"]["containers"]:
@@ -193,23 +178,7 @@ def replaced_plugin_round(lc: LocalCluster, api: ApiClient, repository: str, tag
     its priority from priogate. Uninstalled again; nothing left."""
     # The same mode otherwise: its extra flags route webhook calls to the pods' endpoints.
     lc.restart_apiserver(dataclasses.replace(lc.mode, priority_plugin=False))
-    t0 = time.monotonic()
-    helm(
-        lc,
-        "install",
-        RELEASE,
-        str(CHART),
-        "-n",
-        NAMESPACE,
-        "--create-namespace",
-        f"--set=image.repository={repository}",
-        f"--set=image.tag={tag}",
-        "--set=priorityPlugin=false",
-        "--wait",
-        "--timeout=5m",
-        timeout=330,
-    )
-    ready_s = time.monotonic() - t0
+    ready_s = helm_install(lc, repository, tag, "--set=priorityPlugin=false")
     assert rolled_out(api, f"{repository}:{tag}")
     config = api.get(
         resource_path("admissionregistration.k8s.io/v1", "mutatingwebhookconfigurations", None, "priogate")

@@ -62,6 +62,7 @@ from tests.deploy.helpers import (
     Tally,
     group,
     helm,
+    helm_install,
     lease_holder,
     pods,
     requests_total,
@@ -111,26 +112,10 @@ def test_chart_on_a_real_node(cluster: LocalCluster) -> None:
         resource_path("v1", "resourcequotas", GROUPS_NS),
         {"metadata": {"name": "compute"}, "spec": {"hard": {"cpu": str(QUOTA_CPU)}}},
     )
-    t0 = time.monotonic()
-    helm(
-        lc,
-        "install",
-        RELEASE,
-        str(CHART),
-        "-n",
-        NAMESPACE,
-        "--create-namespace",
-        f"--set=image.repository={repository}",
-        f"--set=image.tag={tag}",
-        # A deleted PodGroup's reservation is swept sooner than the default 30 s, so the four
-        # clients' groups are admitted again within a phase.
-        "--set=controller.flags.reclaim-seconds=2",
-        "--wait",
-        "--timeout=5m",
-        timeout=330,
-    )
+    # A deleted PodGroup's reservation is swept sooner than the default 30 s, so the four clients'
+    # groups are admitted again within a phase.
+    install_s = helm_install(lc, repository, tag, "--set=controller.flags.reclaim-seconds=2")
     assert rolled_out(api, IMAGE), "helm install --wait returned before both Deployments were available"
-    install_s = time.monotonic() - t0
     nodes = {p["spec"].get("nodeName") for c in ("webhook", "controller") for p in pods(api, c)}
     assert nodes == {NODE_NAME}, nodes
     progress(f"installed and ready in {install_s:.0f} s")
