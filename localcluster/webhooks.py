@@ -10,7 +10,9 @@ spec.priority set (nothing else sets it then).
 The quota hooks split namespaces by priogate's enrolment label (priogate.scope): the probe
 namespace is enrolled, so its pods and PodGroups reach the pod and PodGroup quota hooks, and a
 second, never-enrolled namespace takes the PodGroup probe that reaches the enrolment hook (a dry
-run, which enrols nothing).
+run, which enrols nothing). A third names a default class that does not exist
+(priogate.namespace_default), so its pod probe reaches the namespace default hook and is refused,
+and a dry-run namespace whose label disagrees with its annotation reaches the label hook.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import requests
 from localcluster.api import create_if_absent, create_or_replace, delete_if_present, metric_sum
 from localcluster.pki import Pki
 from localcluster.procs import Proc, progress, wait_until
+from priogate import namespace_default
 from priogate.gate import GATE
 from priogate.kube.client import ApiClient, ApiError, resource_path
 from priogate.podgroup import GROUP_ANNOTATION
@@ -35,6 +38,9 @@ from webhook.policy import WebhookPolicy
 
 PROBE_NAMESPACE = "priogate-probe"
 UNENROLLED_PROBE_NAMESPACE = "priogate-probe-unenrolled"
+DEFAULT_CLASS_PROBE_NAMESPACE = "priogate-probe-default-class"
+# No PriorityClass of this name exists: every pod probe in that namespace is refused.
+DEFAULT_CLASS_PROBE_CLASS = "priogate-probe-missing"
 PRIOGATE_NAMESPACE = "priogate-system"
 WEBHOOK_METRIC = "apiserver_admission_webhook_request_total"
 CONFIG_PATHS = {
@@ -70,7 +76,7 @@ PODGROUP_PROBE: dict[str, Any] = {
 PROBES: dict[tuple[str, str], list[tuple[str, dict[str, Any]]]] = {
     ("", "pods"): [
         (
-            f"/api/v1/namespaces/{PROBE_NAMESPACE}/pods",
+            f"/api/v1/namespaces/{namespace}/pods",
             {
                 "apiVersion": "v1",
                 "kind": "Pod",
@@ -82,6 +88,21 @@ PROBES: dict[tuple[str, str], list[tuple[str, dict[str, Any]]]] = {
                     "annotations": {MARKER_ANNOTATION: "true", GROUP_ANNOTATION: "priogate-probe"},
                 },
                 "spec": {"containers": [{"name": "c", "image": PAUSE_IMAGE}]},
+            },
+        )
+        for namespace in (PROBE_NAMESPACE, DEFAULT_CLASS_PROBE_NAMESPACE)
+    ],
+    # Annotated but not labelled: the label hook's matchCondition holds.
+    ("", "namespaces"): [
+        (
+            "/api/v1/namespaces",
+            {
+                "apiVersion": "v1",
+                "kind": "Namespace",
+                "metadata": {
+                    "generateName": "priogate-probe-",
+                    "annotations": {namespace_default.ANNOTATION: DEFAULT_CLASS_PROBE_CLASS},
+                },
             },
         )
     ],
@@ -198,8 +219,18 @@ class Webhooks:
 
     def ensure_probe_namespace(self) -> None:
         labels = {ENROLLED_LABEL: ENROLLED_VALUE}
-        for namespace, enrolled in ((PROBE_NAMESPACE, True), (UNENROLLED_PROBE_NAMESPACE, False)):
+        default_class = {
+            "labels": {namespace_default.LABEL: namespace_default.LABEL_VALUE},
+            "annotations": {namespace_default.ANNOTATION: DEFAULT_CLASS_PROBE_CLASS},
+        }
+        for namespace, enrolled in (
+            (PROBE_NAMESPACE, True),
+            (UNENROLLED_PROBE_NAMESPACE, False),
+            (DEFAULT_CLASS_PROBE_NAMESPACE, False),
+        ):
             meta: dict[str, Any] = {"name": namespace, **({"labels": labels} if enrolled else {})}
+            if namespace == DEFAULT_CLASS_PROBE_NAMESPACE:
+                meta.update(default_class)
             ns = {"apiVersion": "v1", "kind": "Namespace", "metadata": meta}
             sa = {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "default"}}
             for path, body in (
