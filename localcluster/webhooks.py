@@ -11,7 +11,8 @@ The quota hooks split namespaces by priogate's enrolment label (priogate.scope):
 namespace is enrolled, so its pods and PodGroups reach the pod and PodGroup quota hooks, and a
 second, never-enrolled namespace takes the PodGroup probe that reaches the enrolment hook (a dry
 run, which enrols nothing). A third names a default class that does not exist
-(priogate.namespace_default), so its pod probe reaches the namespace default hook and is refused,
+(priogate.namespace_default), so its pod and native PodGroup probes reach the namespace default
+hooks and are refused,
 and a dry-run namespace whose label disagrees with its annotation reaches the label hook.
 """
 
@@ -137,7 +138,7 @@ PROBES: dict[tuple[str, str], list[tuple[str, dict[str, Any]]]] = {
     ],
     ("scheduling.k8s.io", "podgroups"): [
         (
-            f"/apis/scheduling.k8s.io/v1alpha2/namespaces/{PROBE_NAMESPACE}/podgroups",
+            f"/apis/scheduling.k8s.io/v1alpha2/namespaces/{namespace}/podgroups",
             {
                 "apiVersion": "scheduling.k8s.io/v1alpha2",
                 "kind": "PodGroup",
@@ -145,6 +146,7 @@ PROBES: dict[tuple[str, str], list[tuple[str, dict[str, Any]]]] = {
                 "spec": {"schedulingPolicy": {"basic": {}}},
             },
         )
+        for namespace in (PROBE_NAMESPACE, DEFAULT_CLASS_PROBE_NAMESPACE)
     ],
 }
 

@@ -126,6 +126,7 @@ RULE_SET_MODULES = (
     "webhook.rules.pod_gate_guard",
     "webhook.rules.namespace_default_label",
     "webhook.rules.namespace_default_class",
+    "webhook.rules.namespace_default_native",
 )
 
 

@@ -23,6 +23,7 @@ from priogate.slim import namespace_labels
 from tests.builders import group_review, make_view, pod, priority_class, review
 from webhook.review import Decision, parse_review
 from webhook.rules import namespace_default_class, namespace_default_label, pod_priority, podgroup_defaults
+from webhook.rules import namespace_default_native as native_rule
 
 KEY = nd.ANNOTATION
 CLASSES = [
@@ -330,3 +331,41 @@ def test_any_other_failure_is_retried():
     lab, _ = labeller(namespace("a", default="gold"), status=403)
     with pytest.raises(ApiError):
         lab.sync("a")
+
+
+def native_after_plugin(named: str | None, **spec: Any) -> dict[str, Any]:
+    """A native PodGroup as the built-in plugin leaves it (admitPodGroup: class and priority)."""
+    obj = {
+        "apiVersion": "scheduling.k8s.io/v1alpha2",
+        "kind": "PodGroup",
+        "metadata": {"name": "npg", "namespace": "team-a", "managedFields": managed("schedulingPolicy")},
+        "spec": {
+            "schedulingPolicy": {"basic": {}},
+            "priorityClassName": named or "everyday",
+            "priority": 100,
+        },
+    }
+    if named:
+        obj["metadata"]["managedFields"] = managed("schedulingPolicy", "priorityClassName")
+    obj["spec"].update(spec)
+    return obj
+
+
+def native_review(obj: dict[str, Any]) -> dict[str, Any]:
+    body = review(obj)
+    gvk = {"group": "scheduling.k8s.io", "version": "v1alpha2"}
+    body["request"]["kind"] = {**gvk, "kind": "PodGroup"}
+    body["request"]["resource"] = {**gvk, "resource": "podgroups"}
+    return body
+
+
+def test_the_kept_mode_native_podgroup_hook():
+    obj = native_after_plugin(None)
+    out = applied(obj, decide(native_rule, native_review(obj), view("batch")))
+    assert (out["spec"]["priorityClassName"], out["spec"]["priority"]) == ("batch", 10)
+    assert "preemptionPolicy" not in out["spec"]
+    kept = native_after_plugin("everyday")
+    assert decide(native_rule, native_review(kept), view("batch")).patch == []
+    d = decide(native_rule, native_review(native_after_plugin(None)), view("golden"))
+    assert not d.allowed
+    assert d.message == f'podgroups.scheduling.k8s.io "npg" is forbidden: {MISSING_GOLDEN}'

@@ -104,6 +104,7 @@ HOOKS: dict[str, dict[bool, tuple[list[str], list[dict[str, Any]], list[str], li
     # Kept only: pods in namespaces labelled for a default class (the label routes, so a pod
     # elsewhere pays no call and no CEL); replaced: the pod priority hook and its policy do it.
     "namespace-default-class.priogate.io": {KEPT: (SYSTEM, DEFAULT_CLASS, [], ["CREATE"], "Fail")},
+    "namespace-default-native-podgroup.priogate.io": {KEPT: (SYSTEM, DEFAULT_CLASS, [], ["CREATE"], "Fail")},
 }
 
 

@@ -35,39 +35,48 @@ from webhook.objects import mapping, new_object, object_name, optional_str
 from webhook.registry import ClusterView, RuleSet
 from webhook.review import AdmissionRequest, Decision, allow, deny, set_field
 
-PRESET_FIELDS = ("priority", "preemptionPolicy")
 
-
-def admit(request: AdmissionRequest, view: ClusterView) -> Decision:
+def replace_fill_in(request: AdmissionRequest, view: ClusterView, forbidden: str, *, pod: bool) -> Decision:
+    """The patch that puts the namespace's default in place of the plugin's fill-in, for a pod
+    (`pod`: with its preemptionPolicy) or a native PodGroup (no such field); `forbidden` is the
+    start of a refusal in upstream's envelope (`pods "p" is forbidden`)."""
     if request.sub_resource or request.operation != "CREATE":
         return allow()
-    pod = new_object(request)
-    spec = mapping(pod, "spec", "object")
+    obj = new_object(request)
+    spec = mapping(obj, "spec", "object")
     optional_str(spec, "priorityClassName", "object.spec")
     default = view.namespace_default_class(request.namespace)
     # No default in the cache: the label is stale, or the annotation is newer than the watch.
-    if not default or not namespace_default.filled_by_plugin(pod, view.default_priority_class()):
+    if not default or not namespace_default.filled_by_plugin(obj, view.default_priority_class()):
         return allow()
     try:
         resolution = class_lookup.resolve_in(None, request.namespace, view)
     except priority.ClassNotFound as e:
-        return deny(f'pods "{object_name(pod)}" is forbidden: {e}')
-    sent = namespace_default.client_set_spec_fields(pod)
-    preset = {k: spec[k] for k in PRESET_FIELDS if k in sent and k in spec}
-    conflict = priority.preset_conflict(preset, resolution)
+        return deny(f"{forbidden}: {e}")
+    # A value the client itself sent must agree with the class, as upstream requires of a preset
+    # value (admitPod, admitPodGroup); the plugin's own fill-in is replaced.
+    sent = namespace_default.client_set_spec_fields(obj)
+    preset = {k: spec[k] for k in ("priority", "preemptionPolicy") if k in sent and k in spec}
+    conflict = (
+        priority.preset_conflict(preset, resolution)
+        if pod
+        else priority.podgroup_priority_conflict(preset.get("priority"), resolution)
+    )
     if conflict:
-        return deny(f'pods "{object_name(pod)}" is forbidden: {conflict}')
-    doc = {"spec": spec}
-    patch: list[dict[str, Any]] = [
-        set_field(doc, ("spec", key), value)
-        for key, value in (
-            ("priorityClassName", resolution.class_name),
-            ("priority", resolution.priority),
-            ("preemptionPolicy", resolution.preemption_policy),
-        )
-        if spec.get(key) != value
+        return deny(f"{forbidden}: {conflict}")
+    wanted: list[tuple[str, Any]] = [
+        ("priorityClassName", resolution.class_name),
+        ("priority", resolution.priority),
     ]
-    return allow(patch)
+    if pod:
+        wanted.append(("preemptionPolicy", resolution.preemption_policy))
+    doc = {"spec": spec}
+    return allow([set_field(doc, ("spec", key), value) for key, value in wanted if spec.get(key) != value])
+
+
+def admit(request: AdmissionRequest, view: ClusterView) -> Decision:
+    name = object_name(request.object) if isinstance(request.object, dict) else ""
+    return replace_fill_in(request, view, f'pods "{name}" is forbidden', pod=True)
 
 
 RULE_SET = RuleSet(
