@@ -24,6 +24,8 @@ from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
 
 from localcluster import LocalCluster
+from localcluster.api import metric_sum
+from localcluster.webhooks import WEBHOOK_METRIC
 from priogate.kube.client import ApiClient, ApiError, resource_path
 from priogate.namespace_default import ANNOTATION, LABEL
 from tests.builders import priority_class
@@ -46,6 +48,7 @@ from tests.e2e.test_priorityclass_policy import (
 from webhook.policy import WebhookPolicy
 
 KEPT_HOOK = "namespace-default-class.priogate.io"
+LABEL_HOOK = "namespace-default-label.priogate.io"
 
 
 @pytest.fixture(scope="module", params=["plugin-replaced", "plugin-kept"])
@@ -240,8 +243,12 @@ def test_a_pod_in_a_namespace_without_the_annotation_costs_no_new_hook_call(
         assert hook_creates(admin, KEPT_HOOK) == before[KEPT_HOOK] + 1
 
 
+def label_hook_updates(admin: ApiClient) -> float:
+    return metric_sum(admin.get_text("/metrics"), WEBHOOK_METRIC, {"name": LABEL_HOOK, "operation": "UPDATE"})
+
+
 def test_the_label_cannot_be_set_or_removed_apart_from_the_annotation(
-    mode, core: k8s.CoreV1Api, namespace: str
+    mode, admin: ApiClient, core: k8s.CoreV1Api, namespace: str
 ) -> None:
     # By hand, without the annotation: removed in the same write (it would route pods for nothing).
     got = core.patch_namespace(namespace, {"metadata": {"labels": {LABEL: "true"}}})
@@ -250,6 +257,11 @@ def test_the_label_cannot_be_set_or_removed_apart_from_the_annotation(
     set_default(core, namespace, "any")
     got = core.patch_namespace(namespace, {"metadata": {"labels": {LABEL: None}}})
     assert got.metadata.labels.get(LABEL) == "true"
+    # A write that leaves the two in step (most namespace writes) is not sent to the hook.
+    before = label_hook_updates(admin)
+    got = core.patch_namespace(namespace, {"metadata": {"labels": {"e2e.priogate.io/other": "x"}}})
+    assert got.metadata.labels.get(LABEL) == "true"
+    assert label_hook_updates(admin) == before
     # A namespace created with the annotation carries the label from its first write.
     name = unique("e2e-created-annotated")
     try:
