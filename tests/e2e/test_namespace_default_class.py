@@ -270,3 +270,37 @@ def test_the_label_cannot_be_set_or_removed_apart_from_the_annotation(
         assert created.metadata.labels.get(LABEL) == "true"
     finally:
         core.delete_namespace(name)
+
+
+def test_the_controller_puts_the_label_in_step_where_the_hook_did_not_see_the_write(
+    mode, admin: ApiClient, cluster: LocalCluster, core: k8s.CoreV1Api, namespace: str
+) -> None:
+    """Without the label hook in kube-apiserver's path (priogate installed after the annotation,
+    or its configuration edited), the controller's backstop puts the label in step."""
+    assert cluster.webhooks is not None
+    config_path = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/priogate"
+    config = admin.get(config_path)
+    admin.replace(
+        config_path, {**config, "webhooks": [h for h in config["webhooks"] if h["name"] != LABEL_HOOK]}
+    )
+    try:
+
+        def labelled_by_hand() -> bool:
+            got = core.patch_namespace(namespace, {"metadata": {"labels": {LABEL: "true"}}})
+            return (got.metadata.labels or {}).get(LABEL) == "true"
+
+        wait_for(labelled_by_hand, 30, "kube-apiserver no longer calls the label hook", 0.5)
+        wait_for(
+            lambda: LABEL not in (core.read_namespace(namespace).metadata.labels or {}),
+            30,
+            "the controller removes a label without its annotation",
+        )
+        assert LABEL not in (set_default(core, namespace, "any").metadata.labels or {})
+        wait_for(
+            lambda: (core.read_namespace(namespace).metadata.labels or {}).get(LABEL) == "true",
+            30,
+            "the controller labels an annotated namespace",
+        )
+    finally:
+        cluster.webhooks.register(WebhookPolicy.for_mode(priority_plugin=mode == "plugin-kept"))
+        cluster.webhooks.probe(priority_plugin=mode == "plugin-kept", proc=cluster.supervisor.get("webhook"))
