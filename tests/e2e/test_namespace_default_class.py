@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import yaml
 from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
 
@@ -128,6 +129,15 @@ def test_the_namespace_default_applies_and_a_named_class_is_kept(
         assert ok.returncode == 0, ok.stderr
         fetched = tenant.core.read_namespaced_pod("kubectl", tenant.namespace)
         assert (fetched.spec.priority_class_name, fetched.spec.priority) == (default, 4321)
+        # Server-side apply (managedFields of operation Apply): the globalDefault named is kept.
+        docs = yaml.safe_dump_all([bound_pod("ssa"), bound_pod("ssa-usual", priority_class=usual)])
+        ssa = tenant.kubectl(
+            f"--namespace={tenant.namespace}", "apply", "--server-side", "-f", "-", stdin=docs
+        )
+        assert ssa.returncode == 0, ssa.stderr
+        for pod_name, want in (("ssa", (default, 4321)), ("ssa-usual", (usual, 5))):
+            fetched = tenant.core.read_namespaced_pod(pod_name, tenant.namespace)
+            assert (fetched.spec.priority_class_name, fetched.spec.priority) == want
         # PodGroups, Volcano's and native ones; a native one naming the globalDefault keeps it.
         assert made["volcano"](volcano_group("vpg"))["spec"]["priorityClassName"] == default
         native = made["native"](native_group("npg"))
