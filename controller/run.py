@@ -1,7 +1,7 @@
 """`python -m controller run`: the controller program.
 
-Watch caches feed a work queue (keys "podgroup:NS/NAME", "ledger:NS", "priority-table", and
-with --pod-preemption "pods:preempt"); one worker, while this process leads, reconciles PodGroup
+Watch caches feed a work queue (keys "podgroup:NS/NAME", "ledger:NS", "namespace:NS",
+"priority-table", and with --pod-preemption "pods:preempt"); one worker, while this process leads, reconciles PodGroup
 status, applies gang preemption, preempts for single pods (controller/pod_preemptor.py),
 reclaims stale ledger entries, puts back a reserving namespace's enrolment label
 (controller/enrol.py), keeps a namespace's default-class label in step with its annotation
@@ -52,7 +52,7 @@ log = structlog.get_logger("priogate.controller")
 GROUP_KEY = "podgroup:"
 LEDGER_KEY = "ledger:"
 TABLE_KEY = "priority-table"
-DEFAULT_LABEL_KEY = "default-class-label:"
+DEFAULT_LABEL_KEY = "namespace:"  # the default-class label (controller/namespace_default.py)
 
 
 class Controller:
