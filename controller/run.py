@@ -1,13 +1,13 @@
 """`python -m controller run`: the controller program.
 
 Watch caches feed a work queue (keys "podgroup:NS/NAME", "ledger:NS", "namespace:NS",
-"priority-table", and with --pod-preemption "pods:preempt"); one worker, while this process leads, reconciles PodGroup
-status, applies gang preemption, preempts for single pods (controller/pod_preemptor.py),
-reclaims stale ledger entries, puts back a reserving namespace's enrolment label
-(controller/enrol.py), keeps a namespace's default-class label in step with its annotation
-(controller/namespace_default.py) and keeps the PriorityClass table kube-apiserver resolves pods from
-(controller/priority_table.py). One worker on purpose: enqueue decisions are first come, first served,
-and a group's reservation must be visible to the next group's decision.
+"priority-table", and with --pod-preemption "pods:preempt"); one worker, while this process
+leads, reconciles PodGroup status, applies gang preemption, preempts for single pods
+(controller/pod_preemptor.py), reclaims stale ledger entries, puts back a reserving namespace's
+enrolment label (controller/enrol.py), keeps a namespace's default-class label in step with its
+annotation (controller/namespace_default.py) and keeps the PriorityClass table kube-apiserver
+resolves pods from (controller/priority_table.py). One worker on purpose: enqueue decisions are
+first come, first served, and a group's reservation must be visible to the next group's decision.
 """
 
 from __future__ import annotations
