@@ -1,12 +1,13 @@
 """`python -m controller run`: the controller program.
 
-Watch caches feed a work queue (keys "podgroup:NS/NAME", "ledger:NS", "priority-table", and
-with --pod-preemption "pods:preempt"); one worker, while this process leads, reconciles PodGroup
-status, applies gang preemption, preempts for single pods (controller/pod_preemptor.py),
-reclaims stale ledger entries, puts back a reserving namespace's enrolment label
-(controller/enrol.py) and keeps the PriorityClass table kube-apiserver resolves pods from
-(controller/priority_table.py). One worker on purpose: enqueue decisions are first come, first served,
-and a group's reservation must be visible to the next group's decision.
+Watch caches feed a work queue (keys "podgroup:NS/NAME", "ledger:NS", "namespace:NS",
+"priority-table", and with --pod-preemption "pods:preempt"); one worker, while this process
+leads, reconciles PodGroup status, applies gang preemption, preempts for single pods
+(controller/pod_preemptor.py), reclaims stale ledger entries, puts back a reserving namespace's
+enrolment label (controller/enrol.py), keeps a namespace's default-class label in step with its
+annotation (controller/namespace_default.py) and keeps the PriorityClass table kube-apiserver
+resolves pods from (controller/priority_table.py). One worker on purpose: enqueue decisions are
+first come, first served, and a group's reservation must be visible to the next group's decision.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from controller.enrol import Enroller
 from controller.events import EventRecorder
 from controller.gang_preemptor import GangPreemptor
 from controller.gates import GateLifter
+from controller.namespace_default import DefaultClassLabeller
 from controller.overuse import OverusedEvictor
 from controller.pod_preemptor import SWEEP_KEY, PodPreemptor, candidate
 from controller.priority_table import ClassAccessWriter, PriorityTableWriter
@@ -36,6 +38,7 @@ from controller.reconcile import Reconciler
 from controller.serving import Metrics, serve
 from controller.victims import NotLeader
 from controller.workqueue import WorkQueue
+from priogate import namespace_default
 from priogate.kube.cache import CacheState, Obj
 from priogate.kube.client import ApiClient, load_client
 from priogate.kube.ledger_store import LedgerStore
@@ -49,6 +52,7 @@ log = structlog.get_logger("priogate.controller")
 GROUP_KEY = "podgroup:"
 LEDGER_KEY = "ledger:"
 TABLE_KEY = "priority-table"
+DEFAULT_LABEL_KEY = "namespace:"  # the default-class label (controller/namespace_default.py)
 
 
 class Controller:
@@ -135,6 +139,7 @@ class Controller:
             in_flight,
         )
         self.enroller = Enroller(client, self.caches, args.ledger_namespace)
+        self.default_labeller = DefaultClassLabeller(client, self.caches)
         # In priogate's own namespace, with the ledgers: tenants cannot write there.
         self.priority_table = PriorityTableWriter(client, args.ledger_namespace, self.caches.classes.items)
         self.class_access = ClassAccessWriter(client, args.ledger_namespace, self.caches.classes.items)
@@ -183,6 +188,8 @@ class Controller:
             name = meta.get("name", "")
             if name and self.caches.ledgers.get(self.args.ledger_namespace, ledger_name(name)) is not None:
                 self.queue.add(f"{LEDGER_KEY}{name}")
+            if name and event_type != "DELETED" and namespace_default.label_out_of_step(obj):
+                self.queue.add(f"{DEFAULT_LABEL_KEY}{name}")
         self.metrics.queue_depth.set(self.queue.depth())
 
     def ledger_size(self, namespace: str, ledger: Obj | None) -> None:
@@ -194,6 +201,8 @@ class Controller:
 
     def resync(self) -> None:
         self.queue.add(TABLE_KEY)  # also rewrites a table edited or deleted by hand
+        for name in self.default_labeller.out_of_step():
+            self.queue.add(f"{DEFAULT_LABEL_KEY}{name}")
         if self.pod_preemptor is not None:
             self.queue.add(SWEEP_KEY)
         for group in self.caches.podgroups.items():
@@ -264,6 +273,9 @@ class Controller:
         elif key == TABLE_KEY:
             self.metrics.reconciles.labels(kind="priority-table", result=self.priority_table.sync()).inc()
             self.metrics.reconciles.labels(kind="class-access", result=self.class_access.sync()).inc()
+        elif key.startswith(DEFAULT_LABEL_KEY):
+            if self.default_labeller.sync(key.removeprefix(DEFAULT_LABEL_KEY)):
+                self.metrics.reconciles.labels(kind="namespace", result="default-class-labelled").inc()
         elif key.startswith(GROUP_KEY):
             namespace, _, name = key.removeprefix(GROUP_KEY).partition("/")
             result = self.reconciler.reconcile(namespace, name)

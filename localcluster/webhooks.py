@@ -10,7 +10,10 @@ spec.priority set (nothing else sets it then).
 The quota hooks split namespaces by priogate's enrolment label (priogate.scope): the probe
 namespace is enrolled, so its pods and PodGroups reach the pod and PodGroup quota hooks, and a
 second, never-enrolled namespace takes the PodGroup probe that reaches the enrolment hook (a dry
-run, which enrols nothing).
+run, which enrols nothing). A third names a default class that does not exist
+(priogate.namespace_default), so its pod and native PodGroup probes reach the namespace default
+hooks and are refused,
+and a dry-run namespace whose label disagrees with its annotation reaches the label hook.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import requests
 from localcluster.api import create_if_absent, create_or_replace, delete_if_present, metric_sum
 from localcluster.pki import Pki
 from localcluster.procs import Proc, progress, wait_until
+from priogate import namespace_default
 from priogate.gate import GATE
 from priogate.kube.client import ApiClient, ApiError, resource_path
 from priogate.podgroup import GROUP_ANNOTATION
@@ -35,6 +39,9 @@ from webhook.policy import WebhookPolicy
 
 PROBE_NAMESPACE = "priogate-probe"
 UNENROLLED_PROBE_NAMESPACE = "priogate-probe-unenrolled"
+DEFAULT_CLASS_PROBE_NAMESPACE = "priogate-probe-default-class"
+# No PriorityClass of this name exists: every pod probe in that namespace is refused.
+DEFAULT_CLASS_PROBE_CLASS = "priogate-probe-missing"
 PRIOGATE_NAMESPACE = "priogate-system"
 WEBHOOK_METRIC = "apiserver_admission_webhook_request_total"
 CONFIG_PATHS = {
@@ -70,7 +77,7 @@ PODGROUP_PROBE: dict[str, Any] = {
 PROBES: dict[tuple[str, str], list[tuple[str, dict[str, Any]]]] = {
     ("", "pods"): [
         (
-            f"/api/v1/namespaces/{PROBE_NAMESPACE}/pods",
+            f"/api/v1/namespaces/{namespace}/pods",
             {
                 "apiVersion": "v1",
                 "kind": "Pod",
@@ -82,6 +89,21 @@ PROBES: dict[tuple[str, str], list[tuple[str, dict[str, Any]]]] = {
                     "annotations": {MARKER_ANNOTATION: "true", GROUP_ANNOTATION: "priogate-probe"},
                 },
                 "spec": {"containers": [{"name": "c", "image": PAUSE_IMAGE}]},
+            },
+        )
+        for namespace in (PROBE_NAMESPACE, DEFAULT_CLASS_PROBE_NAMESPACE)
+    ],
+    # Annotated but not labelled: the label hook's matchCondition holds.
+    ("", "namespaces"): [
+        (
+            "/api/v1/namespaces",
+            {
+                "apiVersion": "v1",
+                "kind": "Namespace",
+                "metadata": {
+                    "generateName": "priogate-probe-",
+                    "annotations": {namespace_default.ANNOTATION: DEFAULT_CLASS_PROBE_CLASS},
+                },
             },
         )
     ],
@@ -116,7 +138,7 @@ PROBES: dict[tuple[str, str], list[tuple[str, dict[str, Any]]]] = {
     ],
     ("scheduling.k8s.io", "podgroups"): [
         (
-            f"/apis/scheduling.k8s.io/v1alpha2/namespaces/{PROBE_NAMESPACE}/podgroups",
+            f"/apis/scheduling.k8s.io/v1alpha2/namespaces/{namespace}/podgroups",
             {
                 "apiVersion": "scheduling.k8s.io/v1alpha2",
                 "kind": "PodGroup",
@@ -124,6 +146,7 @@ PROBES: dict[tuple[str, str], list[tuple[str, dict[str, Any]]]] = {
                 "spec": {"schedulingPolicy": {"basic": {}}},
             },
         )
+        for namespace in (PROBE_NAMESPACE, DEFAULT_CLASS_PROBE_NAMESPACE)
     ],
 }
 
@@ -198,8 +221,18 @@ class Webhooks:
 
     def ensure_probe_namespace(self) -> None:
         labels = {ENROLLED_LABEL: ENROLLED_VALUE}
-        for namespace, enrolled in ((PROBE_NAMESPACE, True), (UNENROLLED_PROBE_NAMESPACE, False)):
+        default_class = {
+            "labels": {namespace_default.LABEL: namespace_default.LABEL_VALUE},
+            "annotations": {namespace_default.ANNOTATION: DEFAULT_CLASS_PROBE_CLASS},
+        }
+        for namespace, enrolled in (
+            (PROBE_NAMESPACE, True),
+            (UNENROLLED_PROBE_NAMESPACE, False),
+            (DEFAULT_CLASS_PROBE_NAMESPACE, False),
+        ):
             meta: dict[str, Any] = {"name": namespace, **({"labels": labels} if enrolled else {})}
+            if namespace == DEFAULT_CLASS_PROBE_NAMESPACE:
+                meta.update(default_class)
             ns = {"apiVersion": "v1", "kind": "Namespace", "metadata": meta}
             sa = {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "default"}}
             for path, body in (
@@ -211,11 +244,12 @@ class Webhooks:
                 except ApiError as e:
                     if e.status != 409:
                         raise
-            if enrolled:  # it may have been made before it was enrolled
+            if enrolled or namespace == DEFAULT_CLASS_PROBE_NAMESPACE:  # it may be older than its marks
+                marks = {"labels": labels} if enrolled else default_class
                 self.api.request(
                     "PATCH",
                     f"/api/v1/namespaces/{namespace}",
-                    body={"metadata": {"labels": labels}},
+                    body={"metadata": marks},
                     content_type="application/merge-patch+json",
                 )
 

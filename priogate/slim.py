@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from priogate import podgroup
+from priogate import namespace_default, podgroup
 
 UNREAD_CONTAINER_FIELDS = frozenset(
     {
@@ -94,6 +94,11 @@ def group_member_essentials(pod: Mapping[str, Any]) -> Mapping[str, Any] | None:
 
 
 def namespace_labels(namespace: Mapping[str, Any]) -> Mapping[str, Any]:
-    """Of a Namespace, the controller reads only its identity and labels (the enrolment label)."""
+    """Of a Namespace, priogate reads only its identity, labels (the enrolment label) and the
+    one annotation that names its default PriorityClass (priogate.namespace_default)."""
     meta = namespace.get("metadata") or {}
-    return {"metadata": {k: meta[k] for k in ("name", "uid", "resourceVersion", "labels") if k in meta}}
+    kept = {k: meta[k] for k in ("name", "uid", "resourceVersion", "labels") if k in meta}
+    default = (meta.get("annotations") or {}).get(namespace_default.ANNOTATION)
+    if default is not None:
+        kept["annotations"] = {namespace_default.ANNOTATION: default}
+    return {"metadata": kept}

@@ -27,6 +27,7 @@ def make_view(
     podgroups: Iterable[dict[str, Any]] = (),
     pods: Iterable[dict[str, Any]] = (),
     ledgers: Iterable[dict[str, Any]] = (),
+    namespaces: Iterable[dict[str, Any]] = (),
     ledger_store: Any = None,
 ) -> CacheView:
     caches = {
@@ -35,6 +36,7 @@ def make_view(
         "podgroups": fed_cache("podgroups", podgroups, synced=synced),
         "pods": fed_cache("pods", pods, synced=synced),
         "ledgers": fed_cache("ledgers", ledgers, synced=synced),
+        "namespaces": fed_cache("namespaces", namespaces, synced=synced),
     }
     from priogate.ledger.codec import covered_namespace, ledger_of
     from priogate.ledger.memory import MemoryLedgerStore

@@ -15,7 +15,7 @@ from typing import Any
 
 import structlog
 
-from priogate import priority
+from priogate import namespace_default, priority
 from priogate.kube.client import ApiError
 from priogate.priority_table import MARKER_ANNOTATION
 from webhook.objects import mapping
@@ -41,6 +41,19 @@ def resolve(class_name: str | None, view: ClusterView) -> priority.Resolution:
         if stored is None:
             raise
         return priority.resolve(class_name, {class_name or "": stored}, view.default_priority_class())
+
+
+def resolve_in(class_name: str | None, namespace: str, view: ClusterView) -> priority.Resolution:
+    """resolve, with the namespace's default class (priogate.namespace_default) for an object
+    that names none. A default the cache lacks is read once more, as a named class is."""
+    default = None if class_name else view.namespace_default_class(namespace)
+    if not default:
+        return resolve(class_name, view)
+    try:
+        resolution = resolve(default, view)
+    except priority.ClassNotFound:
+        raise namespace_default.DefaultClassNotFound(default, namespace) from None
+    return priority.Resolution(resolution.priority, resolution.preemption_policy, default, defaulted=True)
 
 
 def unmark(obj: Any) -> list[dict[str, Any]]:

@@ -16,6 +16,9 @@ SYSTEM_NAMESPACES = ("kube-system", "priogate-system")
 PRIORITY_HOOKS = frozenset(r.name for r in load_rule_sets() if r.builtin_fallback)
 # Those that, with the plugin kept, can only agree with it (RuleSet.builtin_equivalent).
 BUILTIN_EQUIVALENT_HOOKS = frozenset(r.name for r in load_rule_sets() if r.builtin_equivalent)
+# Those that only correct what the plugin filled in (RuleSet.builtin_companion): nothing to do
+# without it.
+BUILTIN_COMPANION_HOOKS = frozenset(r.name for r in load_rule_sets() if r.builtin_companion)
 
 
 @dataclass(frozen=True)
@@ -55,7 +58,7 @@ class WebhookPolicy:
             # PriorityClass hook stays: it refuses a deletecollection of the system classes,
             # which upstream lets through, and warns about a new globalDefault.
             return cls(HookPolicy(SYSTEM_NAMESPACES, "Ignore"), others, BUILTIN_EQUIVALENT_HOOKS)
-        return cls(HookPolicy((), "Fail"), others)
+        return cls(HookPolicy((), "Fail"), others, BUILTIN_COMPANION_HOOKS)
 
     @classmethod
     def in_cluster(cls, priority_plugin: bool, namespace: str) -> WebhookPolicy:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from priogate.namespace_default import ANNOTATION as NAMESPACE_DEFAULT_ANNOTATION
 from priogate.podgroup import DEFAULT_MIN_MEMBER, DEFAULT_QUEUE, GROUP_VERSION, PLURAL
 from priogate.priority import DEFAULT_PRIORITY_WITHOUT_DEFAULT_CLASS, PREEMPT_LOWER_PRIORITY
 from priogate.priority_table import (
@@ -27,15 +28,27 @@ POLICY_NAME = "priogate-pod-priority"
 API_VERSION = "admissionregistration.k8s.io/v1"
 GROUP, VERSION = GROUP_VERSION.split("/")
 
+# The namespace's default class (priogate.namespace_default), "" without one. `namespaceObject`
+# is the request's namespace from kube-apiserver's namespace informer (KEP-3488, the CEL
+# admission environment), so it lags an annotation change as the webhook's own cache does. It is
+# read only for an object that names no class (the variables are lazy).
+_NAMESPACE_DEFAULT = f"namespaceObject.metadata.?annotations[?'{NAMESPACE_DEFAULT_ANNOTATION}'].orValue('')"
+
 # CEL, evaluated per pod CREATE with the table as `params`. The variables are evaluated lazily
 # against the object as it stands, so one mutation both decides and patches.
 _VARIABLES = (
     # A ConfigMap without data (the placeholder) has no `data` field at all.
     ("table", "params.?data.orValue({})"),
     ("named", "object.spec.?priorityClassName.orValue('')"),
+    ("namespaceDefault", f"variables.named != '' ? '' : {_NAMESPACE_DEFAULT}"),
+    # The named class, else the namespace's default, else the globalDefault. A namespace default
+    # the table lacks (a missing class among them) leaves no entry: the pod is marked, and the
+    # hook resolves it or refuses it naming the annotation.
     (
         "className",
-        f"variables.named != '' ? variables.named : variables.table.?{DEFAULT_KEY}.orValue('')",
+        "variables.named != '' ? variables.named"
+        " : variables.namespaceDefault != '' ? variables.namespaceDefault"
+        f" : variables.table.?{DEFAULT_KEY}.orValue('')",
     ),
     # "<value> <policy>", or none for a class the table does not hold.
     (
@@ -160,7 +173,8 @@ def priority_policies(table_namespace: str) -> list[dict[str, Any]]:
 # ---- PodGroups ------------------------------------------------------------------------------
 # webhook/rules/podgroup_defaults.py on CREATE, for the common group, inside kube-apiserver: the
 # defaults (minMember 1, queue "default"), and a class either named and in the table, or none
-# (then the globalDefault's name, if the table has one). Every other CREATE (a class the table
+# (then the namespace's default if the table holds it, else the globalDefault's name, if the
+# table has one). Every other CREATE (a class the table
 # lacks, a table not yet complete, no spec) is marked and left to the hook, which resolves it
 # as before, refuses an unknown class with the pod rule's words, and removes the mark. What a
 # hook round trip on every PodGroup create cost: docs/modes.md.
@@ -169,12 +183,23 @@ PODGROUP_POLICY_NAME = "priogate-podgroup-defaults"
 _PODGROUP_VARIABLES = (
     ("table", "params.?data.orValue({})"),
     ("named", "has(object.spec) ? object.spec.?priorityClassName.orValue('') : ''"),
+    ("namespaceDefault", f"variables.named != '' ? '' : {_NAMESPACE_DEFAULT}"),
+    # The class to check: the named one, else the namespace's default (a group without either
+    # takes the globalDefault's name, or none, and needs no check).
+    (
+        "checked",
+        "variables.named != '' ? variables.named : variables.namespaceDefault",
+    ),
     (
         "resolvable",
         f"has(object.spec) && variables.table.?{COMPLETE_KEY}.orValue('') == 'true'"
-        f" && (variables.named == '' || variables.table[?'{CLASS_PREFIX}' + variables.named].hasValue())",
+        f" && (variables.checked == '' || variables.table[?'{CLASS_PREFIX}' + variables.checked].hasValue())",
     ),
-    ("defaultClass", f"variables.table.?{DEFAULT_KEY}.orValue('')"),
+    (
+        "defaultClass",
+        "variables.namespaceDefault != '' ? variables.namespaceDefault"
+        f" : variables.table.?{DEFAULT_KEY}.orValue('')",
+    ),
 )
 
 _PODGROUP_PATCH = (

@@ -32,6 +32,8 @@ class ClusterView(Protocol):
 
     def namespaces(self, deadline: float) -> list[Mapping]: ...
 
+    def namespace_default_class(self, namespace: str) -> str | None: ...
+
     def resource_quotas(self, namespace: str) -> list[Mapping]: ...
 
     def live_podgroups(self, namespace: str) -> dict[str, bool]: ...
@@ -87,6 +89,9 @@ class RuleSet:
     # decided (it runs before the webhooks), so calling it costs a round trip and changes no
     # answer. webhook/policy.py leaves such a hook unregistered in that mode (docs/modes.md).
     builtin_equivalent: bool = False
+    # The reverse: a hook that only does something after the plugin has (it corrects what the
+    # plugin filled in), so webhook/policy.py registers it only with the plugin kept.
+    builtin_companion: bool = False
     # CEL matchConditions (admissionregistration.k8s.io/v1, KEP-3716, GA in 1.30): kube-apiserver
     # calls the hook only when every one is true, so requests the handler would allow unchanged
     # never cost a round trip. (name, expression) pairs; each must hold for every request the
@@ -124,6 +129,9 @@ RULE_SET_MODULES = (
     "webhook.rules.quota_fence",
     "webhook.rules.pod_gate",
     "webhook.rules.pod_gate_guard",
+    "webhook.rules.namespace_default_label",
+    "webhook.rules.namespace_default_class",
+    "webhook.rules.namespace_default_native",
 )
 
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
-from priogate import podgroup, priority
+from priogate import namespace_default, podgroup, priority
 from priogate.class_users import Use
 from priogate.kube import catalogue
 from priogate.kube.cache import Transform, WatchCache
@@ -26,13 +26,13 @@ from priogate.ledger.stored_groups import ParsedGroup, claims_by_uid, listing_of
 from priogate.ledger.timing import IN_FLIGHT
 from priogate.quota import quota_names
 from priogate.resources import ResourceList, add, pod_requests
-from priogate.slim import group_member_essentials
+from priogate.slim import group_member_essentials, namespace_labels
 
 
 def sources(ledger_namespace: str = DEFAULT_LEDGER_NAMESPACE) -> dict[str, tuple[Source, Transform | None]]:
     """The caches a rule set may need (RuleSet.needs) by name, and what each keeps: of pods,
     only PodGroup members' essentials (only members draw on reservations); of ConfigMaps, only
-    the ledgers in priogate's own namespace."""
+    the ledgers in priogate's own namespace; of namespaces, their labels and default class."""
     return {
         source.name: (source, transform)
         for source, transform in (
@@ -41,6 +41,7 @@ def sources(ledger_namespace: str = DEFAULT_LEDGER_NAMESPACE) -> dict[str, tuple
             (catalogue.PODGROUPS, None),
             (catalogue.ledgers(ledger_namespace), None),
             (catalogue.UNFINISHED_PODS, group_member_essentials),
+            (catalogue.NAMESPACES, namespace_labels),
         )
     }
 
@@ -137,6 +138,13 @@ class CacheView:
         if self.client is None:
             return []
         return list_namespaces(self.client, deadline=deadline)
+
+    def namespace_default_class(self, namespace: str) -> str | None:
+        """The namespace's default PriorityClass name (priogate.namespace_default), as the watch
+        shows it: an annotation written a moment ago is seen after the watch's latency, as
+        kube-apiserver's own namespace informer sees it."""
+        cache = self.caches.get("namespaces")
+        return namespace_default.default_class(cache.get("", namespace) if cache is not None else None)
 
     def resource_quotas(self, namespace: str) -> list[Mapping[str, Any]]:
         return list(self.caches["resourcequotas"].namespace(namespace).values())

@@ -248,6 +248,8 @@ ALLOWED: list[tuple[str, str, str, str | None, str]] = [
     # a namespace's first reservation: the enrolment label, then the dry-run probe PodGroup
     # (webhook/rules/podgroup_enrolment.py, priogate/kube/namespaces.py)
     (WEBHOOK, "patch", "namespaces", None, ""),
+    # a namespace's default PriorityClass: the namespaces cache (webhook/view.py), no GET
+    *[(WEBHOOK, v, "namespaces", None, "") for v in ("list", "watch")],
     (WEBHOOK, "create", "podgroups.scheduling.volcano.sh", TENANT_NS, ""),
     # the ledgers: watched, read and written (GET, POST, PUT) in priogate's own
     # namespace only (priogate/kube/ledger_store.py)

@@ -25,6 +25,8 @@ def test_the_webhook_caches():
         "podgroups": ("podgroups", "/apis/scheduling.volcano.sh/v1beta1/podgroups", (), None),
         "ledgers": ("ledgers", "/api/v1/namespaces/priogate-system/configmaps", (LEDGER_SELECTOR,), None),
         "pods": ("pods", "/api/v1/pods", (UNFINISHED,), group_member_essentials),
+        # A namespace's default PriorityClass (priogate.namespace_default), for the priority hooks.
+        "namespaces": ("namespaces", "/api/v1/namespaces", (), namespace_labels),
     }
 
 

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from priogate.namespace_default import LABEL as DEFAULT_CLASS_LABEL
 from priogate.priority_table import TABLE_NAME
 from priogate.scope import ENROLLED_LABEL, ENROLLED_VALUE
 from webhook.configuration import policy_objects, webhook_configurations
@@ -27,6 +28,7 @@ KEPT, REPLACED = True, False  # the built-in Priority plugin
 ENROLLED = [{"key": ENROLLED_LABEL, "operator": "In", "values": [ENROLLED_VALUE]}]
 NOT_ENROLLED = [{"key": ENROLLED_LABEL, "operator": "NotIn", "values": [ENROLLED_VALUE]}]
 ANY: list[dict[str, Any]] = []
+DEFAULT_CLASS = [{"key": DEFAULT_CLASS_LABEL, "operator": "In", "values": ["true"]}]
 
 
 def _selector(namespaces: list[str], labels: list[dict[str, Any]]) -> dict[str, Any] | None:
@@ -95,6 +97,15 @@ HOOKS: dict[str, dict[bool, tuple[list[str], list[dict[str, Any]], list[str], li
     "pod-gate-guard.priogate.io": {
         mode: (SYSTEM, ENROLLED, ["lifts-the-gate"], ["UPDATE"], "Fail") for mode in (KEPT, REPLACED)
     },
+    # Namespace writes only where the default-class label disagrees with its annotation: it puts
+    # the label in step (priogate.namespace_default). Namespaces are written rarely.
+    "namespace-default-label.priogate.io": {
+        mode: (SYSTEM, ANY, ["label-out-of-step"], ["CREATE", "UPDATE"], "Fail") for mode in (KEPT, REPLACED)
+    },
+    # Kept only: pods in namespaces labelled for a default class (the label routes, so a pod
+    # elsewhere pays no call and no CEL); replaced: the pod priority hook and its policy do it.
+    "namespace-default-class.priogate.io": {KEPT: (SYSTEM, DEFAULT_CLASS, [], ["CREATE"], "Fail")},
+    "namespace-default-native-podgroup.priogate.io": {KEPT: (SYSTEM, DEFAULT_CLASS, [], ["CREATE"], "Fail")},
 }
 
 

@@ -10,7 +10,17 @@ from webhook.registry import SERVERS, default_threads, load_rule_sets
 @pytest.mark.parametrize(
     ("servers", "paths"),
     [
-        (("priority",), {"/mutate/pods", "/mutate/native-podgroups", "/validate/priorityclasses"}),
+        (
+            ("priority",),
+            {
+                "/mutate/pods",
+                "/mutate/native-podgroups",
+                "/validate/priorityclasses",
+                "/mutate/namespaces",
+                "/mutate/namespace-default-pods",
+                "/mutate/namespace-default-native-podgroups",
+            },
+        ),
         (
             ("quota",),
             {
@@ -30,6 +40,9 @@ from webhook.registry import SERVERS, default_threads, load_rule_sets
                 "/mutate/pods",
                 "/mutate/native-podgroups",
                 "/validate/priorityclasses",
+                "/mutate/namespaces",
+                "/mutate/namespace-default-pods",
+                "/mutate/namespace-default-native-podgroups",
                 "/mutate/podgroups",
                 "/validate/podgroups",
                 "/validate/podgroups-enrolment",

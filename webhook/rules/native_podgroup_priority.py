@@ -3,7 +3,8 @@ spec.priority.
 
 Upstream's Priority admission plugin, rule for rule (kubernetes/kubernetes
 plugin/pkg/admission/priority/admission.go admitPodGroup, v1.36): on CREATE the class is
-resolved as for a pod (establishPriority: the named class, else the globalDefault, else 0), an
+resolved as for a pod (establishPriority: the named class, else the globalDefault, else 0; with
+priogate, the namespace's default class before the globalDefault, priogate.namespace_default), an
 unknown class is refused, a preset spec.priority that differs from the computed one is refused,
 and the computed priority and class name are written. Unlike pods, a PodGroup has no
 preemptionPolicy, and nothing is done on UPDATE: spec.priority and spec.priorityClassName are
@@ -54,7 +55,7 @@ def _admit_create(request: AdmissionRequest, view: ClusterView) -> Decision:
     given = optional_int(spec, "priority", "object.spec")
     name = forbidden_name(request, group)
     try:
-        resolution = class_lookup.resolve(class_name, view)
+        resolution = class_lookup.resolve_in(class_name, request.namespace, view)
     except priority.ClassNotFound as e:
         return deny(f'{RESOURCE} "{name}" is forbidden: {e}')
     conflict = priority.podgroup_priority_conflict(given, resolution)
@@ -91,7 +92,7 @@ RULE_SET = RuleSet(
     resources=("podgroups",),
     # Upstream does nothing on UPDATE (the fields are immutable), so no update is ever sent.
     operations=("CREATE",),
-    needs=("priorityclasses",),
+    needs=("priorityclasses", "namespaces"),
     # As for pods (webhook/rules/pod_priority.py): a stale class list is the lesser harm.
     answers_from_stale=True,
     builtin_fallback=True,

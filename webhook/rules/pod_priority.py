@@ -2,6 +2,7 @@
 
 Upstream's Priority admission plugin, rule for rule (kubernetes/kubernetes
 plugin/pkg/admission/priority/admission.go admitPod): CREATE resolves (named class, else the
+namespace's default class where its namespace names one, priogate.namespace_default, else the
 globalDefault, else 0) and refuses disagreeing preset values; UPDATE only carries the old
 integer and policy over when the new object lacks them; subresources are ignored. Equal preset
 values pass, so the patch is idempotent under reinvocation and agrees with the built-in plugin
@@ -27,7 +28,7 @@ def _admit_create(request: AdmissionRequest, view: ClusterView) -> Decision:
     optional_int(spec, "priority", "object.spec")
     optional_str(spec, "preemptionPolicy", "object.spec")
     try:
-        resolution = class_lookup.resolve(class_name, view)
+        resolution = class_lookup.resolve_in(class_name, request.namespace, view)
     except priority.ClassNotFound as e:
         return _forbidden(pod, str(e))
     conflict = priority.preset_conflict(spec, resolution)
@@ -86,7 +87,7 @@ RULE_SET = RuleSet(
     api_versions=("v1",),
     resources=("pods",),
     operations=("CREATE", "UPDATE"),
-    needs=("priorityclasses",),
+    needs=("priorityclasses", "namespaces"),
     # PriorityClasses change rarely, and refusing would fail every pod creation in the cluster
     # while the watch is down: a stale class list is the lesser harm (docs/reliability.md).
     answers_from_stale=True,

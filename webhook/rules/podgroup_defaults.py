@@ -1,7 +1,8 @@
 """Mutating PodGroups: defaults (minMember 1, queue "default") and priorityClassName resolution.
 
 On CREATE the class is resolved as for pods: an unknown class is refused with the pod rule's
-message, and a group without one gets the globalDefault class's name, so ResourceQuota scopes
+message, and a group without one gets its namespace's default class (priogate.namespace_default)
+or else the globalDefault class's name, so ResourceQuota scopes
 match a group and its pods alike (upstream's admitPod writes the default class's name into a
 pod's spec.priorityClassName the same way).
 
@@ -59,7 +60,9 @@ def admit(request: AdmissionRequest, view: ClusterView) -> Decision:
         if class_name == stored:
             return allow(patch)
     try:
-        resolution = class_lookup.resolve(class_name, view)
+        # An UPDATE got here naming a class (a class-less one returned above), so only a CREATE
+        # can take the namespace's default (priogate.namespace_default).
+        resolution = class_lookup.resolve_in(class_name, request.namespace, view)
     except priority.ClassNotFound as e:
         return deny(str(e))
     if resolution.defaulted:
@@ -76,7 +79,7 @@ RULE_SET = RuleSet(
     api_versions=("v1beta1",),
     resources=("podgroups",),
     operations=("CREATE", "UPDATE"),
-    needs=("priorityclasses",),
+    needs=("priorityclasses", "namespaces"),
     # PriorityClasses change rarely, and refusing would fail every pod creation in the cluster
     # while the watch is down: a stale class list is the lesser harm (docs/reliability.md).
     answers_from_stale=True,
