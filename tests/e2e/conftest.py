@@ -149,14 +149,18 @@ class ClassTracker:
     def cleanup(self) -> None:
         """Delete the classes, forced: a test's objects that still name one (in a namespace
         torn down after this) must not keep it (docs/priorityclass-policy.md, "Safe deletes")."""
-        forced = {"metadata": {"annotations": {FORCE_DELETE_ANNOTATION: "true"}}}
         for n in self.names:
-            try:
-                self.scheduling.patch_priority_class(n, forced)
-                self.scheduling.delete_priority_class(n)
-            except ApiException as e:
-                if e.status != 404:
-                    raise
+            self.delete(n)
+
+    def delete(self, name: str) -> None:
+        """Delete one class now, forced (a globalDefault must not outlive its test)."""
+        forced = {"metadata": {"annotations": {FORCE_DELETE_ANNOTATION: "true"}}}
+        try:
+            self.scheduling.patch_priority_class(name, forced)
+            self.scheduling.delete_priority_class(name)
+        except ApiException as e:
+            if e.status != 404:
+                raise
 
 
 @pytest.fixture

@@ -159,7 +159,7 @@ def test_the_namespace_default_applies_and_a_named_class_is_kept(
         assert LABEL not in (set_default(core, tenant.namespace, None).metadata.labels or {})
         takes_default(admin, tenant.namespace, usual)
     finally:
-        admin.request("DELETE", f"{PRIORITY_CLASSES}/{usual}")
+        classes.delete(usual)
 
 
 def test_a_missing_default_class_is_refused_naming_the_annotation(
