@@ -45,6 +45,8 @@ class ClusterView(Protocol):
 
     def probe_refusal(self, namespace: str) -> str | None: ...
 
+    def preemption_preview(self, kind: str, obj: Mapping[str, Any]) -> Any: ...
+
     @property
     def ledger_store(self) -> Any: ...
 
@@ -94,7 +96,11 @@ class RuleSet:
     # Which server answers it in a cluster (SERVERS). The priority rule sets are pure CPU over
     # one small cache; the quota rule sets keep every pod in their caches and block on ledger
     # writes. They want different thread counts and memory, so they run as separate servers.
-    server: Literal["priority", "quota"] = "priority"
+    server: Literal["priority", "quota", "preview"] = "priority"
+    # Advisory: it only ever allows, with warnings (the preemption preview). kube-apiserver
+    # ignores its failures (failurePolicy Ignore, whatever the mode), and it never refuses, not
+    # even while its caches are not listed yet (webhook/endpoints.py): it then warns nothing.
+    advisory: bool = False
 
 
 # Threads per gunicorn worker for each server. gunicorn's gthread worker runs a connection's TLS
@@ -104,7 +110,10 @@ class RuleSet:
 # start only as requests need them, so an idle pool costs nothing; at 8 busy keep-alive connections
 # 8 threads run either way (make bench-webhook --threads N). The quota path also blocks on ledger
 # writes, where a namespace's waiting requests share one write (make bench-quota).
-SERVERS = {"priority": 64, "quota": 64}
+# The preview server answers only dry-run creates (the preemption preview), rare and made by
+# people: a few threads. It is off unless asked for (`--serve ...,preview`; the chart's
+# preemptionPreview), because its caches hold every pod and node.
+SERVERS = {"priority": 64, "quota": 64, "preview": 8}
 
 
 RULE_SET_MODULES = (
@@ -119,6 +128,7 @@ RULE_SET_MODULES = (
     "webhook.rules.quota_fence",
     "webhook.rules.pod_gate",
     "webhook.rules.pod_gate_guard",
+    "webhook.rules.preemption_preview",
 )
 
 

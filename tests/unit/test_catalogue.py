@@ -25,6 +25,10 @@ def test_the_webhook_caches():
         "podgroups": ("podgroups", "/apis/scheduling.volcano.sh/v1beta1/podgroups", (), None),
         "ledgers": ("ledgers", "/api/v1/namespaces/priogate-system/configmaps", (LEDGER_SELECTOR,), None),
         "pods": ("pods", "/api/v1/pods", (UNFINISHED,), group_member_essentials),
+        # the preemption preview's (webhook/preview_state.py): what the controller keeps
+        "preemption-pods": ("preemption-pods", "/api/v1/pods", (), slim_pod),
+        "nodes": ("nodes", "/api/v1/nodes", (), slim_node),
+        "pdbs": ("pdbs", "/apis/policy/v1/poddisruptionbudgets", (), None),
     }
 
 
