@@ -73,8 +73,9 @@ from priogate.kube.client import ApiClient, load_client, resource_path
 from priogate.priority import PREEMPT_LOWER_PRIORITY
 from priogate.priority_table import MARKER_ANNOTATION
 from priogate.scope import ENROLLED_LABEL, ENROLLED_VALUE
-from webhook.policy import PREVIEW_HOOKS, WebhookPolicy
+from webhook.policy import WebhookPolicy
 from webhook.priority_policy import POLICY_NAME
+from webhook.rules import preemption_preview
 
 NAMESPACE = "bench-pod-create"
 CLASS_VALUE = 1000  # bench-high's value
@@ -292,7 +293,7 @@ class Bench:
     def await_preview(self, called: bool) -> None:
         """Until a dry-run create of the bench's pod is sent to the preview hook (registered), or
         five in a row are not (gone)."""
-        name = {"name": next(iter(PREVIEW_HOOKS))}
+        name = {"name": preemption_preview.RULE_SET.name}
         streak = 0
 
         def settled() -> bool:

@@ -129,6 +129,7 @@ RULE_SET_MODULES = (
     "webhook.rules.pod_gate",
     "webhook.rules.pod_gate_guard",
     "webhook.rules.preemption_preview",
+    "webhook.rules.podgroup_preemption_preview",
 )
 
 

@@ -32,9 +32,10 @@ from tests.builders import pod, priority_class
 from tests.e2e.conftest import ClassTracker
 from tests.e2e.helpers import Kubectl, hook_creates, wait_for
 from tests.e2e.tenant import Tenant
-from webhook.policy import PREVIEW_HOOKS, WebhookPolicy
+from webhook.policy import WebhookPolicy
+from webhook.rules import preemption_preview
 
-(HOOK,) = PREVIEW_HOOKS
+HOOK = preemption_preview.RULE_SET.name  # the pods' preview hook
 LOW, HIGH = 10, 1000
 ROOM = Fraction(200, 1000)  # cpu left free on every node
 

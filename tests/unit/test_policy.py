@@ -94,6 +94,10 @@ HOOKS: dict[str, dict[bool, tuple[list[str], list[dict[str, Any]], list[str], li
     "pod-gate-guard.priogate.io": {
         mode: (SYSTEM, ANY, ["lifts-the-gate"], ["UPDATE"], "Fail") for mode in (KEPT, REPLACED)
     },
+    # The preemption preview: registered only when turned on (its matchCondition on dry runs
+    # still costs every pod create kube-apiserver's conversion; tests/unit/test_preemption_preview.py).
+    "preemption-preview.priogate.io": {},
+    "podgroup-preemption-preview.priogate.io": {},
 }
 
 

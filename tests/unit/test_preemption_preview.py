@@ -5,7 +5,6 @@ in-process app (webhook/rules/preemption_preview.py, over static caches), and it
 from __future__ import annotations
 
 import copy
-import dataclasses
 from typing import Any
 
 import pytest
@@ -21,7 +20,7 @@ from webhook.configuration import webhook_configurations
 from webhook.policy import PREVIEW_HOOKS, WebhookPolicy
 from webhook.preview_state import MAX_BACKLOG, PreviewState
 from webhook.registry import load_rule_sets
-from webhook.rules import preemption_preview
+from webhook.rules import podgroup_preemption_preview, preemption_preview
 from webhook.view import CacheView
 
 NOW = "2026-01-01T00:10:00Z"
@@ -163,9 +162,10 @@ FULL = [
 
 
 def ask(view: CacheView, obj: dict[str, Any], *, dry_run: bool = True, group: bool = False) -> dict:
-    app = create_app(view, [preemption_preview.RULE_SET])
+    rule_set = podgroup_preemption_preview.RULE_SET if group else preemption_preview.RULE_SET
+    app = create_app(view, [rule_set])
     body = (group_review if group else review)(obj, dry_run=dry_run)
-    answer = app.test_client().post(preemption_preview.RULE_SET.path, json=body).get_json()["response"]
+    answer = app.test_client().post(rule_set.path, json=body).get_json()["response"]
     assert answer["allowed"] is True and "patch" not in answer
     return answer
 
@@ -225,26 +225,34 @@ def test_without_its_caches_the_preview_warns_nothing_and_never_refuses():
 
 
 @pytest.mark.parametrize("plugin", [True, False])
-def test_the_preview_hook_is_registered_only_when_turned_on_and_never_blocks(plugin):
+def test_the_preview_hooks_are_registered_only_when_turned_on_and_never_block(plugin):
     def hooks(policy: WebhookPolicy) -> dict[str, dict]:
         configs = webhook_configurations("https://x", b"", policy=policy)
         return {h["name"]: h for c in configs for h in c["webhooks"]}
 
-    (name,) = PREVIEW_HOOKS
-    assert name not in hooks(WebhookPolicy.for_mode(priority_plugin=plugin))
-    hook = hooks(WebhookPolicy.for_mode(priority_plugin=plugin, preemption_preview=True))[name]
-    assert hook["failurePolicy"] == "Ignore" and hook["sideEffects"] == "None"
-    assert hook["timeoutSeconds"] <= 2
-    assert hook["matchConditions"] == [{"name": "dry-run-only", "expression": "request.dryRun == true"}]
-    assert hook["rules"][0]["operations"] == ["CREATE"]
+    assert not PREVIEW_HOOKS & set(hooks(WebhookPolicy.for_mode(priority_plugin=plugin)))
+    on = hooks(WebhookPolicy.for_mode(priority_plugin=plugin, preemption_preview=True))
+    resources = {}
+    for name in PREVIEW_HOOKS:
+        hook = on[name]
+        assert hook["failurePolicy"] == "Ignore" and hook["sideEffects"] == "None"
+        assert hook["timeoutSeconds"] <= 2
+        assert hook["matchConditions"] == [{"name": "dry-run-only", "expression": "request.dryRun == true"}]
+        (rule,) = hook["rules"]
+        assert rule["operations"] == ["CREATE"]
+        resources[name] = (*rule["apiGroups"], *rule["resources"])
+    assert resources == {
+        "preemption-preview.priogate.io": ("", "pods"),
+        "podgroup-preemption-preview.priogate.io": ("scheduling.volcano.sh", "podgroups"),
+    }
     in_cluster = WebhookPolicy.in_cluster(plugin, "priogate-system", preemption_preview=True)
     assert in_cluster.registers(preemption_preview.RULE_SET)
 
 
 def test_the_preview_is_served_apart_from_the_quota_and_priority_rule_sets():
-    assert [r.name for r in load_rule_sets(servers=["preview"])] == sorted(PREVIEW_HOOKS)
-    assert not set(PREVIEW_HOOKS) & {r.name for r in load_rule_sets(servers=["priority", "quota"])}
-    assert dataclasses.asdict(preemption_preview.RULE_SET)["advisory"] is True
+    assert {r.name for r in load_rule_sets(servers=["preview"])} == PREVIEW_HOOKS
+    assert not PREVIEW_HOOKS & {r.name for r in load_rule_sets(servers=["priority", "quota"])}
+    assert all(r.advisory for r in load_rule_sets(servers=["preview"]))
 
 
 # ---- the live state between previews -------------------------------------------------------------

@@ -57,22 +57,30 @@ def _now() -> dt.datetime:
     return dt.datetime.now(dt.UTC)
 
 
-RULE_SET = RuleSet(
-    name="preemption-preview.priogate.io",
-    path="/validate/preemption-preview",
-    kind="validating",
-    handler=admit,
-    api_groups=("", VOLCANO_GROUP),
-    api_versions=("v1", VOLCANO_VERSION),
-    resources=("pods", podgroup.PLURAL),
-    operations=("CREATE",),
-    side_effects="None",
-    # A preview must never hold a create up for long: kube-apiserver gives up after this and,
-    # the hook being advisory (failurePolicy Ignore), admits the dry run without a warning.
-    timeout_seconds=2,
-    needs=("nodes", "preemption-pods", "podgroups", "pdbs", "priorityclasses"),
-    answers_from_stale=True,
-    advisory=True,
-    match_conditions=(("dry-run-only", "request.dryRun == true"),),
-    server="preview",
+def preview_rule_set(name: str, path: str, group: str, version: str, resource: str) -> RuleSet:
+    """The preview hook for one resource. Pods and PodGroups get a hook each, so each hook's rules
+    match its own resource only (a rule lists groups and resources as a cross product)."""
+    return RuleSet(
+        name=name,
+        path=path,
+        kind="validating",
+        handler=admit,
+        api_groups=(group,),
+        api_versions=(version,),
+        resources=(resource,),
+        operations=("CREATE",),
+        side_effects="None",
+        # A preview must never hold a create up for long: kube-apiserver gives up after this
+        # and, the hook being advisory (failurePolicy Ignore), admits the dry run unwarned.
+        timeout_seconds=2,
+        needs=("nodes", "preemption-pods", "podgroups", "pdbs", "priorityclasses"),
+        answers_from_stale=True,
+        advisory=True,
+        match_conditions=(("dry-run-only", "request.dryRun == true"),),
+        server="preview",
+    )
+
+
+RULE_SET = preview_rule_set(
+    "preemption-preview.priogate.io", "/validate/preemption-preview", "", "v1", "pods"
 )
