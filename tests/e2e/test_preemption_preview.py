@@ -77,6 +77,26 @@ def free_cpu(admin: ApiClient) -> dict[str, Fraction]:
     return free
 
 
+def settle(admin: ApiClient) -> None:
+    """Until no pod of an earlier test is leaving the nodes: sizing the new pods before it went
+    would leave more room than the scenario means to."""
+
+    def settled() -> bool:
+        leaving = {
+            n["metadata"]["name"]
+            for n in admin.get("/api/v1/namespaces")["items"]
+            if (n.get("status") or {}).get("phase") == "Terminating"
+        }
+        return not [
+            p
+            for p in admin.get("/api/v1/pods")["items"]
+            if p["spec"].get("nodeName")
+            and (p["metadata"].get("deletionTimestamp") or p["metadata"]["namespace"] in leaving)
+        ]
+
+    wait_for(settled, 90, "no pod of an earlier test is left on the nodes", interval=0.5)
+
+
 def manifest(name: str, class_name: str, cpu: Fraction, node: str | None = None) -> dict[str, Any]:
     return pod(name, namespace=None, priority_class=class_name, cpu=millis(cpu), node=node, created=None)
 
@@ -100,6 +120,7 @@ def full(
     low, high = classes.name("e2e-preview-low"), classes.name("e2e-preview-high")
     scheduling.create_priority_class(priority_class(low, value=LOW))
     scheduling.create_priority_class(priority_class(high, value=HIGH))
+    settle(admin)
     free = free_cpu(admin)
     least = min(free.values())
     assert least > ROOM + Fraction(2, 10), f"the nodes are too full for the scenario: {free}"
