@@ -34,6 +34,10 @@ each creator is a process of its own, with its own connection.
 access policy's binding (webhook/class_access_policy.py), with one class restricted that the
 bench's pods do not use, or none (the policy's parameter does not exist).
 
+`--preview` compares priogate with and without its preemption preview hook registered (each
+mode the run measures; docs/priorityclass-policy.md): the hook is called only for dry runs, so
+the bench's real creates pay kube-apiserver's evaluation of its matchCondition alone.
+
 The namespace holds no reservations and is not enrolled (priogate.scope), so with the plugin
 kept no priogate hook is called for its pods: the common case. `--enrolled` measures a
 namespace where reservations exist, whose pod creates go through the pod quota hook.
@@ -54,6 +58,7 @@ import multiprocessing
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
@@ -68,8 +73,9 @@ from priogate.kube.client import ApiClient, load_client, resource_path
 from priogate.priority import PREEMPT_LOWER_PRIORITY
 from priogate.priority_table import MARKER_ANNOTATION
 from priogate.scope import ENROLLED_LABEL, ENROLLED_VALUE
-from webhook.policy import WebhookPolicy
+from webhook.policy import PREVIEW_HOOKS, WebhookPolicy
 from webhook.priority_policy import POLICY_NAME
+from webhook.rules import preemption_preview
 
 NAMESPACE = "bench-pod-create"
 CLASS_VALUE = 1000  # bench-high's value
@@ -217,7 +223,11 @@ class Bench:
     # Switching the arms -----------------------------------------------------------------------
 
     def _calls(self) -> float:
-        return metric_sum(self.client.get_text("/metrics"), WEBHOOK_METRIC, {})
+        """kube-apiserver's webhook calls so far, the preview hooks' left out: they are called for
+        the dry-run probes only, never for the bench's creates."""
+        text = self.client.get_text("/metrics")
+        preview = sum(metric_sum(text, WEBHOOK_METRIC, {"name": name}) for name in PREVIEW_HOOKS)
+        return metric_sum(text, WEBHOOK_METRIC, {}) - preview
 
     def _probe_pod(self) -> None:
         self.client.create(self.pods_path, pod_body(), dry_run=True)
@@ -284,6 +294,23 @@ class Bench:
         class_access_arm.drop_binding(self.client)
         self.await_class_access(evaluated=False)
 
+    def await_preview(self, called: bool) -> None:
+        """Until a dry-run create of the bench's pod is sent to the preview hook (registered), or
+        five in a row are not (gone)."""
+        name = {"name": preemption_preview.RULE_SET.name}
+        streak = 0
+
+        def settled() -> bool:
+            nonlocal streak
+            before = metric_sum(self.client.get_text("/metrics"), WEBHOOK_METRIC, name)
+            self._probe_pod()
+            seen = metric_sum(self.client.get_text("/metrics"), WEBHOOK_METRIC, name) > before
+            streak = streak + 1 if seen is called else 0
+            return streak >= (1 if called else 5)
+
+        what = f"the preview hook is {'called' if called else 'no longer called'} for a dry run"
+        wait_until(settled, timeout=60, what=what, interval=0.2)
+
     def unregister(self) -> None:
         """Delete the configurations and wait until a probe pod is no longer sent to any webhook:
         five dry-run creates in a row that add no webhook call."""
@@ -311,6 +338,22 @@ class Bench:
         )
 
 
+def preview_arms(bench: Bench, *, plugin: bool) -> dict[str, Callable[[], None]]:
+    """priogate without, then with, the preemption preview hook, in the mode kube-apiserver runs
+    (no restart between the arms)."""
+
+    def arm(preview: bool) -> Callable[[], None]:
+        def switch() -> None:
+            bench.register(WebhookPolicy.for_mode(priority_plugin=plugin, preemption_preview=preview), plugin)
+            if not plugin:
+                bench.await_policy()
+            bench.await_preview(called=preview)
+
+        return switch
+
+    return {"priogate without the preview": arm(False), "priogate": arm(True)}
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--creates", type=int, default=400, help="measured creates per batch and creator count")
@@ -333,6 +376,11 @@ def main() -> int:
         choices=("restricted", "none"),
         help="plugin kept: priogate with against without its class access policy, with one class "
         "restricted (its parameter exists) or none (it does not)",
+    )
+    p.add_argument(
+        "--preview",
+        action="store_true",
+        help="priogate with against without its preemption preview hook (in each mode measured)",
     )
     p.add_argument(
         "--floor",
@@ -388,6 +436,8 @@ def main() -> int:
                             class_access_arm.drop_binding(bench.client)
 
                     kept_arms = {"priogate without class access": without_policy, "priogate": with_policy}
+                if args.preview:
+                    kept_arms = preview_arms(bench, plugin=True)
                 samples, counters = run_interleaved("plugin kept", args.rounds, kept_arms, bench.batch, what)
                 results["plugin kept"] = report("plugin kept", samples, counters)["priogate"]
             if "replaced" in modes:
@@ -411,6 +461,10 @@ def main() -> int:
                     bench.await_resolved()
 
                 arms = {"built-in plugin": builtin, "priogate": replaced}
+                if args.preview:
+                    if cluster.mode.priority_plugin:
+                        bench.restart(False)
+                    arms = preview_arms(bench, plugin=False)
                 if args.floor:
                     arms["constant policy"] = floor
                 samples, counters = run_interleaved("plugin replaced", args.rounds, arms, bench.batch, what)

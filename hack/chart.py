@@ -50,6 +50,7 @@ from hack.chart_templates import (  # noqa: E402
     extra_excluded_namespaces,
     flow,
     hook_overrides,
+    only_with_preview,
     standard_labels,
 )
 from priogate import __version__  # noqa: E402
@@ -144,7 +145,7 @@ def webhook_configuration_template() -> str:
 
     def mode(priority_plugin: bool) -> str:
         mk = Markers()
-        policy = WebhookPolicy.in_cluster(priority_plugin, NAMESPACE)
+        policy = WebhookPolicy.in_cluster(priority_plugin, NAMESPACE, preemption_preview=True)
         configs = webhook_configurations(None, b"", policy=policy, service=IN_CLUSTER_SERVICE)
         for c in configs:
             c["metadata"]["name"] = mk.value("{{ .Values.webhookConfigurations.name }}")
@@ -154,6 +155,7 @@ def webhook_configuration_template() -> str:
         for c in configs:
             extra_excluded_namespaces(c, mk)
             standard_labels(c, mk)
+            only_with_preview(c, mk)
         text = "---\n".join(mk.apply(dump(c)) for c in configs)
         return text.replace(NAMESPACE, "{{ .Release.Namespace }}")
 
@@ -237,6 +239,14 @@ tolerations: []
 # there). Run kube-apiserver with --disable-admission-plugins=Priority. The quota hooks are the
 # same in both modes.
 priorityPlugin: true
+
+# The preemption preview (docs/priorityclass-policy.md): a dry-run pod or PodGroup create
+# (`kubectl create --dry-run=server`) that would need preemption gets a warning saying how many
+# pods it would preempt, where, and at what highest priority. true registers its hook (dry runs
+# only; failurePolicy Ignore) and runs its server in the quota container (`--serve=quota,preview`),
+# which then also watches every pod and node. Off by default: kube-apiserver converts every pod
+# create for the hook's matchCondition, a cost measured in docs/benchmarks.md.
+preemptionPreview: false
 
 webhookConfigurations:
   # false: register no hooks, no in-process policies, no certs or caBundle Job (you provide the serving

@@ -227,6 +227,12 @@ def template_webhook_deployment(d: dict, mk: Markers) -> None:
     pod_scheduling(d["spec"]["template"]["spec"], mk, "webhook")
     deployment_strategy(d, mk, "webhook")
     spec = d["spec"]["template"]["spec"]
+    # The preemption preview's server runs in the quota container where it is turned on.
+    quota = container(spec, "quota")
+    serve = quota["command"].index("--serve=quota")
+    quota["command"][serve] = mk.value(
+        "{{ if .Values.preemptionPreview }}--serve=quota,preview{{ else }}--serve=quota{{ end }}"
+    )
     for name in ("priority", "quota"):
         c = container(spec, name)
         v = f".Values.webhook.{name}"
@@ -360,6 +366,26 @@ def hook_overrides(config: dict, mk: Markers) -> None:
             hook[field] = mk.value(
                 f'{{{{ dig "{short}" "{field}" {json.dumps(default)} .Values.webhookConfigurations.hooks }}}}'
             )
+
+
+def only_with_preview(config: dict, mk: Markers) -> None:
+    """The preemption preview's hook (webhook.policy.PREVIEW_HOOKS) only with preemptionPreview:
+    the hook's list item becomes a line marker whose block is the item itself, dumped with its
+    own markers applied, inside the condition."""
+    from webhook.policy import PREVIEW_HOOKS
+
+    hooks = config.get("webhooks")
+    if not isinstance(hooks, list):
+        return
+    for index, hook in enumerate(hooks):
+        if isinstance(hook, dict) and hook.get("name") in PREVIEW_HOOKS:
+
+            def block(i: str, item: dict = hook) -> str:
+                body = mk.apply(dump([item])).rstrip("\n").splitlines()
+                lines = "\n".join(i + ln for ln in body)
+                return "{{- if .Values.preemptionPreview }}\n" + lines + "\n{{- end }}"
+
+            hooks[index] = mk.line(block)
 
 
 def pod_scheduling(pod_spec: dict, mk: Markers, component: str | None) -> None:

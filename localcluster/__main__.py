@@ -44,6 +44,7 @@ def _options(args: argparse.Namespace) -> Options:
         node_memory=args.node_memory,
         node_pods=args.node_pods,
         priority_plugin=args.keep_priority_plugin,
+        preemption_preview=args.preemption_preview,
         webhook=not args.no_webhook,
         webhook_workers=args.workers,
         mtls=not args.no_mtls,
@@ -229,6 +230,12 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="keep kube-apiserver's built-in Priority admission plugin (see docs/modes.md)",
     )
+    p.add_argument(
+        "--preemption-preview",
+        action="store_true",
+        help="register the preemption preview hook: dry-run creates that need preemption are warned"
+        " (docs/priorityclass-policy.md)",
+    )
     p.add_argument("--no-webhook", action="store_true", help="control plane only")
     p.add_argument("--no-controller", action="store_true", help="do not start the priogate controller")
     p.add_argument("--workers", type=int, default=2, help="webhook (gunicorn) worker processes")
@@ -277,6 +284,7 @@ def main(argv: list[str] | None = None) -> int:
             else []
         ),
         *(["--keep-priority-plugin"] if args.keep_priority_plugin else []),
+        *(["--preemption-preview"] if args.preemption_preview else []),
         *(["--no-webhook"] if args.no_webhook else []),
         *(["--no-mtls"] if args.no_mtls else []),
         *(["--no-controller"] if args.no_controller else []),

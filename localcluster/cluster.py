@@ -56,6 +56,9 @@ class Options:
     node_ephemeral_storage: str = "100Gi"
     # Keep kube-apiserver's built-in Priority admission plugin (docs/modes.md).
     priority_plugin: bool = False
+    # Register the preemption preview hook (docs/priorityclass-policy.md); the webhook serves it
+    # either way (python -m webhook serves every server by default).
+    preemption_preview: bool = False
     webhook: bool = True
     webhook_workers: int = 2
     # Mutual TLS between kube-apiserver and the webhook: the webhook requires a client certificate
@@ -261,7 +264,9 @@ class LocalCluster:
             mtls = "requires kube-apiserver's client certificate" if o.mtls else "no client certificates"
             progress(f"starting the priogate webhook on {self.ports.webhook_url} ({mtls})")
             hook = self._start_webhook()
-            policy = o.policy or WebhookPolicy.for_mode(priority_plugin=o.priority_plugin)
+            policy = o.policy or WebhookPolicy.for_mode(
+                priority_plugin=o.priority_plugin, preemption_preview=o.preemption_preview
+            )
             self.webhooks.register(policy)
             self.timings["webhook-probe"] = self.webhooks.probe(priority_plugin=o.priority_plugin, proc=hook)
             self.timings["webhook"] = time.monotonic() - t0

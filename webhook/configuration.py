@@ -20,7 +20,9 @@ from webhook.rules import pod_priority, podgroup_defaults
 
 # The Service port of each server (webhook.registry.SERVERS): one Service, one port per server
 # container, so each rule set reaches the server that answers it.
-SERVICE_PORTS = {"priority": 443, "quota": 8444}
+# The preview server, where turned on, runs in the quota server's container (`--serve=quota,preview`):
+# its watch caches and threads are added there, not a container of its own.
+SERVICE_PORTS = {"priority": 443, "quota": 8444, "preview": 8444}
 
 
 def _client_config(

@@ -87,7 +87,9 @@ def answer_review(
         review = parse_review(body, deadline)
     except BadReview as e:
         return bad_request(rule_set, str(e)), "", "bad-request"
-    decision = cache_refusal(rule_set, view, review.operation)
+    # An advisory rule set (the preemption preview) answers whatever its caches' state: it
+    # reads them only to warn, and a warning missing is all that unlisted caches cost it.
+    decision = None if rule_set.advisory else cache_refusal(rule_set, view, review.operation)
     if decision is None:
         try:
             decision = rule_set.handler(review, view)
@@ -101,6 +103,8 @@ def answer_review(
                 code=500,
                 reason="InternalError",
             )
+    if rule_set.advisory and not decision.allowed:
+        decision = Decision(True)  # it never refuses: an error of its own costs a warning only
     label = "allow" if decision.allowed else ("error" if decision.code >= 500 else "deny")
     if not decision.allowed:
         log.info(

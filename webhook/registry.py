@@ -52,6 +52,8 @@ class ClusterView(Protocol):
 
     def probe_refusal(self, namespace: str) -> str | None: ...
 
+    def preemption_preview(self, kind: str, obj: Mapping[str, Any]) -> Any: ...
+
     @property
     def ledger_store(self) -> Any: ...
 
@@ -104,7 +106,11 @@ class RuleSet:
     # Which server answers it in a cluster (SERVERS). The priority rule sets are pure CPU over
     # one small cache; the quota rule sets keep every pod in their caches and block on ledger
     # writes. They want different thread counts and memory, so they run as separate servers.
-    server: Literal["priority", "quota"] = "priority"
+    server: Literal["priority", "quota", "preview"] = "priority"
+    # Advisory: it only ever allows, with warnings (the preemption preview). kube-apiserver
+    # ignores its failures (failurePolicy Ignore, whatever the mode), and it never refuses, not
+    # even while its caches are not listed yet (webhook/endpoints.py): it then warns nothing.
+    advisory: bool = False
 
 
 # Threads per gunicorn worker for each server. gunicorn's gthread worker runs a connection's TLS
@@ -114,7 +120,10 @@ class RuleSet:
 # start only as requests need them, so an idle pool costs nothing; at 8 busy keep-alive connections
 # 8 threads run either way (make bench-webhook --threads N). The quota path also blocks on ledger
 # writes, where a namespace's waiting requests share one write (make bench-quota).
-SERVERS = {"priority": 64, "quota": 64}
+# The preview server answers only dry-run creates (the preemption preview), rare and made by
+# people: a few threads. It is off unless asked for (`--serve ...,preview`; the chart's
+# preemptionPreview), because its caches hold every pod and node.
+SERVERS = {"priority": 64, "quota": 64, "preview": 8}
 
 
 RULE_SET_MODULES = (
@@ -132,6 +141,8 @@ RULE_SET_MODULES = (
     "webhook.rules.namespace_default_label",
     "webhook.rules.namespace_default_class",
     "webhook.rules.namespace_default_native",
+    "webhook.rules.preemption_preview",
+    "webhook.rules.podgroup_preemption_preview",
 )
 
 

@@ -190,6 +190,7 @@ def build_view(
     from priogate.kube.ledger_store import LedgerStore
     from priogate.kube.watched_ledger import WatchedLedgers
     from webhook.metrics import CACHE_LAST_EVENT, CACHE_STALE, LEDGER_CONFLICTS
+    from webhook.preview_state import PREVIEW_CACHES, PreviewState
     from webhook.registry import load_rule_sets
     from webhook.view import CacheView, memory_view, sources
 
@@ -213,7 +214,11 @@ def build_view(
         cache = source.cache(client, transform=transform, quiet_seconds=quiet_seconds)
         cache.on_state = export
         export(cache.state())
-        caches[name] = cache.start()
+        caches[name] = cache
+    # The preemption preview's engine state follows its caches' events from their first LIST.
+    preview = PreviewState.attach(caches) if all(n in caches for n in PREVIEW_CACHES) else None
+    for cache in caches.values():
+        cache.start()
     store = LedgerStore(
         client,
         ledger_namespace=ledger_namespace,
@@ -224,7 +229,9 @@ def build_view(
         # saves a GET, so a stale watch of the ledgers must not refuse their admissions.
         watched=WatchedLedgers(caches["ledgers"], ledger_namespace) if "ledgers" in caches else None,
     )
-    return CacheView(caches, store, client, ledger_namespace=ledger_namespace, in_flight=in_flight)
+    return CacheView(
+        caches, store, client, ledger_namespace=ledger_namespace, in_flight=in_flight, preview=preview
+    )
 
 
 class WebhookServer(BaseApplication):

@@ -5,6 +5,7 @@ cache change, not per request."""
 from __future__ import annotations
 
 import datetime as dt
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -24,15 +25,19 @@ from priogate.ledger.model import DamagedLedger, Entry, Ledger, Listing, stamp
 from priogate.ledger.settlement import adopted
 from priogate.ledger.stored_groups import ParsedGroup, claims_by_uid, listing_of, parse_groups
 from priogate.ledger.timing import IN_FLIGHT
+from priogate.preemption.outcome import Outcome
 from priogate.quota import quota_names
 from priogate.resources import ResourceList, add, pod_requests
-from priogate.slim import group_member_essentials, namespace_labels
+from priogate.slim import group_member_essentials, namespace_labels, slim_node, slim_pod
+from webhook.preview_state import PREVIEW_CACHES, PreviewState
 
 
 def sources(ledger_namespace: str = DEFAULT_LEDGER_NAMESPACE) -> dict[str, tuple[Source, Transform | None]]:
     """The caches a rule set may need (RuleSet.needs) by name, and what each keeps: of pods,
-    only PodGroup members' essentials (only members draw on reservations); of ConfigMaps, only
-    the ledgers in priogate's own namespace; of namespaces, their labels and default class."""
+    only PodGroup members' essentials (only members draw on reservations), and for the
+    preemption preview every pod and node as the controller keeps them (what the engine reads);
+    of ConfigMaps, only the ledgers in priogate's own namespace; of namespaces, their labels and
+    default class."""
     return {
         source.name: (source, transform)
         for source, transform in (
@@ -42,6 +47,9 @@ def sources(ledger_namespace: str = DEFAULT_LEDGER_NAMESPACE) -> dict[str, tuple
             (catalogue.ledgers(ledger_namespace), None),
             (catalogue.UNFINISHED_PODS, group_member_essentials),
             (catalogue.NAMESPACES, namespace_labels),
+            (catalogue.PREEMPTION_PODS, slim_pod),
+            (catalogue.NODES, slim_node),
+            (catalogue.PDBS, None),
         )
     }
 
@@ -76,8 +84,12 @@ class CacheView:
         *,
         ledger_namespace: str = DEFAULT_LEDGER_NAMESPACE,
         in_flight: dt.timedelta = IN_FLIGHT,
+        preview: PreviewState | None = None,
     ) -> None:
         self.caches = caches
+        # The preemption preview's engine state, where this server keeps its caches (the preview
+        # server); built over static caches on first use otherwise (offline, tests).
+        self._preview = preview
         self.ledger_store: LedgerStore | Any = ledger_store
         # For quorum reads outside a ledger's turn (listed_podgroups); None offline and in
         # tests, where the caches are fixed and so never behind.
@@ -230,6 +242,18 @@ class CacheView:
         if self.client is None:
             return None
         return probe_refusal(self.client, namespace)
+
+    def preemption_preview(self, kind: str, obj: Mapping[str, Any]) -> Outcome | None:
+        """The preemption engine's decision for `obj` (priogate.preemption_preview.pending) on
+        the cluster these caches show (webhook/preview_state.py); None while they have not
+        listed yet, or when the state already holds an object of its name."""
+        if self._preview is None:
+            if not all(name in self.caches for name in PREVIEW_CACHES):
+                return None
+            self._preview = PreviewState(self.caches)
+        if not self._preview.listed():
+            return None
+        return self._preview.decide(kind, obj, time.time())
 
     def reservations(self, namespace: str) -> NamespaceReservations:
         """What the caches show of the namespace's reservations (admission of PodGroups, and of

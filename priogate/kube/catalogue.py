@@ -64,6 +64,9 @@ NODES = Source("nodes", resource_path("v1", "nodes"))
 PDBS = Source("pdbs", resource_path("policy/v1", "poddisruptionbudgets"))
 # Every pod: a PodGroup's phase counts its Succeeded and Failed members (priogate.phase).
 PODS = Source("pods", resource_path("v1", "pods"))
+# Every pod again, under a name of its own: the preemption preview's cache (slimmed whole pods,
+# as the controller keeps them) beside the quota server's members-only "pods" cache.
+PREEMPTION_PODS = Source("preemption-pods", resource_path("v1", "pods"))
 # Terminated pods use no quota (kubernetes pkg/quota/v1/evaluator/core/pods.go, QuotaV1Pod), so
 # the quota check need not hear of them.
 UNFINISHED_PODS = Source(

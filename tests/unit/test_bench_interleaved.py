@@ -51,14 +51,15 @@ def test_report_gives_each_arm_against_the_first(capsys: pytest.CaptureFixture[s
     samples = {"base": {8: [1.0] * 10}, "ours": {8: [1.5] * 10}, "floor": {8: [1.2] * 10}}
     counters = {
         "base": Counters(0.1, 100, 2.0),
-        "ours": Counters(0.5, 100, 3.0),
+        "ours": Counters(0.5, 100, 3.0, 0.2),
         "floor": Counters(0.3, 100, 2.5),
     }
     ratios = report("mode", samples, counters)
     assert ratios == {"ours": {8: pytest.approx((1.5, 1.5))}, "floor": {8: pytest.approx((1.2, 1.2))}}
     out = capsys.readouterr().out
     assert (
-        "mode, ours: kube-apiserver per create: mutating admission step 5.000 ms, CPU 30.000 ms (x1.50" in out
+        "mode, ours: kube-apiserver per create: mutating admission step 5.000 ms, validating 2.000 ms,"
+        " CPU 30.000 ms (x1.50" in out
     )
 
 

@@ -27,6 +27,10 @@ def test_the_webhook_caches():
         "pods": ("pods", "/api/v1/pods", (UNFINISHED,), group_member_essentials),
         # A namespace's default PriorityClass (priogate.namespace_default), for the priority hooks.
         "namespaces": ("namespaces", "/api/v1/namespaces", (), namespace_labels),
+        # the preemption preview's (webhook/preview_state.py): what the controller keeps
+        "preemption-pods": ("preemption-pods", "/api/v1/pods", (), slim_pod),
+        "nodes": ("nodes", "/api/v1/nodes", (), slim_node),
+        "pdbs": ("pdbs", "/apis/policy/v1/poddisruptionbudgets", (), None),
     }
 
 

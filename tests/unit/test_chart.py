@@ -30,7 +30,7 @@ from controller.serving import Metrics
 from localcluster.binaries import REPO, ensure_helm
 from webhook import metrics as webhook_metrics
 from webhook.configuration import IN_CLUSTER_SERVICE, policy_objects, webhook_configurations
-from webhook.policy import WebhookPolicy
+from webhook.policy import PREVIEW_HOOKS, WebhookPolicy
 from webhook.priority_policy import PODGROUP_POLICY_NAME, POLICY_NAME
 
 CHART = REPO / "charts" / "priogate"
@@ -244,6 +244,23 @@ def test_the_serving_secret_exists_before_anything_waits_for_it(plugin: bool) ->
     # The Role grants what creating the Secret takes (certs/bootstrap.py).
     role = objs[needed[2]]
     assert any("create" in r["verbs"] and r["resources"] == ["secrets"] for r in role["rules"])
+
+
+@pytest.mark.parametrize("plugin", [True, False])
+def test_preemption_preview_registers_its_hooks_and_serves_them_from_the_quota_container(
+    plugin: bool,
+) -> None:
+    objs = render(f"priorityPlugin={str(plugin).lower()}", "preemptionPreview=true")
+    policy = WebhookPolicy.in_cluster(plugin, NAMESPACE, preemption_preview=True)
+    for config in webhook_configurations(None, b"", policy=policy, service=IN_CLUSTER_SERVICE):
+        assert without_standard_labels(objs[config["kind"], "priogate"], config) == config
+    serve = [a for a in container(objs, "priogate-webhook", "quota")["command"] if a.startswith("--serve")]
+    assert serve == ["--serve=quota,preview"]
+    off = render(f"priorityPlugin={str(plugin).lower()}")
+    hooks = {h["name"] for h in off["ValidatingWebhookConfiguration", "priogate"]["webhooks"]}
+    assert not PREVIEW_HOOKS & hooks
+    serve = [a for a in container(off, "priogate-webhook", "quota")["command"] if a.startswith("--serve")]
+    assert serve == ["--serve=quota"]
 
 
 @pytest.mark.parametrize("plugin", [True, False])

@@ -63,6 +63,7 @@ def _args(**changes: object) -> argparse.Namespace:
         node_memory="32Gi",
         node_pods=110,
         keep_priority_plugin=False,
+        preemption_preview=False,
         no_webhook=False,
         workers=1,
         no_mtls=False,

@@ -106,6 +106,10 @@ HOOKS: dict[str, dict[bool, tuple[list[str], list[dict[str, Any]], list[str], li
     # elsewhere pays no call and no CEL); replaced: the pod priority hook and its policy do it.
     "namespace-default-class.priogate.io": {KEPT: (SYSTEM, DEFAULT_CLASS, [], ["CREATE"], "Fail")},
     "namespace-default-native-podgroup.priogate.io": {KEPT: (SYSTEM, DEFAULT_CLASS, [], ["CREATE"], "Fail")},
+    # The preemption preview: registered only when turned on (its matchCondition on dry runs
+    # still costs every pod create kube-apiserver's conversion; tests/unit/test_preemption_preview.py).
+    "preemption-preview.priogate.io": {},
+    "podgroup-preemption-preview.priogate.io": {},
 }
 
 

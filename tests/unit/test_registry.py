@@ -51,8 +51,11 @@ from webhook.registry import SERVERS, default_threads, load_rule_sets
                 "/validate/resourcequotas",
                 "/mutate/pod-gate",
                 "/validate/pod-gate",
+                "/validate/preemption-preview",
+                "/validate/podgroup-preemption-preview",
             },
         ),
+        (("preview",), {"/validate/preemption-preview", "/validate/podgroup-preemption-preview"}),
     ],
 )
 def test_rule_sets_by_server(servers, paths):

@@ -17,8 +17,8 @@ def cert_files(tmp_path):
 @pytest.mark.parametrize(
     ("flags", "message"),
     [
-        (["--serve", "priorty"], "give one or more of priority, quota, comma-separated"),
-        (["--serve", ","], "give one or more of priority, quota"),
+        (["--serve", "priorty"], "give one or more of priority, quota, preview, comma-separated"),
+        (["--serve", ","], "give one or more of priority, quota, preview"),
         (["--tls-secret", "just-a-name"], "give NAMESPACE/NAME"),
         (["--cache-quiet-seconds", "0"], "give a number of seconds above 0"),
         (["--cache-quiet-seconds", "nan"], "give a number of seconds above 0"),
