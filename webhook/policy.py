@@ -21,7 +21,7 @@ BUILTIN_EQUIVALENT_HOOKS = frozenset(r.name for r in load_rule_sets() if r.built
 BUILTIN_COMPANION_HOOKS = frozenset(r.name for r in load_rule_sets() if r.builtin_companion)
 # The preemption preview's hook: registered only where it is turned on. Its matchCondition keeps
 # real creates from calling it, but kube-apiserver converts every pod create for that condition
-# (docs/priorityclass-policy.md, "A preemption preview", has the measured cost).
+# (docs/preemption-preview.md, has the measured cost).
 PREVIEW_HOOKS = frozenset(r.name for r in load_rule_sets() if r.server == "preview")
 
 

@@ -1,5 +1,5 @@
 """Listing who names a PriorityClass, cluster-wide, within an admission's deadline
-(priogate/class_users.py decides what counts; docs/priorityclass-policy.md, "Safe deletes").
+(priogate/class_users.py decides what counts; docs/priorityclass-deletes.md).
 
 Only a PriorityClass DELETE (and a new globalDefault, for the namespaces) pays for this, so no
 cache of every workload is kept: each kind is LISTed when asked, paginated, and each page is

@@ -148,7 +148,7 @@ class ClassTracker:
 
     def cleanup(self) -> None:
         """Delete the classes, forced: a test's objects that still name one (in a namespace
-        torn down after this) must not keep it (docs/priorityclass-policy.md, "Safe deletes")."""
+        torn down after this) must not keep it (docs/priorityclass-deletes.md)."""
         for n in self.names:
             self.delete(n)
 

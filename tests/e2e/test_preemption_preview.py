@@ -1,4 +1,4 @@
-"""The preemption preview (docs/priorityclass-policy.md, "A preemption preview") on a real
+"""The preemption preview (docs/preemption-preview.md) on a real
 kube-apiserver, in both modes: the built-in Priority plugin replaced (the test run's cluster) and
 kept (kube-apiserver restarted with it), priogate registered with the preview turned on
 (webhook.policy `preemption_preview`). Asked with `kubectl create --dry-run=server`, as the cluster

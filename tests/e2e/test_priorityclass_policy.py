@@ -243,7 +243,7 @@ def test_a_restricted_global_default_is_refused_to_class_less_objects_outside_it
         assert creates(tenant)["volcano"](volcano_group("vpg-defaulted"))["spec"]["priorityClassName"] == name
     finally:
         # Not left as the cluster's globalDefault for the next test, whatever happened; forced,
-        # since the tenant's PodGroups still name it (docs/priorityclass-policy.md, "Safe deletes").
+        # since the tenant's PodGroups still name it (docs/priorityclass-deletes.md).
         admin.request(
             "PATCH",
             f"{PRIORITY_CLASSES}/{name}",

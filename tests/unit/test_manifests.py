@@ -242,7 +242,7 @@ def test_the_network_policy_selects_the_webhook_pods_and_their_ports():
 
 def test_the_webhook_may_list_every_kind_a_safe_delete_reads_and_do_nothing_more_with_them():
     """A PriorityClass DELETE lists every kind of priogate.class_users.KINDS cluster-wide, and a
-    new globalDefault lists namespaces (docs/priorityclass-policy.md, "Safe deletes"): the
+    new globalDefault lists namespaces (docs/priorityclass-deletes.md): the
     webhook's ServiceAccount may, and may not write the workload kinds."""
     from priogate.class_users import KINDS
 
