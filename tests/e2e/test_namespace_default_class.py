@@ -15,8 +15,6 @@ namespace without the annotation costs no priogate hook call it did not cost bef
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -50,30 +48,6 @@ from webhook.policy import WebhookPolicy
 
 KEPT_HOOK = "namespace-default-class.priogate.io"
 LABEL_HOOK = "namespace-default-label.priogate.io"
-
-
-@pytest.fixture(scope="module", params=["plugin-replaced", "plugin-kept"])
-def mode(request: pytest.FixtureRequest, cluster: LocalCluster) -> Iterator[str]:
-    """The cluster in one mode for the module's tests; the test run's mode again afterwards."""
-    if request.param == "plugin-replaced":
-        assert cluster.mode.priority_plugin is False
-        yield request.param
-        return
-    assert cluster.webhooks is not None
-    hook = cluster.supervisor.get("webhook")
-    default_mode = cluster.mode
-
-    def switch(plugin: bool) -> None:
-        cluster.webhooks.unregister()
-        cluster.webhooks.register(WebhookPolicy.for_mode(priority_plugin=plugin))
-        cluster.restart_apiserver(dataclasses.replace(default_mode, priority_plugin=plugin))
-        cluster.webhooks.probe(priority_plugin=plugin, proc=hook)
-
-    switch(True)
-    try:
-        yield request.param
-    finally:
-        switch(default_mode.priority_plugin)
 
 
 def set_default(core: k8s.CoreV1Api, namespace: str, name: str | None) -> Any:
