@@ -12,12 +12,12 @@ applied after it (applying an object the state already holds changes nothing): n
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 
 import structlog
 
 from controller.caches import Caches
-from priogate.kube.cache import Obj, OnEvent, WatchCache
+from priogate.kube.cache import Obj, OnEvent, WatchCache, chained
 from priogate.preemption.engine import decide_group, decide_pod
 from priogate.preemption.live import LiveClusterState
 from priogate.preemption.outcome import Outcome
@@ -43,7 +43,7 @@ class EngineState:
         for name in ENGINE_CACHES:
             cache: WatchCache = getattr(caches, name)
             # The engine first: a key the event enqueues is then decided on a state that has it.
-            cache.on_event = _chain(engine._event_handler(name), cache.on_event)
+            cache.on_event = chained(engine._event_handler(name), cache.on_event)
         return engine
 
     def _event_handler(self, name: str) -> OnEvent:
@@ -99,14 +99,3 @@ class EngineState:
             pods = self._seeded().current().pods
             known = [pods[k] for k in pod_keys if k in pods]
         return [p.key for p in sorted(known, key=lambda p: (-p.priority, p.created, p.key))]
-
-
-def _chain(first: Callable[[str, Obj], None], then: OnEvent | None) -> OnEvent:
-    if then is None:
-        return first
-
-    def both(event_type: str, obj: Obj) -> None:
-        first(event_type, obj)
-        then(event_type, obj)
-
-    return both

@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import threading
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import structlog
 
-from priogate.kube.cache import Obj, OnEvent, WatchCache
+from priogate.kube.cache import Obj, OnEvent, WatchCache, chained
 from priogate.preemption.engine import decide_group, decide_pod
 from priogate.preemption.live import LiveClusterState
 from priogate.preemption.outcome import Outcome
@@ -60,7 +60,7 @@ class PreviewState:
         state = cls(caches)
         for name, kind in PREVIEW_CACHES.items():
             cache = caches[name]
-            cache.on_event = _chain(state._handler(kind), cache.on_event)
+            cache.on_event = chained(state._handler(kind), cache.on_event)
         return state
 
     def listed(self) -> bool:
@@ -133,14 +133,3 @@ class PreviewState:
                 return decide_group(state, key, policy=self.policy)
             finally:
                 live.apply(cache, "DELETED", obj)
-
-
-def _chain(first: Callable[[str, Obj], None], then: OnEvent | None) -> OnEvent:
-    if then is None:
-        return first
-
-    def both(event_type: str, obj: Obj) -> None:
-        first(event_type, obj)
-        then(event_type, obj)
-
-    return both

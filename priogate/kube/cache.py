@@ -40,6 +40,19 @@ Transform = Callable[[Obj], Obj | None]
 # every object of a relist (client-go's ResourceEventHandler, with resync as "SYNC").
 OnEvent = Callable[[str, Obj], None]
 
+
+def chained(first: OnEvent, then: OnEvent | None) -> OnEvent:
+    """An event handler that calls `first`, then `then` (a cache's handler already set)."""
+    if then is None:
+        return first
+
+    def both(event_type: str, obj: Obj) -> None:
+        first(event_type, obj)
+        then(event_type, obj)
+
+    return both
+
+
 # With allowWatchBookmarks=true kube-apiserver's watch cache sends a BOOKMARK about once a minute
 # even when nothing changes (KEP-956 "Watch bookmark"; k8s.io/apiserver pkg/storage/cacher,
 # bookmarkFrequency), so a watch silent for twice that long is dead, whatever TCP says. The bound
