@@ -58,11 +58,11 @@ import multiprocessing
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 from bench import class_access_arm
+from bench import pod_create_arms as arms
 from bench.interleaved import Counters, Ratios, apiserver_counters, report, run_interleaved
 from localcluster import LocalCluster, Options
 from localcluster.api import create_or_replace, delete_if_present, metric_sum
@@ -338,22 +338,6 @@ class Bench:
         )
 
 
-def preview_arms(bench: Bench, *, plugin: bool) -> dict[str, Callable[[], None]]:
-    """priogate without, then with, the preemption preview hook, in the mode kube-apiserver runs
-    (no restart between the arms)."""
-
-    def arm(preview: bool) -> Callable[[], None]:
-        def switch() -> None:
-            bench.register(WebhookPolicy.for_mode(priority_plugin=plugin, preemption_preview=preview), plugin)
-            if not plugin:
-                bench.await_policy()
-            bench.await_preview(called=preview)
-
-        return switch
-
-    return {"priogate without the preview": arm(False), "priogate": arm(True)}
-
-
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--creates", type=int, default=400, help="measured creates per batch and creator count")
@@ -414,60 +398,16 @@ def main() -> int:
             if "kept" in modes:
                 if not cluster.mode.priority_plugin:
                     bench.restart(True)
-                kept_arms = {
-                    "without priogate": bench.unregister,
-                    "priogate": lambda: bench.register(kept_policy, plugin=True),
-                }
-                if args.class_access:
-                    restricted = args.class_access == "restricted"
-                    if restricted:
-                        bench.restrict_a_class()
-
-                    def with_policy() -> None:
-                        bench.register(kept_policy, plugin=True)
-                        if restricted:
-                            bench.await_class_access(evaluated=True)
-
-                    def without_policy() -> None:
-                        bench.register(kept_policy, plugin=True)
-                        if restricted:
-                            bench.drop_class_access()
-                        else:  # nothing to prove it by: the switch's settling time covers the informer
-                            class_access_arm.drop_binding(bench.client)
-
-                    kept_arms = {"priogate without class access": without_policy, "priogate": with_policy}
-                if args.preview:
-                    kept_arms = preview_arms(bench, plugin=True)
+                kept_arms = arms.kept(bench, kept_policy, args.class_access, preview=args.preview)
                 samples, counters = run_interleaved("plugin kept", args.rounds, kept_arms, bench.batch, what)
                 results["plugin kept"] = report("plugin kept", samples, counters)["priogate"]
             if "replaced" in modes:
-
-                def builtin() -> None:
-                    bench.unregister()
-                    bench.restart(True)
-
-                def replaced() -> None:
-                    bench.restart(False)
-                    bench.register(replaced_policy, plugin=False)
-                    if args.hook_only:
-                        bench.drop_policy()
-                    else:
-                        bench.await_policy()
-
-                def floor() -> None:
-                    bench.unregister()
-                    bench.restart(False)
-                    bench.apply_floor()
-                    bench.await_resolved()
-
-                arms = {"built-in plugin": builtin, "priogate": replaced}
-                if args.preview:
-                    if cluster.mode.priority_plugin:
-                        bench.restart(False)
-                    arms = preview_arms(bench, plugin=False)
-                if args.floor:
-                    arms["constant policy"] = floor
-                samples, counters = run_interleaved("plugin replaced", args.rounds, arms, bench.batch, what)
+                replaced_arms = arms.replaced(
+                    bench, replaced_policy, hook_only=args.hook_only, preview=args.preview, floor=args.floor
+                )
+                samples, counters = run_interleaved(
+                    "plugin replaced", args.rounds, replaced_arms, bench.batch, what
+                )
                 results["plugin replaced"] = report("plugin replaced", samples, counters)["priogate"]
         finally:
             if bench is not None:
