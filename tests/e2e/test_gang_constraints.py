@@ -120,8 +120,12 @@ def with_port(obj: dict[str, Any]) -> dict[str, Any]:
     return obj
 
 
-def anti(obj: dict[str, Any], labels: dict[str, str], key: str = HOST) -> dict[str, Any]:
-    term = {"labelSelector": {"matchLabels": labels}, "topologyKey": key}
+def anti(
+    obj: dict[str, Any], labels: dict[str, str], key: str = HOST, namespaces: list[str] | None = None
+) -> dict[str, Any]:
+    term: dict[str, Any] = {"labelSelector": {"matchLabels": labels}, "topologyKey": key}
+    if namespaces:
+        term["namespaces"] = namespaces  # else the term selects pods of its own pod's namespace
     obj["spec"]["affinity"] = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]}}
     return obj
 
@@ -168,7 +172,7 @@ def test_the_pod_that_blocks_members_through_its_node_is_preempted(
     if blocker == "hostPort":
         with_port(blocking)
     else:
-        anti(blocking, {"app": "gang"})
+        anti(blocking, {"app": "gang"}, namespaces=[namespace])  # the gang's, not the tenant's
     tenant.kubectl.apply([blocking], namespace=tenant.namespace)
     wait_for(lambda: pod_running(client, tenant.namespace, "blocker"), 60, "the blocker runs")
 
@@ -177,7 +181,25 @@ def test_the_pod_that_blocks_members_through_its_node_is_preempted(
     members = create_gang(client, namespace, high_class(client), NODES, shape)
 
     wait_phase(client, namespace, "gang", "Running", timeout=120)
-    wait_for(lambda: recorded(client, namespace).get("applied") is True, 60, "the record is applied")
+
+    def state() -> str:
+        everything = [
+            *client.get(resource_path("v1", "pods", namespace))["items"],
+            *client.get(resource_path("v1", "pods", tenant.namespace))["items"],
+        ]
+        events = client.get(resource_path("events.k8s.io/v1", "events", namespace))["items"]
+        return json.dumps(
+            {
+                "pods": {p["metadata"]["name"]: p["spec"].get("nodeName") for p in everything},
+                "events": [(e["reason"], e.get("note")) for e in events],
+                "record": recorded(client, namespace),
+            }
+        )
+
+    try:
+        wait_for(lambda: recorded(client, namespace).get("applied") is True, 60, "the record is applied")
+    except AssertionError as e:
+        raise AssertionError(f"{e}: {state()}") from None
     record = recorded(client, namespace)
     assert [(v["namespace"], v["name"]) for v in record["victims"]] == [(tenant.namespace, "blocker")], record
     placed = {
