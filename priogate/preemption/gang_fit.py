@@ -52,6 +52,15 @@ class GangFit:
     barred: Mapping[str, Mapping[str, str]]  # member key -> node -> why it may not go there
 
 
+def anti_pods(state: ClusterState) -> Mapping[str, PodInfo]:
+    """Pod key -> the pods with required anti-affinity: the live state keeps them current
+    (live_records); a snapshot's state finds them once."""
+    found = state.memo.get("anti_affinity")
+    if found is None:
+        found = state.memo["anti_affinity"] = {k: p for k, p in state.pods.items() if p.pod_anti_affinity}
+    return found
+
+
 def _kind(pod: PodInfo) -> tuple:
     return (pod.namespace, tuple(sorted(pod.labels.items())), pod.pod_affinity, pod.pod_anti_affinity)
 
@@ -115,10 +124,12 @@ def gang_fit(
     every pod of their group (its placed ones are never victims); `hard`: opted-out pods are
     never victims."""
     placing = {m.key for m in members}
-    others = [p for p in state.pods.values() if p.key not in placing]
     constrained = any(m.pod_affinity or m.pod_anti_affinity or m.host_ports for m in members)
-    if not constrained and not any(p.pod_anti_affinity for p in others):
+    excluding = [p for key, p in anti_pods(state).items() if key not in placing]
+    if not constrained and not excluding:
         return GangFit(state, {})
+    # Members without terms or ports meet only pods whose anti-affinity may select them.
+    others = [p for p in state.pods.values() if p.key not in placing] if constrained else excluding
     present = {p.key: node for p in others if (node := _present(state, p, priority))}
     kinds: dict[tuple, list[PodInfo]] = {}
     for member in members:
