@@ -28,9 +28,12 @@ Required affinity allows a member only where a pod its terms select stays whatev
 decision takes (higher or equal priority, protected, the group's own placed members, opted
 out in hard mode); when no pod anywhere matches and the member matches its own terms, a
 lone member may go anywhere that has the keys (satisfyPodAffinity's "first pod in a
-series"), several are refused (co-location is not modelled). Other topology keys, terms
-whose namespaceSelector needs Namespace labels, and members of different shapes excluding
-each other are refused.
+series"), several are refused (co-location is not modelled). A member's terms over other
+topology keys or with a namespaceSelector that needs Namespace labels, and members of
+different shapes excluding each other, are refused. Such a term on a placed pod that may
+select a member bars that pod's domain instead: refusing would let any tenant's pod stop every
+gang's decision (the design's trust rule: nothing a tenant writes decides a preemption), and
+barring never counts on a node the member cannot use.
 """
 
 from __future__ import annotations
@@ -80,30 +83,46 @@ def _per_node(state: ClusterState, key: str) -> bool:
     return len(values) == len(set(values))
 
 
-def _anti_between(member: PodInfo, other: PodInfo) -> tuple[set[str], str]:
-    """Keys over which `member` and `other` exclude each other, or a refusal."""
+def _anti_between(member: PodInfo, other: PodInfo, *, member_pair: bool) -> tuple[set[str], set[str], str]:
+    """Keys over which `member` and `other` surely exclude each other; keys over which a placed
+    `other` may exclude the member by a term the engine cannot evaluate (its domain is then
+    left out, never cleared: another tenant's pod cannot stop a gang's decision nor be taken
+    on a guess); or a refusal, for such a term of a member's own."""
     keys: set[str] = set()
-    for owner, target, terms in (
-        (member, other, member.pod_anti_affinity),
-        (other, member, other.pod_anti_affinity),
+    maybe: set[str] = set()
+    for owner, target, terms, members_own in (
+        (member, other, member.pod_anti_affinity, True),
+        (other, member, other.pod_anti_affinity, member_pair),
     ):
         for term in terms:
             hit = term.matches(target.namespace, target.labels)
             if hit is False:
                 continue
-            if hit is None:
-                return keys, (
-                    f"the required pod anti-affinity of {owner.key} may select {target.key} through a "
-                    "namespaceSelector, which needs Namespace labels the engine does not read"
+            known = hit is True and term.topology_key in MODELLED_KEYS
+            if not members_own:
+                (keys if known else maybe).add(term.topology_key)
+            elif hit is None:
+                return (
+                    keys,
+                    maybe,
+                    (
+                        f"the required pod anti-affinity of {owner.key} may select {target.key} through a "
+                        "namespaceSelector, which needs Namespace labels the engine does not read"
+                    ),
                 )
-            if term.topology_key not in MODELLED_KEYS:
-                return keys, (
-                    f"the required pod anti-affinity of {owner.key} selects {target.key} over "
-                    f"topologyKey {term.topology_key}, which gang preemption does not model "
-                    f"(only {HOSTNAME} and {ZONE})"
+            elif not known:
+                return (
+                    keys,
+                    maybe,
+                    (
+                        f"the required pod anti-affinity of {owner.key} selects {target.key} over "
+                        f"topologyKey {term.topology_key}, which gang preemption does not model "
+                        f"(only {HOSTNAME} and {ZONE})"
+                    ),
                 )
-            keys.add(term.topology_key)
-    return keys, ""
+            else:
+                keys.add(term.topology_key)
+    return keys, maybe, ""
 
 
 def _port_dims(ports: Sequence[HostPort], pairs: Mapping[tuple[str, int], tuple[str, ...]]) -> set[str]:
@@ -161,7 +180,7 @@ def gang_fit(
                     f"{term.topology_key}, which gang preemption does not model (only {HOSTNAME} and {ZONE})"
                 )
         for j, other_kind in enumerate(kind_list):
-            keys, refusal = _anti_between(first, other_kind[0])
+            keys, _, refusal = _anti_between(first, other_kind[0], member_pair=True)
             if refusal:
                 return refusal
             if keys and j != i:
@@ -184,9 +203,14 @@ def gang_fit(
             node = present.get(other.key)
             if not node:
                 continue
-            keys, refusal = _anti_between(first, other)
+            keys, maybe, refusal = _anti_between(first, other, member_pair=False)
             if refusal:
                 return refusal
+            for key in maybe:
+                value = node_labels[node].get(key)
+                if value is not None:
+                    why = f"the required pod anti-affinity of {other.key} over {key} may exclude it"
+                    bar(kind, key, value, why)
             for key in keys:
                 value = node_labels[node].get(key)
                 if value is None:

@@ -224,24 +224,39 @@ def test_another_topology_key_is_refused_naming_the_member_and_the_key():
     assert d.reason.startswith("gang preemption refused")
 
 
-def test_an_existing_pods_anti_affinity_over_another_key_is_refused():
+@pytest.mark.parametrize(
+    "term_of_the_pod",
+    [
+        term(GANG_LABELS, "example.com/rack"),  # a key the engine does not model
+        term(GANG_LABELS, HOST, namespaceSelector={"matchLabels": {"team": "x"}}),  # Namespace labels
+    ],
+    ids=["other key", "namespaceSelector"],
+)
+def test_a_placed_pods_anti_affinity_the_engine_cannot_evaluate_bars_its_domain(term_of_the_pod):
+    """Not a refusal: a pod another tenant runs must not stop the gang's decision. Its domain is
+    left out, and the pod is never taken on a guess."""
     objects = [
-        node("n1"),
-        anti(pod("low", priority=1, cpu="4", node="n1"), term(GANG_LABELS, "example.com/rack")),
+        node("n1", labels={"example.com/rack": "r1"}),
+        node("n2", labels={"example.com/rack": "r2"}),
+        anti(pod("unsure", priority=1, cpu="1", node="n1"), term_of_the_pod),
+        pod("low", priority=1, cpu="4", node="n2"),
         *gang(1),
     ]
-    d = decide(objects)
-    assert "default/low" in d.refused and "example.com/rack" in d.refused
+    d = decide(objects, explain=True)
+    assert (d.status, d.refused, victims(d)) == ("preempt", "", ["default/low"])
+    assert dict(d.placements) == {"default/g0": "n2"}
+    assert "may exclude it" in d.nodes["n1"]
 
 
-def test_a_namespace_selector_needing_namespace_labels_is_refused():
+def test_a_members_namespace_selector_needing_namespace_labels_is_refused():
     selector = {"namespaceSelector": {"matchLabels": {"team": "x"}}}
     objects = [
         node("n1"),
-        anti(pod("low", priority=1, cpu="4", node="n1"), term(GANG_LABELS, HOST, **selector)),
-        *gang(1),
+        pod("low", priority=1, cpu="4", node="n1", labels={"app": "any"}),
+        *gang(1, shape=lambda p: anti(p, term({"app": "any"}, HOST, **selector))),
     ]
-    assert "namespaceSelector" in decide(objects).refused
+    d = decide(objects)
+    assert "namespaceSelector" in d.refused and "default/g0" in d.refused
 
 
 def test_an_empty_namespace_selector_means_every_namespace():
