@@ -119,6 +119,9 @@ class GangPreemptor:
         decision = self._decide(group, key)
         if decision is None:
             return "unresolved"
+        if isinstance(decision, str):
+            self._tell_refused(group, decision)
+            return "refused"
         why = self._refusal(group, members, decision, needs)
         if why:
             self._refuse(group, decision, why, recorded=False)
@@ -169,6 +172,13 @@ class GangPreemptor:
             action="Preempt",
             note=f"gang preemption: {note}",
         )
+
+    def _tell_refused(self, group: Mapping[str, Any], why: str) -> None:
+        """A Warning Event, once per group and reason, when the engine would not decide: a
+        member's pod (anti-)affinity or a pod's anti-affinity against the members is one it
+        cannot model (priogate/preemption/gang_fit.py), so any victim set could be wrong."""
+        if self._told.first(group, why):
+            self._warn(group, f"gang preemption refused: {why}; no pod preempted")
 
     def _refusal(
         self,
@@ -232,8 +242,13 @@ class GangPreemptor:
 
     # ---- deciding ------------------------------------------------------------------------------
 
-    def _decide(self, group: Mapping[str, Any], key: str) -> RecordedDecision | None:
+    def _decide(self, group: Mapping[str, Any], key: str) -> RecordedDecision | str | None:
+        """The decision to record; or why the engine refused to decide (a constraint it does
+        not model); or None when there is nothing to preempt."""
         outcome = self.engine.decide(key, policy=self.policy)
+        if outcome.refused:
+            log.info("gang preemption refused", podgroup=key, reason=outcome.refused)
+            return outcome.refused
         if outcome.status != "preempt" or not outcome.victims:
             log.info("no gang preemption", podgroup=key, status=outcome.status, reason=outcome.reason)
             return None

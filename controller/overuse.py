@@ -35,7 +35,7 @@ from priogate.enqueue import GroupDemand
 from priogate.enqueue_index import Verdicts
 from priogate.kube.client import ApiClient
 from priogate.podgroup import GROUP_VERSION, Phase
-from priogate.preemption_record import OPT_OUT_LABEL, Victim
+from priogate.preemption_record import Victim, opt_out_label
 from priogate.resources import ResourceList, add
 
 log = structlog.get_logger("priogate.controller.overuse")
@@ -47,8 +47,7 @@ Members = Mapping[str, Sequence[Mapping[str, Any]]]
 
 
 def _opted_out(pod: Mapping[str, Any]) -> bool:
-    labels = (pod.get("metadata") or {}).get("labels") or {}
-    return str(labels.get(OPT_OUT_LABEL, "")).lower() == "false"
+    return bool(opt_out_label((pod.get("metadata") or {}).get("labels")))
 
 
 def member_of(pod: Mapping[str, Any], opt_out_mode: str) -> overuse.Member:

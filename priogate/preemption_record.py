@@ -34,6 +34,11 @@ CLOCK_SKEW = 30.0
 # What makes a pod never a victim, for the engine (priogate/preemption/parse.py) and the
 # re-check below alike.
 OPT_OUT_LABEL = "priogate.io/allow-preemption"
+# The YuniKorn simple preemptor's own name for the same opt-out (its design's "Preemption Opt
+# out (OP)" class: "a label such as yunikorn.apache.org/allow-preemption: false"), honoured as
+# an alias so pods labelled for YuniKorn keep their protection under priogate.
+YUNIKORN_OPT_OUT_LABEL = "yunikorn.apache.org/allow-preemption"
+OPT_OUT_LABELS = (OPT_OUT_LABEL, YUNIKORN_OPT_OUT_LABEL)
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 
 
@@ -185,6 +190,15 @@ def _priority(pod: Mapping[str, Any]) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
+def opt_out_label(labels: Mapping[str, Any] | None) -> str:
+    """The opt-out label (priogate's or YuniKorn's alias) set to "false" on a pod with
+    these labels, or "" when the pod has not opted out of preemption."""
+    for name in OPT_OUT_LABELS:
+        if str((labels or {}).get(name, "")).lower() == "false":
+            return name
+    return ""
+
+
 def protected(pod: Mapping[str, Any], opt_out_mode: str) -> str:
     """Why a pod may never be a victim, or "": the engine's rules (DaemonSet and mirror pods;
     the opt-out label in hard mode), read again from the pod itself."""
@@ -195,8 +209,9 @@ def protected(pod: Mapping[str, Any], opt_out_mode: str) -> str:
         return "a DaemonSet pod"
     if MIRROR_ANNOTATION in (meta.get("annotations") or {}):
         return "a mirror pod"
-    if opt_out_mode == "hard" and str((meta.get("labels") or {}).get(OPT_OUT_LABEL, "")).lower() == "false":
-        return f"opted out ({OPT_OUT_LABEL}=false)"
+    label = opt_out_label(meta.get("labels"))
+    if opt_out_mode == "hard" and label:
+        return f"opted out ({label}=false)"
     return ""
 
 

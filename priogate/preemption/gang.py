@@ -24,6 +24,7 @@ from operator import itemgetter
 
 from priogate.preemption.critical import Order, critical_start
 from priogate.preemption.fit import need_of, static_failure, static_signature
+from priogate.preemption.gang_fit import gang_fit
 from priogate.preemption.outcome import PDB_STRICT_REASON, Outcome, fits, unresolved, with_note
 from priogate.preemption.packing import MemberClass, Packer
 from priogate.preemption.policy import PreemptionPolicy
@@ -67,28 +68,40 @@ class Solution:
     exhausted: bool
 
 
-def _problem(state: ClusterState, request: GangRequest, members: Sequence[PodInfo]) -> Problem:
+def _problem(
+    state: ClusterState,
+    request: GangRequest,
+    members: Sequence[PodInfo],
+    kept_off: Mapping[str, Mapping[str, str]] | None = None,
+) -> Problem:
+    """`kept_off`: member -> nodes its pod (anti-)affinity bars, and why (gang_fit)."""
+    kept_off = kept_off or {}
     priority = request.priority
     dims = tuple(sorted({d for m in members for d, _ in need_of(state.vectors[m.key])}))
     shapes: dict[tuple, list[PodInfo]] = {}
     for member in members:
         vector = tuple(state.vectors[member.key][d] for d in dims)
-        shapes.setdefault((vector, static_signature(member)), []).append(member)
+        off = frozenset(kept_off.get(member.key, ()))
+        shapes.setdefault((vector, static_signature(member), off), []).append(member)
     table = screen_table(state, include_opted_out=False)
     names = state.node_names
     classes, failures = [], {}
-    for (vector, _), pods in shapes.items():
+    for (vector, _, off), pods in shapes.items():
         if pods[0].node_selector or pods[0].affinity is not None:
             allowed = frozenset(n for n in names if not static_failure(pods[0], state.nodes[n].info))
         else:  # only taints and cordoning can keep the class off a node
             names_at = table.names
             barred = {names_at[i] for i in table.restricted if static_failure(pods[0], table.nodes[i].info)}
             allowed = table.name_set.difference(barred) if barred else table.name_set
+        if off:
+            allowed = allowed.difference(off)
         classes.append(MemberClass(vector, tuple(p.key for p in pods), allowed))
     usable = classes[0].nodes if len(classes) == 1 else frozenset().union(*(c.nodes for c in classes))
     for name in names:
         if name not in usable:
-            failures[name] = static_failure(members[0], state.nodes[name].info)
+            failures[name] = static_failure(members[0], state.nodes[name].info) or kept_off.get(
+                members[0].key, {}
+            ).get(name, "node(s) didn't satisfy the members' pod affinity rules")
     nodes = names if len(usable) == len(names) else tuple(n for n in names if n in usable)
     own = group_members(state).get(request.group.key, frozenset())
     now = FreeSpace(state, dims, priority, own, nodes, usable, leaving=False)
@@ -252,7 +265,19 @@ def preempt_group(
     members = request.pending[: request.needed]
     if any(m.nominated_node and waiting_for_victims(state, m, request.priority) for m in members):
         return unresolved(key, with_note(NOT_ELIGIBLE_TERMINATING, note))
-    problem = _problem(state, request, members)
+    # Inter-pod (anti-)affinity and host ports: modelled as dimensions and barred nodes, or
+    # refused when the engine cannot tell where a member may go (gang_fit).
+    fit = gang_fit(
+        state,
+        members,
+        group_members(state).get(request.group.key, frozenset()),
+        request.priority,
+        hard=policy.opt_out_mode == "hard",
+    )
+    if isinstance(fit, str):
+        return unresolved(key, with_note(f"gang preemption refused: {fit}", note), refused=fit)
+    state = fit.state
+    problem = _problem(state, request, members, fit.barred)
     if Packer(problem.classes).place(possible_hosts(problem), problem.now) is not None:
         return fits(key)
     variants = [False]

@@ -135,6 +135,7 @@ class LiveClusterState(LiveRecords):
         full = self._node_set_changed or self._dims_changed
         state.memo["group_members"] = self._group_members
         state.memo["labels"] = self._labels
+        state.memo["anti_affinity"] = self._anti
         for key, value in old.items():
             if key.startswith("table:") and isinstance(value, ScreenTable) and not full:
                 state.memo[key] = value.patched(state, touched)

@@ -70,6 +70,7 @@ class LiveRecords:
         self._vectors: dict[str, Vector] = {}
         self._on_node: dict[str, dict[str, PodInfo]] = {}  # node -> pods occupying it
         self._labels = LabelIndex()  # the occupying pods by namespace and label
+        self._anti: dict[str, PodInfo] = {}  # pods with required anti-affinity (gang_fit.anti_pods)
         self._orphans: dict[str, set[str]] = {}  # unknown node -> pods bound there, not finished
         self._nominees: dict[str, set[str]] = {}  # node -> pending pods nominated to it
         self._members: dict[str, set[str]] = {}  # PodGroup key -> its pods
@@ -186,6 +187,8 @@ class LiveRecords:
     def _link(self, pod: PodInfo) -> None:
         key = pod.key
         self._pods[key] = pod
+        if pod.pod_anti_affinity:
+            self._anti[key] = pod
         self._vectors[key] = to_vector(pod.requests, self._dims, pod=True)
         for owner in pod.owner_pods:
             self._owner_refs[owner] = self._owner_refs.get(owner, 0) + 1
@@ -216,6 +219,7 @@ class LiveRecords:
     def _unlink(self, pod: PodInfo) -> None:
         key = pod.key
         del self._pods[key]
+        self._anti.pop(key, None)
         self._vectors.pop(key, None)
         for owner in pod.owner_pods:
             left = self._owner_refs[owner] - 1

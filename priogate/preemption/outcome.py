@@ -28,14 +28,19 @@ class Outcome:
     victims: tuple[PodInfo, ...] = ()
     nodes: Mapping[str, str] | None = None  # --explain: node -> why it lost
     clear_below: int | None = None  # lower-priority nominations to the placement nodes are dropped
+    # Why no decision could be trusted: a constraint the engine does not model (gang_fit.py);
+    # the controller tells the PodGroup in a Warning Event.
+    refused: str = ""
 
 
 def fits(preemptor: str) -> Outcome:
     return Outcome(preemptor, "fits", "fits without preemption")
 
 
-def unresolved(preemptor: str, reason: str, nodes: Mapping[str, str] | None = None) -> Outcome:
-    return Outcome(preemptor, "unresolved", reason, nodes=nodes)
+def unresolved(
+    preemptor: str, reason: str, nodes: Mapping[str, str] | None = None, *, refused: str = ""
+) -> Outcome:
+    return Outcome(preemptor, "unresolved", reason, nodes=nodes, refused=refused)
 
 
 def with_note(reason: str, *notes: str) -> str:

@@ -12,6 +12,7 @@ from typing import Any
 from priogate import priority as prio
 from priogate.clock import epoch_seconds
 from priogate.podgroup import GROUP_ANNOTATION, GROUP_LABEL, PodPhase
+from priogate.preemption.pod_affinity import parse_host_ports, parse_pod_affinity
 from priogate.preemption.qos import pod_qos
 from priogate.preemption.records import DAEMONSET_POD, NodeInfo, PDBInfo, PodGroupInfo, PodInfo
 from priogate.preemption.selectors import (
@@ -25,8 +26,8 @@ from priogate.preemption_record import (
     CONDITION_REASON,
     DISRUPTION_TARGET,
     MIRROR_ANNOTATION,
-    OPT_OUT_LABEL,
     SCHEDULER_REASON,
+    opt_out_label,
 )
 from priogate.resources import parse_resource_list, pod_requests
 
@@ -156,6 +157,7 @@ def parse_pod(obj: Mapping[str, Any], classes: Mapping[str, Any], default_class:
     group_name = annotations.get(GROUP_ANNOTATION) or labels.get(GROUP_LABEL) or ""
     affinity = _section(_section(spec, "affinity", where), "nodeAffinity", where)
     required = affinity.get("requiredDuringSchedulingIgnoredDuringExecution")
+    pod_affinity, pod_anti_affinity = parse_pod_affinity(spec, namespace, where)
     return PodInfo(
         key=key,
         namespace=namespace,
@@ -173,7 +175,7 @@ def parse_pod(obj: Mapping[str, Any], classes: Mapping[str, Any], default_class:
         start_time=parse_time(status.get("startTime"), f"{where} status.startTime"),
         created=parse_time(meta.get("creationTimestamp"), f"{where} creationTimestamp"),
         protected=protected,
-        opted_out=labels.get(OPT_OUT_LABEL, "").lower() == "false",
+        opted_out=bool(opt_out_label(labels)),
         group=f"{namespace}/{group_name}" if group_name else "",
         node_selector=_string_map(spec.get("nodeSelector"), f"{where} nodeSelector"),
         affinity=None if required is None else parse_node_selector_terms(required, where),
@@ -183,6 +185,9 @@ def parse_pod(obj: Mapping[str, Any], classes: Mapping[str, Any], default_class:
         owner_pods=owner_pods,
         unschedulable_since=_unschedulable_since(status.get("conditions"), where),
         spread=parse_spread(spec.get("topologySpreadConstraints"), labels, where),
+        pod_affinity=pod_affinity,
+        pod_anti_affinity=pod_anti_affinity,
+        host_ports=parse_host_ports(spec, where),
     )
 
 

@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from priogate import priority as prio
+from priogate.preemption.pod_affinity import AffinityTerm, HostPort
 from priogate.preemption.qos import BURSTABLE
 from priogate.preemption.selectors import LabelSelector, NodeSelectorTerm, Taint, Toleration
 from priogate.preemption.spread import SpreadConstraint
@@ -57,6 +58,11 @@ class PodInfo:
     # PodScheduled=False since (lastTransitionTime, epoch seconds); +inf when not unschedulable
     unschedulable_since: float = math.inf
     spread: tuple[SpreadConstraint, ...] = ()  # hard topology spread constraints (spread.py)
+    # Required inter-pod (anti-)affinity and host ports (pod_affinity.py): gang decisions honour
+    # them (gang_fit.py).
+    pod_affinity: tuple[AffinityTerm, ...] = ()
+    pod_anti_affinity: tuple[AffinityTerm, ...] = ()
+    host_ports: tuple[HostPort, ...] = ()
 
     @property
     def bound(self) -> bool:

@@ -7,7 +7,11 @@ The same loop runs here over "items" instead of pods, in an order the policies s
 
 - victim classes (YuniKorn's simple preemptor): regular pods are taken first, owner/driver
   pods (named in another pod's ownerReferences) next, opted-out pods (soft mode) last, so the
-  reprieve puts back opted-out pods first, then owners, then regular pods;
+  reprieve puts back opted-out pods first, then owners, then regular pods; within a class
+  "priority wise, age wise and finally resource wise", as yunikorn-core's SortAllocations
+  (pkg/scheduler/objects/sorters.go) orders victims: the lower priority, then the younger
+  (later start, kube-scheduler's MoreImportantPod reads the start time, as here), then the
+  smaller request (relative to the preemptor's) is taken first; the pod's name last;
 - QoS order (the pod-preemption design): among equal priorities a Guaranteed pod is more
   important than a Burstable one, which is more important than a BestEffort one;
 - gang-aware victims: a member of a running PodGroup is part of one item, its group, which
@@ -82,6 +86,14 @@ class Shaping:
             return 2
         return 1 if self.policy.victim_classes and self.is_owner(pod) else 0
 
+    def size(self, pod: PodInfo) -> float:
+        """Victim classes only: the pod's requests relative to the preemptor's, summed over
+        what it asks for; 0 for all otherwise."""
+        if not self.policy.victim_classes:
+            return 0.0
+        vec = self.state.vectors[pod.key]
+        return sum(vec[d] / amount for d, amount in self.need if amount > 0)
+
     def qos(self, pod: PodInfo) -> int:
         """Higher = more important (Guaranteed), 0 for all when QoS order is off."""
         return QOS_RANK[pod.qos] if self.policy.qos_order else 0
@@ -128,7 +140,15 @@ class Shaping:
                 if self.blocked_by_pdb(pod):
                     held.add(PDB)
                 else:
-                    order = (self.take_rank(pod), -pod.priority, 1, -self.qos(pod), pod.start_time, pod.key)
+                    order = (
+                        self.take_rank(pod),
+                        -pod.priority,
+                        1,
+                        -self.qos(pod),
+                        pod.start_time,
+                        -self.size(pod),
+                        pod.key,
+                    )
                     items.append(Item((pod,), (pod,), 0, True, order))
                 continue
             if pod.group in seen:
@@ -156,6 +176,7 @@ class Shaping:
                 0,  # a group before a pod of the same priority (units.py's rank)
                 -max(self.qos(p) for p in members),
                 min(p.start_time for p in members),
+                -sum(self.size(p) for p in members),
                 pod.group,
             )
             items.append(Item(members, here, max(surplus, 0), whole, order))

@@ -285,6 +285,10 @@ def apply_decision(
             for pod in state.nominated.get(node, ()):
                 if pod.priority < clear_below and pod.key in pods and not pods[pod.key].node_name:
                     pods[pod.key] = dataclasses.replace(pod, nominated_node="")
+    memo: dict[str, Any] = {}
+    anti = state.memo.get("anti_affinity")  # gang_fit.anti_pods: carried, not found again
+    if anti is not None:
+        memo["anti_affinity"] = {key: pods[key] for key in anti if key in pods}
     nodes = dict(state.nodes)
     for name in touched:
         staying = [pods[p.key] for p in nodes[name].pods if p.key in pods]
@@ -298,5 +302,5 @@ def apply_decision(
         pdb_matches=pdb_matches,
         nominated=_nominations(pods.values(), nodes),
         owner_refs=state.owner_refs if owner_refs is None else owner_refs,
-        memo={},
+        memo=memo,
     )

@@ -245,3 +245,26 @@ def test_our_own_nomination_does_not_block_the_next_decision():
     member_["status"]["nominatedNodeName"] = "n2"
     assert record.foreign_nomination([member_], done) == "g0"
     assert record.foreign_nomination([member_], done.stop("x")) == "g0"
+
+
+# ---- a constraint the engine does not model ---------------------------------------------------
+
+
+def test_an_unmodelled_constraint_is_refused_with_one_warning_event():
+    """A member's anti-affinity over a topology key gang preemption does not model: no record,
+    no victim, and one Warning Event on the PodGroup naming the member and the key, however
+    often the group is reconciled."""
+    c = cluster()
+    g0 = copy.deepcopy(c.caches.pods.get(NS, "g0"))
+    term = {"labelSelector": {"matchLabels": {"app": "x"}}, "topologyKey": "example.com/rack"}
+    g0["spec"]["affinity"] = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]}}
+    c.caches.pods.apply_event("MODIFIED", g0)
+    preemptor = c.preemptor()
+    assert c.handle(preemptor) == "refused"
+    assert c.handle(preemptor) == "refused"
+    assert summary(c.client.writes) == [("EVENT", "PreemptionRefused gang")]
+    (event,) = [w for w in c.client.writes]
+    assert event.body["type"] == "Warning"
+    assert "member default/g0" in event.body["note"] and "example.com/rack" in event.body["note"]
+    assert c.recorded() is None
+    assert pod_path("low1") in c.client.objects and pod_path("low2") in c.client.objects

@@ -113,6 +113,24 @@ def victim_pod(uid: str = "u1", priority: int = 10, **meta) -> dict:
             {"ns/low-1": victim_pod(labels={"priogate.io/allow-preemption": "false"})},
             "",
         ),
+        (
+            "opted out by YuniKorn's label, hard",
+            {},
+            {"ns/low-1": victim_pod(labels={"yunikorn.apache.org/allow-preemption": "False"})},
+            "opted out (yunikorn.apache.org/allow-preemption=false)",
+        ),
+        (
+            "opted out by YuniKorn's label, soft",
+            {"opt_out_mode": "soft"},
+            {"ns/low-1": victim_pod(labels={"yunikorn.apache.org/allow-preemption": "false"})},
+            "",
+        ),
+        (
+            "YuniKorn's label set to true",
+            {},
+            {"ns/low-1": victim_pod(labels={"yunikorn.apache.org/allow-preemption": "true"})},
+            "",
+        ),
     ],
 )
 def test_refusal(case, kw, pods, why):

@@ -6,6 +6,8 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+import pytest
+
 from controller.caches import Caches
 from controller.events import EventRecorder
 from controller.overuse import OverusedEvictor
@@ -13,7 +15,7 @@ from controller.reconcile import Reconciler
 from priogate.kube.cache import WatchCache
 from priogate.kube.client import ApiError, resource_path
 from priogate.podgroup import GROUP_VERSION, PLURAL
-from priogate.preemption_record import OPT_OUT_LABEL
+from priogate.preemption_record import OPT_OUT_LABEL, YUNIKORN_OPT_OUT_LABEL
 from tests.builders import cpu_podgroup, node, pod
 from tests.fake_api import FakeApi
 
@@ -120,8 +122,9 @@ def test_no_eviction_without_the_flag_across_namespaces_or_when_it_would_not_suf
     assert full.evicted() == []
 
 
-def test_an_opted_out_member_is_kept_and_counts_towards_the_minimum():
-    labels = {"o3": {OPT_OUT_LABEL: "false"}}
+@pytest.mark.parametrize("label", [OPT_OUT_LABEL, YUNIKORN_OPT_OUT_LABEL])
+def test_an_opted_out_member_is_kept_and_counts_towards_the_minimum(label):
+    labels = {"o3": {label: "false"}}
     w = World(overused(labels=labels), over_and_wait("3"))
     w.reconciler.reconcile(NS, "wait")
     assert w.evicted() == ["o2", "o1", "o0"]  # o3 is kept: the group keeps its minimum with it

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from priogate.preemption.engine import decide_group, prepare, run
+from priogate.preemption.gang_fit import anti_pods
 from priogate.preemption.labels import build_label_index
 from priogate.preemption.live import LiveClusterState
 from priogate.preemption.policy import PreemptionPolicy
@@ -92,6 +93,7 @@ def assert_same_decisions(live: ClusterState, fresh: ClusterState) -> None:
     assert_patched_units_are_built_units(live)
     assert live.memo["labels"].namespaces == build_label_index(fresh.bound_pods()).namespaces
     assert live.owner_refs == fresh.owner_refs
+    assert anti_pods(live) == anti_pods(fresh)
     for mode in ("hard", "soft"):
         policy = PreemptionPolicy(opt_out_mode=mode)
         assert run(live, policy=policy, explain=True) == run(fresh, policy=policy, explain=True)

@@ -27,6 +27,9 @@ CPU = st.sampled_from(["250m", "500m", "1000m", "1500m", "2000m"])
 PRIORITY = st.sampled_from([0, 1, 5, 10, 20])
 
 
+HOST = "kubernetes.io/hostname"
+
+
 @st.composite
 def a_node(draw: st.DrawFn, name: str) -> tuple[dict[str, Any], bool]:
     if draw(st.integers(0, 15)) == 0:
@@ -86,6 +89,16 @@ def a_pod(draw: st.DrawFn, name: str) -> tuple[dict[str, Any], bool]:
                 "minDomains": draw(st.sampled_from([1, 1, 3])),
             }
         ]
+    if draw(st.integers(0, 5)) == 0:  # hostname anti-affinity and a host port: gang decisions read them
+        term = {
+            "labelSelector": {"matchLabels": {"app": draw(st.sampled_from(["a", "b"]))}},
+            "topologyKey": HOST,
+        }
+        obj["spec"]["affinity"] = {
+            "podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]}
+        }
+    if draw(st.integers(0, 5)) == 0:
+        obj["spec"]["containers"][0]["ports"] = [{"containerPort": 80, "hostPort": 80}]
     if draw(st.integers(0, 3)) == 0:  # an executor naming its driver pod (maybe not there)
         driver = draw(st.sampled_from(["p0", "p1", "p2", "p100", "p101"]))
         obj["metadata"]["ownerReferences"] = [{"kind": "Pod", "name": driver, "apiVersion": "v1", "uid": "u"}]

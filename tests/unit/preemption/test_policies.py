@@ -151,6 +151,41 @@ def test_victim_classes_in_the_seed_order(policy: PreemptionPolicy, cpu: str, ex
     assert result(objects, policy) == ("a", expected)
 
 
+@pytest.mark.parametrize(
+    ("pods", "default", "classes"),
+    [
+        # equal priority and start: kube-scheduler has no order (its sort is unstable), the
+        # engine's default is the name; the YuniKorn order takes the smaller request first
+        (
+            [("a-small", 1, "1", 0), ("b-big", 1, "2", 0)],
+            ["default/b-big"],
+            ["default/a-small"],
+        ),
+        # age before resource: the younger (later start) goes first, whatever its size
+        (
+            [("a-small", 1, "1", 0), ("b-big", 1, "2", 5)],
+            ["default/b-big"],
+            ["default/b-big"],
+        ),
+        # priority before age and resource
+        (
+            [("a-small", 1, "1", 0), ("b-big", 0, "2", 0)],
+            ["default/b-big"],
+            ["default/b-big"],
+        ),
+    ],
+    ids=["resource", "age", "priority"],
+)
+def test_victim_classes_order_priority_age_then_resource(pods: list, default: list, classes: list) -> None:
+    objects = [
+        node("a", cpu="4"),
+        *(pod(name, priority=prio, cpu=cpu, node="a", started=start) for name, prio, cpu, start in pods),
+        pod("p", priority=HIGH, cpu="2"),
+    ]
+    assert result(objects, DEFAULT) == ("a", default)
+    assert result(objects, PreemptionPolicy(victim_classes=True)) == ("a", classes)
+
+
 # ---- 3. QoS order -----------------------------------------------------------------------------
 
 QOS = [
