@@ -50,6 +50,15 @@ from priogate.preemption.state import ClusterState, importance_key, occupies
 from priogate.preemption.strategies import _fewest, _pods, _violations, _within_groups, deviation
 from priogate.preemption.units import group_members
 
+# What the engine (and so `simulate`) does not model: kube-scheduler's own filters decide these,
+# and in the preemptor mode its preemption does (the extender only shapes its candidates).
+NOT_MODELLED = (
+    "inter-pod affinity and anti-affinity, hostPorts, volumes (binding, zones, limits, "
+    "restrictions) and DRA resource claims: kube-scheduler's filters decide those; the engine "
+    "models resources, node selectors and affinity, taints, unschedulable nodes and hard topology "
+    "spread only"
+)
+
 # Volume sources that no scheduler filter reads (VolumeRestrictions, VolumeBinding,
 # VolumeZone and the volume limits plugins look at persistent, CSI, in-tree cloud and
 # ephemeral volumes only): a pod with others is opaque to the engine.
