@@ -297,7 +297,8 @@ class PreemptExtender:
                 # The request's uid: a pod replaced since under the same name is left alone.
                 cleared = self.writer.clear_nomination(pod)
                 log.info("stale nomination cleared", pod=meta.get("name"), node=nominated, cleared=cleared)
-            self._tell(current or pod, shaped)
+            if not shaped.delayed:  # waiting out the start delay is no block worth a Warning
+                self._tell(current or pod, shaped)
         except NotLeader:
             return
         except Exception:

@@ -103,6 +103,7 @@ class Victims:
 class Shaped:
     nodes: dict[str, Victims]  # kept, each with its victims
     reasons: dict[str, str]  # node -> why it was dropped or its victims changed
+    delayed: bool = False  # nothing kept only because --preemption-start-delay has not passed
 
     @property
     def unchanged(self) -> bool:
@@ -234,7 +235,7 @@ def shape(
     went or changed. `blind(pod key)`: engine_blind of that pod ("" when unknown)."""
     wait = start_delay_wait(preemptor, policy, now)
     if wait:
-        return Shaped({}, {node: wait for node in candidates})
+        return Shaped({}, {node: wait for node in candidates}, delayed=True)
     ctx = _Context(preemptor, candidates, state, policy, blind)
     variants = [False]
     if policy.opt_out_mode == "soft":

@@ -195,7 +195,7 @@ def test_the_start_delay_keeps_nothing_until_it_passes() -> None:
     candidates = {"n1": Victims(("default/a",))}
     policy = PreemptionPolicy(start_delay=30)
     early = shape(state.pods["default/hi"], candidates, state, policy, now=20)
-    assert early.nodes == {} and "--preemption-start-delay" in early.reasons["n1"]
+    assert early.nodes == {} and "--preemption-start-delay" in early.reasons["n1"] and early.delayed
     late = shape(state.pods["default/hi"], candidates, state, policy, now=45)
     assert late.nodes == candidates
 
