@@ -26,6 +26,7 @@ Two writes follow an answer, by the leader only and off the scheduler's path:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import ssl
@@ -354,9 +355,9 @@ class _Server(ThreadingHTTPServer):
     def get_request(self) -> tuple[socket, Any]:
         sock, address = super().get_request()
         sock.settimeout(10)
-        # The handshake runs in the request's thread (do_handshake_on_connect on first read),
-        # not in the accept loop.
-        return self.tls.context().wrap_socket(sock, server_side=True), address
+        # The handshake runs in the request's thread (Handler.setup), not in the accept loop,
+        # so a slow client never holds other connections back.
+        return self.tls.context().wrap_socket(sock, server_side=True, do_handshake_on_connect=False), address
 
 
 def serve(bind: str, cert_file: str, key_file: str, extender: PreemptExtender) -> ThreadingHTTPServer:
@@ -364,6 +365,13 @@ def serve(bind: str, cert_file: str, key_file: str, extender: PreemptExtender) -
 
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"  # keep-alive: kube-scheduler reuses its connections
+
+        def handle(self) -> None:
+            # The TLS handshake first (get_request defers it to this thread); a client that
+            # fails it or goes away gets nothing, and the server logs no traceback for it.
+            with contextlib.suppress(ssl.SSLError, ConnectionError, TimeoutError):
+                self.request.do_handshake()
+                super().handle()
 
         def do_POST(self) -> None:
             if self.path.rstrip("/") != PREEMPT_PATH:

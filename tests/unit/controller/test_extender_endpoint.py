@@ -172,6 +172,12 @@ def test_served_over_https(tmp_path: Path) -> None:
     server = serve("127.0.0.1:0", str(cert), str(key), c.extender())
     try:
         port = server.server_address[1]
+        # A client that does not speak TLS fails its handshake alone.
+        plain = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+        with pytest.raises((ConnectionError, http.client.HTTPException, OSError)):
+            plain.request("POST", "/scheduler/preempt", b"{}")
+            plain.getresponse()
+        plain.close()
         context = ssl.create_default_context(cafile=str(tmp_path / "ca.crt"))
         conn = http.client.HTTPSConnection("127.0.0.1", port, context=context, timeout=5)
         body = go_body(c.client.objects[pod_path("hi")], {"n1": ["uid-v"]})
