@@ -360,6 +360,18 @@ class _Server(ThreadingHTTPServer):
         return self.tls.context().wrap_socket(sock, server_side=True, do_handshake_on_connect=False), address
 
 
+def check_tls(cert_file: str, key_file: str) -> None:
+    """ValueError naming the files when the serving certificate cannot be loaded: the controller
+    refuses to start rather than serve an extender every call to which fails."""
+    try:
+        _Tls(cert_file, key_file).context()
+    except (OSError, ssl.SSLError) as e:
+        raise ValueError(
+            f"cannot load the preempt extender's serving certificate (--cert-file {cert_file}, "
+            f"--key-file {key_file}): {e}"
+        ) from None
+
+
 def serve(bind: str, cert_file: str, key_file: str, extender: PreemptExtender) -> ThreadingHTTPServer:
     host, _, port = bind.rpartition(":")
 

@@ -30,7 +30,7 @@ from controller.election import LeaderElector, default_identity
 from controller.engine_state import EngineState
 from controller.enrol import Enroller
 from controller.events import EventRecorder
-from controller.extender import PreemptExtender
+from controller.extender import PreemptExtender, check_tls
 from controller.extender import serve as serve_extender
 from controller.gang_preemptor import GangPreemptor
 from controller.gates import GateLifter
@@ -106,6 +106,7 @@ class Controller:
             )
         self.extender: PreemptExtender | None = None
         if args.pod_preemption:
+            check_tls(args.cert_file, args.key_file)
             assert engine is not None
             self.extender = PreemptExtender(
                 client, self.caches, engine, events, self.is_leader, policy, on_answer=self._count_answer
@@ -340,7 +341,11 @@ class Controller:
 
 def run(args: argparse.Namespace) -> int:
     configure_logging(args.log_level)
-    controller = Controller(args, load_client(args.kubeconfig))
+    try:
+        controller = Controller(args, load_client(args.kubeconfig))
+    except ValueError as e:
+        log.error("controller not started", error=str(e))
+        return 2
 
     def on_signal(signum: int, _frame: FrameType | None) -> None:
         log.info("signal received, stopping", signal=signal.Signals(signum).name)

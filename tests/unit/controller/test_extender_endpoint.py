@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from certs.issue import issue_ca, issue_leaf
-from controller.extender import UidIndex, parse_request, serve
+from controller.extender import UidIndex, check_tls, parse_request, serve
 from priogate.kube.client import ApiError
 from tests.unit.gang_cluster import EVENTS_PATH, NS, pod_path
 from tests.unit.pod_cluster import cluster, pending, running
@@ -207,3 +207,8 @@ def test_api_errors_other_than_gone_are_logged_not_raised() -> None:
     code, _ = extender.handle(go_body(c.client.objects[pod_path("hi")], {"n1": ["uid-opted"]}))
     extender.pool.shutdown(wait=True)
     assert code == 200
+
+
+def test_a_missing_certificate_is_refused_at_start(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="--cert-file"):
+        check_tls(str(tmp_path / "tls.crt"), str(tmp_path / "tls.key"))
