@@ -16,6 +16,7 @@ names as well (encoding/json matches keys case-insensitively either way).
 
 Two writes follow an answer, by the leader only and off the scheduler's path:
 - when no node is kept and the pod carries status.nominatedNodeName, the nomination is cleared
+  (not a gang member's: gang preemption wrote it)
   (uid precondition; gone or replaced pods are skipped), as kube-scheduler clears it when it
   finds no candidate at all (preemption.go Preempt: NominatingInfo with an empty node name).
   With an extender that drops every node, Preempt returns "no candidate node for preemption"
@@ -294,11 +295,11 @@ class PreemptExtender:
             meta = pod.get("metadata") or {}
             current = self.caches.pods.get(meta.get("namespace") or "default", meta.get("name", ""))
             nominated = ((current or pod).get("status") or {}).get("nominatedNodeName")
-            if nominated:
+            if nominated and not shaped.gang:
                 # The request's uid: a pod replaced since under the same name is left alone.
                 cleared = self.writer.clear_nomination(pod)
                 log.info("stale nomination cleared", pod=meta.get("name"), node=nominated, cleared=cleared)
-            if not shaped.delayed:  # waiting out the start delay is no block worth a Warning
+            if not shaped.waiting:  # the start delay, a gang's member: no block worth a Warning
                 self._tell(current or pod, shaped)
         except NotLeader:
             return

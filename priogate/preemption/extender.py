@@ -10,6 +10,9 @@ nodes the extender returns, with the victims the extender returns. Victims must 
 node in the scheduler's snapshot (HTTPExtender.convertToVictims, pkg/scheduler/extender.go) and a
 node returned with no victim is an error ("expected at least one victim pod on node").
 
+A member of a PodGroup still short of minMember gets no node: gang preemption places the needed
+members together (the controller's), as the engine's decide_pod leaves such a pod to its gang.
+
 How each policy is applied here (docs/preemption.md, "The preemptor mode"):
 
 - policies that only remove candidates are exact: a DaemonSet or mirror pod among the victims,
@@ -40,6 +43,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from priogate.podgroup import FINISHED_PHASES
+from priogate.preemption.engine import FINISHED_GROUP, GANG_MEMBER, gang_request
 from priogate.preemption.fit import Need, need_of
 from priogate.preemption.nodes import Candidate, nominated_load
 from priogate.preemption.policy import KUBE_SCHEDULER, MULTIPLE, SINGLE, PreemptionPolicy
@@ -103,7 +108,12 @@ class Victims:
 class Shaped:
     nodes: dict[str, Victims]  # kept, each with its victims
     reasons: dict[str, str]  # node -> why it was dropped or its victims changed
-    delayed: bool = False  # nothing kept only because --preemption-start-delay has not passed
+    # Nothing kept only because the pod waits by design (the start delay) or is its gang's to
+    # preempt for: no block worth a Warning.
+    waiting: bool = False
+    # ... because its PodGroup's gang preemption places it: a nomination it carries is the
+    # gang's (the controller's gang preemptor writes it), not stale.
+    gang: bool = False
 
     @property
     def unchanged(self) -> bool:
@@ -223,6 +233,24 @@ def broken_group(state: ClusterState, victims: Sequence[PodInfo]) -> str:
     return ""
 
 
+def gang_member(state: ClusterState, pod: PodInfo) -> str:
+    """Why kube-scheduler must not preempt for this pod alone, or "": a member of a PodGroup
+    still short of minMember is placed by gang preemption, all needed members at once (the
+    controller's; engine.decide_pod leaves it to the gang in the same words), and a member of
+    a finished group preempts for nobody. kube-scheduler would preempt for each member on its
+    own, and could take victims for a gang that still cannot run."""
+    group = state.groups.get(pod.group) if pod.group else None
+    if group is None:
+        return ""
+    if group.phase in FINISHED_PHASES:
+        return FINISHED_GROUP
+    members = [state.pods[k] for k in group_members(state).get(pod.group, ())]
+    request = gang_request(group, members)
+    if request is not None and any(p.key == pod.key for p in request.pending):
+        return GANG_MEMBER
+    return ""
+
+
 def shape(
     preemptor: PodInfo,
     candidates: Mapping[str, Victims],
@@ -233,9 +261,12 @@ def shape(
 ) -> Shaped:
     """The candidates priogate's policies keep, each with its victims, and why the others
     went or changed. `blind(pod key)`: engine_blind of that pod ("" when unknown)."""
+    gang = gang_member(state, preemptor)
+    if gang:
+        return Shaped({}, {node: gang for node in candidates}, waiting=True, gang=True)
     wait = start_delay_wait(preemptor, policy, now)
     if wait:
-        return Shaped({}, {node: wait for node in candidates}, delayed=True)
+        return Shaped({}, {node: wait for node in candidates}, waiting=True)
     ctx = _Context(preemptor, candidates, state, policy, blind)
     variants = [False]
     if policy.opt_out_mode == "soft":

@@ -16,6 +16,7 @@ import pytest
 from certs.issue import issue_ca, issue_leaf
 from controller.extender import UidIndex, check_tls, parse_request, serve
 from priogate.kube.client import ApiError
+from tests.builders import podgroup
 from tests.unit.gang_cluster import EVENTS_PATH, NS, pod_path
 from tests.unit.pod_cluster import cluster, pending, running
 
@@ -212,3 +213,16 @@ def test_api_errors_other_than_gone_are_logged_not_raised() -> None:
 def test_a_missing_certificate_is_refused_at_start(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="--cert-file"):
         check_tls(str(tmp_path / "tls.crt"), str(tmp_path / "tls.key"))
+
+
+def test_a_gang_members_nomination_is_left_to_gang_preemption() -> None:
+    member = pending("m1", 10, nominated="n1", group="g")
+    other = pending("m2", 10, group="g")
+    c = cluster(
+        running("v", 1, cpu="4"), member, other, groups=(podgroup("g", min_member=2, phase="Inqueue"),)
+    )
+    extender = c.extender()
+    code, reply = extender.handle(go_body(c.client.objects[pod_path("m1")], {"n1": ["uid-v"]}))
+    extender.pool.shutdown(wait=True)
+    assert code == 200 and reply == {"NodeNameToMetaVictims": {}}
+    assert c.client.writes == []  # neither the gang's nomination cleared nor a Warning

@@ -195,9 +195,24 @@ def test_the_start_delay_keeps_nothing_until_it_passes() -> None:
     candidates = {"n1": Victims(("default/a",))}
     policy = PreemptionPolicy(start_delay=30)
     early = shape(state.pods["default/hi"], candidates, state, policy, now=20)
-    assert early.nodes == {} and "--preemption-start-delay" in early.reasons["n1"] and early.delayed
+    assert early.nodes == {} and "--preemption-start-delay" in early.reasons["n1"] and early.waiting
     late = shape(state.pods["default/hi"], candidates, state, policy, now=45)
     assert late.nodes == candidates
+
+
+def test_a_member_of_a_gang_short_of_min_member_is_left_to_gang_preemption() -> None:
+    member = pod("m1", priority=10, cpu="2", group="g")
+    member["status"] = {"phase": "Pending"}
+    state = state_of(
+        node("n1", cpu="2"),
+        podgroup("g", min_member=2, phase="Inqueue"),
+        member,
+        pod("m2", priority=10, cpu="2", group="g"),
+        pod("a", priority=1, cpu="2", node="n1"),
+    )
+    result = shape(state.pods["default/m1"], {"n1": Victims(("default/a",))}, state, DEFAULT_POLICY, now=0)
+    assert result.nodes == {} and result.waiting and result.gang
+    assert "gang preemption" in result.reasons["n1"]
 
 
 # ---- policies that change victims --------------------------------------------------------------
