@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from localcluster.cluster import NODE_PREFIX
+from priogate.kube.client import resource_path
 from priogate.preemption_record import OPT_OUT_LABEL, SCHEDULER_REASON
 from tests.e2e.helpers import wait_for
 from tests.e2e.preemptor_side import QUIET, Side, preemptor_cluster
@@ -121,3 +122,42 @@ def test_a_never_pod_does_not_preempt(priogate_side: Side):
     side.create(ns, "hi", high)
     wait_for(lambda: side.running(ns, "hi"), 90, "the preempting pod runs")
     assert set(side.disruption(ns, fillers).values()) <= {SCHEDULER_REASON}
+
+
+def test_a_stale_nomination_is_cleared_when_the_extender_keeps_no_node(priogate_side: Side):
+    """The seed design clears a pod's nomination when no node can take it. kube-scheduler does so
+    when it finds no candidate; when an extender drops them all it keeps the nomination
+    (Preempt returns no NominatingInfo), so the controller clears it (uid precondition)."""
+    side = priogate_side
+    low, high = side.priority_class("low", 10), side.priority_class("high", 1000)
+    tenant = side.tenant()
+    ns = tenant.namespace
+    fillers = side.fill(tenant, low, labels={OPT_OUT_LABEL: "false"})
+    side.create(ns, "hi", high)
+    wait_for(lambda: side.unschedulable(ns, "hi"), 30, "kube-scheduler marks the pod unschedulable")
+    node = sorted(side.free_cpu())[0]
+    # A nomination left from an earlier decision: nothing on that node can go for the pod now.
+    side.client.request(
+        "PATCH",
+        resource_path("v1", "pods", ns, "hi") + "/status",
+        body={"status": {"nominatedNodeName": node}},
+        content_type="application/merge-patch+json",
+    )
+    assert (side.pod(ns, "hi") or {})["status"].get("nominatedNodeName") == node
+
+    def cleared() -> bool:
+        return not ((side.pod(ns, "hi") or {}).get("status") or {}).get("nominatedNodeName")
+
+    # kube-scheduler retries the pod (an update, or its flush) and the extender keeps no node.
+    wait_for(cleared, 60, "the controller clears the stale nomination", 0.2)
+    assert not side.disruption(ns, fillers)
+
+    def blocked() -> list[dict[str, Any]]:
+        return [
+            e
+            for e in side.events(ns)
+            if e["reason"] == "PreemptionBlocked" and e["regarding"]["name"] == "hi"
+        ]
+
+    wait_for(lambda: bool(blocked()), 30, "the controller says why no node is kept")
+    assert "opted out" in blocked()[0]["note"], blocked()
