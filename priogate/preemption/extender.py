@@ -168,6 +168,12 @@ class _Context:
             return "the preemptor has hard topology spread constraints"
         return ""
 
+    def named(self, pod: PodInfo) -> str:
+        """A pod as a reason names it: by name in the preemptor's namespace, else not at all (the
+        reasons reach the preemptor's namespace in an Event: another tenant's pod names stay
+        theirs)."""
+        return f"pod {pod.key}" if pod.namespace == self.pod.namespace else "a pod of another namespace"
+
     def opacity(self, node: str) -> str:
         """Why the engine cannot compute other victims on `node`, or ""."""
         if self.opaque:
@@ -181,7 +187,7 @@ class _Context:
                 for pod in (*state.pods, *self.state.nominated.get(node, ())):
                     found = self.blind(pod.key)
                     if found:
-                        why = f"pod {pod.key} there has {found}"
+                        why = f"{self.named(pod)} there has {found}"
                         break
             self._transparent[node] = why
         return self._transparent[node]
@@ -190,9 +196,11 @@ class _Context:
         """Which rule these victims break, or ""."""
         for pod in victims:
             if pod.protected:
-                return f"{pod.key} is a {pod.protected}: never a victim"
+                return f"{self.named(pod)} is a {pod.protected}: never a victim"
             if pod.opted_out and not include_opted_out:
-                return f"{pod.key} opted out of preemption (--opt-out-mode {self.policy.opt_out_mode})"
+                return (
+                    f"{self.named(pod)} opted out of preemption (--opt-out-mode {self.policy.opt_out_mode})"
+                )
         if self.policy.pdb_mode == "strict" and exceeds_pdbs(self.state, victims):
             return "victims would exceed a PodDisruptionBudget's allowance (--pdb-mode strict)"
         if self.policy.gang_aware_victims:

@@ -368,3 +368,13 @@ def test_the_output_keeps_the_hard_rules_and_stays_within_the_candidates(scenari
         )
         if not transparent:
             assert victims == candidates[name], "only the engine on a transparent node changes victims"
+
+
+def test_reasons_name_no_pod_of_another_namespace() -> None:
+    theirs = pod("secret-db", namespace="other", priority=1, cpu="2", node="n1", labels=OPT_OUT)
+    state = state_of(node("n1", cpu="2"), theirs, preemptor())
+    result = shape(
+        state.pods["default/hi"], {"n1": Victims(("other/secret-db",))}, state, DEFAULT_POLICY, now=0
+    )
+    assert result.nodes == {}
+    assert "secret-db" not in result.reasons["n1"] and "another namespace" in result.reasons["n1"]
