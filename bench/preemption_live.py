@@ -1,12 +1,13 @@
 """`make bench-preemption-live`: a high-priority pod's creation to its binding, when every node
-is full and the pod must preempt, with priogate as the preemptor against kube-scheduler's own
-preemption.
+is full and the pod must preempt, with kube-scheduler's preemption shaped by priogate's preempt
+extender against kube-scheduler's preemption alone.
 
 One run, two local control planes side by side (etcd, kube-apiserver, kube-controller-manager,
 kube-scheduler, kwok, the priogate webhook and controller each): one in the default mode
-(kube-scheduler's DefaultPreemption preempts), one in the preemptor mode (DefaultPreemption off,
-manifests/scheduler/, the controller with --pod-preemption). Both get the same cluster (N kwok
-nodes of 1 CPU), the same pods and the same pacing, interleaved: both clusters run at once and
+(kube-scheduler's DefaultPreemption preempts), one in the preemptor mode (DefaultPreemption with
+the extender, manifests/scheduler/, the controller serving it with --pod-preemption). Both get
+the same cluster (N kwok nodes of 1 CPU), the same pods and the same pacing, interleaved: both
+clusters run at once and
 the preemptors go to them in turn (A B B A ...), half an interval apart, so drift on a shared
 machine (another job, a compaction, a GC) falls on both modes alike rather than on whichever ran
 second.

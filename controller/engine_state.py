@@ -12,7 +12,8 @@ applied after it (applying an object the state already holds changes nothing): n
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from typing import TypeVar
 
 import structlog
 
@@ -22,6 +23,9 @@ from priogate.preemption.engine import decide_group, decide_pod
 from priogate.preemption.live import LiveClusterState
 from priogate.preemption.outcome import Outcome
 from priogate.preemption.policy import DEFAULT_POLICY, PreemptionPolicy
+from priogate.preemption.state import ClusterState
+
+T = TypeVar("T")
 
 log = structlog.get_logger("priogate.controller.engine_state")
 
@@ -90,6 +94,11 @@ class EngineState:
         (epoch seconds) is the caller's clock, for --preemption-start-delay."""
         with self._lock:
             return decide_pod(self._seeded().current(), pod_key, policy=policy, now=now)
+
+    def read(self, fn: Callable[[ClusterState], T]) -> T:
+        """`fn` of the current state, under the lock (the preempt extender's reads)."""
+        with self._lock:
+            return fn(self._seeded().current())
 
     def order(self, pod_keys: Iterable[str]) -> list[str]:
         """`pod_keys` in the engine's preemptor order (engine.Preemptor.order: priority as the

@@ -69,8 +69,25 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--pod-preemption",
         action=argparse.BooleanOptionalAction,
         default=False,
-        help="preempt for every pending pod kube-scheduler could not place (the preemptor mode: run"
-        " kube-scheduler with DefaultPreemption disabled, manifests/scheduler/; default off)",
+        help="serve kube-scheduler's preempt extender on --extender-bind, so priogate's preemption"
+        " policies shape kube-scheduler's single-pod preemption (the preemptor mode: run"
+        " kube-scheduler with manifests/scheduler/'s profile; default off)",
+    )
+    p.add_argument(
+        "--extender-bind",
+        default="0.0.0.0:8443",
+        help="HTTPS address of the preempt extender, POST /scheduler/preempt (with --pod-preemption;"
+        " default 0.0.0.0:8443)",
+    )
+    p.add_argument(
+        "--cert-file",
+        default=os.environ.get("PRIOGATE_TLS_CERT", "/etc/priogate/tls/tls.crt"),
+        help="the extender's serving certificate, reloaded when it changes (as the webhook's)",
+    )
+    p.add_argument(
+        "--key-file",
+        default=os.environ.get("PRIOGATE_TLS_KEY", "/etc/priogate/tls/tls.key"),
+        help="the extender's private key",
     )
     preemption_policy.add_arguments(p)
     p.add_argument(

@@ -1,13 +1,16 @@
 """`python -m controller run`: the controller program.
 
 Watch caches feed a work queue (keys "podgroup:NS/NAME", "ledger:NS", "namespace:NS",
-"priority-table", and with --pod-preemption "pods:preempt"); one worker, while this process
-leads, reconciles PodGroup status, applies gang preemption, preempts for single pods
-(controller/pod_preemptor.py), reclaims stale ledger entries, puts back a reserving namespace's
+"priority-table"); one worker, while this process leads, reconciles PodGroup status, applies
+gang preemption, reclaims stale ledger entries, puts back a reserving namespace's
 enrolment label (controller/enrol.py), keeps a namespace's default-class label in step with its
 annotation (controller/namespace_default.py) and keeps the PriorityClass table kube-apiserver
 resolves pods from (controller/priority_table.py). One worker on purpose: enqueue decisions are
 first come, first served, and a group's reservation must be visible to the next group's decision.
+
+With --pod-preemption, every replica also serves kube-scheduler's preempt extender over HTTPS
+(controller/extender.py, --extender-bind): single-pod preemption stays kube-scheduler's, shaped by
+priogate's policies; the leader alone writes what follows an answer.
 """
 
 from __future__ import annotations
@@ -27,16 +30,16 @@ from controller.election import LeaderElector, default_identity
 from controller.engine_state import EngineState
 from controller.enrol import Enroller
 from controller.events import EventRecorder
+from controller.extender import PreemptExtender, check_tls
+from controller.extender import serve as serve_extender
 from controller.gang_preemptor import GangPreemptor
 from controller.gates import GateLifter
 from controller.namespace_default import DefaultClassLabeller
 from controller.overuse import OverusedEvictor
-from controller.pod_preemptor import SWEEP_KEY, PodPreemptor, candidate
 from controller.priority_table import ClassAccessWriter, PriorityTableWriter
 from controller.reclaim import Reclaimer
 from controller.reconcile import Reconciler
 from controller.serving import Metrics, serve
-from controller.victims import NotLeader
 from controller.workqueue import WorkQueue
 from priogate import namespace_default
 from priogate.kube.cache import CacheState, Obj
@@ -101,16 +104,12 @@ class Controller:
                 on_applied=self._count_preemption,
                 engine=engine,
             )
-        self.pod_preemptor: PodPreemptor | None = None
+        self.extender: PreemptExtender | None = None
         if args.pod_preemption:
-            self.pod_preemptor = PodPreemptor(
-                client,
-                self.caches,
-                events,
-                self.is_leader,
-                policy=policy,
-                engine=engine,
-                on_applied=self._count_preemption,
+            check_tls(args.cert_file, args.key_file)
+            assert engine is not None
+            self.extender = PreemptExtender(
+                client, self.caches, engine, events, self.is_leader, policy, on_answer=self._count_answer
             )
         self.reconciler = Reconciler(
             client,
@@ -151,6 +150,10 @@ class Controller:
         self.metrics.cache_stale.labels(state.name).set(0 if state.synced else 1)
         self.metrics.cache_last_event.labels(state.name).set(state.last_event)
 
+    def _count_answer(self, result: str, seconds: float) -> None:
+        self.metrics.extender_answers.labels(result=result).inc()
+        self.metrics.extender_seconds.observe(seconds)
+
     def _count_preemption(self, victims: int) -> None:
         self.metrics.preemptions.inc()
         self.metrics.victims.inc(victims)
@@ -169,8 +172,6 @@ class Controller:
             group = group_of(obj)
             if group:
                 self.queue.add(f"{GROUP_KEY}{namespace}/{group}")
-            if self.pod_preemptor is not None and (candidate(obj) or self.pod_preemptor.awaits(obj)):
-                self.queue.add(SWEEP_KEY)
         elif cache == "quotas":
             for group in self.caches.podgroups.namespace(namespace).values():
                 self.queue.add(f"{GROUP_KEY}{namespace}/{group['metadata']['name']}")
@@ -203,8 +204,6 @@ class Controller:
         self.queue.add(TABLE_KEY)  # also rewrites a table edited or deleted by hand
         for name in self.default_labeller.out_of_step():
             self.queue.add(f"{DEFAULT_LABEL_KEY}{name}")
-        if self.pod_preemptor is not None:
-            self.queue.add(SWEEP_KEY)
         for group in self.caches.podgroups.items():
             if ((group.get("status") or {}).get("phase") or "") not in FINISHED_PHASES:
                 meta = group["metadata"]
@@ -261,16 +260,7 @@ class Controller:
                 self.idle.set()
 
     def process(self, key: str) -> None:
-        if key == SWEEP_KEY and self.pod_preemptor is not None:
-            try:
-                sweep = self.pod_preemptor.sweep()
-            except NotLeader:
-                self.metrics.reconciles.labels(kind="pods", result="not-leader").inc()
-                return
-            if sweep.recheck_after is not None:
-                self.queue.add_after(key, sweep.recheck_after)
-            self.metrics.reconciles.labels(kind="pods", result=sweep.result).inc()
-        elif key == TABLE_KEY:
+        if key == TABLE_KEY:
             self.metrics.reconciles.labels(kind="priority-table", result=self.priority_table.sync()).inc()
             self.metrics.reconciles.labels(kind="class-access", result=self.class_access.sync()).inc()
         elif key.startswith(DEFAULT_LABEL_KEY):
@@ -316,6 +306,15 @@ class Controller:
         # them out of the collector's view, so its full passes stay short and do not land inside
         # a preemption decision.
         gc.freeze()
+        extender = None
+        if self.extender is not None:
+            # Only once the caches are synced: an answer from a partial view could drop nodes (or
+            # miss an opted-out victim). Until then kube-scheduler's calls fail and, the extender
+            # not being ignorable, the pod does not preempt yet.
+            extender = serve_extender(
+                self.args.extender_bind, self.args.cert_file, self.args.key_file, self.extender
+            )
+            log.info("preempt extender serving", bind=self.args.extender_bind)
         threads = [
             threading.Thread(target=self.worker, name="worker", daemon=True),
             threading.Thread(target=self.ticker, name="ticker", daemon=True),
@@ -334,13 +333,19 @@ class Controller:
         self.caches.stop()
         self.events.close()
         server.shutdown()
+        if extender is not None:
+            extender.shutdown()
         log.info("controller stopped", identity=self.identity)
         return 0
 
 
 def run(args: argparse.Namespace) -> int:
     configure_logging(args.log_level)
-    controller = Controller(args, load_client(args.kubeconfig))
+    try:
+        controller = Controller(args, load_client(args.kubeconfig))
+    except ValueError as e:
+        log.error("controller not started", error=str(e))
+        return 2
 
     def on_signal(signum: int, _frame: FrameType | None) -> None:
         log.info("signal received, stopping", signal=signal.Signals(signum).name)

@@ -10,7 +10,14 @@ import threading
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, generate_latest
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
 
 from priogate import __version__
 
@@ -36,6 +43,20 @@ class Metrics:
         )
         self.victims = Counter(
             "priogate_controller_preemption_victims", "Pods preempted for gangs", registry=self.registry
+        )
+        self.extender_answers = Counter(
+            "priogate_extender_answers",
+            "Answers of the preempt extender to kube-scheduler, by result (unchanged, shaped,"
+            " dropped-all, bad-request)",
+            ["result"],
+            registry=self.registry,
+        )
+        # kube-scheduler waits for the answer on its scheduling path: its httpTimeout bounds it.
+        self.extender_seconds = Histogram(
+            "priogate_extender_answer_seconds",
+            "Time to answer one preempt extender call",
+            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5),
+            registry=self.registry,
         )
         self.leader = Gauge(
             "priogate_controller_leader",

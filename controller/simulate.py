@@ -3,6 +3,10 @@
 Reads a Kubernetes List (YAML or JSON; `-` is stdin) of Nodes, Pods, PodGroups,
 PodDisruptionBudgets and PriorityClasses and prints the decisions as JSON on stdout. Bad
 input is one line on stderr and exit code 2.
+
+Not modelled (the output's `notModelled` says so too): inter-pod affinity and anti-affinity,
+hostPorts, volumes and DRA resource claims. Live, kube-scheduler decides single-pod preemption
+with all its filters and priogate only shapes it (docs/preemption.md, "The preemptor mode").
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from typing import TextIO
 
 from priogate.preemption import policy as preemption_policy
 from priogate.preemption.engine import prepare, run_timed
+from priogate.preemption.extender import NOT_MODELLED
 from priogate.preemption.snapshot import build_snapshot, load_objects
 
 EXIT_BAD_INPUT = 2
@@ -59,7 +64,7 @@ def run(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stderr: TextIO)
     except (ValueError, RecursionError) as err:
         stderr.write(f"simulate: {' '.join(str(err).split())}\n")
         return EXIT_BAD_INPUT
-    json.dump(result.to_json(explain=args.explain), stdout, indent=2)
+    json.dump({**result.to_json(explain=args.explain), "notModelled": NOT_MODELLED}, stdout, indent=2)
     stdout.write("\n")
     return 0
 

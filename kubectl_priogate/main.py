@@ -100,7 +100,11 @@ def build_parser() -> argparse.ArgumentParser:
     _common(res, suppress=True)
     res.add_argument("-A", "--all-namespaces", action="store_true", help="every namespace")
 
-    sim = commands.add_parser("simulate", help="the preemption engine's decisions on the live cluster")
+    sim = commands.add_parser(
+        "simulate",
+        help="the preemption engine's decisions on the live cluster (inter-pod affinity, hostPorts,"
+        " volumes and DRA claims not modelled)",
+    )
     _common(sim, suppress=True)
     sim.add_argument(
         "-f",

@@ -14,6 +14,7 @@ from typing import Any
 from kubectl_priogate.output import NONE, shown, table
 from priogate.podgroup import Phase
 from priogate.preemption.engine import Result, simulate
+from priogate.preemption.extender import NOT_MODELLED
 from priogate.preemption.policy import DEFAULT_POLICY, PreemptionPolicy
 from priogate.preemption.snapshot import Snapshot
 from priogate.preemption.units import GROUP_PREFIX
@@ -140,6 +141,7 @@ def report(result: Result, extra: Hypothetical | None, *, explain: bool) -> dict
     happened to it: preempt, unresolved, fits (no preemption needed) or none (not a preemptor
     on its own: a member its group preempts for, or not pending)."""
     data = result.to_json(explain=explain)
+    data["notModelled"] = NOT_MODELLED
     if extra is not None:
         status = {o.preemptor: o.status for o in result.outcomes}
         members = {pod for outcome in result.outcomes for pod in outcome.placements}
@@ -185,6 +187,8 @@ def render_table(data: Mapping[str, Any]) -> str:
         text += table(["node", "why"], [[n, why] for n, why in sorted(d["nodes"].items())])
     stats = data["stats"]
     text += f"\n{stats['nodes']} nodes, {stats['pods']} pods, decided in {stats['decisionSeconds']:.3f} s\n"
+    if data.get("notModelled"):
+        text += f"Not modelled: {data['notModelled']}.\n"
     return text
 
 

@@ -249,9 +249,10 @@ def main(argv: list[str] | None = None) -> int:
         "--preemptor",
         choices=PREEMPTORS,
         default="kube-scheduler",
-        help="who preempts for single pods: kube-scheduler (its DefaultPreemption; priogate only for"
-        " gangs; the default) or priogate (kube-scheduler with DefaultPreemption disabled,"
-        " manifests/scheduler/, and the controller with --pod-preemption)",
+        help="who shapes single-pod preemption: kube-scheduler (its DefaultPreemption alone; priogate"
+        " only for gangs; the default) or priogate (kube-scheduler runs manifests/scheduler/'s"
+        " profile, DefaultPreemption with priogate's preempt extender, and the controller serves it"
+        " with --pod-preemption on loopback)",
     )
     p.add_argument(
         "--unschedulable-flush",

@@ -27,7 +27,7 @@ import yaml
 from localcluster import components
 from localcluster.api import Etcd, apiserver_ready, create_or_replace
 from localcluster.binaries import REPO, ensure_binaries
-from localcluster.components import ApiServerMode, Ports
+from localcluster.components import LOOPBACK, ApiServerMode, Ports
 from localcluster.node import NODE_NAME, RealNode
 from localcluster.pki import CONTROLLER_USER, Pki, issue_all, write_kubeconfig, write_webhook_kubeconfig
 from localcluster.procs import Proc, Supervisor, free_ports, progress, rss_kib, stop_pid, wait_until
@@ -74,9 +74,10 @@ class Options:
     cache_quiet_seconds: float | None = None
     # More flags for the controller (e.g. a short --reclaim-seconds).
     controller_args: tuple[str, ...] = ()
-    # Who preempts for single pods: "kube-scheduler" (its DefaultPreemption; priogate only for
-    # gangs) or "priogate" (kube-scheduler runs manifests/scheduler/'s profile, DefaultPreemption
-    # disabled, and the controller runs with --pod-preemption).
+    # Who shapes single-pod preemption: "kube-scheduler" (its DefaultPreemption alone; priogate
+    # only for gangs) or "priogate" (kube-scheduler runs manifests/scheduler/'s profile,
+    # DefaultPreemption with priogate's preempt extender, and the controller serves it with
+    # --pod-preemption on loopback).
     preemptor: str = "kube-scheduler"
     # kube-scheduler's --pod-max-in-unschedulable-pods-duration in seconds (None: its 5 min).
     unschedulable_flush_s: float | None = None
@@ -163,7 +164,7 @@ class LocalCluster:
         self.state_dir.mkdir(parents=True, exist_ok=True)
         if self.logs.exists():
             shutil.rmtree(self.logs)
-        self.ports = Ports(*free_ports(8))
+        self.ports = Ports(*free_ports(9))
         self.pki = issue_all(self.state_dir / "pki")
         # With a real node, webhook calls go to a Service's endpoints (pod IPs, reachable from the
         # host) rather than its ClusterIP, which nothing here routes (localcluster/node.py).
@@ -209,7 +210,9 @@ class LocalCluster:
         scheduler_config = None
         if o.preemptor == "priogate":
             scheduler_config = self.state_dir / "kube-scheduler-config.yaml"
-            components.write_scheduler_config(scheduler_config, self.kubeconfig)
+            components.write_scheduler_config(
+                scheduler_config, self.kubeconfig, self.ports.extender_url, self.pki.ca_crt
+            )
         sched = self.supervisor.start(
             "kube-scheduler",
             components.kube_scheduler(
@@ -277,6 +280,20 @@ class LocalCluster:
         self.timings["total"] = time.monotonic() - t_total
         self.timings["warm-start"] = time.monotonic() - t_warm
 
+    def extender_flags(self) -> tuple[str, ...]:
+        """The controller's flags for the preemptor mode: the extender on loopback, with the
+        local serving certificate (the webhook's, issued for 127.0.0.1)."""
+        flags = self.options.preemptor_flags()
+        if not flags:
+            return ()
+        assert self.ports and self.pki
+        return (
+            *flags,
+            f"--extender-bind={LOOPBACK}:{self.ports.extender}",
+            f"--cert-file={self.pki.webhook_crt}",
+            f"--key-file={self.pki.webhook_key}",
+        )
+
     def start_controller(self) -> Proc:
         """The priogate controller, as the component "controller"; ready once its caches synced
         (its /healthz). Its Lease lives in priogate-system, as in a real cluster."""
@@ -291,7 +308,7 @@ class LocalCluster:
                 self.controller_kubeconfig,
                 self.ports.controller,
                 *self.options.quiet_flags(),
-                *self.options.preemptor_flags(),
+                *self.extender_flags(),
                 *self.options.controller_args,
             ),
             self._log("controller"),

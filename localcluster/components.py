@@ -61,6 +61,12 @@ class Ports:
     controller: int  # the priogate controller's /healthz and /metrics (plain HTTP)
     # The webhook's plain-HTTP /healthz, /readyz and /metrics (--health-bind); 0: not served.
     webhook_health: int = 0
+    # The controller's preempt extender (HTTPS, --extender-bind), in the preemptor mode.
+    extender: int = 0
+
+    @property
+    def extender_url(self) -> str:
+        return f"https://{LOOPBACK}:{self.extender}/scheduler"
 
     @property
     def etcd_url(self) -> str:
@@ -204,19 +210,27 @@ def kube_controller_manager(bin_dir: Path, pki: Pki, kubeconfig: Path, ports: Po
     ]
 
 
-def scheduler_config(kubeconfig: Path) -> dict[str, Any]:
-    """manifests/scheduler/'s KubeSchedulerConfiguration (DefaultPreemption disabled) with what
-    the flags set otherwise: with --config, kube-scheduler ignores the deprecated --kubeconfig
-    (cmd/kube-scheduler/app/options/options.go ApplyTo applies the deprecated flags only
-    without a config file), so the client connection and leader election move into the file."""
+def scheduler_config(kubeconfig: Path, extender_url: str = "", ca_file: Path | None = None) -> dict[str, Any]:
+    """manifests/scheduler/'s KubeSchedulerConfiguration (DefaultPreemption on, priogate's
+    preempt extender) with what the flags set otherwise: with --config, kube-scheduler ignores
+    the deprecated --kubeconfig (cmd/kube-scheduler/app/options/options.go ApplyTo applies the
+    deprecated flags only without a config file), so the client connection and leader election
+    move into the file; and the extender at the local controller (loopback), trusted by `ca_file`."""
     config = yaml.safe_load(SCHEDULER_CONFIG.read_text())
     config["clientConnection"] = {"kubeconfig": str(kubeconfig)}
     config["leaderElection"] = {"leaderElect": False}
+    for extender in config.get("extenders") or ():
+        if extender_url:
+            extender["urlPrefix"] = extender_url
+        if ca_file is not None:
+            extender["tlsConfig"] = {"caFile": str(ca_file)}
     return config
 
 
-def write_scheduler_config(path: Path, kubeconfig: Path) -> None:
-    path.write_text(yaml.safe_dump(scheduler_config(kubeconfig), sort_keys=False))
+def write_scheduler_config(
+    path: Path, kubeconfig: Path, extender_url: str = "", ca_file: Path | None = None
+) -> None:
+    path.write_text(yaml.safe_dump(scheduler_config(kubeconfig, extender_url, ca_file), sort_keys=False))
 
 
 def kube_scheduler(

@@ -1,10 +1,10 @@
 """What each program's caches keep of pods and nodes (WatchCache transforms).
 
 The controller keeps whole objects without what it never reads: managedFields, container env,
-probes, volumes, per-container statuses, a node's image list. The list is of fields known to be
-unread (the preemption engine, the phase and enqueue functions), so anything new the engine
-comes to read is kept by default; a test checks that every acceptance scenario decides the same
-on slimmed objects.
+probes, volumes (but the kind of those the scheduler's filters read), per-container statuses, a
+node's image list. The list is of fields known to be unread (the preemption engine, the phase and
+enqueue functions), so anything new the engine comes to read is kept by default; a test checks
+that every acceptance scenario decides the same on slimmed objects.
 
 The quota server reads far less of a pod, and only of a PodGroup's members, so it keeps those
 alone and only the fields its check reads (group_member_essentials).
@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from priogate import namespace_default, podgroup
+from priogate.preemption.extender import TRANSPARENT_VOLUMES
 
 UNREAD_CONTAINER_FIELDS = frozenset(
     {
@@ -44,6 +45,15 @@ def _meta(obj: Mapping[str, Any]) -> dict[str, Any]:
 
 def slim_pod(pod: Mapping[str, Any]) -> Mapping[str, Any]:
     spec = {k: v for k, v in (pod.get("spec") or {}).items() if k != "volumes"}
+    # Volumes the scheduler's filters read make a pod opaque to the engine (the preempt
+    # extender, priogate/preemption/extender.py): keep only those, and only their kind.
+    opaque = [
+        {key: ({} if key != "name" else value) for key, value in volume.items()}
+        for volume in (pod.get("spec") or {}).get("volumes") or ()
+        if isinstance(volume, Mapping) and set(volume) - {"name"} - TRANSPARENT_VOLUMES
+    ]
+    if opaque:
+        spec["volumes"] = opaque
     for key in ("containers", "initContainers"):
         if isinstance(spec.get(key), list):
             spec[key] = [

@@ -5,7 +5,8 @@ the local control plane (issue 14).
 
 1. starts the local control plane (`python -m localcluster up`, its default mode: priogate is the
    only priority resolver, kube-apiserver's Priority plugin disabled); `--mode priogate` adds
-   `--preemptor=priogate` (kube-scheduler's DefaultPreemption disabled, priogate preempting);
+   `--preemptor=priogate` (kube-scheduler's DefaultPreemption shaped by priogate's preempt
+   extender);
 2. runs upstream's e2e.test (hack/upstream/build.sh) with FOCUS, minus the tests listed in
    hack/upstream/skips.yaml, each with the reason it cannot run on kwok nodes;
 3. prints every test's outcome from ginkgo's JSON report, then `upstream e2e: N passed, M failed`
@@ -55,12 +56,12 @@ MODES = {
     # such a pod within the wait. priogate plays no part in that path: it resolved the
     # priorities before the pods were created.
     "default": ("--unschedulable-flush=30",),
-    # kube-scheduler's DefaultPreemption disabled, priogate's controller preempting every pod.
+    # kube-scheduler's DefaultPreemption with priogate's preempt extender (the controller).
     "priogate": ("--preemptor=priogate",),
 }
 MODE_TITLES = {
     "default": "kube-scheduler preempts single pods",
-    "priogate": "--preemptor=priogate (priogate preempts every pod)",
+    "priogate": "--preemptor=priogate (kube-scheduler preempts through priogate's extender)",
 }
 NODES = 2  # PodTopologySpread Preemption needs two; more only adds pods to every test
 # kube-system stand-ins for the per-node pods upstream's e2enode.WaitForTotalHealthy requires
@@ -416,7 +417,8 @@ def main(argv: list[str] | None = None) -> int:
         "--mode",
         choices=sorted(MODES),
         default="default",
-        help="who preempts single pods: kube-scheduler (default) or priogate (--preemptor=priogate)",
+        help="who shapes single-pod preemption: kube-scheduler alone (default) or priogate's extender"
+        " (--preemptor=priogate)",
     )
     p.add_argument("--e2e-test", type=Path, help="the e2e.test binary (default: hack/upstream/build.sh's)")
     p.add_argument("--report-dir", type=Path, help="default: .local/upstream/<mode>")

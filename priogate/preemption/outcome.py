@@ -14,7 +14,7 @@ from priogate.preemption.victims import CRITERIA, NodeVictims
 
 Status = Literal["preempt", "unresolved", "fits"]
 # How an unresolved reason begins when --pdb-mode strict alone keeps the preemptor pending:
-# the live preemptor tells the pod so in an Event (controller/pod_preemptor.py).
+# `simulate` says so.
 PDB_STRICT_REASON = "cannot preempt without violating a PodDisruptionBudget (--pdb-mode strict)"
 
 

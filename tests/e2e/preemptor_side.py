@@ -1,6 +1,7 @@
 """Shared by the e2e tests of single-pod preemption (test_pod_preemptor.py,
-test_preemption_policies.py, test_preemption_selection.py): a control plane in priogate's
-preemptor mode with the policy flags a module asks for, and `Side`, one control plane as the
+test_preemption_policies.py, test_preemption_selection.py, test_preemption_scheduler_filters.py):
+a control plane in priogate's preemptor mode (kube-scheduler's preemption shaped by priogate's
+preempt extender) with the policy flags a module asks for, and `Side`, one control plane as the
 admin and its tenants (the built-in `edit` role, tests/e2e/tenant.py), with the scenarios'
 building blocks (pods pinned to nodes that fill them, the preemption evidence on pods).
 
@@ -40,7 +41,10 @@ def preemptor_cluster(
     """A control plane of its own in the preemptor mode (`python -m localcluster up
     --preemptor=priogate` starts the same), the controller run with `controller_args` (the
     policy flags), for a module-scoped fixture."""
-    settings: dict[str, Any] = {"nodes": 2, "webhook_workers": 1, **options}
+    # kube-scheduler retries a pod it left unschedulable on cluster events, else at its flush
+    # (every 30 s, pods older than --pod-max-in-unschedulable-pods-duration, 5 minutes by
+    # default): a pod the extender kept from preempting (start delay, PDB) is retried sooner.
+    settings: dict[str, Any] = {"nodes": 2, "webhook_workers": 1, "unschedulable_flush_s": 5, **options}
     cluster = LocalCluster(
         Options(
             state_dir=tmp_path_factory.mktemp(name),
@@ -247,10 +251,10 @@ class Side:
     def events(self, namespace: str) -> list[dict[str, Any]]:
         return self.client.get(resource_path("events.k8s.io/v1", "events", namespace))["items"]
 
-    def sweeps(self) -> float:
-        """The controller's pod preemption sweeps so far (priogate_controller_reconciles_total
-        with kind=pods): proof that it is at work while a test waits for an absence."""
+    def answers(self, result: str | None = None) -> float:
+        """The preempt extender's answers to kube-scheduler so far
+        (priogate_extender_answers_total, of one result or all): proof that kube-scheduler
+        consulted it while a test waits for an absence."""
         assert self.cluster.ports is not None
-        return metric(
-            self.cluster.ports.controller_url, "priogate_controller_reconciles_total", {"kind": "pods"}
-        )
+        labels = {"result": result} if result else None
+        return metric(self.cluster.ports.controller_url, "priogate_extender_answers_total", labels)

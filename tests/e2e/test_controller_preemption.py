@@ -3,8 +3,9 @@
 Low-priority pods fill every kwok node. A PodGroup whose class is high-priority needs three
 members at once, and its members carry that class (a gang preempts at its members' admitted
 priority, never at a class they were not given). These scenarios run on a control plane of
-their own in the preemptor mode (kube-scheduler's DefaultPreemption off), where a gang's members
-are left to gang preemption: in the default mode kube-scheduler would preempt for each member
+their own in the preemptor mode (kube-scheduler's preemption through priogate's extender, which
+keeps no node for a member of a gang short of minMember), where a gang's members are left to gang
+preemption: in the default mode kube-scheduler would preempt for each member
 alone, one at a time, and a gang could run short of minMember.
 """
 

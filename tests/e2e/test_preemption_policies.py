@@ -1,10 +1,11 @@
 """The preemption policies that shape *whether and which* pods go, live: a control plane in the
-preemptor mode (tests/e2e/preemptor_side.py) whose controller runs
+preemptor mode (tests/e2e/preemptor_side.py: kube-scheduler's preemption, shaped by the preempt
+extender the controller serves) whose controller runs
 
     --gang-aware-victims --qos-order --pdb-mode strict --preemption-start-delay=DELAY
 
 The flags do not interfere with one another's scenarios: no scenario but the PDB one has a
-PDB (strict mode then only changes the path to the Eviction API), the QoS scenario alone has
+PDB, the QoS scenario alone has
 equal-priority victims of different QoS classes, the gang scenario alone has a PodGroup, and
 the start delay only postpones each decision (every scenario waits for its victims long enough).
 
@@ -29,10 +30,11 @@ from tests.e2e.preemptor_side import Side, millicpu, preemptor_cluster
 from tests.e2e.tenant import Tenant
 
 DELAY = 6.0  # --preemption-start-delay, seconds
-RESYNC = 10.0  # the controller's --resync-seconds: an idle sweep is retried at the latest then
-# How long a preemption may take here: the delay, a resync, and the victim's grace period.
-PREEMPTS_WITHIN = DELAY + RESYNC + 30
-EVICTION_REASON = "EvictionByEvictionAPI"  # kube-apiserver's (pkg/registry/core/pod/storage/eviction.go)
+# kube-scheduler retries a pod the extender kept from preempting (the start delay) at its next
+# flush of unschedulable pods: every 30 s, pods unschedulable for 5 s here (preemptor_side.py).
+RETRY = 30.0 + 5.0
+# How long a preemption may take here: the delay, a retry, and the victim's grace period.
+PREEMPTS_WITHIN = DELAY + RETRY + 30
 
 
 @pytest.fixture(scope="module")
@@ -130,8 +132,9 @@ def test_a_single_pod_never_breaks_a_running_gang_with_gang_aware_victims_unlike
     running = [m for m in their_members if default_side.running(theirs, m)]
     assert len(running) == len(their_members) - 1, "the gang is left below its minMember"
 
-    # Preemptor mode with --gang-aware-victims: a regular pod goes, every member stays.
-    taken = wait_disrupted(side, ours, our_members + our_regulars, "priogate preempts a pod")
+    # Preemptor mode with --gang-aware-victims: the extender replaces the member kube-scheduler
+    # chose by the regular pod on that node; every member stays.
+    taken = wait_disrupted(side, ours, our_members + our_regulars, "kube-scheduler preempts a pod")
     assert len(taken) == 1 and set(taken) <= set(our_regulars), f"priogate took {taken}"
     side.wait_running(ours, ["hi"], "the preemptor runs in the preemptor mode")
     assert all(side.running(ours, m) for m in our_members), "a gang member was preempted"
@@ -163,8 +166,8 @@ def test_a_pod_preempts_only_once_it_has_been_unschedulable_for_the_start_delay(
     marked = epoch_seconds(marks[0]["lastTransitionTime"])
     waited = marked - since
     # Both times are the API's: the victim was marked no sooner than the delay after the pod
-    # became unschedulable, and no later than the next sweep after it (a resync).
-    assert DELAY <= waited <= DELAY + RESYNC + 3, f"marked {waited:.1f} s after unschedulable"
+    # became unschedulable, and no later than kube-scheduler's next retry after it.
+    assert DELAY <= waited <= DELAY + RETRY + 3, f"marked {waited:.1f} s after unschedulable"
     side.wait_running(ns, ["hi"], "the preemptor runs")
 
 
@@ -226,7 +229,7 @@ def _disruptions_allowed(tenant: Tenant, want: int) -> bool:
     )
 
 
-def test_strict_pdb_mode_leaves_the_pod_pending_with_a_reason_then_evicts_once_the_pdb_allows(side: Side):
+def test_strict_pdb_mode_leaves_the_pod_pending_with_a_reason_then_preempts_once_the_pdb_allows(side: Side):
     low, high = side.priority_class("low", 10), side.priority_class("high", 1000)
     tenant = side.tenant()
     ns = tenant.namespace
@@ -244,31 +247,31 @@ def test_strict_pdb_mode_leaves_the_pod_pending_with_a_reason_then_evicts_once_t
             if e["reason"] == "PreemptionBlocked" and e["regarding"]["name"] == "hi"
         ]
 
-    # The controller decides (after the start delay) and says why it does not preempt: the
-    # Event is the positive control that the absence below is a decision, not idleness.
-    wait_for(lambda: blocked(), DELAY + RESYNC + 20, "priogate says the PDB blocks the preemption")
+    # The extender keeps no node (after the start delay) and says why: the Event is the
+    # positive control that the absence below is a decision, not idleness.
+    wait_for(lambda: blocked(), PREEMPTS_WITHIN, "priogate says the PDB blocks the preemption")
     event = blocked()[0]
     assert event["type"] == "Warning"
-    assert event["note"].startswith("cannot preempt without violating a PodDisruptionBudget"), event["note"]
+    assert "PodDisruptionBudget" in event["note"] and "--pdb-mode strict" in event["note"], event["note"]
     assert not side.disruption(ns, fillers), "a PDB-protected pod was preempted"
     assert all(side.running(ns, f) for f in fillers)
     hi = side.pod(ns, "hi") or {}
     assert not hi["spec"].get("nodeName") and not (hi.get("status") or {}).get("nominatedNodeName")
 
-    # One disruption allowed: priogate evicts one pod through the Eviction API, whose
-    # DisruptionTarget condition kube-apiserver itself writes.
+    # One disruption allowed: the extender keeps the nodes whose victim the PDB allows, and
+    # kube-scheduler preempts one pod (it deletes: the extender cannot make it evict).
     policy.patch_namespaced_pod_disruption_budget("guard", ns, {"spec": {"minAvailable": len(fillers) - 1}})
     wait_for(lambda: _disruptions_allowed(tenant, 1), 60, "the PDB allows one disruption")
-    taken = wait_disrupted(side, ns, fillers, "priogate evicts a pod once the PDB allows it")
-    assert list(taken.values()) == [EVICTION_REASON], taken
+    taken = wait_disrupted(side, ns, fillers, "kube-scheduler preempts a pod once the PDB allows it")
+    assert list(taken.values()) == [SCHEDULER_REASON], taken
     side.wait_running(ns, ["hi"], "the preemptor runs")
-    assert sum(side.running(ns, f) for f in fillers) == len(fillers) - 1, "only one eviction"
+    assert sum(side.running(ns, f) for f in fillers) == len(fillers) - 1, "only one victim"
     (victim,) = taken
     assert any(
         e["reason"] == "Preempted"
         and e["regarding"]["name"] == victim
-        and e["reportingController"] == "priogate.io/controller"
+        and e["reportingController"] == "default-scheduler"
         for e in side.events(ns)
     )
-    # Told once: every sweep in between decided the same, and said nothing more.
+    # Told once: every attempt in between was answered the same, and said nothing more.
     assert len(blocked()) == 1, [e["note"] for e in blocked()]

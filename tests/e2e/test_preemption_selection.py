@@ -1,5 +1,6 @@
 """The policies that shape *where* a pod preempts, live: a control plane in the preemptor mode
-(tests/e2e/preemptor_side.py) whose controller runs
+(tests/e2e/preemptor_side.py: kube-scheduler's preemption, shaped by the preempt extender the
+controller serves) whose controller runs
 
     --victim-selection single,multiple --single-victim-deviation=30 --max-victims=2
     --victim-classes --opt-out-mode soft
@@ -22,7 +23,7 @@ import pytest
 from kubernetes import client as k8s
 
 from localcluster.cluster import NODE_PREFIX
-from priogate.preemption_record import CONDITION_REASON, OPT_OUT_LABEL
+from priogate.preemption_record import OPT_OUT_LABEL, SCHEDULER_REASON
 from tests.builders import pod
 from tests.e2e.helpers import wait_for
 from tests.e2e.preemptor_side import Side, millicpu, preemptor_cluster
@@ -30,7 +31,7 @@ from tests.e2e.tenant import Tenant
 
 DEVIATION = 30
 MAX_VICTIMS = 2
-PREEMPTS_WITHIN = 60.0  # a decision takes a sweep (at once on the pod's event, else a 10 s resync)
+PREEMPTS_WITHIN = 60.0  # kube-scheduler's first attempt, or a retry
 NODE0, NODE1 = f"{NODE_PREFIX}0", f"{NODE_PREFIX}1"
 
 
@@ -104,8 +105,9 @@ def test_single_victim_selection_takes_the_victim_whose_request_is_closest_to_th
     side.wait_running(ns, ["hi"], "the preemptor runs")
     assert (side.pod(ns, "hi") or {})["spec"]["nodeName"] == NODE0
     assert all(side.running(ns, p) for p in pods if p != "near"), "one victim only"
-    (event,) = [e for e in side.events(ns) if e["reason"] == "Preempting" and e["regarding"]["name"] == "hi"]
-    assert event["note"].endswith(f"preempted 1 pod(s): {ns}/near"), event["note"]
+    (event,) = [e for e in side.events(ns) if e["reason"] == "Preempted" and e["regarding"]["name"] == "near"]
+    uid = (side.pod(ns, "hi") or {})["metadata"]["uid"]
+    assert event["reportingController"] == "default-scheduler" and uid in event["note"], event
 
 
 def _daemonset(name: str, node: str, klass: str) -> dict[str, Any]:
@@ -204,10 +206,12 @@ def test_without_a_close_single_victim_multiple_takes_the_fewest_victims_and_at_
 
     side.create(ns, "big", high, cpu="3")
     wait_for(lambda: side.unschedulable(ns, "big"), 30, "kube-scheduler marks the 3-cpu pod unschedulable")
-    # Absence, bounded by the controller's own work: two more sweeps (each decides every
-    # candidate; a resync brings one every 10 s) and still no new victim.
-    swept = side.sweeps()
-    wait_for(lambda: side.sweeps() >= swept + 2, 30, "the controller sweeps twice more")
+    # Absence, bounded by kube-scheduler's own work: it asked the extender twice more (its
+    # first attempt and a retry), which kept no node each time, and still no new victim.
+    asked = side.answers("dropped-all")
+    wait_for(
+        lambda: side.answers("dropped-all") >= asked + 2, 60, "kube-scheduler asks the extender twice more"
+    )
     remaining = [p for p in pods if p not in taken]
     assert not side.disruption(ns, remaining), "a victim beyond --max-victims"
     assert all(side.running(ns, p) for p in remaining)
@@ -282,5 +286,5 @@ def test_soft_opt_out_takes_an_opted_out_pod_last_and_only_when_nothing_else_wor
 
     side.create(ns, "second", high, cpu="1", node_selector=pinned)
     taken = victims_taken(side, ns, ["opted-out"], "the second pod takes the opted-out pod")
-    assert taken == {"opted-out": CONDITION_REASON}, taken
+    assert taken == {"opted-out": SCHEDULER_REASON}, taken
     side.wait_running(ns, ["second"], "the second pod runs")

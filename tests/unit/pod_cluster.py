@@ -1,5 +1,5 @@
-"""The pod preemptor's test cluster: pods and nodes on the in-memory API server
-(tests/fake_api.py), real WatchCaches fed directly, and the preemptor over them."""
+"""The preempt extender's test cluster: pods and nodes on the in-memory API server
+(tests/fake_api.py), real WatchCaches fed directly, and the extender over them."""
 
 from __future__ import annotations
 
@@ -9,8 +9,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from controller.caches import Caches
+from controller.engine_state import EngineState
 from controller.events import EventRecorder
-from controller.pod_preemptor import PodPreemptor
+from controller.extender import PreemptExtender
 from priogate.kube.cache import WatchCache
 from priogate.kube.client import resource_path
 from priogate.podgroup import GROUP_VERSION, PLURAL
@@ -44,16 +45,17 @@ class Cluster:
     caches: Caches
     leader: bool = True
 
-    def preemptor(
+    def extender(
         self, clock: Callable[[], float] = lambda: 0.0, policy: PreemptionPolicy = DEFAULT_POLICY
-    ) -> PodPreemptor:
-        return PodPreemptor(
+    ) -> PreemptExtender:
+        return PreemptExtender(
             self.client,
             self.caches,
+            EngineState(self.caches),
             EventRecorder(self.client, "test"),
             lambda: self.leader,
+            policy,
             clock=clock,
-            policy=policy,
         )
 
     def events(self) -> list[dict[str, Any]]:

@@ -768,7 +768,7 @@ def test_pod_monitor_scrapes_ports_the_pods_have() -> None:
         for p in c.get("ports", [])
     }
     endpoints = monitor["spec"]["podMetricsEndpoints"]
-    assert ports == {"metrics", "priority", "quota", "priority-health", "quota-health"}
+    assert ports == {"metrics", "priority", "quota", "priority-health", "quota-health", "extender"}
     # Plain HTTP only: the webhook's metrics come from its health ports, never the (m)TLS ones.
     assert {e["port"] for e in endpoints} == {"metrics", "priority-health", "quota-health"}
     for e in endpoints:

@@ -28,7 +28,12 @@ def test_service_monitor_scrapes_ports_its_services_have() -> None:
         for k, o in objs.items()
         if k[0] == "Service" and selector.items() <= o["metadata"].get("labels", {}).items()
     ]
-    assert {s["metadata"]["name"] for s in services} == {"priogate-webhook", "priogate-controller-metrics"}
+    # priogate-controller is the preempt extender's (no metrics port: nothing scraped there).
+    assert {s["metadata"]["name"] for s in services} == {
+        "priogate-webhook",
+        "priogate-controller-metrics",
+        "priogate-controller",
+    }
     named = {p["name"] for s in services for p in s["spec"]["ports"]}
     endpoints = monitor["spec"]["endpoints"]
     assert {e["port"] for e in endpoints} == {"metrics", "priority-health", "quota-health"} <= named

@@ -17,13 +17,22 @@ PORTS = Ports(*range(7))
 KUBECONFIG = Path("/state/kubeconfig")
 
 
-def test_the_shipped_profile_disables_only_default_preemption():
+def test_the_shipped_profile_keeps_default_preemption_with_priogates_extender():
     config = yaml.safe_load(SCHEDULER_CONFIG.read_text())
     assert config["apiVersion"] == "kubescheduler.config.k8s.io/v1"
     assert config["kind"] == "KubeSchedulerConfiguration"
     (profile,) = config["profiles"]
     assert profile["schedulerName"] == "default-scheduler"
-    assert profile["plugins"] == {"postFilter": {"disabled": [{"name": "DefaultPreemption"}]}}
+    assert "plugins" not in profile  # DefaultPreemption stays on
+    (args,) = profile["pluginConfig"]
+    assert args["name"] == "DefaultPreemption"
+    assert args["args"] == {"minCandidateNodesPercentage": 100, "minCandidateNodesAbsolute": 100}
+    (extender,) = config["extenders"]
+    assert extender["preemptVerb"] == "preempt"
+    assert not {"filterVerb", "prioritizeVerb", "bindVerb"} & set(extender)
+    assert extender["nodeCacheCapable"] is True
+    assert extender["ignorable"] is False  # fail closed: the opt-out label is a guarantee
+    assert extender["enableHTTPS"] is True and extender["urlPrefix"].startswith("https://")
 
 
 def test_kube_scheduler_flags_in_each_mode():
@@ -40,11 +49,14 @@ def test_kube_scheduler_flags_in_each_mode():
     assert f"--secure-port={PORTS.scheduler}" in priogate
 
 
-def test_the_written_config_is_the_shipped_profile_plus_the_connection():
-    config = scheduler_config(KUBECONFIG)
+def test_the_written_config_is_the_shipped_profile_plus_the_connection_and_the_local_extender():
+    config = scheduler_config(KUBECONFIG, "https://127.0.0.1:9/scheduler", Path("/state/pki/ca.crt"))
     assert config["clientConnection"] == {"kubeconfig": str(KUBECONFIG)}
     assert config["leaderElection"] == {"leaderElect": False}
     assert config["profiles"] == yaml.safe_load(SCHEDULER_CONFIG.read_text())["profiles"]
+    (extender,) = config["extenders"]
+    assert extender["urlPrefix"] == "https://127.0.0.1:9/scheduler"
+    assert extender["tlsConfig"] == {"caFile": "/state/pki/ca.crt"}
 
 
 def test_the_controller_preempts_for_pods_only_in_the_priogate_mode():

@@ -1,6 +1,5 @@
-"""What keeps a preemption's reaction short: Events sent from their own thread (never before a
-victim's DELETE, never lost on a clean stop, a failed one only logged), and a pod event about
-the last preemption's preemptor or victims waking the sweep that waits for them."""
+"""What keeps a preemption's reaction short: Events sent from their own thread (never lost on a
+clean stop, a failed one only logged)."""
 
 from __future__ import annotations
 
@@ -8,11 +7,8 @@ import threading
 from typing import Any
 
 from controller.events import EventRecorder
-from controller.pod_preemptor import Applied
 from priogate.kube.client import ApiError
-from priogate.preemption_record import Victim
-from tests.unit.gang_cluster import EVENTS_PATH, NS, pod_path
-from tests.unit.pod_cluster import cluster, pending, running
+from tests.unit.gang_cluster import NS
 
 
 class GatedClient:
@@ -63,21 +59,3 @@ def test_a_failed_event_write_is_logged_and_the_sender_goes_on():
     _emit(recorder, "b")
     recorder.close()
     assert [b["regarding"]["name"] for b in client.bodies] == ["b"]
-
-
-def test_the_victims_event_follows_its_delete():
-    c = cluster(running("v", 1, cpu="4"), pending("hi", 10))
-    assert c.preemptor().sweep().result == "preempted"
-    order = [(w.method, w.path) for w in c.client.writes if w.path in (pod_path("v"), EVENTS_PATH)]
-    assert order[:2] == [("DELETE", pod_path("v")), ("POST", EVENTS_PATH)]
-
-
-def test_an_event_about_the_last_preemptor_or_its_victims_wakes_the_waiting_sweep():
-    c = cluster(running("v", 1, cpu="4"), running("other", 1, cpu="1"), pending("hi", 10))
-    preemptor = c.preemptor()
-    assert not preemptor.awaits(c.client.objects[pod_path("v")])  # nothing applied yet
-    preemptor.last = Applied(NS, "hi", "uid-hi", "n1", (Victim(NS, "v", "uid-v", "n1"),), 0.0)
-    assert preemptor.awaits({"metadata": {"namespace": NS, "name": "hi"}})
-    assert preemptor.awaits({"metadata": {"namespace": NS, "name": "v"}})
-    assert not preemptor.awaits({"metadata": {"namespace": NS, "name": "other"}})
-    assert not preemptor.awaits({"metadata": {"namespace": "elsewhere", "name": "v"}})

@@ -45,7 +45,7 @@ def test_json_file():
     code, out, err = cli(["simulate", str(DATA / "seed-minimal-victims.json")])
     assert code == 0 and err == ""
     result = json.loads(out)
-    assert set(result) == {"decisions", "unresolved", "stats"}
+    assert set(result) == {"decisions", "unresolved", "stats", "notModelled"}
     assert result["decisions"][0] == {
         "preemptor": "default/preemptor",
         "nominatedNode": "node-1",
@@ -217,7 +217,7 @@ def test_any_mangled_snapshot_gives_a_result_or_one_line_error(data):
     if code == 2:
         assert out == "" and err.startswith("simulate: ") and err.count("\n") == 1
     else:
-        assert set(json.loads(out)) == {"decisions", "unresolved", "stats"}
+        assert set(json.loads(out)) == {"decisions", "unresolved", "stats", "notModelled"}
 
 
 def test_a_reader_that_leaves_early_gets_no_traceback():
