@@ -125,11 +125,9 @@ def test_a_lower_priority_pod_holding_the_host_port_is_preempted(side: Side):
     scenario(side, host_port(8080), host_port(8080))
 
 
-def test_with_the_extender_down_the_pod_does_not_preempt_and_kube_scheduler_says_why(
-    side: Side, mode_side: Side
-):
-    if side.cluster.options.preemptor != "priogate":
-        pytest.skip("the extender exists in the preemptor mode only")
+# The extender exists in the preemptor mode only: this test takes that mode's control plane alone.
+@pytest.mark.parametrize("mode_side", ["priogate"], indirect=True)
+def test_with_the_extender_down_the_pod_does_not_preempt_and_kube_scheduler_says_why(side: Side):
     low, high = side.priority_class("low", 10), side.priority_class("high", 1000)
     tenant = side.tenant()
     ns = tenant.namespace

@@ -11,7 +11,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from priogate.preemption.engine import prepare
-from priogate.preemption.extender import Victims, broken_group, engine_blind, shape
+from priogate.preemption.extender import UNKNOWN_GROUP, Victims, broken_group, engine_blind, shape
+from priogate.preemption.parse import parse_pod
 from priogate.preemption.policy import DEFAULT_POLICY, PreemptionPolicy
 from priogate.preemption.shaped import exceeds_pdbs
 from priogate.preemption.snapshot import build_snapshot
@@ -213,6 +214,33 @@ def test_a_member_of_a_gang_short_of_min_member_is_left_to_gang_preemption() -> 
     result = shape(state.pods["default/m1"], {"n1": Victims(("default/a",))}, state, DEFAULT_POLICY, now=0)
     assert result.nodes == {} and result.waiting and result.gang
     assert "gang preemption" in result.reasons["n1"]
+
+
+def test_a_member_the_view_does_not_show_yet_still_counts_for_its_gang() -> None:
+    """kube-scheduler tries a pod the moment it is created: the preemptor comes from its request
+    while the watch shows only the member already placed, and the group is still short of it."""
+    state = state_of(
+        node("n1", cpu="2"),
+        node("n2", cpu="2"),
+        podgroup("g", min_member=2, phase="Inqueue"),
+        pod("m1", priority=10, cpu="2", group="g", node="n2"),
+        pod("a", priority=1, cpu="2", node="n1"),
+    )
+    fresh = parse_pod(pod("m2", priority=10, cpu="2", group="g"), {}, None)
+    assert fresh.key not in state.pods
+    result = shape(fresh, {"n1": Victims(("default/a",))}, state, DEFAULT_POLICY, now=0)
+    assert result.nodes == {} and result.waiting and result.gang
+    assert "gang preemption" in result.reasons["n1"]
+
+
+def test_a_pod_whose_group_the_view_does_not_show_yet_preempts_for_nobody() -> None:
+    state = state_of(node("n1", cpu="2"), pod("a", priority=1, cpu="2", node="n1"))
+    early = parse_pod(pod("m1", priority=10, cpu="2", group="g"), {}, None)
+    result = shape(early, {"n1": Victims(("default/a",))}, state, DEFAULT_POLICY, now=0)
+    assert result.nodes == {} and result.gang
+    assert result.reasons["n1"] == UNKNOWN_GROUP
+    alone = parse_pod(pod("solo", priority=10, cpu="2"), {}, None)
+    assert shape(alone, {"n1": Victims(("default/a",))}, state, DEFAULT_POLICY, now=0).nodes
 
 
 # ---- policies that change victims --------------------------------------------------------------
