@@ -52,7 +52,13 @@ from priogate.preemption.records import PodInfo
 from priogate.preemption.shaped import FAILURE_TEXT, Failure, Shaping, evaluate, exceeds_pdbs
 from priogate.preemption.single import start_delay_wait
 from priogate.preemption.state import ClusterState, importance_key, occupies
-from priogate.preemption.strategies import _fewest, _pods, _violations, _within_groups, deviation
+from priogate.preemption.strategies import (
+    candidate_pods,
+    deviation,
+    fewest_victims,
+    pdb_violations_of,
+    within_groups,
+)
 from priogate.preemption.units import group_members
 
 # What the engine (and so `simulate`) does not model: kube-scheduler's own filters decide these,
@@ -363,7 +369,7 @@ def _engine(ctx: _Context, node: str, strategy: str, include_opted_out: bool) ->
             return FAILURE_TEXT["deviation"]
         victims = (found,)
     elif strategy == MULTIPLE:
-        result = _fewest(shaping, candidate)
+        result = fewest_victims(shaping, candidate)
         if isinstance(result, Failure):
             return FAILURE_TEXT[result.kind]
         victims = result
@@ -381,7 +387,9 @@ def _engine(ctx: _Context, node: str, strategy: str, include_opted_out: bool) ->
     hard = ctx.hard(victims, include_opted_out)
     if hard:
         return hard
-    option = _Option(tuple(sorted(victims, key=importance_key)), _violations(shaping, victims), replaced=True)
+    option = _Option(
+        tuple(sorted(victims, key=importance_key)), pdb_violations_of(shaping, victims), replaced=True
+    )
     return _ranked(ctx, strategy, node, option, shaping)
 
 
@@ -389,15 +397,15 @@ def _single_on(shaping: Shaping, candidate: Candidate) -> PodInfo | None:
     """The single strategy on one node (strategies.single's per-node step)."""
     limit = shaping.policy.single_victim_deviation
     best: tuple[tuple, PodInfo] | None = None
-    for pod in _pods(shaping, candidate):
+    for pod in candidate_pods(shaping, candidate):
         vec = shaping.state.vectors[pod.key]
         if any(s + vec[d] < 0 for s, (d, _) in zip(candidate.slack, shaping.need, strict=True)):
             continue
         off = deviation(shaping, pod)
-        if off > limit or not _within_groups(shaping, (pod,)):
+        if off > limit or not within_groups(shaping, (pod,)):
             continue
         rank = (
-            _violations(shaping, (pod,)),
+            pdb_violations_of(shaping, (pod,)),
             off,
             shaping.take_rank(pod),
             pod.priority,

@@ -53,7 +53,7 @@ class Choice:
     notes: dict[str, str] = field(default_factory=dict)  # --explain text per node, if set
 
 
-def _pods(shaping: Shaping, candidate: Candidate, held: set[str] | None = None) -> list[PodInfo]:
+def candidate_pods(shaping: Shaping, candidate: Candidate, held: set[str] | None = None) -> list[PodInfo]:
     """The node's possible victims one by one, for single and multiple: items of one pod,
     and the members on this node of groups with surplus (their count is checked later)."""
     pods: list[PodInfo] = []
@@ -65,7 +65,7 @@ def _pods(shaping: Shaping, candidate: Candidate, held: set[str] | None = None) 
     return pods
 
 
-def _within_groups(shaping: Shaping, victims: Sequence[PodInfo]) -> bool:
+def within_groups(shaping: Shaping, victims: Sequence[PodInfo]) -> bool:
     """No group loses more than its surplus (gang-aware victims)."""
     if not shaping.policy.gang_aware_victims:
         return True
@@ -81,12 +81,12 @@ def _within_groups(shaping: Shaping, victims: Sequence[PodInfo]) -> bool:
 
 def _key(shaping: Shaping, node: str, victims: tuple[PodInfo, ...]) -> NodeVictims:
     """The victims with kube-scheduler's node order key (shaped.evaluate's counts)."""
-    violations = 0 if shaping.policy.pdb_mode == "strict" else _violations(shaping, victims)
+    violations = 0 if shaping.policy.pdb_mode == "strict" else pdb_violations_of(shaping, victims)
     owners = sum(1 for p in victims if shaping.is_owner(p)) if shaping.policy.victim_classes else 0
     return node_victims(node, victims, violations, sum(1 for p in victims if p.opted_out), owners)
 
 
-def _violations(shaping: Shaping, victims: Sequence[PodInfo]) -> int:
+def pdb_violations_of(shaping: Shaping, victims: Sequence[PodInfo]) -> int:
     state = shaping.state
     used: dict[int, int] = {}
     bad = 0
@@ -121,15 +121,15 @@ def single(shaping: Shaping, screening: Screening) -> Choice | list[Failure]:
         if any(s + largest[d] < 0 for s, (d, _) in zip(candidate.slack, shaping.need, strict=True)):
             failures.append(Failure(node, DEVIATION))  # no one victim frees enough here
             continue
-        for pod in _pods(shaping, candidate):
+        for pod in candidate_pods(shaping, candidate):
             vec = shaping.state.vectors[pod.key]
             if any(s + vec[d] < 0 for s, (d, _) in zip(candidate.slack, shaping.need, strict=True)):
                 continue
             off = deviation(shaping, pod)
-            if off > limit or not _within_groups(shaping, (pod,)):
+            if off > limit or not within_groups(shaping, (pod,)):
                 continue
             rank = (
-                _violations(shaping, (pod,)),
+                pdb_violations_of(shaping, (pod,)),
                 off,
                 shaping.take_rank(pod),
                 pod.priority,
@@ -162,14 +162,14 @@ def _size(shaping: Shaping, pod: PodInfo) -> float:
     return sum(vec[d] / amount for d, amount in shaping.need if amount > 0)
 
 
-def _fewest(shaping: Shaping, candidate: Candidate) -> tuple[PodInfo, ...] | Failure:
+def fewest_victims(shaping: Shaping, candidate: Candidate) -> tuple[PodInfo, ...] | Failure:
     node = candidate.node.name
     state = shaping.state
     dims = [d for d, _ in shaping.need]
     room = list(candidate.slack)
     held: set[str] = set()
     pods = sorted(
-        _pods(shaping, candidate, held),
+        candidate_pods(shaping, candidate, held),
         key=lambda p: (
             -_size(shaping, p),
             shaping.take_rank(p),
@@ -187,7 +187,7 @@ def _fewest(shaping: Shaping, candidate: Candidate) -> tuple[PodInfo, ...] | Fai
         if strict and exceeds_pdbs(state, [*taken, pod]):
             held.add(PDB)
             continue
-        if not _within_groups(shaping, [*taken, pod]):
+        if not within_groups(shaping, [*taken, pod]):
             held.add(GANG)
             continue
         vec = state.vectors[pod.key]
@@ -220,7 +220,7 @@ def multiple(shaping: Shaping, screening: Screening, explain: bool = False) -> C
         if best is not None and not explain and (bound[COUNT], bound) > best:
             break
         candidate = screening.candidate(i)
-        result = _fewest(shaping, candidate)
+        result = fewest_victims(shaping, candidate)
         if isinstance(result, Failure):
             failures.append(result)
             evaluated[result.node] = result
