@@ -48,11 +48,12 @@ from controller.events import EventRecorder
 from controller.victims import NotLeader, VictimWriter
 from priogate.kube.cache import Obj, WatchCache, chained
 from priogate.kube.client import ApiClient
-from priogate.preemption.extender import Shaped, Victims, engine_blind, shape
+from priogate.preemption.extender import Shaped, Victims, shape
 from priogate.preemption.policy import PreemptionPolicy
 from priogate.preemption.records import PodInfo
 from priogate.preemption.snapshot import Snapshot
 from priogate.preemption.state import ClusterState
+from priogate.preemption.unmodelled import engine_blind
 
 log = structlog.get_logger("priogate.controller.extender")
 

@@ -20,8 +20,8 @@ from typing import TextIO
 
 from priogate.preemption import policy as preemption_policy
 from priogate.preemption.engine import prepare, run_timed
-from priogate.preemption.extender import NOT_MODELLED
 from priogate.preemption.snapshot import build_snapshot, load_objects
+from priogate.preemption.unmodelled import NOT_MODELLED
 
 EXIT_BAD_INPUT = 2
 

@@ -14,10 +14,10 @@ from typing import Any
 from kubectl_priogate.output import NONE, shown, table
 from priogate.podgroup import Phase
 from priogate.preemption.engine import Result, simulate
-from priogate.preemption.extender import NOT_MODELLED
 from priogate.preemption.policy import DEFAULT_POLICY, PreemptionPolicy
 from priogate.preemption.snapshot import Snapshot
 from priogate.preemption.units import GROUP_PREFIX
+from priogate.preemption.unmodelled import NOT_MODELLED
 
 HYPOTHETICAL_KINDS = ("Pod", "PodGroup")
 GENERATED_SUFFIX = "hypothetical"

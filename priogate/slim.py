@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from priogate import namespace_default, podgroup
-from priogate.preemption.extender import TRANSPARENT_VOLUMES
+from priogate.preemption.unmodelled import TRANSPARENT_VOLUMES
 
 UNREAD_CONTAINER_FIELDS = frozenset(
     {

@@ -41,17 +41,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
-from priogate.podgroup import FINISHED_PHASES
-from priogate.preemption.engine import FINISHED_GROUP, GANG_MEMBER, gang_request
+from priogate.preemption.extender_gangs import broken_group, gang_member
 from priogate.preemption.fit import Need, need_of
 from priogate.preemption.nodes import Candidate, nominated_load
 from priogate.preemption.policy import KUBE_SCHEDULER, MULTIPLE, SINGLE, PreemptionPolicy
 from priogate.preemption.records import PodInfo
 from priogate.preemption.shaped import FAILURE_TEXT, Failure, Shaping, evaluate, exceeds_pdbs
 from priogate.preemption.single import start_delay_wait
-from priogate.preemption.state import ClusterState, importance_key, occupies
+from priogate.preemption.state import ClusterState, importance_key
 from priogate.preemption.strategies import (
     candidate_pods,
     deviation,
@@ -59,46 +57,6 @@ from priogate.preemption.strategies import (
     pdb_violations_of,
     within_groups,
 )
-from priogate.preemption.units import group_members
-
-# What the engine (and so `simulate`) does not model: kube-scheduler's own filters decide these,
-# and in the preemptor mode its preemption does (the extender only shapes its candidates).
-NOT_MODELLED = (
-    "inter-pod affinity and anti-affinity, hostPorts, volumes (binding, zones, limits, "
-    "restrictions) and DRA resource claims: kube-scheduler's filters decide those; the engine "
-    "models resources, node selectors and affinity, taints, unschedulable nodes and hard topology "
-    "spread only"
-)
-
-# Volume sources that no scheduler filter reads (VolumeRestrictions, VolumeBinding,
-# VolumeZone and the volume limits plugins look at persistent, CSI, in-tree cloud and
-# ephemeral volumes only): a pod with others is opaque to the engine.
-TRANSPARENT_VOLUMES = frozenset({"configMap", "secret", "emptyDir", "downwardAPI", "projected"})
-CONTAINER_LISTS = ("containers", "initContainers", "ephemeralContainers")
-
-
-def engine_blind(pod: Mapping[str, Any]) -> str:
-    """Why kube-scheduler's filters may treat this pod in ways the engine does not model
-    (a short phrase), or "" when resources and the static filters are all that matter."""
-    spec = pod.get("spec") or {}
-    if not isinstance(spec, Mapping):
-        return "malformed spec"
-    affinity = spec.get("affinity") or {}
-    if isinstance(affinity, Mapping) and (affinity.get("podAffinity") or affinity.get("podAntiAffinity")):
-        return "inter-pod affinity"
-    for key in CONTAINER_LISTS:
-        for container in spec.get(key) or ():
-            if not isinstance(container, Mapping):
-                continue
-            for port in container.get("ports") or ():
-                if isinstance(port, Mapping) and port.get("hostPort"):
-                    return "hostPorts"
-    for volume in spec.get("volumes") or ():
-        if isinstance(volume, Mapping) and set(volume) - {"name"} - TRANSPARENT_VOLUMES:
-            return f"volume {volume.get('name', '')}"
-    if spec.get("resourceClaims"):
-        return "resource claims"
-    return ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -228,51 +186,6 @@ class _Context:
             state.free[d] - amount - h + last[d] - row[d] for (d, amount), h in zip(need, held, strict=True)
         ]
         return Candidate(state, ranked, ranked.below(self.pod.priority), slack)
-
-
-def broken_group(state: ClusterState, victims: Sequence[PodInfo]) -> str:
-    """A running PodGroup these victims would leave below minMember without taking it whole."""
-    taken: dict[str, int] = {}
-    for pod in victims:
-        if pod.group in state.groups:
-            taken[pod.group] = taken.get(pod.group, 0) + 1
-    for group, count in sorted(taken.items()):
-        placed = [
-            p
-            for p in (state.pods[k] for k in group_members(state).get(group, ()))
-            if occupies(p, state.nodes) and not p.terminating
-        ]
-        if count < len(placed) and len(placed) - count < state.groups[group].min_member:
-            return group
-    return ""
-
-
-UNKNOWN_GROUP = "its PodGroup is not in priogate's view yet: gang preemption decides for it once it is"
-
-
-def gang_member(state: ClusterState, pod: PodInfo) -> str:
-    """Why kube-scheduler must not preempt for this pod alone, or "": a member of a PodGroup
-    still short of minMember is placed by gang preemption, all needed members at once (the
-    controller's; engine.decide_pod leaves it to the gang in the same words), and a member of
-    a finished group preempts for nobody. kube-scheduler would preempt for each member on its
-    own, and could take victims for a gang that still cannot run."""
-    if not pod.group:
-        return ""
-    group = state.groups.get(pod.group)
-    if group is None:
-        # kube-scheduler tries a pod the moment it is created, often before the controller's
-        # watch shows its group: preempting for it alone then is the race this rule prevents.
-        # The pod is retried; a group that never comes leaves only its own pod waiting.
-        return UNKNOWN_GROUP
-    if group.phase in FINISHED_PHASES:
-        return FINISHED_GROUP
-    # The preemptor as kube-scheduler sent it: the watch may not show it yet, and without it a
-    # group short only of this pod would look complete.
-    members = [state.pods[k] for k in group_members(state).get(pod.group, ()) if k != pod.key]
-    request = gang_request(group, [*members, pod])
-    if request is not None and any(p.key == pod.key for p in request.pending):
-        return GANG_MEMBER
-    return ""
 
 
 def shape(

@@ -11,12 +11,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from priogate.preemption.engine import prepare
-from priogate.preemption.extender import UNKNOWN_GROUP, Victims, broken_group, engine_blind, shape
+from priogate.preemption.extender import Victims, shape
+from priogate.preemption.extender_gangs import UNKNOWN_GROUP, broken_group
 from priogate.preemption.parse import parse_pod
 from priogate.preemption.policy import DEFAULT_POLICY, PreemptionPolicy
 from priogate.preemption.shaped import exceeds_pdbs
 from priogate.preemption.snapshot import build_snapshot
 from priogate.preemption.state import ClusterState, is_pending
+from priogate.preemption.unmodelled import engine_blind
 from tests.builders import node, pdb, pod, podgroup
 from tests.unit.preemption.test_policy_properties import POLICIES, group_clusters
 
