@@ -30,8 +30,9 @@ from controller.election import LeaderElector, default_identity
 from controller.engine_state import EngineState
 from controller.enrol import Enroller
 from controller.events import EventRecorder
-from controller.extender import PreemptExtender, check_tls
-from controller.extender import serve as serve_extender
+from controller.extender import PreemptExtender
+from controller.extender_server import check_tls
+from controller.extender_server import serve as serve_extender
 from controller.gang_preemptor import GangPreemptor
 from controller.gates import GateLifter
 from controller.namespace_default import DefaultClassLabeller

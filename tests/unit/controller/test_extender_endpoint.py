@@ -14,7 +14,8 @@ from typing import Any
 import pytest
 
 from certs.issue import issue_ca, issue_leaf
-from controller.extender import UidIndex, check_tls, parse_request, serve
+from controller.extender import UidIndex, parse_request
+from controller.extender_server import check_tls, serve
 from priogate.kube.client import ApiError
 from tests.builders import podgroup
 from tests.unit.gang_cluster import EVENTS_PATH, NS, pod_path
