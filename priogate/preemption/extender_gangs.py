@@ -3,6 +3,7 @@ and which victims would break a running group (priogate/preemption/extender.py).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 
 from priogate.podgroup import FINISHED_PHASES
@@ -48,10 +49,12 @@ def gang_member(state: ClusterState, pod: PodInfo) -> str:
         return UNKNOWN_GROUP
     if group.phase in FINISHED_PHASES:
         return FINISHED_GROUP
-    # The preemptor as kube-scheduler sent it: the watch may not show it yet, and without it a
-    # group short only of this pod would look complete.
+    # The preemptor as kube-scheduler tries it: pending and without scheduling gates (it never
+    # tries a gated pod), whatever the watch shows yet. The watch may not show the pod at all,
+    # or still show the gate priogate lifted a moment ago; either way the group would look
+    # complete without it, and kube-scheduler would preempt for one member alone.
     members = [state.pods[k] for k in group_members(state).get(pod.group, ()) if k != pod.key]
-    request = gang_request(group, [*members, pod])
+    request = gang_request(group, [*members, dataclasses.replace(pod, gated=False)])
     if request is not None and any(p.key == pod.key for p in request.pending):
         return GANG_MEMBER
     return ""

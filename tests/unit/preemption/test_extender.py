@@ -235,6 +235,23 @@ def test_a_member_the_view_does_not_show_yet_still_counts_for_its_gang() -> None
     assert "gang preemption" in result.reasons["n1"]
 
 
+def test_a_member_the_view_still_shows_gated_counts_for_its_gang() -> None:
+    """priogate lifts a member's scheduling gate when its group is Inqueue and kube-scheduler
+    tries it at once, before the watch shows the gate gone."""
+    gated = pod("m1", priority=10, cpu="2", group="g")
+    gated["spec"]["schedulingGates"] = [{"name": "priogate.io/podgroup"}]
+    state = state_of(
+        node("n1", cpu="2"),
+        podgroup("g", min_member=2, phase="Inqueue"),
+        gated,
+        pod("m2", priority=10, cpu="2", group="g"),
+        pod("a", priority=1, cpu="2", node="n1"),
+    )
+    assert state.pods["default/m1"].gated
+    result = shape(state.pods["default/m1"], {"n1": Victims(("default/a",))}, state, DEFAULT_POLICY, now=0)
+    assert result.nodes == {} and result.gang
+
+
 def test_a_pod_whose_group_the_view_does_not_show_yet_preempts_for_nobody() -> None:
     state = state_of(node("n1", cpu="2"), pod("a", priority=1, cpu="2", node="n1"))
     early = parse_pod(pod("m1", priority=10, cpu="2", group="g"), {}, None)
