@@ -51,11 +51,10 @@ from priogate.preemption.shaped import FAILURE_TEXT, Failure, Shaping, evaluate,
 from priogate.preemption.single import start_delay_wait
 from priogate.preemption.state import ClusterState, importance_key
 from priogate.preemption.strategies import (
-    candidate_pods,
+    closest_victim,
     deviation,
     fewest_victims,
     pdb_violations_of,
-    within_groups,
 )
 
 
@@ -277,10 +276,10 @@ def _engine(ctx: _Context, node: str, strategy: str, include_opted_out: bool) ->
     shaping = Shaping(ctx.state, ctx.pod, ctx.need, ctx.policy, include_opted_out, {})
     victims: tuple[PodInfo, ...]
     if strategy == SINGLE:
-        found = _single_on(shaping, candidate)
+        found = closest_victim(shaping, candidate)
         if found is None:
             return FAILURE_TEXT["deviation"]
-        victims = (found,)
+        victims = (found[1],)
     elif strategy == MULTIPLE:
         result = fewest_victims(shaping, candidate)
         if isinstance(result, Failure):
@@ -304,31 +303,6 @@ def _engine(ctx: _Context, node: str, strategy: str, include_opted_out: bool) ->
         tuple(sorted(victims, key=importance_key)), pdb_violations_of(shaping, victims), replaced=True
     )
     return _ranked(ctx, strategy, node, option, shaping)
-
-
-def _single_on(shaping: Shaping, candidate: Candidate) -> PodInfo | None:
-    """The single strategy on one node (strategies.single's per-node step)."""
-    limit = shaping.policy.single_victim_deviation
-    best: tuple[tuple, PodInfo] | None = None
-    for pod in candidate_pods(shaping, candidate):
-        vec = shaping.state.vectors[pod.key]
-        if any(s + vec[d] < 0 for s, (d, _) in zip(candidate.slack, shaping.need, strict=True)):
-            continue
-        off = deviation(shaping, pod)
-        if off > limit or not within_groups(shaping, (pod,)):
-            continue
-        rank = (
-            pdb_violations_of(shaping, (pod,)),
-            off,
-            shaping.take_rank(pod),
-            pod.priority,
-            shaping.qos(pod),
-            -pod.start_time,
-            pod.key,
-        )
-        if best is None or rank < best[0]:
-            best = (rank, pod)
-    return None if best is None else best[1]
 
 
 def _ranked(

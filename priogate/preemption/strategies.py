@@ -110,6 +110,33 @@ def deviation(shaping: Shaping, victim: PodInfo) -> float:
     return worst
 
 
+def closest_victim(shaping: Shaping, candidate: Candidate) -> tuple[tuple, PodInfo, float] | None:
+    """The single strategy on one node: of the victims that alone free enough, the one whose
+    request deviates least from the preemptor's (within --single-victim-deviation), as (rank,
+    pod, deviation); None when there is none."""
+    limit = shaping.policy.single_victim_deviation
+    best: tuple[tuple, PodInfo, float] | None = None
+    for pod in candidate_pods(shaping, candidate):
+        vec = shaping.state.vectors[pod.key]
+        if any(s + vec[d] < 0 for s, (d, _) in zip(candidate.slack, shaping.need, strict=True)):
+            continue
+        off = deviation(shaping, pod)
+        if off > limit or not within_groups(shaping, (pod,)):
+            continue
+        rank = (
+            pdb_violations_of(shaping, (pod,)),
+            off,
+            shaping.take_rank(pod),
+            pod.priority,
+            shaping.qos(pod),
+            -pod.start_time,
+            pod.key,
+        )
+        if best is None or rank < best[0]:
+            best = (rank, pod, off)
+    return best
+
+
 def single(shaping: Shaping, screening: Screening) -> Choice | list[Failure]:
     limit = shaping.policy.single_victim_deviation
     per_node: dict[str, tuple[tuple, PodInfo, float]] = {}  # node -> its closest victim
@@ -121,30 +148,15 @@ def single(shaping: Shaping, screening: Screening) -> Choice | list[Failure]:
         if any(s + largest[d] < 0 for s, (d, _) in zip(candidate.slack, shaping.need, strict=True)):
             failures.append(Failure(node, DEVIATION))  # no one victim frees enough here
             continue
-        for pod in candidate_pods(shaping, candidate):
-            vec = shaping.state.vectors[pod.key]
-            if any(s + vec[d] < 0 for s, (d, _) in zip(candidate.slack, shaping.need, strict=True)):
-                continue
-            off = deviation(shaping, pod)
-            if off > limit or not within_groups(shaping, (pod,)):
-                continue
-            rank = (
-                pdb_violations_of(shaping, (pod,)),
-                off,
-                shaping.take_rank(pod),
-                pod.priority,
-                shaping.qos(pod),
-                -pod.start_time,
-                node,
-                pod.key,
-            )
-            if node not in per_node or rank < per_node[node][0]:
-                per_node[node] = (rank, pod, off)
+        found = closest_victim(shaping, candidate)
+        if found is not None:
+            per_node[node] = found
         if node not in per_node:
             failures.append(Failure(node, DEVIATION))
     if not per_node:
         return failures
-    _, pod, off = min(per_node.values(), key=lambda found: found[0])
+    # kube-scheduler's tie-breaks first, then the node's name, then the pod's
+    _, pod, off = min(per_node.values(), key=lambda f: (*f[0][:-1], f[1].node_name, f[0][-1]))
     how = (
         f"the single strategy: its request deviates {off:.1f}% from the preemptor's "
         f"(at most {limit:g}%), the closest of any node"
