@@ -43,7 +43,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from priogate.preemption.extender_gangs import broken_group, gang_member
-from priogate.preemption.fit import Need, need_of
+from priogate.preemption.fit import Need, need_of, to_vector
 from priogate.preemption.nodes import Candidate, nominated_load
 from priogate.preemption.policy import KUBE_SCHEDULER, MULTIPLE, SINGLE, PreemptionPolicy
 from priogate.preemption.records import PodInfo
@@ -106,8 +106,7 @@ class _Context:
         self.policy = policy
         self.blind = blind
         self.reasons: dict[str, str] = {}
-        vector = state.vectors.get(preemptor.key)
-        self.need: Need | None = need_of(vector) if vector is not None else None
+        self.need: Need | None = _need(preemptor, state)
         self.victims: dict[str, tuple[PodInfo, ...]] = {}
         for node, given in candidates.items():
             pods = [state.pods.get(key) for key in given.pods]
@@ -123,7 +122,7 @@ class _Context:
 
     def _opaque_reason(self) -> str:
         if self.need is None:
-            return "the preemptor is not in priogate's view yet"
+            return "the preemptor asks for a resource no node in priogate's view has"
         why = self.blind(self.pod.key)
         if why:
             return f"the preemptor has {why}"
@@ -185,6 +184,19 @@ class _Context:
             state.free[d] - amount - h + last[d] - row[d] for (d, amount), h in zip(need, held, strict=True)
         ]
         return Candidate(state, ranked, ranked.below(self.pod.priority), slack)
+
+
+def _need(preemptor: PodInfo, state: ClusterState) -> Need | None:
+    """The preemptor's request over the state's dimensions. kube-scheduler tries a pod the moment
+    it is created, often before the controller's watch shows it: its request then comes from the
+    pod kube-scheduler sent. None only when it asks for a resource no node or pod of the state
+    has (no policy can place it by resources then)."""
+    vector = state.vectors.get(preemptor.key)
+    if vector is None:
+        if any(name not in state.dims for name in preemptor.requests):
+            return None
+        vector = to_vector(preemptor.requests, state.dims, pod=True)
+    return need_of(vector)
 
 
 def shape(
@@ -257,7 +269,7 @@ def _qualifies(ctx: _Context, strategy: str, victims: Sequence[PodInfo]) -> str:
         if len(victims) != 1:
             return f"{len(victims)} victims, the single strategy takes one"
         if ctx.need is None:
-            return "the preemptor's request is not known to priogate yet"
+            return "the preemptor asks for a resource no node in priogate's view has"
         shaping = Shaping(ctx.state, ctx.pod, ctx.need, policy, True, {})
         off = deviation(shaping, victims[0])
         if off > policy.single_victim_deviation:

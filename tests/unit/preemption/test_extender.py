@@ -297,6 +297,23 @@ def test_single_strategy_keeps_only_the_node_with_the_closest_victim() -> None:
     assert "preferred by the single strategy" in result.reasons["n1"]
 
 
+def test_a_preemptor_the_view_does_not_show_yet_is_judged_by_the_request_it_came_with() -> None:
+    """kube-scheduler tries a pod the moment it is created: before the watch shows it, its
+    request comes from the pod kube-scheduler sent, and the policies still choose the node."""
+    state = state_of(
+        node("n1", cpu="2"),
+        node("n2", cpu="2"),
+        pod("small", priority=1, cpu="1500m", node="n1"),
+        pod("exact", priority=1, cpu="2", node="n2"),
+    )
+    fresh = parse_pod(preemptor(cpu="2"), {}, None)
+    assert fresh.key not in state.pods
+    candidates = {"n1": Victims(("default/small",)), "n2": Victims(("default/exact",))}
+    policy = PreemptionPolicy(victim_selection=("single",), single_victim_deviation=30)
+    result = shape(fresh, candidates, state, policy, now=0)
+    assert kept(result) == {"n2": ("default/exact",)}
+
+
 def test_single_strategy_on_opaque_nodes_judges_the_schedulers_victims() -> None:
     state = state_of(
         node("n1", cpu="2"),
