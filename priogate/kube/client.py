@@ -145,9 +145,11 @@ class ApiClient:
             if not token:
                 return items
 
-    def get_text(self, path: str, *, timeout: Timeout | None = 30) -> str:
-        """GET an endpoint that answers plain text (/readyz, /metrics)."""
-        return self._read("GET", path, timeout=timeout).decode()
+    def get_text(
+        self, path: str, *, query: Sequence[tuple[str, str]] = (), timeout: Timeout | None = 30
+    ) -> str:
+        """GET an endpoint that answers plain text (/readyz, /metrics, a pod's log)."""
+        return self._read("GET", path, query=query, timeout=timeout).decode(errors="replace")
 
     def create(self, path: str, body: Mapping[str, Any], *, dry_run: bool = False) -> JSON:
         return self.request("POST", path, body=body, query=[("dryRun", "All")] if dry_run else ())

@@ -20,6 +20,7 @@ from localcluster import LocalCluster
 from localcluster.binaries import REPO, ensure_helm
 from localcluster.procs import progress
 from priogate.kube.client import ApiClient, ApiError, load_client, resource_path
+from tests.deploy.report import cluster_report
 
 RELEASE = "priogate"
 NAMESPACE = "priogate-system"
@@ -45,7 +46,10 @@ def helm(lc: LocalCluster, *args: str, timeout: float = 300) -> str:
         timeout=timeout,
         check=False,
     )
-    assert r.returncode == 0, f"helm {' '.join(args)} failed ({r.returncode}):\n{r.stdout}\n{r.stderr}"
+    assert r.returncode == 0, (
+        f"helm {' '.join(args)} failed ({r.returncode}):\n{r.stdout}\n{r.stderr}\n"
+        + cluster_report(lc, NAMESPACE)
+    )
     return r.stdout
 
 
