@@ -30,6 +30,7 @@ import contextlib
 import hashlib
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import time
@@ -216,6 +217,7 @@ class RealNode:
             "-m", "comment", "--comment", f"priogate-node {self.run_dir.name}",
             "-j", "DNAT", "--to-destination", f"{LOOPBACK}:{self.apiserver_port}",
         ]  # fmt: skip
+        _drop_stale_nat_rules(keep=self.run_dir.name)
         if _run("iptables", "-t", "nat", "-C", *rule, check=False).returncode != 0:
             _run("iptables", "-t", "nat", "-A", *rule)
         self._nat_rule = rule
@@ -424,6 +426,21 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
             self._nat_rule = None
         with contextlib.suppress(OSError):
             shutil.rmtree(self.run_dir)
+
+
+def _drop_stale_nat_rules(keep: str) -> None:
+    """Delete the `kubernetes` Service DNAT of an earlier node that was never stopped (its process
+    killed with the machine): the first matching rule wins, so a stale one sends the pods to an
+    API server port nothing listens on. `_only_node` has made sure no other node runs."""
+    listing = _run("iptables", "-t", "nat", "-S", "PREROUTING").stdout.splitlines()
+    for line in listing:
+        words = shlex.split(line)
+        if words[:2] != ["-A", "PREROUTING"] or "--comment" not in words:
+            continue
+        comment = words[words.index("--comment") + 1]
+        if comment.startswith("priogate-node ") and comment != f"priogate-node {keep}":
+            progress(f"deleting a stale DNAT of an earlier node ({comment})")
+            _run("iptables", "-t", "nat", "-D", *words[1:])
 
 
 def _healthz(port: int) -> bool:
