@@ -10,7 +10,7 @@ import pytest
 
 import certs.__main__ as cli
 import certs.bootstrap
-from tests.unit.test_chart import render
+from tests.unit.chart_render import render
 
 
 def bootstrap_args() -> list[tuple[str, list[str]]]:
