@@ -8,94 +8,33 @@ Used by `python -m localcluster` (run/up) and by the e2e session fixture.
 
 from __future__ import annotations
 
-import http.client
 import os
 import shutil
-import ssl
 import tempfile
 import time
 import uuid
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import requests
 import urllib3
-import yaml
 
 from localcluster import components
 from localcluster.api import Etcd, apiserver_ready, create_or_replace
 from localcluster.binaries import REPO, ensure_binaries
 from localcluster.components import LOOPBACK, ApiServerMode, Ports
 from localcluster.node import NODE_NAME, RealNode
-from localcluster.pki import CONTROLLER_USER, Pki, issue_all, write_kubeconfig, write_webhook_kubeconfig
-from localcluster.procs import Proc, Supervisor, free_ports, progress, rss_kib, stop_pid, wait_until
+from localcluster.objects import NODE_PREFIX as NODE_PREFIX
+from localcluster.objects import USER_RBAC as USER_RBAC
+from localcluster.objects import create_fake_nodes, install_crds
+from localcluster.options import PREEMPTORS as PREEMPTORS
+from localcluster.options import Options
+from localcluster.pki import CONTROLLER_USER, Pki, issue_all, write_kubeconfig
+from localcluster.procs import Proc, Supervisor, children, free_ports, progress, rss_kib, stop_pid, wait_until
+from localcluster.readiness import fake_nodes_ready, healthz_ok, http_ok, node_ready
 from localcluster.webhooks import PRIOGATE_NAMESPACE, Webhooks
 from priogate.kube.client import ApiClient, ApiError, load_client
 from webhook.policy import WebhookPolicy
-
-NODE_PREFIX = "kwok-node-"
-CRD_DIR = REPO / "manifests" / "crds"
-CRD_API = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
-# The ClusterRoles aggregated into the built-in admin, edit and view roles (PodGroups for users).
-USER_RBAC = REPO / "manifests" / "user-rbac.yaml"
-CLUSTERROLE_API = "/apis/rbac.authorization.k8s.io/v1/clusterroles"
-PREEMPTORS = ("kube-scheduler", "priogate")
-
-
-@dataclass
-class Options:
-    state_dir: Path = REPO / ".local"
-    nodes: int = 3
-    node_cpu: str = "8"
-    node_memory: str = "32Gi"
-    node_pods: int = 110
-    # What a real kubelet reports for its disk: priogate's own pods request ephemeral-storage
-    # (manifests/), which the scheduler refuses on a node that advertises none.
-    node_ephemeral_storage: str = "100Gi"
-    # Keep kube-apiserver's built-in Priority admission plugin (docs/modes.md).
-    priority_plugin: bool = False
-    # Register the preemption preview hook (docs/priorityclass-policy.md); the webhook serves it
-    # either way (python -m webhook serves every server by default).
-    preemption_preview: bool = False
-    webhook: bool = True
-    webhook_workers: int = 2
-    # Mutual TLS between kube-apiserver and the webhook: the webhook requires a client certificate
-    # (--client-ca-file), kube-apiserver presents one (WebhookAdmissionConfiguration).
-    mtls: bool = True
-    controller: bool = True
-    # None: the mode's default (docs/modes.md).
-    policy: WebhookPolicy | None = None
-    start_timeout: float = 120.0
-    bin_dir: Path | None = None
-    # The webhook's and controller's --cache-quiet-seconds (None: their default). Tests that
-    # stop kube-apiserver use a short one so a quiet watch is noticed within the test.
-    cache_quiet_seconds: float | None = None
-    # More flags for the controller (e.g. a short --reclaim-seconds).
-    controller_args: tuple[str, ...] = ()
-    # Who shapes single-pod preemption: "kube-scheduler" (its DefaultPreemption alone; priogate
-    # only for gangs) or "priogate" (kube-scheduler runs manifests/scheduler/'s profile,
-    # DefaultPreemption with priogate's preempt extender, and the controller serves it with
-    # --pod-preemption on loopback).
-    preemptor: str = "kube-scheduler"
-    # kube-scheduler's --pod-max-in-unschedulable-pods-duration in seconds (None: its 5 min).
-    unschedulable_flush_s: float | None = None
-    # A real node (containerd + kubelet, localcluster/node.py) beside the kwok ones: containers
-    # start. Needs root.
-    real_node: bool = False
-
-    def __post_init__(self) -> None:
-        if self.preemptor not in PREEMPTORS:
-            raise ValueError(f"preemptor must be one of {PREEMPTORS}, not {self.preemptor!r}")
-
-    def preemptor_flags(self) -> tuple[str, ...]:
-        """The controller's flags for the preemptor mode."""
-        return ("--pod-preemption",) if self.preemptor == "priogate" else ()
-
-    def quiet_flags(self) -> tuple[str, ...]:
-        q = self.cache_quiet_seconds
-        return () if q is None else (f"--cache-quiet-seconds={q}",)
 
 
 @dataclass
@@ -224,9 +163,9 @@ class LocalCluster:
             "kwok", components.kwok(self.bin_dir, self.kubeconfig), self._log("kwok")
         )
         wait_until(
-            lambda: _healthz(self.ports.controller_manager), timeout=60, what="/healthz is ok", proc=kcm
+            lambda: healthz_ok(self.ports.controller_manager), timeout=60, what="/healthz is ok", proc=kcm
         )
-        wait_until(lambda: _healthz(self.ports.scheduler), timeout=60, what="/healthz is ok", proc=sched)
+        wait_until(lambda: healthz_ok(self.ports.scheduler), timeout=60, what="/healthz is ok", proc=sched)
         # The serviceaccount controller is running once `default` has its ServiceAccount.
         wait_until(
             lambda: bool(self.api.get("/api/v1/namespaces/default/serviceaccounts/default")),
@@ -237,9 +176,12 @@ class LocalCluster:
         self.timings["controllers"] = time.monotonic() - t0
 
         t0 = time.monotonic()
-        self._create_nodes()
+        create_fake_nodes(self.api, o)
         wait_until(
-            self._nodes_ready, timeout=60, what=f"{o.nodes} fake nodes are Ready and untainted", proc=kwok
+            lambda: fake_nodes_ready(self.api, o.nodes),
+            timeout=60,
+            what=f"{o.nodes} fake nodes are Ready and untainted",
+            proc=kwok,
         )
         self.timings["nodes"] = time.monotonic() - t0
         if o.real_node:
@@ -247,7 +189,7 @@ class LocalCluster:
             self.node = RealNode(self.state_dir, self.pki, self.ports.apiserver, self.supervisor)
             self.node.start()
             wait_until(
-                self._real_node_ready,
+                lambda: node_ready(self.api, NODE_NAME),
                 timeout=120,
                 what=f"node {NODE_NAME} is Ready",
                 proc=self.supervisor.get("kubelet"),
@@ -260,7 +202,7 @@ class LocalCluster:
         create_or_replace(self.api, "/api/v1/namespaces", {"metadata": {"name": PRIOGATE_NAMESPACE}})
         if o.webhook:
             t0 = time.monotonic()
-            self._install_crds()
+            install_crds(self.api)
             self.webhooks = Webhooks(
                 self.api, self.pki, self.ports.webhook_url, client_cert=self.webhook_client_cert
             )
@@ -299,7 +241,7 @@ class LocalCluster:
         (its /healthz). Its Lease lives in priogate-system, as in a real cluster."""
         assert self.api and self.ports
         if not self.webhooks:
-            self._install_crds()
+            install_crds(self.api)
         create_or_replace(self.api, "/api/v1/namespaces", {"metadata": {"name": PRIOGATE_NAMESPACE}})
         progress(f"starting the priogate controller (metrics on {self.ports.controller_url})")
         proc = self.supervisor.start(
@@ -315,46 +257,22 @@ class LocalCluster:
             cwd=REPO,
         )
         wait_until(
-            lambda: _http_ok(f"{self.ports.controller_url}/healthz"),
+            lambda: http_ok(f"{self.ports.controller_url}/healthz"),
             timeout=60,
             what="the controller's /healthz is 200",
             proc=proc,
         )
         return proc
 
-    def _install_crds(self) -> None:
-        """The project's CRDs (PodGroup): the webhook watches them; and the user ClusterRoles."""
-        assert self.api
-        names = []
-        for path in sorted(CRD_DIR.glob("*.yaml")):
-            for doc in yaml.safe_load_all(path.read_text()):
-                if doc and doc.get("kind") == "CustomResourceDefinition":
-                    create_or_replace(self.api, CRD_API, doc)
-                    names.append(doc["metadata"]["name"])
-
-        def established() -> bool:
-            for name in names:
-                conditions = self.api.get(f"{CRD_API}/{name}").get("status", {}).get("conditions", [])
-                if not any(c["type"] == "Established" and c["status"] == "True" for c in conditions):
-                    return False
-            return True
-
-        wait_until(established, timeout=30, what=f"CRDs {', '.join(names)} are Established")
-        progress(f"installed CRDs {', '.join(names)}")
-        # With the CRDs, as `kubectl apply -k manifests/` installs them: without these roles a
-        # namespace user bound to `edit` cannot create a PodGroup at all.
-        for doc in yaml.safe_load_all(USER_RBAC.read_text()):
-            if doc and doc.get("kind") == "ClusterRole":
-                create_or_replace(self.api, CLUSTERROLE_API, doc)
-
     def _start_apiserver(self, restart: bool = False) -> float:
         assert self.bin_dir and self.pki and self.ports and self.api
         plugin = "enabled" if self.mode.priority_plugin else "disabled"
         verb = "restarting" if restart else "starting"
         progress(f"{verb} kube-apiserver on {self.ports.apiserver_url} (Priority admission plugin {plugin})")
-        argv = components.kube_apiserver(
-            self.bin_dir, self.pki, self.ports, self.mode, self._write_admission_config()
-        )
+        o = self.options
+        mtls_webhook_url = self.ports.webhook_url if o.webhook and o.mtls else None
+        config = components.write_admission_config(self.state_dir, self.mode, self.pki, mtls_webhook_url)
+        argv = components.kube_apiserver(self.bin_dir, self.pki, self.ports, self.mode, config)
         if restart:
             proc = self.supervisor.restart("kube-apiserver", argv)
         else:
@@ -372,23 +290,6 @@ class LocalCluster:
         proc = self.supervisor.get("kube-apiserver")
         progress(f"stopping kube-apiserver (pid {proc.pid})")
         stop_pid(proc.pid, proc.start_time, 15.0, popen=proc.popen)
-
-    def _write_admission_config(self) -> Path | None:
-        """kube-apiserver's --admission-control-config-file: the mode's plugins, and with mTLS the
-        webhook plugins' kubeconfig (components.admission_configuration). Rewritten on every
-        (re)start, since kube-apiserver reads it only then."""
-        assert self.pki and self.ports
-        webhook_kubeconfig = None
-        if self.options.webhook and self.options.mtls:
-            webhook_kubeconfig = self.state_dir / "webhook-client.kubeconfig"
-            host = self.ports.webhook_url.removeprefix("https://")
-            write_webhook_kubeconfig(webhook_kubeconfig, host, self.pki)
-        config = components.admission_configuration(self.mode.admission_config, webhook_kubeconfig)
-        if config is None:
-            return None
-        path = self.state_dir / "admission-configuration.yaml"
-        path.write_text(yaml.safe_dump(config, sort_keys=False))
-        return path
 
     def _start_webhook(self, *extra: str) -> Proc:
         o = self.options
@@ -428,58 +329,13 @@ class LocalCluster:
         self.timings["apiserver-restart"] = seconds
         return seconds
 
-    def _create_nodes(self) -> None:
-        assert self.api
-        o = self.options
-        resources = {
-            "cpu": o.node_cpu,
-            "memory": o.node_memory,
-            "ephemeral-storage": o.node_ephemeral_storage,
-            "pods": str(o.node_pods),
-        }
-        for i in range(o.nodes):
-            name = f"{NODE_PREFIX}{i}"
-            node = {
-                "apiVersion": "v1",
-                "kind": "Node",
-                "metadata": {
-                    "name": name,
-                    "annotations": {components.KWOK_ANNOTATION: "fake", "node.alpha.kubernetes.io/ttl": "0"},
-                    "labels": {
-                        "kubernetes.io/hostname": name,
-                        "kubernetes.io/os": "linux",
-                        "kubernetes.io/arch": "amd64",
-                        "type": "kwok",
-                    },
-                },
-                "spec": {},
-                "status": {"allocatable": resources, "capacity": resources},
-            }
-            create_or_replace(self.api, "/api/v1/nodes", node)
-
-    def _nodes_ready(self) -> bool:
-        assert self.api
-        items = self.api.get("/api/v1/nodes", query=[("labelSelector", "type=kwok")])["items"]
-        ready = 0
-        for node in items:
-            conditions = {c["type"]: c["status"] for c in node.get("status", {}).get("conditions", [])}
-            tainted = any(t.get("effect") == "NoSchedule" for t in node.get("spec", {}).get("taints", []))
-            ready += conditions.get("Ready") == "True" and not tainted
-        return ready >= self.options.nodes
-
-    def _real_node_ready(self) -> bool:
-        assert self.api
-        node = self.api.get(f"/api/v1/nodes/{NODE_NAME}")
-        conditions = {c["type"]: c["status"] for c in node.get("status", {}).get("conditions", [])}
-        return conditions.get("Ready") == "True"
-
     # ---- inspection --------------------------------------------------------------------------
 
     def memory_kib(self) -> dict[str, int]:
         """VmRSS of each component (gunicorn: master plus workers)."""
         out: dict[str, int] = {}
         for p in self.supervisor.procs:
-            pids = [p.pid, *_children(p.pid)] if p.name == "webhook" else [p.pid]
+            pids = [p.pid, *children(p.pid)] if p.name == "webhook" else [p.pid]
             out[p.name] = sum(rss_kib(pid) or 0 for pid in pids)
         return out
 
@@ -537,28 +393,3 @@ class LocalCluster:
             node.stop_pods()
             self.supervisor.stop("containerd")
         node.cleanup()
-
-
-def _healthz(port: int) -> bool:
-    # The component's serving certificate is self-signed in memory; this only asks "are you up".
-    conn = http.client.HTTPSConnection("127.0.0.1", port, timeout=5, context=ssl._create_unverified_context())
-    try:
-        conn.request("GET", "/healthz")
-        return conn.getresponse().status == 200
-    finally:
-        conn.close()
-
-
-def _http_ok(url: str) -> bool:
-    try:
-        return requests.get(url, timeout=3, proxies={"http": "", "https": ""}).status_code == 200
-    except requests.RequestException:
-        return False
-
-
-def _children(pid: int) -> Sequence[int]:
-    try:
-        text = Path(f"/proc/{pid}/task/{pid}/children").read_text()
-    except OSError:
-        return []
-    return [int(x) for x in text.split()]

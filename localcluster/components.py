@@ -13,7 +13,7 @@ from typing import Any
 
 import yaml
 
-from localcluster.pki import Pki
+from localcluster.pki import Pki, write_webhook_kubeconfig
 
 LOOPBACK = "127.0.0.1"
 SERVICE_CIDR = "10.96.0.0/16"
@@ -152,6 +152,26 @@ def admission_configuration(base: Path | None, webhook_kubeconfig: Path | None) 
         "kind": "AdmissionConfiguration",
         "plugins": plugins,
     }
+
+
+def write_admission_config(
+    state_dir: Path, mode: ApiServerMode, pki: Pki, mtls_webhook_url: str | None
+) -> Path | None:
+    """kube-apiserver's --admission-control-config-file, in `state_dir`: the mode's plugins, and
+    with mTLS (`mtls_webhook_url`, the webhook's) the webhook plugins' kubeconfig
+    (admission_configuration). Rewritten on every (re)start, since kube-apiserver reads it only
+    then."""
+    webhook_kubeconfig = None
+    if mtls_webhook_url is not None:
+        webhook_kubeconfig = state_dir / "webhook-client.kubeconfig"
+        host = mtls_webhook_url.removeprefix("https://")
+        write_webhook_kubeconfig(webhook_kubeconfig, host, pki)
+    config = admission_configuration(mode.admission_config, webhook_kubeconfig)
+    if config is None:
+        return None
+    path = state_dir / "admission-configuration.yaml"
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    return path
 
 
 def kube_apiserver(

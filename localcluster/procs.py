@@ -79,6 +79,14 @@ def rss_kib(pid: int) -> int | None:
     return None
 
 
+def children(pid: int) -> Sequence[int]:
+    try:
+        text = Path(f"/proc/{pid}/task/{pid}/children").read_text()
+    except OSError:
+        return []
+    return [int(x) for x in text.split()]
+
+
 def tree_cpu_seconds(pid: int) -> float:
     """utime + stime of a process and its children still running (a gunicorn master and its
     workers), from /proc; 0 for a process gone."""
