@@ -50,7 +50,7 @@ from typing import Any
 
 from bench.interleaved import percentile
 from localcluster import LocalCluster, Options
-from localcluster.cluster import NODE_PREFIX
+from localcluster.objects import NODE_PREFIX
 from localcluster.procs import ComponentFailed, progress, wait_until
 from priogate.kube.cache import Obj, WatchCache
 from priogate.kube.client import ApiClient, load_client, resource_path

@@ -22,7 +22,8 @@ from pathlib import Path
 from types import FrameType
 
 from localcluster.binaries import REPO, BuildFailed, ensure_binaries
-from localcluster.cluster import PREEMPTORS, LocalCluster, Options
+from localcluster.cluster import LocalCluster
+from localcluster.options import PREEMPTORS, Options
 from localcluster.procs import ComponentFailed, log_tail, process_start_time, progress, running, stop_pid
 
 STATE_FILE = "state.json"

@@ -24,10 +24,7 @@ from localcluster.api import Etcd, apiserver_ready, create_or_replace
 from localcluster.binaries import REPO, ensure_binaries
 from localcluster.components import LOOPBACK, ApiServerMode, Ports
 from localcluster.node import NODE_NAME, RealNode
-from localcluster.objects import NODE_PREFIX as NODE_PREFIX
-from localcluster.objects import USER_RBAC as USER_RBAC
 from localcluster.objects import create_fake_nodes, install_crds
-from localcluster.options import PREEMPTORS as PREEMPTORS
 from localcluster.options import Options
 from localcluster.pki import CONTROLLER_USER, Pki, issue_all, write_kubeconfig
 from localcluster.procs import Proc, Supervisor, children, free_ports, progress, rss_kib, stop_pid, wait_until

@@ -20,8 +20,8 @@ from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 
 from localcluster import LocalCluster, Options
-from localcluster.cluster import NODE_PREFIX
 from localcluster.components import GRACEFUL_DELETE_ANNOTATION
+from localcluster.objects import NODE_PREFIX
 from priogate.kube.client import ApiClient, ApiError, load_client, resource_path
 from priogate.resources import format_quantity, parse_quantity, pod_requests
 from tests.builders import pod, priority_class

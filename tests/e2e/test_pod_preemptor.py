@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from localcluster.cluster import NODE_PREFIX
+from localcluster.objects import NODE_PREFIX
 from priogate.kube.client import resource_path
 from priogate.preemption_record import OPT_OUT_LABEL, SCHEDULER_REASON
 from tests.e2e.helpers import wait_for

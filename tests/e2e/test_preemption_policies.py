@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 from kubernetes import client as k8s
 
-from localcluster.cluster import NODE_PREFIX
+from localcluster.objects import NODE_PREFIX
 from priogate.clock import epoch_seconds
 from priogate.preemption_record import SCHEDULER_REASON
 from tests.e2e.controller_helpers import wait_phase

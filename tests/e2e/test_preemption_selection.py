@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 from kubernetes import client as k8s
 
-from localcluster.cluster import NODE_PREFIX
+from localcluster.objects import NODE_PREFIX
 from priogate.preemption_record import OPT_OUT_LABEL, SCHEDULER_REASON
 from tests.builders import pod
 from tests.e2e.helpers import wait_for

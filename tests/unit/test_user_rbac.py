@@ -7,7 +7,7 @@ from pathlib import Path
 
 import yaml
 
-from localcluster.cluster import USER_RBAC
+from localcluster.objects import USER_RBAC
 
 ROOT = Path(__file__).resolve().parents[2]
 AGGREGATE = "rbac.authorization.k8s.io/aggregate-to-"
