@@ -11,6 +11,9 @@ Routing, without kube-proxy:
   of the Service's ClusterIP; the host reaches the pod subnet through the bridge.
   (buildServiceResolver in
   https://github.com/kubernetes/kubernetes/blob/v1.36.3/cmd/kube-apiserver/app/server.go)
+* kube-apiserver -> kubelet (kubectl logs, exec): kubelet serves on the bridge's address, the
+  node's InternalIP, and kube-apiserver presents a client certificate of the cluster's CA, which
+  kubelet's x509 authentication trusts.
 * pods -> kube-apiserver: kube-apiserver listens on loopback only, and an Endpoints object cannot
   name 127.0.0.1, so kube-proxy would have nothing to route the `kubernetes` Service to. One DNAT
   rule sends the bridge's traffic for 10.96.0.1:443 to 127.0.0.1:<port>, with route_localnet on
@@ -323,7 +326,9 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
         config = {
             "apiVersion": "kubelet.config.k8s.io/v1beta1",
             "kind": "KubeletConfiguration",
-            "address": LOOPBACK,
+            # The node's IP, where kube-apiserver asks for logs and exec (InternalIP); the bridge
+            # is this machine's own, so nothing outside it reaches kubelet.
+            "address": GATEWAY,
             "port": ports[0],
             "readOnlyPort": 0,
             "healthzBindAddress": LOOPBACK,

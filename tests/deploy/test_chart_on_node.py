@@ -119,6 +119,12 @@ def test_chart_on_a_real_node(cluster: LocalCluster) -> None:
     nodes = {p["spec"].get("nodeName") for c in ("webhook", "controller") for p in pods(api, c)}
     assert nodes == {NODE_NAME}, nodes
     progress(f"installed and ready in {install_s:.0f} s")
+    # `kubectl logs` works on this node: kube-apiserver reaches kubelet at the node's IP.
+    webhook_pod = pods(api, "webhook")[0]["metadata"]["name"]
+    log_text = api.get_text(
+        f"{resource_path('v1', 'pods', NAMESPACE, webhook_pod)}/log", query=[("container", "priority")]
+    )
+    assert "tls context loaded" in log_text, f"the priority container's log through the API:\n{log_text}"
 
     # 2. the admissions go through those pods
     before = requests_total(api)
