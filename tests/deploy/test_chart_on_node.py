@@ -124,7 +124,7 @@ def test_chart_on_a_real_node(cluster: LocalCluster) -> None:
     log_text = api.get_text(
         f"{resource_path('v1', 'pods', NAMESPACE, webhook_pod)}/log", query=[("container", "priority")]
     )
-    assert "tls context loaded" in log_text, f"the priority container's log through the API:\n{log_text}"
+    assert "cache listed" in log_text, f"the priority container's log through the API:\n{log_text}"
 
     # 2. the admissions go through those pods
     before = requests_total(api)
