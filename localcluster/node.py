@@ -33,29 +33,32 @@ import contextlib
 import hashlib
 import json
 import os
-import shlex
 import shutil
 import subprocess
 import time
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import yaml
 
-from localcluster.binaries import REPO
-from localcluster.components import LOOPBACK, SERVICE_CIDR
+from localcluster.components import LOOPBACK
+from localcluster.node_host import (
+    BRIDGE,
+    GATEWAY,
+    POD_SUBNET,
+    NodeFailed,
+    cni_bin_dir,
+    cni_conflist,
+    drop_stale_nat_rules,
+    ensure_node_binaries,
+    ensure_packages,
+    run,
+)
 from localcluster.pki import KUBERNETES_SERVICE_IP, NODE_NAME, Pki, write_kubeconfig
-from localcluster.procs import ComponentFailed, Proc, Supervisor, free_ports, progress, wait_until
+from localcluster.procs import Proc, Supervisor, free_ports, progress, wait_until
 
-BRIDGE = "priogate0"
-POD_SUBNET = "10.245.0.0/24"  # outside components.POD_CIDR, where kwok's fake pod IPs live
-GATEWAY = "10.245.0.1"
 PAUSE_IMAGE = "localhost/priogate-pause:3.10"
-NODE_BUILD_SCRIPT = REPO / "hack" / "node" / "build.sh"
-CNI_BIN_DIRS = ("/usr/lib/cni", "/opt/cni/bin")
-PACKAGES = {"containerd": "containerd", "ctr": "containerd", "runc": "runc", "iptables": "iptables"}
 # Where containerd keeps images and snapshots: outside the repo, kept between runs so an image
 # loaded once is not unpacked again (containerd's own default is /var/lib/containerd).
 # The same cache root as the build scripts: ${PRIOGATE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/priogate}.
@@ -63,77 +66,6 @@ CACHE_ROOT = Path(
     os.environ.get("PRIOGATE_CACHE")
     or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "priogate"
 )
-
-
-class NodeFailed(ComponentFailed):
-    """A ComponentFailed, so the launcher reports it as one (an error line, no traceback)."""
-
-
-def _run(*argv: str, check: bool = True, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    r = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout, check=False)
-    if check and r.returncode != 0:
-        raise NodeFailed(f"{' '.join(argv)} failed ({r.returncode}): {r.stderr.strip() or r.stdout.strip()}")
-    return r
-
-
-def cni_bin_dir() -> Path | None:
-    for d in CNI_BIN_DIRS:
-        if all((Path(d) / p).is_file() for p in ("bridge", "host-local", "loopback")):
-            return Path(d)
-    return None
-
-
-def ensure_packages() -> None:
-    """containerd, runc, iptables and the CNI plugins; installed with apt-get when missing and root."""
-    missing = sorted({pkg for exe, pkg in PACKAGES.items() if shutil.which(exe) is None})
-    if cni_bin_dir() is None:
-        missing.append("containernetworking-plugins")
-    if not missing:
-        return
-    if os.geteuid() != 0 or shutil.which("apt-get") is None:
-        raise NodeFailed(
-            f"the real node needs {', '.join(missing)}: sudo apt-get install -y {' '.join(missing)}"
-        )
-    progress(f"installing {' '.join(missing)} (apt-get)")
-    _run("apt-get", "update", "-qq", timeout=600)
-    env_cmd = ["env", "DEBIAN_FRONTEND=noninteractive", "apt-get", "install", "-y", "-qq", *missing]
-    _run(*env_cmd, timeout=900)
-
-
-def ensure_node_binaries() -> Path:
-    """The directory holding kubelet and pause, built by hack/node/build.sh when needed."""
-    result = subprocess.run(["bash", str(NODE_BUILD_SCRIPT)], stdout=subprocess.PIPE, text=True, check=False)
-    lines = result.stdout.strip().splitlines()
-    if result.returncode != 0 or not lines:
-        raise NodeFailed(f"{NODE_BUILD_SCRIPT} failed (exit code {result.returncode}); its output is above")
-    return Path(lines[-1])
-
-
-def cni_conflist(ipam_dir: Path) -> dict[str, Any]:
-    """The pod network: the bridge plugin on BRIDGE, addresses from host-local."""
-    return {
-        "cniVersion": "1.0.0",
-        "name": "priogate",
-        "plugins": [
-            {
-                "type": "bridge",
-                "bridge": BRIDGE,
-                "isGateway": True,
-                "ipMasq": False,
-                "hairpinMode": True,
-                "ipam": {
-                    "type": "host-local",
-                    "ranges": [[{"subnet": POD_SUBNET, "gateway": GATEWAY}]],
-                    # Only the service range goes through the host (the DNAT rule); no default
-                    # route, so a pod reaches nothing beyond this machine.
-                    "routes": [{"dst": SERVICE_CIDR}],
-                    # Allocations live with this node's state, not in /var/lib/cni.
-                    "dataDir": str(ipam_dir),
-                },
-            },
-            {"type": "loopback"},
-        ],
-    }
 
 
 @dataclass
@@ -169,7 +101,7 @@ class RealNode:
         return CACHE_ROOT / "containerd-root"
 
     def ctr(self, *args: str, check: bool = True, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-        return _run(
+        return run(
             "ctr", f"--address={self.socket}", "--namespace=k8s.io", *args, check=check, timeout=timeout
         )
 
@@ -198,7 +130,7 @@ class RealNode:
         for other in Path("/run/priogate-node").glob("*/containerd.sock"):
             if other.parent == self.run_dir:
                 continue
-            r = _run("ctr", f"--address={other}", "version", check=False, timeout=5)
+            r = run("ctr", f"--address={other}", "version", check=False, timeout=5)
             if r.returncode == 0:
                 raise NodeFailed(
                     f"another real node runs on this machine (containerd at {other}); stop it first"
@@ -209,20 +141,20 @@ class RealNode:
         """The bridge, made before kubelet so that the node's IP exists from the start (the CNI
         bridge plugin adopts an existing bridge of its name), and the DNAT for the `kubernetes`
         Service."""
-        if _run("ip", "link", "show", BRIDGE, check=False).returncode != 0:
-            _run("ip", "link", "add", BRIDGE, "type", "bridge")
-        if GATEWAY not in _run("ip", "-4", "addr", "show", BRIDGE).stdout:
-            _run("ip", "addr", "add", f"{GATEWAY}/24", "dev", BRIDGE)
-        _run("ip", "link", "set", BRIDGE, "up")
-        _run("sysctl", "-q", "-w", f"net.ipv4.conf.{BRIDGE}.route_localnet=1")
+        if run("ip", "link", "show", BRIDGE, check=False).returncode != 0:
+            run("ip", "link", "add", BRIDGE, "type", "bridge")
+        if GATEWAY not in run("ip", "-4", "addr", "show", BRIDGE).stdout:
+            run("ip", "addr", "add", f"{GATEWAY}/24", "dev", BRIDGE)
+        run("ip", "link", "set", BRIDGE, "up")
+        run("sysctl", "-q", "-w", f"net.ipv4.conf.{BRIDGE}.route_localnet=1")
         rule = [
             "PREROUTING", "-i", BRIDGE, "-d", f"{KUBERNETES_SERVICE_IP}/32", "-p", "tcp", "--dport", "443",
             "-m", "comment", "--comment", f"priogate-node {self.run_dir.name}",
             "-j", "DNAT", "--to-destination", f"{LOOPBACK}:{self.apiserver_port}",
         ]  # fmt: skip
-        _drop_stale_nat_rules(keep=self.run_dir.name)
-        if _run("iptables", "-t", "nat", "-C", *rule, check=False).returncode != 0:
-            _run("iptables", "-t", "nat", "-A", *rule)
+        drop_stale_nat_rules(keep=self.run_dir.name)
+        if run("iptables", "-t", "nat", "-C", *rule, check=False).returncode != 0:
+            run("iptables", "-t", "nat", "-A", *rule)
         self._nat_rule = rule
         cni_dir = self.dir / "cni"
         cni_dir.mkdir(parents=True, exist_ok=True)
@@ -273,7 +205,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
 
     def _start_containerd(self) -> Proc:
         config = self._containerd_config()
-        version = _run("containerd", "--version").stdout.split()[-1]
+        version = run("containerd", "--version").stdout.split()[-1]
         progress(f"starting containerd ({version}, socket {self.socket})")
         proc = self.supervisor.start(
             "containerd", ["containerd", f"--config={config}"], self.state_dir / "logs" / "containerd.log"
@@ -295,16 +227,16 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
             return
         archive = self.bin_dir / "pause-image.tar"
         if not archive.is_file():
-            container = _run("buildah", "from", "scratch").stdout.strip()
+            container = run("buildah", "from", "scratch").stdout.strip()
             try:
-                _run("buildah", "copy", container, str(self.bin_dir / "pause"), "/pause")
-                _run("buildah", "config", "--entrypoint", '["/pause"]', "--user", "65535:65535", container)
-                _run("buildah", "commit", "--quiet", container, PAUSE_IMAGE)
+                run("buildah", "copy", container, str(self.bin_dir / "pause"), "/pause")
+                run("buildah", "config", "--entrypoint", '["/pause"]', "--user", "65535:65535", container)
+                run("buildah", "commit", "--quiet", container, PAUSE_IMAGE)
             finally:
-                _run("buildah", "rm", container, check=False)
+                run("buildah", "rm", container, check=False)
             tmp = archive.with_suffix(".tmp")
             tmp.unlink(missing_ok=True)
-            _run("podman", "save", "--quiet", "--format=docker-archive", "-o", str(tmp), PAUSE_IMAGE)
+            run("podman", "save", "--quiet", "--format=docker-archive", "-o", str(tmp), PAUSE_IMAGE)
             tmp.replace(archive)
         self.ctr("images", "import", str(archive))
 
@@ -314,7 +246,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
         t0 = time.monotonic()
         archive = self.dir / "image.tar"
         archive.unlink(missing_ok=True)
-        _run("podman", "save", "--quiet", "--format=docker-archive", "-o", str(archive), image, timeout=600)
+        run("podman", "save", "--quiet", "--format=docker-archive", "-o", str(archive), image, timeout=600)
         try:
             self.ctr("images", "import", str(archive), timeout=600)
         finally:
@@ -422,30 +354,15 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
             if line.split()[1].startswith(str(self.run_dir) + "/")
         ]
         for mount in sorted(mounts, key=len, reverse=True):
-            r = _run("umount", mount, check=False)
+            r = run("umount", mount, check=False)
             if r.returncode != 0:
                 progress(f"umount {mount}: {r.stderr.strip()}; lazily")
-                _run("umount", "-l", mount, check=False)
+                run("umount", "-l", mount, check=False)
         if self._nat_rule:
-            _run("iptables", "-t", "nat", "-D", *self._nat_rule, check=False)
+            run("iptables", "-t", "nat", "-D", *self._nat_rule, check=False)
             self._nat_rule = None
         with contextlib.suppress(OSError):
             shutil.rmtree(self.run_dir)
-
-
-def _drop_stale_nat_rules(keep: str) -> None:
-    """Delete the `kubernetes` Service DNAT of an earlier node that was never stopped (its process
-    killed with the machine): the first matching rule wins, so a stale one sends the pods to an
-    API server port nothing listens on. `_only_node` has made sure no other node runs."""
-    listing = _run("iptables", "-t", "nat", "-S", "PREROUTING").stdout.splitlines()
-    for line in listing:
-        words = shlex.split(line)
-        if words[:2] != ["-A", "PREROUTING"] or "--comment" not in words:
-            continue
-        comment = words[words.index("--comment") + 1]
-        if comment.startswith("priogate-node ") and comment != f"priogate-node {keep}":
-            progress(f"deleting a stale DNAT of an earlier node ({comment})")
-            _run("iptables", "-t", "nat", "-D", *words[1:])
 
 
 def _healthz(port: int) -> bool:
