@@ -104,7 +104,7 @@ class LocalCluster:
         self.pki = issue_all(self.state_dir / "pki")
         # With a real node, webhook calls go to a Service's endpoints (pod IPs, reachable from the
         # host) rather than its ClusterIP, which nothing here routes (localcluster/node.py).
-        # And kube-apiserver reaches kubelet (logs, exec) at the node's IP, not its name, with a
+        # And kube-apiserver reaches kubelet (kubectl logs) at the node's IP, not its name, with a
         # client certificate kubelet's x509 authentication accepts (the cluster's CA).
         routing = (
             (

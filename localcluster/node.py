@@ -11,7 +11,7 @@ Routing, without kube-proxy:
   of the Service's ClusterIP; the host reaches the pod subnet through the bridge.
   (buildServiceResolver in
   https://github.com/kubernetes/kubernetes/blob/v1.36.3/cmd/kube-apiserver/app/server.go)
-* kube-apiserver -> kubelet (kubectl logs, exec): kubelet serves on the bridge's address, the
+* kube-apiserver -> kubelet (kubectl logs): kubelet serves on the bridge's address, the
   node's InternalIP, and kube-apiserver presents a client certificate of the cluster's CA, which
   kubelet's x509 authentication trusts.
 * pods -> kube-apiserver: kube-apiserver listens on loopback only, and an Endpoints object cannot
