@@ -25,7 +25,10 @@ median run (the load generator is this process: its creating threads and the mon
 kube-apiserver's requests per admission in the measured one (the ledgers' GETs and PUTs, those
 lost to a conflict, the quota LISTs), and how many reservation-hook requests each server
 answered (the kernel spreads connections, not requests; the bench fails if a server answered
-none). The last line:
+none). `--one-server` adds a fourth run to each round: the quota hooks sent to one of the two servers
+only, so one process takes every turn on each ledger and batches all of a namespace's waiting
+admissions into one write; what one owner per namespace would reach, beside the two servers
+racing each other for the same ledger as deployed. The last line:
     podgroups: N admissions/s under contention (baseline without the quota hooks B/s, with a hook
     that answers at once F/s), over-admitted: 0
 """
@@ -41,6 +44,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -222,6 +226,14 @@ def _median(runs: list[Run]) -> Run:
     return sorted(runs, key=lambda run: run.result.rate)[(len(runs) - 1) // 2]
 
 
+def _ratios(arms: dict[str, list[Run]], arm: str) -> str:
+    """Each round's rate over the same round's floor, and their median: the floor moves with the
+    machine from round to round, so a ratio within a round compares like with like."""
+    ratios = sorted(m.result.rate / f.result.rate for m, f in zip(arms[arm], arms["floor"], strict=True))
+    listed = ", ".join(f"{r:.2f}" for r in ratios)
+    return f"{listed} (median {ratios[(len(ratios) - 1) // 2]:.2f})"
+
+
 def _rates(runs: list[Run]) -> str:
     return ", ".join(f"{run.result.rate:.0f}" for run in runs)
 
@@ -236,10 +248,16 @@ def main() -> int:
     p.add_argument(
         "--quota-workers", type=int, default=1, help="gunicorn workers of each quota server (deployed: 1)"
     )
+    p.add_argument(
+        "--one-server",
+        action="store_true",
+        help="a fourth run per round: the quota hooks sent to one of the two servers only, so one "
+        "process writes each namespace's ledger (what one owner per namespace would reach)",
+    )
     args = p.parse_args()
     if args.rounds < 1:
         p.error("--rounds must be at least 1")
-    arms: dict[str, list[Run]] = {"baseline": [], "floor": [], "measured": []}
+    arms: dict[str, list[Run]] = {"baseline": [], "floor": [], "measured": [], "one server": []}
     with tempfile.TemporaryDirectory(prefix="priogate-bench-quota-") as tmp:
         cluster = LocalCluster(Options(state_dir=Path(tmp), nodes=1, webhook_workers=2))
         cluster.start()
@@ -269,8 +287,11 @@ def main() -> int:
             point_quota_server(client, replicas_url)
             cluster.restart_webhook("--serve=priority")
             pids = {proc.name: proc.pid for proc in cluster.supervisor.procs}
+            one = OneServer(client, replicas, replicas_url, cluster.pki.ca_crt, cluster.webhook_client_cert)
             for i in range(1, args.rounds + 1):
                 runs = _round(client, args, pids, replicas_url, f"{i}")
+                if args.one_server:
+                    runs["one server"] = one.run(args, pids, f"{i}")
                 for arm, run in runs.items():
                     arms[arm].append(run)
                 progress(
@@ -295,6 +316,7 @@ def main() -> int:
         f"floor {_rates(arms['floor'])}/s"
     )
     print(measured.summary("with the quota hooks, median round"))
+    print(f"each round's ratio to its own floor: {_ratios(arms, 'measured')}")
     print(measured.per_admission())
     counts = ", ".join(f"{n:.0f}" for n in served)
     print(f"reservation hook requests answered by each server, all rounds: {counts}")
@@ -305,6 +327,14 @@ def main() -> int:
     )
     print(baseline.summary("baseline, median round"))
     print(floor.summary("floor, a hook that answers at once, median round"))
+    if args.one_server:
+        alone = _median(arms["one server"])
+        over = max(over, *(max(0, len(run.result.admitted) - args.quota_cpu) for run in arms["one server"]))
+        errors += [e for run in arms["one server"] for e in run.result.errors]
+        print(f"one server: {_rates(arms['one server'])}/s over the rounds")
+        print(alone.summary("one server, median round"))
+        print(alone.per_admission())
+        print(f"each round's ratio to its own floor, one server: {_ratios(arms, 'one server')}")
     if min(served) == 0:
         errors.append("a server answered no reservation hook request: the kernel gave it no connection")
     for error in errors[:5]:
@@ -315,6 +345,53 @@ def main() -> int:
         f"with a hook that answers at once {floor.result.rate:.0f}/s), over-admitted: {over}"
     )
     return 0 if over == 0 and not errors else 1
+
+
+class OneServer:
+    """The quota hooks sent to the first server alone (its own port, not the shared one), for one
+    run, then back to both."""
+
+    def __init__(
+        self,
+        client: ApiClient,
+        replicas: list[tuple[Any, int]],
+        shared_url: str,
+        ca_file: Path,
+        client_cert: tuple[Path, Path] | None,
+    ) -> None:
+        self.client, self.shared_url = client, shared_url
+        self.ports = [port for _, port in replicas]
+        self.ca_file, self.client_cert = ca_file, client_cert
+
+    def _served(self) -> list[float]:
+        return [served_count(port, QUOTA_HOOKS[0], self.ca_file, self.client_cert) for port in self.ports]
+
+    def _only_first_answers(self, namespace: str) -> bool:
+        """Four probes through kube-apiserver, all answered by the first server."""
+        before = self._served()
+        for _ in range(4):
+            _covered(self.client, namespace)
+        after = self._served()
+        return after[0] - before[0] == 4 and after[1:] == before[1:]
+
+    def run(self, args: argparse.Namespace, pids: dict[str, int], tag: str) -> Run:
+        namespace = f"bench-one-server-{tag}"
+        _prepare(self.client, namespace, args.quota_cpu)
+        point_quota_server(self.client, f"https://{LOOPBACK}:{self.ports[0]}")
+        try:
+            wait_until(
+                lambda: self._only_first_answers(namespace),
+                timeout=30,
+                what="kube-apiserver to send the quota hooks to one server",
+            )
+            _settle(pids, "pointing the quota hooks at one server")
+            progress(f"round {tag}: one server, {args.podgroups} PodGroups")
+            run = _load(self.client, namespace, args, pids)
+        finally:
+            point_quota_server(self.client, self.shared_url)
+        self.client.request("DELETE", resource_path(GROUP_VERSION, PLURAL, namespace))
+        _settle(pids, f"round {tag}, one server")
+        return run
 
 
 def _round(
