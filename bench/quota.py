@@ -36,7 +36,6 @@ racing each other for the same ledger as deployed. The last line:
 from __future__ import annotations
 
 import argparse
-import copy
 import shutil
 import sys
 import tempfile
@@ -48,89 +47,14 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from bench.quota_hooks import QUOTA_HOOKS, covered, prepare, set_floor_hook, set_quota_hooks
 from localcluster import LocalCluster, Options
-from localcluster.api import metric_sum
 from localcluster.binaries import REPO
 from localcluster.procs import free_ports, progress, tree_cpu_seconds, wait_until
-from priogate.kube.client import ApiClient, ApiError, load_client, resource_path
+from priogate.kube.client import ApiClient, load_client, resource_path
 from priogate.podgroup import GROUP_VERSION, PLURAL
-from priogate.scope import COVERED, ENROLLED_LABEL, ENROLLED_VALUE, probe_body
 from tests.podgroup_load import LoadResult, create_concurrently
-from tests.replicas import LOOPBACK, edit_hooks, point_quota_server, served_count, start_replicas
-
-QUOTA_HOOKS = ("podgroup-quota.priogate.io", "podgroup-enrolment.priogate.io")
-# The floor's hook: the reservation hook's registration, renamed and sent to a rule that reads
-# and writes nothing for a PodGroup without priogate's annotations (webhook.rules.podgroup_annotations).
-FLOOR_HOOK = "podgroup-floor.bench.priogate.io"
-FLOOR_PATH = "/validate/podgroup-annotations"
-
-
-def _prepare(client: ApiClient, namespace: str, quota_cpu: int) -> None:
-    # Enrolled (priogate.scope) as after its first claim: every admission measured goes to the
-    # reservation hook, at the replicas, not to the once-per-namespace enrolment.
-    enrolled = {ENROLLED_LABEL: ENROLLED_VALUE}
-    client.create("/api/v1/namespaces", {"metadata": {"name": namespace, "labels": enrolled}})
-    client.create(
-        resource_path("v1", "resourcequotas", namespace),
-        {"metadata": {"name": "compute"}, "spec": {"hard": {"cpu": str(quota_cpu)}}},
-    )
-
-
-def _covered(client: ApiClient, namespace: str) -> bool:
-    """Whether kube-apiserver calls the reservation hook in `namespace` (the coverage probe)."""
-    try:
-        client.create(resource_path(GROUP_VERSION, PLURAL, namespace), probe_body(), dry_run=True)
-    except ApiError as e:
-        if COVERED in e.message:
-            return True
-        raise
-    return False
-
-
-def _set_quota_hooks(client: ApiClient, hooks: list[dict] | None, namespace: str) -> list[dict]:
-    """Take priogate's quota hooks out of the configuration (hooks None) or put `hooks` back;
-    returns the hooks taken out. Waits until kube-apiserver acts on the change."""
-    taken: list[dict] = []
-
-    def change(current: list[dict]) -> list[dict]:
-        taken[:] = [h for h in current if h["name"] in QUOTA_HOOKS]
-        kept = [h for h in current if h["name"] not in QUOTA_HOOKS]
-        return kept if hooks is None else kept + hooks
-
-    edit_hooks(client, change)
-    wait_until(
-        lambda: _covered(client, namespace) == (hooks is not None),
-        timeout=30,
-        what="kube-apiserver to act on the changed webhook configuration",
-    )
-    return taken
-
-
-def _floor_calls(client: ApiClient) -> float:
-    """How many requests kube-apiserver has sent the floor's hook."""
-    text = client.get_text("/metrics")
-    return metric_sum(text, "apiserver_admission_webhook_request_total", {"name": FLOOR_HOOK})
-
-
-def _set_floor_hook(client: ApiClient, quota_hooks: list[dict], url: str | None, namespace: str) -> None:
-    """Add the floor's hook, sent to `url` (a copy of the reservation hook in `quota_hooks`), or
-    (url None) take it out. Waits until kube-apiserver calls it: a dry-run create it is sent."""
-    hook = copy.deepcopy(next(h for h in quota_hooks if h["name"] == QUOTA_HOOKS[0]))
-    hook["name"] = FLOOR_HOOK
-    hook["clientConfig"] = {**hook["clientConfig"], "url": f"{url}{FLOOR_PATH}"}
-    edit_hooks(
-        client,
-        lambda current: [h for h in current if h["name"] != FLOOR_HOOK] + ([hook] if url else []),
-    )
-    if url is None:
-        return
-
-    def called() -> bool:
-        before = _floor_calls(client)
-        client.create(resource_path(GROUP_VERSION, PLURAL, namespace), probe_body(), dry_run=True)
-        return _floor_calls(client) > before
-
-    wait_until(called, timeout=30, what="kube-apiserver to call the floor's hook")
+from tests.replicas import LOOPBACK, point_quota_server, served_count, start_replicas
 
 
 @dataclass
@@ -370,13 +294,13 @@ class OneServer:
         """Four probes through kube-apiserver, all answered by the first server."""
         before = self._served()
         for _ in range(4):
-            _covered(self.client, namespace)
+            covered(self.client, namespace)
         after = self._served()
         return after[0] - before[0] == 4 and after[1:] == before[1:]
 
     def run(self, args: argparse.Namespace, pids: dict[str, int], tag: str) -> Run:
         namespace = f"bench-one-server-{tag}"
-        _prepare(self.client, namespace, args.quota_cpu)
+        prepare(self.client, namespace, args.quota_cpu)
         point_quota_server(self.client, f"https://{LOOPBACK}:{self.ports[0]}")
         try:
             wait_until(
@@ -401,17 +325,17 @@ def _round(
     cluster quiet before each; the round's PodGroups deleted after it."""
     namespaces = {arm: f"bench-{arm}-{tag}" for arm in ("baseline", "floor", "measured")}
     for namespace in namespaces.values():
-        _prepare(client, namespace, args.quota_cpu)
+        prepare(client, namespace, args.quota_cpu)
     progress(f"round {tag}: baseline, {args.podgroups} PodGroups without priogate's quota hooks")
-    hooks = _set_quota_hooks(client, None, namespaces["measured"])
+    hooks = set_quota_hooks(client, None, namespaces["measured"])
     _settle(pids, "taking the quota hooks out")
     runs = {"baseline": _load(client, namespaces["baseline"], args, pids)}
     _settle(pids, "the baseline")
     progress(f"round {tag}: floor, {args.podgroups} PodGroups through a hook that answers at once")
-    _set_floor_hook(client, hooks, url, namespaces["floor"])
+    set_floor_hook(client, hooks, url, namespaces["floor"])
     runs["floor"] = _load(client, namespaces["floor"], args, pids)
-    _set_floor_hook(client, hooks, None, namespaces["floor"])
-    _set_quota_hooks(client, hooks, namespaces["measured"])
+    set_floor_hook(client, hooks, None, namespaces["floor"])
+    set_quota_hooks(client, hooks, namespaces["measured"])
     _settle(pids, "the floor")
     progress(
         f"round {tag}: {args.podgroups} PodGroups, {args.in_flight} in flight, quota cpu={args.quota_cpu}"
