@@ -1,18 +1,17 @@
-"""hack/upstream/run.py's verdict from ginkgo's JSON report: a spec that passed only on a retry
+"""hack/upstream/verdict.py: the verdict from ginkgo's JSON report: a spec that passed only on a retry
 is printed as FLAKY and counted, a spec that failed every attempt fails the run with the
 namespace's last scheduling events, so CI's log says which pod waited and why."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+from hack.upstream.verdict import summarize
+
 NAME = "[sig-scheduling] SchedulerPreemption [Serial] validates basic preemption works"
 OTHER = (
     "[sig-scheduling] SchedulerPreemption [Serial] PodTopologySpread Preemption"
@@ -23,15 +22,6 @@ DUMP = (
     "{default-scheduler } FailedScheduling: 0/2 nodes are available: 2 Insufficient example.com/fakePTSRes.\n"
     "I1128 11:11:58.190 22397 util.go:10] unrelated line\n"
 )
-
-
-def _runner() -> Any:
-    spec = importlib.util.spec_from_file_location("hack_upstream_run", REPO / "hack" / "upstream" / "run.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses resolve the module by name
-    spec.loader.exec_module(module)
-    return module
 
 
 def _spec(name: str, state: str, attempts: int = 1, output: str = "") -> dict[str, Any]:
@@ -49,10 +39,9 @@ def _spec(name: str, state: str, attempts: int = 1, output: str = "") -> dict[st
 
 
 def _summarize(tmp_path: Path, capsys: pytest.CaptureFixture[str], *specs: dict[str, Any]) -> tuple[int, str]:
-    run = _runner()
     report = tmp_path / "report.json"
     report.write_text(json.dumps([{"SpecReports": list(specs)}]))
-    code = run.summarize(report, [], 0, "default")
+    code = summarize(report, [], 0, "default")
     return code, capsys.readouterr().out
 
 
