@@ -5,10 +5,13 @@ whatever the watch view shows yet.
 
 from __future__ import annotations
 
+from typing import Any
+
 from priogate.preemption.extender import Victims, shape
 from priogate.preemption.extender_gangs import UNKNOWN_GROUP
 from priogate.preemption.parse import parse_pod
 from priogate.preemption.policy import DEFAULT_POLICY, PreemptionPolicy
+from priogate.preemption.state import ClusterState
 from tests.builders import node, pod, podgroup
 from tests.unit.preemption.test_extender import UNSCHEDULABLE, kept, preemptor, state_of
 
@@ -47,16 +50,21 @@ def test_the_start_delay_keeps_nothing_until_it_passes() -> None:
     assert late.nodes == candidates
 
 
-def test_a_member_of_a_gang_short_of_min_member_is_left_to_gang_preemption() -> None:
-    member = pod("m1", priority=10, cpu="2", group="g")
-    member["status"] = {"phase": "Pending"}
-    state = state_of(
+def short_gang(m1: dict[str, Any]) -> ClusterState:
+    """Gang g of two members, m1 and m2, both pending, and one node n1 that the low pod a fills."""
+    return state_of(
         node("n1", cpu="2"),
         podgroup("g", min_member=2, phase="Inqueue"),
-        member,
+        m1,
         pod("m2", priority=10, cpu="2", group="g"),
         pod("a", priority=1, cpu="2", node="n1"),
     )
+
+
+def test_a_member_of_a_gang_short_of_min_member_is_left_to_gang_preemption() -> None:
+    member = pod("m1", priority=10, cpu="2", group="g")
+    member["status"] = {"phase": "Pending"}
+    state = short_gang(member)
     result = shape(state.pods["default/m1"], {"n1": Victims(("default/a",))}, state, DEFAULT_POLICY, now=0)
     assert result.nodes == {} and result.waiting and result.gang
     assert "gang preemption" in result.reasons["n1"]
@@ -84,13 +92,7 @@ def test_a_member_the_view_still_shows_gated_counts_for_its_gang() -> None:
     tries it at once, before the watch shows the gate gone."""
     gated = pod("m1", priority=10, cpu="2", group="g")
     gated["spec"]["schedulingGates"] = [{"name": "priogate.io/podgroup"}]
-    state = state_of(
-        node("n1", cpu="2"),
-        podgroup("g", min_member=2, phase="Inqueue"),
-        gated,
-        pod("m2", priority=10, cpu="2", group="g"),
-        pod("a", priority=1, cpu="2", node="n1"),
-    )
+    state = short_gang(gated)
     assert state.pods["default/m1"].gated
     result = shape(state.pods["default/m1"], {"n1": Victims(("default/a",))}, state, DEFAULT_POLICY, now=0)
     assert result.nodes == {} and result.gang
