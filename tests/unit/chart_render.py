@@ -12,6 +12,7 @@ from pathlib import Path
 
 import yaml
 
+from hack.chart_templates import STANDARD_LABELS
 from localcluster.binaries import REPO, ensure_helm
 
 CHART = REPO / "charts" / "priogate"
@@ -53,15 +54,6 @@ def kustomize(manifests: Path = REPO / "manifests") -> dict[Key, dict]:
 @cache
 def defaults() -> dict[Key, dict]:
     return render()
-
-
-STANDARD_LABELS = (
-    "app.kubernetes.io/name",
-    "app.kubernetes.io/instance",
-    "app.kubernetes.io/version",
-    "app.kubernetes.io/managed-by",
-    "helm.sh/chart",
-)
 
 
 def without_standard_labels(obj: dict, base: dict) -> dict:
