@@ -54,7 +54,9 @@ from localcluster.procs import free_ports, progress, tree_cpu_seconds, wait_unti
 from priogate.kube.client import ApiClient, load_client, resource_path
 from priogate.podgroup import GROUP_VERSION, PLURAL
 from tests.podgroup_load import LoadResult, create_concurrently
-from tests.replicas import LOOPBACK, point_quota_server, served_count, start_replicas
+from tests.replicas import LOOPBACK, point_quota_server, served_count, server_metric, start_replicas
+
+RELAYS = "priogate_ledger_relays_total"
 
 
 @dataclass
@@ -178,6 +180,13 @@ def main() -> int:
         help="a fourth run per round: the quota hooks sent to one of the two servers only, so one "
         "process writes each namespace's ledger (what one owner per namespace would reach)",
     )
+    p.add_argument(
+        "--relay",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="the servers relay ledger admissions to the namespace's writer, as deployed without client"
+        " certificates (--no-relay: they race for the ledger, as with client certificates required)",
+    )
     args = p.parse_args()
     if args.rounds < 1:
         p.error("--rounds must be at least 1")
@@ -188,6 +197,8 @@ def main() -> int:
         try:
             client = load_client(str(cluster.kubeconfig), pool_size=args.in_flight + 8)
             shared_port = free_ports(1)[0]
+            # Relaying is off where the servers require client certificates (docs/ledger.md).
+            client_cert = None if args.relay else cluster.webhook_client_cert
             replicas = start_replicas(
                 cluster.supervisor,
                 cluster.pki.webhook_crt,
@@ -198,9 +209,10 @@ def main() -> int:
                 workers=args.quota_workers,
                 ca_file=cluster.pki.ca_crt,
                 repo=REPO,
-                client_ca=cluster.webhook_client_ca,
-                client_cert=cluster.webhook_client_cert,
+                client_ca=None if args.relay else cluster.webhook_client_ca,
+                client_cert=client_cert,
                 shared_port=shared_port,
+                relay=args.relay,
             )
             replicas_url = f"https://{LOOPBACK}:{shared_port}"
             # As manifests/ deploys priogate: every quota rule set (PodGroup defaults, annotations,
@@ -211,7 +223,7 @@ def main() -> int:
             point_quota_server(client, replicas_url)
             cluster.restart_webhook("--serve=priority")
             pids = {proc.name: proc.pid for proc in cluster.supervisor.procs}
-            one = OneServer(client, replicas, replicas_url, cluster.pki.ca_crt, cluster.webhook_client_cert)
+            one = OneServer(client, replicas, replicas_url, cluster.pki.ca_crt, client_cert)
             for i in range(1, args.rounds + 1):
                 runs = _round(client, args, pids, replicas_url, f"{i}")
                 if args.one_server:
@@ -223,9 +235,11 @@ def main() -> int:
                     f"baseline {runs['baseline'].result.rate:.0f}/s, floor {runs['floor'].result.rate:.0f}/s"
                 )
             # The kernel spreads connections, not requests: show that both servers took part.
-            served = [
-                served_count(port, QUOTA_HOOKS[0], cluster.pki.ca_crt, cluster.webhook_client_cert)
-                for _, port in replicas
+            ports = [port for _, port in replicas]
+            served = [served_count(port, QUOTA_HOOKS[0], cluster.pki.ca_crt, client_cert) for port in ports]
+            relayed = [
+                server_metric(port, RELAYS, {"outcome": "answered"}, cluster.pki.ca_crt, client_cert)
+                for port in ports
             ]
         finally:
             cluster.stop()
@@ -244,6 +258,7 @@ def main() -> int:
     print(measured.per_admission())
     counts = ", ".join(f"{n:.0f}" for n in served)
     print(f"reservation hook requests answered by each server, all rounds: {counts}")
+    print(f"ledger admissions relayed to the writer by each server: {', '.join(f'{n:.0f}' for n in relayed)}")
     result = measured.result
     print(
         f"most reserved seen: {result.max_ledger_cpu} cpu in the ledger, "

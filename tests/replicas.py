@@ -51,6 +51,11 @@ class RoundRobinProxy:
             raise RuntimeError("the round-robin proxy did not start listening")
         return self
 
+    def remove(self, backend: int) -> None:
+        """Hand no new connection to `backend`, as a Service drops a pod that went away."""
+        self.backends.remove(backend)
+        self._cycle = itertools.cycle(self.backends)
+
     def stop(self) -> None:
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(10)
@@ -120,11 +125,14 @@ def start_replicas(
     client_ca: Path | None = None,
     client_cert: tuple[Path, Path] | None = None,
     shared_port: int | None = None,
+    relay: bool = False,
 ) -> list[tuple[Proc, int]]:
     """Start `masters` webhook servers of `workers` workers each; wait until all are ready.
     `client_ca`: they require client certificates signed by it, `client_cert` one of them (mTLS,
     LocalCluster.webhook_client_ca and webhook_client_cert). `shared_port`: each also listens
-    there, with SO_REUSEPORT. Returns each server with its own port."""
+    there, with SO_REUSEPORT. `relay`: each names its own port as its peer address, so ledger
+    admissions are relayed to the namespace's writer (webhook/ledger_relay.py). Returns each
+    server with its own port."""
     import requests
 
     ports = [port for port in free_ports(masters + 1) if port != shared_port][:masters]
@@ -138,6 +146,7 @@ def start_replicas(
             f"--key-file={key_file}",
             f"--bind={LOOPBACK}:{port}" + (f",{LOOPBACK}:{shared_port}" if shared_port else ""),
             *(["--reuse-port"] if shared_port else []),
+            *([f"--peer-address={LOOPBACK}:{port}"] if relay else []),
             f"--kubeconfig={kubeconfig}",
             f"--workers={workers}",
             *([f"--client-ca-file={client_ca}"] if client_ca else []),
@@ -179,13 +188,24 @@ def _ready(session: object, port: int, ca_file: Path) -> bool:
 
 def served_count(port: int, hook: str, ca_file: Path, client_cert: tuple[Path, Path] | None = None) -> float:
     """How many requests of `hook` the server on `port` has answered (its own metrics)."""
+    return server_metric(port, "priogate_webhook_requests_total", {"webhook": hook}, ca_file, client_cert)
+
+
+def server_metric(
+    port: int,
+    name: str,
+    labels: dict[str, str],
+    ca_file: Path,
+    client_cert: tuple[Path, Path] | None = None,
+) -> float:
+    """The sum of metric `name`'s samples with `labels` on the server on `port`."""
     import requests
 
     session = requests.Session()
     session.trust_env = False
     session.cert = (str(client_cert[0]), str(client_cert[1])) if client_cert else None
     text = session.get(f"https://{LOOPBACK}:{port}/metrics", verify=str(ca_file), timeout=5).text
-    return metric_sum(text, "priogate_webhook_requests_total", {"webhook": hook})
+    return metric_sum(text, name, labels)
 
 
 @contextlib.contextmanager

@@ -120,6 +120,13 @@ def main(argv: list[str] | None = None) -> int:
         help="every blocking call on a client's connection (the TLS handshake, each read of its request,"
         " each write of the response) ends within this long, or the client is disconnected (default: 10)",
     )
+    p.add_argument(
+        "--peer-address",
+        default=os.environ.get("PRIOGATE_PEER_ADDRESS") or None,
+        help="HOST:PORT where the other replicas reach this server's admission port (the pod's IP):"
+        " a quota server relays ledger admissions to the replica holding the namespace's ledger"
+        " turn instead of racing it (docs/ledger.md; off while --client-ca-file is set; default: none)",
+    )
     args = p.parse_args(argv)
     if not (0 < args.cache_quiet_seconds < math.inf):
         p.error(f"--cache-quiet-seconds {args.cache_quiet_seconds}: give a number of seconds above 0")
@@ -137,6 +144,11 @@ def main(argv: list[str] | None = None) -> int:
             )
     if not any(address.strip() for address in args.bind.split(",")):
         p.error(f"--bind {args.bind!r}: give HOST:PORT, or several comma-separated")
+    if args.peer_address:
+        from priogate.ledger.turn_order import peer_of
+
+        if peer_of(args.peer_address + "/") is None or any(c.isspace() for c in args.peer_address):
+            p.error(f"--peer-address {args.peer_address!r}: give HOST:PORT")
     if args.health_bind:
         from webhook.health import parse_bind
 
@@ -181,6 +193,7 @@ def main(argv: list[str] | None = None) -> int:
         client_ca_file=args.client_ca_file,
         client_deadline_seconds=args.client_deadline_seconds,
         health_bind=args.health_bind,
+        peer_address=args.peer_address,
     )
     WebhookServer(options).run()
     return 0

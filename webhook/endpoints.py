@@ -21,6 +21,7 @@ import orjson
 import structlog
 
 from webhook import metrics
+from webhook.ledger_relay import RELAYED_ENVIRON, LedgerRelay
 from webhook.objects import MalformedObject
 from webhook.registry import RuleSet
 from webhook.review import BadReview, Decision, caller_timeout, deny, parse_review, review_response
@@ -80,13 +81,23 @@ def read_body(environ: dict[str, Any]) -> bytes:
 
 
 def answer_review(
-    rule_set: RuleSet, view: CacheView, body: bytes, deadline: float | None = None
+    rule_set: RuleSet,
+    view: CacheView,
+    body: bytes,
+    deadline: float | None = None,
+    relay: LedgerRelay | None = None,
 ) -> tuple[Answer, str, str]:
-    """The answer, the operation and the decision label (allow, deny, error, bad-request)."""
+    """The answer, the operation and the decision label (allow, deny, error, bad-request,
+    relayed). `relay`: a rule set that takes ledger turns sends the review on to the replica
+    holding the namespace's turn, when there is one that answers."""
     try:
         review = parse_review(body, deadline)
     except BadReview as e:
         return bad_request(rule_set, str(e)), "", "bad-request"
+    if relay is not None and rule_set.ledger_turn and review.namespace:
+        relayed = relay.answer(rule_set.path, review.namespace, body, deadline)
+        if relayed is not None:
+            return _json(relayed), review.operation, "relayed"
     # An advisory rule set (the preemption preview) answers whatever its caches' state: it
     # reads them only to warn, and a warning missing is all that unlisted caches cost it.
     decision = None if rule_set.advisory else cache_refusal(rule_set, view, review.operation)
@@ -214,7 +225,9 @@ class AdmissionEndpoints:
                 return bad_request(rule_set, str(e))
             timeout = caller_timeout(environ.get("QUERY_STRING", ""))
             deadline = None if timeout is None else arrived + timeout
-            answer, operation, decision = answer_review(rule_set, self.view, body, deadline)
+            # A review relayed here by another replica is decided here, never relayed again.
+            relay = None if environ.get(RELAYED_ENVIRON) else self.view.relay
+            answer, operation, decision = answer_review(rule_set, self.view, body, deadline, relay)
             self._count(rule_set.name, operation, decision)
             seconds = time.perf_counter() - started
             if seconds > SLOW_SECONDS:

@@ -63,6 +63,13 @@ LEDGER_CONFLICTS = Counter(
     "Ledger writes that lost an optimistic-concurrency race (409) and were retried.",
 )
 
+LEDGER_RELAYS = Counter(
+    "priogate_ledger_relays_total",
+    "Ledger admissions sent on to the replica holding the namespace's ledger turn (--peer-address),"
+    " by outcome: answered by it, or failed and decided here.",
+    ["outcome"],
+)
+
 # One sample per live worker (pid label): the health port's /readyz (webhook/health.py) is ready
 # when every configured worker reports 1.
 WORKER_READY = Gauge(

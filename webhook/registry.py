@@ -107,6 +107,9 @@ class RuleSet:
     # one small cache; the quota rule sets keep every pod in their caches and block on ledger
     # writes. They want different thread counts and memory, so they run as separate servers.
     server: Literal["priority", "quota", "preview"] = "priority"
+    # Whether its decisions take a turn on the namespace's ledger: such an admission is relayed
+    # to the replica that holds the turn (webhook/ledger_relay.py).
+    ledger_turn: bool = False
     # Advisory: it only ever allows, with warnings (the preemption preview). kube-apiserver
     # ignores its failures (failurePolicy Ignore, whatever the mode), and it never refuses, not
     # even while its caches are not listed yet (webhook/endpoints.py): it then warns nothing.

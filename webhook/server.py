@@ -132,6 +132,10 @@ class ServerOptions:
     # HOST:PORT of the plain-HTTP /healthz, /readyz and /metrics (webhook/health.py), served by
     # the master apart from the TLS port; None: not served.
     health_bind: str | None = None
+    # HOST:PORT where the other replicas reach this server's admission port (its pod's address):
+    # ledger admissions are relayed to the replica holding the namespace's ledger turn
+    # (webhook/ledger_relay.py). None, or client certificates required: no relaying.
+    peer_address: str | None = None
 
 
 class _ContextCache:
@@ -183,6 +187,8 @@ def build_view(
     ledger_namespace: str = "priogate-system",
     in_flight_seconds: float = IN_FLIGHT.total_seconds(),
     quiet_seconds: float = 120.0,
+    peer_address: str | None = None,
+    cert_file: str | None = None,
 ) -> Any:
     """Caches for what the served rule sets need, started in this worker."""
     from priogate.kube.cache import CacheState, WatchCache
@@ -219,19 +225,29 @@ def build_view(
     preview = PreviewState.attach(caches) if all(n in caches for n in PREVIEW_CACHES) else None
     for cache in caches.values():
         cache.start()
+    # Where the ledgers are watched (the pod quota rule set reads them, so the quota server
+    # does), turns start from that copy. Not a need of the PodGroup rule sets: the copy only
+    # saves a GET, so a stale watch of the ledgers must not refuse their admissions.
+    watched = (
+        WatchedLedgers(caches["ledgers"], ledger_namespace, peer_address=peer_address)
+        if "ledgers" in caches
+        else None
+    )
     store = LedgerStore(
         client,
         ledger_namespace=ledger_namespace,
         in_flight=in_flight,
         on_conflict=LEDGER_CONFLICTS.inc,
-        # Where the ledgers are watched (the pod quota rule set reads them, so the quota server
-        # does), turns start from that copy. Not a need of the PodGroup rule sets: the copy only
-        # saves a GET, so a stale watch of the ledgers must not refuse their admissions.
-        watched=WatchedLedgers(caches["ledgers"], ledger_namespace) if "ledgers" in caches else None,
+        watched=watched,
     )
-    return CacheView(
+    view = CacheView(
         caches, store, client, ledger_namespace=ledger_namespace, in_flight=in_flight, preview=preview
     )
+    if watched is not None and peer_address and cert_file:
+        from webhook.ledger_relay import LedgerRelay
+
+        view.relay = LedgerRelay(watched.writer_of, cert_file)
+    return view
 
 
 class WebhookServer(BaseApplication):
@@ -318,6 +334,10 @@ class WebhookServer(BaseApplication):
                 o.ledger_namespace,
                 o.in_flight_seconds,
                 o.cache_quiet_seconds,
+                # Replicas hold no client certificate kube-apiserver's CA signed, so with mTLS
+                # they could not reach each other (webhook/ledger_relay.py).
+                peer_address=None if o.client_ca_file else o.peer_address,
+                cert_file=o.cert_file,
             )
             app = create_app(view, load_rule_sets(servers=o.servers))
         _report_readiness(app)

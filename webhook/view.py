@@ -29,6 +29,7 @@ from priogate.preemption.outcome import Outcome
 from priogate.quota import quota_names
 from priogate.resources import ResourceList, add, pod_requests
 from priogate.slim import group_member_essentials, namespace_labels, slim_node, slim_pod
+from webhook.ledger_relay import LedgerRelay
 from webhook.preview_state import PREVIEW_CACHES, PreviewState
 
 
@@ -91,6 +92,9 @@ class CacheView:
         # server); built over static caches on first use otherwise (offline, tests).
         self._preview = preview
         self.ledger_store: LedgerStore | Any = ledger_store
+        # Sends ledger admissions on to the namespace's writer (webhook/ledger_relay.py); None
+        # when this server has no peer address.
+        self.relay: LedgerRelay | None = None
         # For quorum reads outside a ledger's turn (listed_podgroups); None offline and in
         # tests, where the caches are fixed and so never behind.
         self.client = client

@@ -16,17 +16,25 @@ from typing import Any
 
 from priogate.kube.cache import WatchCache
 from priogate.ledger.codec import ledger_name
-from priogate.ledger.timing import OTHERS_ACTIVE_SECONDS, WATCH_WAIT_SECONDS
-from priogate.ledger.turn_order import Start, Turn, start_from, turn_of
+from priogate.ledger.timing import OTHERS_ACTIVE_SECONDS, WATCH_WAIT_SECONDS, WRITER_FRESH_SECONDS
+from priogate.ledger.turn_order import Start, Turn, peer_of, start_from, turn_of, writer_name
 
 
 class WatchedLedgers:
-    def __init__(self, cache: WatchCache, ledger_namespace: str, writer: str | None = None) -> None:
-        """`writer` names this process's writes in their turn stamps: by default the host, the
-        process and a random part, so a restarted process never takes an old stamp for its own."""
+    def __init__(
+        self,
+        cache: WatchCache,
+        ledger_namespace: str,
+        writer: str | None = None,
+        peer_address: str | None = None,
+    ) -> None:
+        """`writer` names this process's writes in their turn stamps: by default its peer
+        address (where other replicas reach it, if it has one), the host, the process and a
+        random part, so a restarted process never takes an old stamp for its own."""
         self.cache = cache
         self.ledger_namespace = ledger_namespace
-        self.writer = writer or f"{socket.gethostname()[:40]}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+        process = f"{socket.gethostname()[:40]}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+        self.writer = writer or writer_name(process, peer_address)
         # namespace -> (the ledger's uid, the sequence number) of this process's last write
         self._last: dict[str, tuple[str, int]] = {}
         # namespace -> (the last stamp of another writer seen, time.monotonic() it was first seen)
@@ -57,12 +65,38 @@ class WatchedLedgers:
             self.cache.wait_changed(generation, give_up - now)
 
     def _others_active(self, namespace: str, turn: Turn, now: float) -> bool:
+        self._note_other(namespace, turn, now)
+        seen = self._others.get(namespace)
+        return seen is not None and now - seen[1] < OTHERS_ACTIVE_SECONDS
+
+    def _note_other(self, namespace: str, turn: Turn, now: float) -> None:
         if turn.writer and turn.writer != self.writer:
             seen = self._others.get(namespace)
             if seen is None or seen[0] != turn:
                 self._others[namespace] = (turn, now)
+
+    def writer_of(self, namespace: str) -> tuple[str, int] | None:
+        """The peer address (host, port) of the process that holds the namespace's ledger turn,
+        when that is another process: one whose write the watch showed within
+        WRITER_FRESH_SECONDS and which names an address. None when this process wrote last (as
+        far as the watch shows), when nobody wrote lately, or when the watch is not current."""
+        if not self.cache.synced:
+            return None
+        obj = self.cache.get(self.ledger_namespace, ledger_name(namespace))
+        if obj is None:
+            return None
+        turn = turn_of(obj)
+        if not turn.writer or turn.writer == self.writer:
+            return None
+        uid, seq = self.last_written(namespace)
+        if (obj.get("metadata") or {}).get("uid") == uid and seq > turn.seq:
+            return None  # this process wrote since; the watch has not shown it yet
+        now = time.monotonic()
+        self._note_other(namespace, turn, now)
         seen = self._others.get(namespace)
-        return seen is not None and now - seen[1] < OTHERS_ACTIVE_SECONDS
+        if seen is None or now - seen[1] > WRITER_FRESH_SECONDS:
+            return None
+        return peer_of(turn.writer)
 
     def last_written(self, namespace: str) -> tuple[str, int]:
         """(the ledger's uid, the sequence number) of this process's last write on the

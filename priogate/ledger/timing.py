@@ -69,3 +69,18 @@ OTHERS_ACTIVE_SECONDS = 0.1
 # How long a turn waits for the watch to show the newest write: about two turns of another server
 # under load (its write lands 10 to 25 ms after it began, the watch event a few ms later).
 WATCH_WAIT_SECONDS = 0.05
+
+# --- Relaying to the namespace's writer (latency only) ---------------------------------------
+
+# A writer whose write on a namespace's ledger the watch showed this recently holds the
+# namespace's turn: other replicas relay the namespace's admissions to it (webhook/ledger_relay.py).
+# Longer than the gap between writes under load (tens of ms), short enough that an idle
+# namespace's next admission is decided where it lands.
+WRITER_FRESH_SECONDS = 2.0
+# Connecting to the writer: replicas share a network, so a connection that does not open in this
+# long is to a replica that has gone; the admission is then decided where it landed.
+RELAY_CONNECT_SECONDS = 0.25
+# After a relay to a writer failed, admissions are decided where they land for this long instead
+# of trying that writer again, so a replica that went away costs one failed connection, not one
+# per admission.
+RELAY_BACKOFF_SECONDS = 2.0

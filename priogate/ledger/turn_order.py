@@ -16,6 +16,10 @@ process's own last write and another writer was active a moment ago, the turn wa
 that writer's next write (the servers take turns instead of racing), then starts from the newest
 copy. When the watch has not shown the process's last write yet, the turn waits for it, then GETs.
 
+A writer that other replicas can reach names its address in the stamp (`ADDRESS/PROCESS`, see
+writer_name): a replica that is not the namespace's writer relays its admissions there instead of
+racing it for the ledger (webhook/ledger_relay.py).
+
 The stamp is a hint, like the resourceVersion read by a client of optimistic concurrency in
 kube-apiserver (API concepts, "Resource versions"): a forged or garbled stamp costs a wait or a
 GET, never a wrong decision.
@@ -24,6 +28,7 @@ GET, never a wrong decision.
 from __future__ import annotations
 
 import enum
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -60,6 +65,27 @@ def turn_of(obj: Mapping[str, Any]) -> Turn:
     if not seq.isdigit() or not writer:
         return UNSTAMPED
     return Turn(int(seq), writer)
+
+
+def writer_name(process: str, peer_address: str | None = None) -> str:
+    """The writer a process's stamps name: its peer address (HOST:PORT where other replicas
+    reach its admission port) and its process name, or the process name alone."""
+    return f"{peer_address}/{process}" if peer_address else process
+
+
+def peer_of(writer: str) -> tuple[str, int] | None:
+    """(host, port) of the peer address a writer names, or None when it names none that parses.
+    The host may be an IPv6 address, bracketed or not: the port follows the last colon."""
+    address, slash, _ = writer.partition("/")
+    host, colon, port = address.rpartition(":")
+    host = host.strip("[]")
+    if not (slash and colon and _HOST.fullmatch(host) and port.isdigit() and 0 < int(port) < 65536):
+        return None
+    return host, int(port)
+
+
+# An IPv4 or IPv6 address or a DNS name: nothing a URL would read otherwise.
+_HOST = re.compile(r"[0-9A-Za-z.:-]+")
 
 
 class Start(enum.Enum):

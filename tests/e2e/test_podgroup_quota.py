@@ -16,16 +16,20 @@ from localcluster import LocalCluster
 from localcluster.binaries import REPO
 from priogate.kube.client import ApiClient, ApiError, load_client, resource_path
 from priogate.ledger.codec import DEFAULT_LEDGER_NAMESPACE, entries_of, ledger_path
-from priogate.ledger.turn_order import TURN_ANNOTATION
+from priogate.ledger.turn_order import TURN_ANNOTATION, peer_of, turn_of
 from priogate.resources import parse_quantity
 from priogate.scope import ENROLLED_LABEL, ENROLLED_VALUE
 from tests.builders import pod, podgroup
 from tests.e2e.helpers import wait_for
 from tests.podgroup_load import create_concurrently
-from tests.replicas import point_webhook, proxied, served_count, start_replicas
+from tests.replicas import LOOPBACK, point_webhook, proxied, served_count, server_metric, start_replicas
 
 GROUPS = resource_path("scheduling.volcano.sh/v1beta1", "podgroups")
 QUOTA_HOOK = "podgroup-quota.priogate.io"
+
+
+def relays(port: int, outcome: str, ca_file, client_cert) -> float:
+    return server_metric(port, "priogate_ledger_relays_total", {"outcome": outcome}, ca_file, client_cert)
 
 
 @pytest.fixture(scope="module")
@@ -128,12 +132,24 @@ def forging_turn_stamps(client: ApiClient, namespace: str, every: float = 0.05) 
 
 
 @pytest.mark.parametrize(
-    ("masters", "workers", "forged_stamps"),
-    [(1, 4, False), (2, 2, False), (2, 2, True)],
-    ids=["one-server-4-workers", "two-servers", "two-servers-forged-turn-stamps"],
+    ("masters", "workers", "forged_stamps", "relay"),
+    [
+        (1, 4, False, False),
+        (2, 2, False, False),
+        (2, 2, True, False),
+        (2, 1, False, True),
+        (2, 1, True, True),
+    ],
+    ids=[
+        "one-server-4-workers",
+        "two-servers",
+        "two-servers-forged-turn-stamps",
+        "two-servers-relaying",
+        "two-servers-relaying-forged-turn-stamps",
+    ],
 )
 def test_concurrent_podgroups_fill_the_quota_exactly(
-    cluster, client, namespace, masters, workers, forged_stamps
+    cluster, client, namespace, masters, workers, forged_stamps, relay
 ):
     create_quota(client, namespace, "10")
     # Enrolled (priogate.scope) up front, as after a first claim: every PodGroup then goes to the
@@ -155,8 +171,10 @@ def test_concurrent_podgroups_fill_the_quota_exactly(
         workers=workers,
         ca_file=cluster.pki.ca_crt,
         repo=REPO,
-        client_ca=cluster.webhook_client_ca,
-        client_cert=cluster.webhook_client_cert,
+        # Relaying is off with client certificates required (webhook/ledger_relay.py).
+        client_ca=None if relay else cluster.webhook_client_ca,
+        client_cert=None if relay else cluster.webhook_client_cert,
+        relay=relay,
     )
     ports = [port for _, port in replicas]
     try:
@@ -192,14 +210,71 @@ def test_concurrent_podgroups_fill_the_quota_exactly(
         entries = entries_of(client.get(ledger_path(DEFAULT_LEDGER_NAMESPACE, namespace))).values()
         assert {e.group for e in entries} == {g["metadata"]["name"] for g in stored}
         if masters > 1:
+            client_cert = None if relay else cluster.webhook_client_cert
             assert all(backends_used.get(p, 0) > 0 for p in ports), backends_used
-            assert all(
-                served_count(p, QUOTA_HOOK, cluster.pki.ca_crt, cluster.webhook_client_cert) > 0
-                for p in ports
-            )
+            assert all(served_count(p, QUOTA_HOOK, cluster.pki.ca_crt, client_cert) > 0 for p in ports)
+            relayed = [relays(p, "answered", cluster.pki.ca_crt, client_cert) for p in ports]
+            # Relaying servers send a namespace's admissions to its writer; the others never do.
+            # Forged stamps name no writer to relay to: the replicas then race, as without.
+            if not relay:
+                assert sum(relayed) == 0, relayed
+            elif not forged_stamps:
+                assert sum(relayed) > 0, relayed
     finally:
         for proc, _ in replicas:
             cluster.supervisor.stop(proc.name)
+
+
+def test_when_the_ledgers_writer_goes_away_the_other_replica_takes_its_turns(cluster, client, namespace):
+    """Two relaying replicas: one writes the namespace's ledger and the other relays to it. The
+    writer stops (its pod goes away, and the Service stops sending to it): every later admission
+    is answered by the survivor, which then writes the ledger itself, and the quota fills exactly."""
+    create_quota(client, namespace, "20")
+    client.request(
+        "PATCH",
+        f"/api/v1/namespaces/{namespace}",
+        body={"metadata": {"labels": {ENROLLED_LABEL: ENROLLED_VALUE}}},
+        content_type="application/merge-patch+json",
+    )
+    replicas = start_replicas(
+        cluster.supervisor,
+        cluster.pki.webhook_crt,
+        cluster.pki.webhook_key,
+        cluster.kubeconfig,
+        cluster.logs,
+        masters=2,
+        workers=1,
+        ca_file=cluster.pki.ca_crt,
+        repo=REPO,
+        relay=True,
+    )
+    names = {port: proc.name for proc, port in replicas}
+    ledger = ledger_path(DEFAULT_LEDGER_NAMESPACE, namespace)
+    try:
+        with proxied(list(names)) as proxy, quota_webhook_at(cluster, client, proxy.url):
+            path = resource_path("scheduling.volcano.sh/v1beta1", "podgroups", namespace)
+            too_big = podgroup("probe", namespace=None, min_member=1, min_resources={"cpu": "21"})
+            settled(
+                lambda: "exceeded quota" in (denial(client, path, too_big) or ""),
+                "the replicas answer PodGroup validation and see the quota",
+            )
+            before = create_concurrently(client, namespace, 10, cpu="1", in_flight=10, prefix="a")
+            assert not before.errors and len(before.admitted) == 10, before.errors[:5]
+            writer = peer_of(turn_of(client.get(ledger)).writer)
+            assert writer is not None and writer[1] in names, writer
+            proxy.remove(writer[1])
+            cluster.supervisor.stop(names.pop(writer[1]))
+            (survivor,) = names
+            after = create_concurrently(client, namespace, 30, cpu="1", in_flight=16, prefix="b")
+        assert not after.errors, after.errors[:5]
+        assert len(after.admitted) == 10 and after.denials["exceeded quota"] == 20
+        assert after.max_stored_cpu <= 20 and after.max_ledger_cpu <= 20
+        assert peer_of(turn_of(client.get(ledger)).writer) == (LOOPBACK, survivor)
+        stored = client.get(path)["items"]
+        assert sum(parse_quantity(g["spec"]["minResources"]["cpu"]) for g in stored) == Fraction(20)
+    finally:
+        for name in names.values():
+            cluster.supervisor.stop(name)
 
 
 def test_reserved_resources_cannot_be_used_by_other_pods(client, namespace):

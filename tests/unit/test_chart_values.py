@@ -100,13 +100,27 @@ def test_values_list_every_controller_flag() -> None:
 def test_network_policy_sources_and_switch() -> None:
     source = [{"ipBlock": {"cidr": "192.0.2.0/28"}}]
     objs = render(f"networkPolicy.from={json.dumps(source)}")
-    rule, health = objs["NetworkPolicy", "priogate-webhook"]["spec"]["ingress"]
+    rule, health, replicas = objs["NetworkPolicy", "priogate-webhook"]["spec"]["ingress"]
     assert rule["from"] == source
     assert rule["ports"] == kustomize()["NetworkPolicy", "priogate-webhook"]["spec"]["ingress"][0]["ports"]
     # `from` narrows the webhook ports only; the health ports stay open to what scrapes them.
     assert "from" not in health and {p["port"] for p in health["ports"]} == {
         "priority-health",
         "quota-health",
+    }
+    # The other webhook replicas reach the quota port (ledger relays) whatever `from` says.
+    assert replicas == {
+        "from": [
+            {
+                "podSelector": {
+                    "matchLabels": {
+                        "app.kubernetes.io/component": "webhook",
+                        "app.kubernetes.io/name": "priogate",
+                    }
+                }
+            }
+        ],
+        "ports": [{"port": "quota", "protocol": "TCP"}],
     }
     # the controller's and the caBundle Job's policies do not take `from`, and go with the switch
     assert "from" not in objs["NetworkPolicy", "priogate-controller"]["spec"]["ingress"][0]

@@ -233,11 +233,14 @@ def test_the_network_policy_selects_the_webhook_pods_and_their_ports():
     controller = docs[("Deployment", "priogate-controller")]["spec"]["template"]
     assert selector.items() <= webhook["metadata"]["labels"].items()
     assert not selector.items() <= controller["metadata"]["labels"].items()
-    rule, health = policy["ingress"]
+    rule, health, replicas = policy["ingress"]
     ports = {p["name"] for c in webhook["spec"]["containers"] for p in c["ports"]}
     assert {p["port"] for p in rule["ports"]} | {p["port"] for p in health["ports"]} == ports
     assert {p["port"] for p in rule["ports"]} == {"priority", "quota"}
     assert {p["port"] for p in health["ports"]} == {"priority-health", "quota-health"}
+    # Ledger relays: the quota port from the other webhook pods, whatever the first rule admits.
+    assert {p["port"] for p in replicas["ports"]} == {"quota"}
+    assert [f["podSelector"]["matchLabels"] for f in replicas["from"]] == [selector]
 
 
 def test_the_webhook_may_list_every_kind_a_safe_delete_reads_and_do_nothing_more_with_them():
@@ -274,3 +277,18 @@ def test_the_webhook_may_list_every_kind_a_safe_delete_reads_and_do_nothing_more
         ("scheduling.k8s.io", "podgroups"),
     ]:
         assert verbs(group, resource) == {"list"}, (group, resource)
+
+
+def test_the_quota_container_names_its_own_address_and_port_as_its_peer_address():
+    """Ledger relays reach a replica at its peer address (webhook/ledger_relay.py): the pod's IP
+    and the port its quota server binds, which is the container port the NetworkPolicy opens."""
+    webhook = kustomize_build()[("Deployment", "priogate-webhook")]["spec"]["template"]["spec"]
+    (quota,) = [c for c in webhook["containers"] if c["name"] == "quota"]
+    env = {e["name"]: e for e in quota["env"]}
+    assert env["POD_IP"]["valueFrom"] == {"fieldRef": {"fieldPath": "status.podIP"}}
+    (port,) = [p["containerPort"] for p in quota["ports"] if p["name"] == "quota"]
+    assert env["PRIOGATE_PEER_ADDRESS"]["value"] == f"$(POD_IP):{port}"
+    assert f"--bind=0.0.0.0:{port}" in quota["command"]
+    # Kubernetes expands $(POD_IP) only when POD_IP is defined earlier in the list.
+    names = [e["name"] for e in quota["env"]]
+    assert names.index("POD_IP") < names.index("PRIOGATE_PEER_ADDRESS")

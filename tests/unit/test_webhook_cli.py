@@ -26,6 +26,10 @@ def cert_files(tmp_path):
         (["--client-ca-file", "/nonexistent/client-ca.crt"], "does not exist"),
         (["--client-deadline-seconds", "0"], "must be positive"),
         (["--bind", " , "], "give HOST:PORT, or several comma-separated"),
+        (["--peer-address", "10.0.0.7"], "--peer-address '10.0.0.7': give HOST:PORT"),
+        (["--peer-address", "10.0.0.7:http"], "give HOST:PORT"),
+        (["--peer-address", "10.0.0.7 :8444"], "give HOST:PORT"),
+        (["--peer-address", "$(POD_IP):8444"], "give HOST:PORT"),
     ],
 )
 def test_bad_flags_are_refused(cert_files, capsys, flags, message):

@@ -142,4 +142,5 @@ RULE_SET = RuleSet(
     # (webhook.rules.podgroup_enrolment): pod creates elsewhere cost no round trip.
     namespace_labels=((ENROLLED_LABEL, "In", (ENROLLED_VALUE,)),),
     server="quota",
+    ledger_turn=True,
 )

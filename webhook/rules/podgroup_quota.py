@@ -249,4 +249,5 @@ RULE_SET = RuleSet(
     # webhook.rules.podgroup_enrolment, which enrols it before deciding the claim the same way.
     namespace_labels=((ENROLLED_LABEL, "In", (ENROLLED_VALUE,)),),
     server="quota",
+    ledger_turn=True,
 )

@@ -89,4 +89,5 @@ RULE_SET = RuleSet(
         ),
     ),
     server="quota",
+    ledger_turn=True,
 )

@@ -1,0 +1,239 @@
+"""Relaying ledger admissions to the namespace's writer (webhook/ledger_relay.py): who the writer
+is (WatchedLedgers.writer_of), the relay against a real TLS server on loopback, and which
+requests the admission endpoints relay."""
+
+from __future__ import annotations
+
+import http.server
+import json
+import ssl
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from certs import issue_ca, issue_leaf, write_pem
+from localcluster.procs import free_ports
+from priogate.kube import watched_ledger
+from priogate.kube.cache import WatchCache
+from priogate.kube.watched_ledger import WatchedLedgers
+from priogate.ledger.codec import ledger_object
+from priogate.ledger.model import Ledger
+from priogate.ledger.turn_order import TURN_ANNOTATION, Turn, peer_of, writer_name
+from tests.reviews import make_view, review
+from webhook import ledger_relay
+from webhook.app import create_app
+from webhook.ledger_relay import RELAYED_HEADER, LedgerRelay
+
+NS = "team-a"
+LEDGER_NS = "priogate-system"
+
+
+@pytest.mark.parametrize(
+    ("writer", "peer"),
+    [
+        ("10.0.0.7:8444/webhook-abc-12-f00d", ("10.0.0.7", 8444)),
+        ("fd00::7:8444/webhook-abc-12-f00d", ("fd00::7", 8444)),
+        ("[fd00::7]:8444/p", ("fd00::7", 8444)),
+        ("webhook-abc-12-f00d", None),  # a process without a peer address
+        ("10.0.0.7/p", None),
+        ("10.0.0.7:http/p", None),
+        ("10.0.0.7:0/p", None),
+        ("10.0.0.7:70000/p", None),
+        (":8444/p", None),
+        ("", None),
+    ],
+)
+def test_the_peer_address_a_writer_names(writer, peer):
+    assert peer_of(writer) == peer
+
+
+def test_a_writer_name_carries_the_peer_address_when_there_is_one():
+    assert writer_name("pod-1-f00d", "10.0.0.7:8444") == "10.0.0.7:8444/pod-1-f00d"
+    assert writer_name("pod-1-f00d") == "pod-1-f00d"
+    assert peer_of(writer_name("pod-1-f00d", "10.0.0.7:8444")) == ("10.0.0.7", 8444)
+
+
+def _ledger(writer: str, seq: int, uid: str = "uid-1") -> dict:
+    body = ledger_object(
+        LEDGER_NS, NS, Ledger({}), None, annotations={TURN_ANNOTATION: Turn(seq, writer).annotation()}
+    )
+    body["metadata"].update(uid=uid, resourceVersion=str(seq + 1))
+    return body
+
+
+def _watched(objects: list[dict] | None) -> WatchedLedgers:
+    return WatchedLedgers(WatchCache.static("ledgers", objects), LEDGER_NS, peer_address="10.0.0.1:8444")
+
+
+def test_the_writer_is_another_replica_whose_write_the_watch_just_showed():
+    watched = _watched([_ledger("10.0.0.2:8444/pod-b", 3)])
+    assert watched.writer.startswith("10.0.0.1:8444/")
+    assert watched.writer_of(NS) == ("10.0.0.2", 8444)
+    assert watched.writer_of("other-namespace") is None  # no ledger: decided where it lands
+
+
+def test_no_writer_to_relay_to_when_this_process_wrote_last():
+    watched = _watched([])
+    watched.cache.apply_event("ADDED", _ledger(watched.writer, 3))
+    assert watched.writer_of(NS) is None
+    # This process wrote seq 4; the watch still shows the other's seq 3: still none.
+    watched.cache.apply_event("MODIFIED", _ledger("10.0.0.2:8444/pod-b", 3))
+    watched.written(NS, _ledger(watched.writer, 4), Turn(4, watched.writer))
+    assert watched.writer_of(NS) is None
+
+
+def test_no_writer_without_an_address_an_unsynced_watch_or_a_write_long_ago(monkeypatch):
+    assert _watched([_ledger("pod-b-without-address", 3)]).writer_of(NS) is None
+    assert _watched(None).writer_of(NS) is None  # never listed
+    watched = _watched([_ledger("10.0.0.2:8444/pod-b", 3)])
+    assert watched.writer_of(NS) == ("10.0.0.2", 8444)
+    monkeypatch.setattr(watched_ledger, "WRITER_FRESH_SECONDS", 0.0)
+    time.sleep(0.01)
+    assert watched.writer_of(NS) is None  # the same stamp, seen too long ago
+
+
+# ---- the relay against a real TLS server ------------------------------------------------------
+
+
+class _Writer(http.server.BaseHTTPRequestHandler):
+    status = 200
+    seen: list[tuple[str, dict[str, str], bytes]]
+
+    def do_POST(self) -> None:
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        self.seen.append((self.path, dict(self.headers), body))
+        answer = json.dumps({"answered-by": "writer"}).encode()
+        self.send_response(self.status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(answer)))
+        self.end_headers()
+        self.wfile.write(answer)
+
+    def log_message(self, *_args: object) -> None:
+        return
+
+
+def _pair(directory: Path, name: str) -> tuple[Path, Path]:
+    leaf = issue_leaf(issue_ca(f"{name}-ca"), name, ip_addresses=["127.0.0.1"])
+    cert, key = directory / f"{name}.crt", directory / f"{name}.key"
+    write_pem(cert, leaf.cert_pem)
+    write_pem(key, leaf.key_pem, private=True)
+    return cert, key
+
+
+@pytest.fixture
+def serving(tmp_path: Path) -> Iterator:
+    """serving(cert, key, status) -> (port, requests seen): a writer replica on loopback."""
+    servers = []
+
+    def start(cert: Path, key: Path, status: int = 200) -> tuple[int, list]:
+        handler = type("Handler", (_Writer,), {"status": status, "seen": []})
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(cert, key)
+        server.socket = context.wrap_socket(server.socket, server_side=True)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        servers.append(server)
+        return server.server_address[1], handler.seen
+
+    yield start
+    for server in servers:
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_relay_reaches_a_writer_serving_the_same_certificate(tmp_path, serving):
+    cert, key = _pair(tmp_path, "priogate-webhook")
+    port, seen = serving(cert, key)
+    relay = LedgerRelay(lambda ns: ("127.0.0.1", port) if ns == NS else None, str(cert))
+    deadline = time.monotonic() + 10
+    assert json.loads(relay.answer("/validate/podgroup-quota", NS, b'{"x": 1}', deadline)) == {
+        "answered-by": "writer"
+    }
+    path, headers, body = seen[0]
+    assert body == b'{"x": 1}' and headers[RELAYED_HEADER] == "1"
+    # The writer is told what is left of the caller's deadline, less the answer's way back.
+    assert path.startswith("/validate/podgroup-quota?timeout=") and path.endswith("ms")
+    assert 7000 < int(path.split("=")[1][:-2]) < 8500
+    # No writer for the namespace: decided here, nothing sent.
+    assert relay.answer("/validate/podgroup-quota", "other", b"{}", deadline) is None
+    assert len(seen) == 1
+
+
+def test_a_writer_with_another_certificate_gets_nothing_and_is_left_alone_for_a_while(tmp_path, serving):
+    ours, _ = _pair(tmp_path, "priogate-webhook")
+    theirs, their_key = _pair(tmp_path, "impostor")
+    port, seen = serving(theirs, their_key)
+    relay = LedgerRelay(lambda _ns: ("127.0.0.1", port), str(ours))
+    assert relay.answer("/validate/podgroup-quota", NS, b"{}", time.monotonic() + 10) is None
+    assert seen == []  # the handshake failed before any request was sent
+    assert ("127.0.0.1", port) in relay._failed
+
+
+def test_a_writer_that_fails_is_backed_off_then_tried_again(tmp_path, serving, monkeypatch):
+    cert, key = _pair(tmp_path, "priogate-webhook")
+    port, seen = serving(cert, key, status=500)
+    now = [100.0]
+    relay = LedgerRelay(lambda _ns: ("127.0.0.1", port), str(cert), clock=lambda: now[0])
+    assert relay.answer("/p", NS, b"{}", None) is None  # answered 500: decided here
+    assert len(seen) == 1
+    assert relay.answer("/p", NS, b"{}", None) is None
+    assert len(seen) == 1  # backed off: not tried again
+    now[0] += ledger_relay.RELAY_BACKOFF_SECONDS + 0.1
+    assert relay.answer("/p", NS, b"{}", None) is None
+    assert len(seen) == 2
+
+
+def test_nothing_listening_or_no_time_left_means_deciding_here(tmp_path):
+    cert, _ = _pair(tmp_path, "priogate-webhook")
+    port = free_ports(1)[0]
+    relay = LedgerRelay(lambda _ns: ("127.0.0.1", port), str(cert))
+    assert relay.answer("/p", NS, b"{}", time.monotonic() + 10) is None
+    relay = LedgerRelay(lambda _ns: ("127.0.0.1", port), str(cert))
+    started = time.monotonic()
+    assert relay.answer("/p", NS, b"{}", time.monotonic() + 1.0) is None  # within the answer margin
+    assert relay._failed == {} and time.monotonic() - started < 0.1
+
+
+# ---- which admissions the endpoints relay ------------------------------------------------------
+
+
+class _RecordingRelay:
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, str]] = []
+
+    def answer(self, path: str, namespace: str, body: bytes, deadline: float | None) -> bytes:
+        self.calls.append((path, namespace))
+        uid = json.loads(body)["request"]["uid"]
+        return json.dumps({"response": {"uid": uid, "allowed": False, "by": "writer"}}).encode()
+
+
+def _group() -> dict:
+    return {
+        "apiVersion": "scheduling.volcano.sh/v1beta1",
+        "kind": "PodGroup",
+        "metadata": {"name": "g", "namespace": NS},
+        "spec": {"minMember": 1, "minResources": {"cpu": "1"}},
+    }
+
+
+def test_only_ledger_turns_are_relayed_and_a_relayed_review_never_again():
+    view = make_view()
+    relay = _RecordingRelay()
+    view.relay = relay  # type: ignore[assignment]
+    app = create_app(view)
+    client = app.test_client()
+    body = review(_group(), resource="podgroups")
+    answered = client.post("/validate/podgroups", json=body).get_json()
+    assert answered["response"]["by"] == "writer"
+    assert relay.calls == [("/validate/podgroups", NS)]
+    # Relayed here by another replica: decided here.
+    answered = client.post("/validate/podgroups", json=body, headers={RELAYED_HEADER: "1"}).get_json()
+    assert "by" not in answered["response"]
+    # A rule set that takes no ledger turn is never relayed.
+    pod = {"metadata": {"name": "p", "namespace": NS}, "spec": {"containers": [{"name": "c"}]}}
+    client.post("/mutate/pods", json=review(pod))
+    assert len(relay.calls) == 1
