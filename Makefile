@@ -151,28 +151,28 @@ wrk:
 	fi
 
 bench-webhook: $(STAMP) wrk
-	$(PY) -m bench.webhook
+	$(PY) -m bench.webhook $(ARGS)
 
 bench-quota: $(STAMP) controlplane
-	$(PY) -m bench.quota
+	$(PY) -m bench.quota $(ARGS)
 
 bench-reserved-pod: $(STAMP) controlplane
-	$(PY) -m bench.reserved_pod_create
+	$(PY) -m bench.reserved_pod_create $(ARGS)
 
 bench-decision: $(STAMP)
-	$(PY) -m bench.podgroup_decision
+	$(PY) -m bench.podgroup_decision $(ARGS)
 
 bench-ledger: $(STAMP) controlplane
-	$(PY) -m bench.ledger_turn
+	$(PY) -m bench.ledger_turn $(ARGS)
 
 bench-enqueue: $(STAMP)
-	$(PY) -m bench.enqueue
+	$(PY) -m bench.enqueue $(ARGS)
 
 bench-preemption: $(STAMP)
-	$(PY) -m bench.preemption
+	$(PY) -m bench.preemption $(ARGS)
 
 bench-pod-cache: $(STAMP)
-	$(PY) -m bench.pod_cache
+	$(PY) -m bench.pod_cache $(ARGS)
 
 # Pod CREATE latency through kube-apiserver with and without priogate, both modes (ARGS passes
 # options through, e.g. ARGS=--modes=kept).

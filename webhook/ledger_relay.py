@@ -5,10 +5,10 @@ and the one whose write lands second loses it to a 409, reads the ledger again a
 (docs/ledger.md, "One writer per namespace"). One writer per namespace would batch every waiting
 admission into one write and lose none, but kube-apiserver spreads webhook calls over a
 Service's endpoints by connection or by request, never by namespace, so nothing in the webhook
-configuration can send a namespace to one replica. So a replica that is not the namespace's
-writer (the process named in the ledger's turn stamp, which wrote a moment ago: priogate.kube.
-watched_ledger) sends the AdmissionReview on to that writer's peer address, which decides it in
-its batch; the writer's answer goes back to kube-apiserver as it is.
+configuration can send a namespace to one replica. So a replica that does not hold the
+namespace's turn (of the writers its watch showed writing the ledger a moment ago, the least by
+name: priogate.ledger.turn_order.turn_holder) sends the AdmissionReview on to the holder's peer
+address, which decides it in its batch; the holder's answer goes back to kube-apiserver as it is.
 
 A relay is never needed for safety, only to save the race: the resourceVersion precondition on
 every write keeps the invariant wherever an admission is decided. So a relay that fails in any

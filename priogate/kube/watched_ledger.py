@@ -17,7 +17,7 @@ from typing import Any
 from priogate.kube.cache import WatchCache
 from priogate.ledger.codec import ledger_name
 from priogate.ledger.timing import OTHERS_ACTIVE_SECONDS, WATCH_WAIT_SECONDS, WRITER_FRESH_SECONDS
-from priogate.ledger.turn_order import Start, Turn, peer_of, start_from, turn_of, writer_name
+from priogate.ledger.turn_order import Start, Turn, peer_of, start_from, turn_holder, turn_of, writer_name
 
 
 class WatchedLedgers:
@@ -39,6 +39,9 @@ class WatchedLedgers:
         self._last: dict[str, tuple[str, int]] = {}
         # namespace -> (the last stamp of another writer seen, time.monotonic() it was first seen)
         self._others: dict[str, tuple[Turn, float]] = {}
+        # namespace -> writer -> (its latest sequence number seen, time.monotonic() first seen),
+        # this process's own writes included: who holds the turn (turn_order.turn_holder)
+        self._writers: dict[str, dict[str, tuple[int, float]]] = {}
 
     def start_copy(self, namespace: str, deadline: float) -> tuple[Mapping[str, Any], Turn] | None:
         """The watch's copy of the namespace's ledger and its stamp, to start a turn from, or
@@ -76,27 +79,33 @@ class WatchedLedgers:
                 self._others[namespace] = (turn, now)
 
     def writer_of(self, namespace: str) -> tuple[str, int] | None:
-        """The peer address (host, port) of the process that holds the namespace's ledger turn,
-        when that is another process: one whose write the watch showed within
-        WRITER_FRESH_SECONDS and which names an address. None when this process wrote last (as
-        far as the watch shows), when nobody wrote lately, or when the watch is not current."""
+        """The peer address (host, port) of the process holding the namespace's ledger turn, when
+        that is another process that names an address (turn_order.turn_holder: of the writers the
+        watch showed writing within WRITER_FRESH_SECONDS, the least by name). None when it is this
+        process, when nobody wrote lately, or when the watch is not current."""
         if not self.cache.synced:
             return None
-        obj = self.cache.get(self.ledger_namespace, ledger_name(namespace))
-        if obj is None:
-            return None
-        turn = turn_of(obj)
-        if not turn.writer or turn.writer == self.writer:
-            return None
-        uid, seq = self.last_written(namespace)
-        if (obj.get("metadata") or {}).get("uid") == uid and seq > turn.seq:
-            return None  # this process wrote since; the watch has not shown it yet
         now = time.monotonic()
-        self._note_other(namespace, turn, now)
-        seen = self._others.get(namespace)
-        if seen is None or now - seen[1] > WRITER_FRESH_SECONDS:
+        obj = self.cache.get(self.ledger_namespace, ledger_name(namespace))
+        if obj is not None:
+            self._note_writer(namespace, turn_of(obj), now)
+        holder = turn_holder(
+            {w: when for w, (_, when) in self._writers.get(namespace, {}).items()}, now, WRITER_FRESH_SECONDS
+        )
+        if holder is None or holder == self.writer:
             return None
-        return peer_of(turn.writer)
+        return peer_of(holder)
+
+    def _note_writer(self, namespace: str, turn: Turn, now: float) -> None:
+        if not turn.writer:
+            return
+        writers = self._writers.setdefault(namespace, {})
+        seen = writers.get(turn.writer)
+        if seen is None or seen[0] != turn.seq:
+            writers[turn.writer] = (turn.seq, now)
+            for writer, (_, when) in list(writers.items()):
+                if now - when > WRITER_FRESH_SECONDS:
+                    del writers[writer]  # a replica gone, or a restarted process's old name
 
     def last_written(self, namespace: str) -> tuple[str, int]:
         """(the ledger's uid, the sequence number) of this process's last write on the
@@ -107,3 +116,4 @@ class WatchedLedgers:
         """Note a write that landed (`stored`: kube-apiserver's answer), holding the namespace's
         turn in this process."""
         self._last[namespace] = ((stored.get("metadata") or {}).get("uid", ""), turn.seq)
+        self._note_writer(namespace, turn, time.monotonic())

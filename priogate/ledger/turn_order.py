@@ -88,6 +88,17 @@ def peer_of(writer: str) -> tuple[str, int] | None:
 _HOST = re.compile(r"[0-9A-Za-z.:-]+")
 
 
+def turn_holder(seen: Mapping[str, float], now: float, fresh: float) -> str | None:
+    """Which writer holds a namespace's turn, for relaying: of the writers seen writing its
+    ledger within `fresh` seconds (`seen`: writer -> when its latest write was first seen), the
+    least by name. Every replica picks the same one from what its watch shows, without a word
+    exchanged, so the turn stays with one replica while it writes; the last writer would not do,
+    as two replicas with batches in flight would each hand the turn to the other. None: nobody
+    wrote lately."""
+    active = [writer for writer, when in seen.items() if now - when <= fresh]
+    return min(active) if active else None
+
+
 class Start(enum.Enum):
     COPY = "copy"  # decide on the watch's copy
     WAIT = "wait"  # wait for the watch to show another write

@@ -21,7 +21,7 @@ from priogate.kube.cache import WatchCache
 from priogate.kube.watched_ledger import WatchedLedgers
 from priogate.ledger.codec import ledger_object
 from priogate.ledger.model import Ledger
-from priogate.ledger.turn_order import TURN_ANNOTATION, Turn, peer_of, writer_name
+from priogate.ledger.turn_order import TURN_ANNOTATION, Turn, peer_of, turn_holder, writer_name
 from tests.reviews import make_view, review
 from webhook import ledger_relay
 from webhook.app import create_app
@@ -75,14 +75,38 @@ def test_the_writer_is_another_replica_whose_write_the_watch_just_showed():
     assert watched.writer_of("other-namespace") is None  # no ledger: decided where it lands
 
 
-def test_no_writer_to_relay_to_when_this_process_wrote_last():
+def test_of_two_active_writers_the_least_by_name_holds_the_turn_whoever_wrote_last():
+    # This process (10.0.0.1) and pod-b (10.0.0.2) both wrote a moment ago.
+    watched = _watched([_ledger("10.0.0.2:8444/pod-b", 3)])
+    watched.written(NS, _ledger(watched.writer, 4), Turn(4, watched.writer))
+    assert watched.writer_of(NS) is None  # this process's name is the least: it decides
+    # Seen from pod-b, the same two writers: it relays to this process, though it wrote too.
+    other = WatchedLedgers(
+        WatchCache.static("ledgers", [_ledger(watched.writer, 4)]), LEDGER_NS, "10.0.0.2:8444/b"
+    )
+    other.written(NS, _ledger("10.0.0.2:8444/b", 5), Turn(5, "10.0.0.2:8444/b"))
+    assert other.writer_of(NS) == ("10.0.0.1", 8444)
+
+
+def test_no_writer_to_relay_to_when_only_this_process_writes():
     watched = _watched([])
     watched.cache.apply_event("ADDED", _ledger(watched.writer, 3))
+    watched.written(NS, _ledger(watched.writer, 3), Turn(3, watched.writer))
     assert watched.writer_of(NS) is None
-    # This process wrote seq 4; the watch still shows the other's seq 3: still none.
-    watched.cache.apply_event("MODIFIED", _ledger("10.0.0.2:8444/pod-b", 3))
-    watched.written(NS, _ledger(watched.writer, 4), Turn(4, watched.writer))
-    assert watched.writer_of(NS) is None
+
+
+@pytest.mark.parametrize(
+    ("seen", "holder"),
+    [
+        ({}, None),
+        ({"10.0.0.2:8444/b": 9.5}, "10.0.0.2:8444/b"),
+        ({"10.0.0.2:8444/b": 9.5, "10.0.0.1:8444/a": 9.9}, "10.0.0.1:8444/a"),
+        ({"10.0.0.2:8444/b": 9.5, "10.0.0.1:8444/a": 7.0}, "10.0.0.2:8444/b"),  # a idle: b holds it
+        ({"10.0.0.1:8444/a": 7.0}, None),
+    ],
+)
+def test_the_turn_holder_is_the_least_writer_seen_within_the_fresh_window(seen, holder):
+    assert turn_holder(seen, now=10.0, fresh=2.0) == holder
 
 
 def test_no_writer_without_an_address_an_unsynced_watch_or_a_write_long_ago(monkeypatch):
