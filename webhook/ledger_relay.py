@@ -35,7 +35,12 @@ from typing import Any
 import structlog
 import urllib3
 
-from priogate.ledger.timing import ANSWER_MARGIN_SECONDS, RELAY_BACKOFF_SECONDS, RELAY_CONNECT_SECONDS
+from priogate.ledger.timing import (
+    ANSWER_MARGIN_SECONDS,
+    RELAY_BACKOFF_SECONDS,
+    RELAY_CONNECT_SECONDS,
+    TURN_DEADLINE_SECONDS,
+)
 from webhook import metrics
 
 log = structlog.get_logger("priogate.webhook")
@@ -98,7 +103,8 @@ class LedgerRelay:
                 path + query,
                 body=body,
                 headers={"Content-Type": "application/json", RELAYED_HEADER: "1"},
-                timeout=urllib3.Timeout(connect=RELAY_CONNECT_SECONDS, read=left),
+                # No deadline given (offline tests): the writer's own turn deadline bounds it.
+                timeout=urllib3.Timeout(connect=RELAY_CONNECT_SECONDS, read=left or TURN_DEADLINE_SECONDS),
                 retries=False,
                 redirect=False,
             )
