@@ -30,6 +30,7 @@ import ssl
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import structlog
@@ -53,14 +54,22 @@ POOL_SIZE = 16
 
 
 def _client_context(cert_file: str) -> ssl.SSLContext:
-    """Trusts exactly the certificates in `cert_file` (the serving certificate this replica
-    presents), whatever signed them: a partial chain ending at a trusted leaf is accepted."""
+    """Trusts exactly the serving certificate this replica presents (the first in `cert_file`;
+    what follows it is its chain, whose issuers may sign others), whatever signed it: a partial
+    chain ending at a trusted leaf is accepted."""
+    text = Path(cert_file).read_text()
+    end = text.find(_PEM_END)
+    if end < 0:
+        raise ssl.SSLError(f"no certificate in {cert_file}")
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     context.check_hostname = False  # the peer is reached by its pod address; the pin is the check
     context.verify_mode = ssl.CERT_REQUIRED
     context.verify_flags |= ssl.VERIFY_X509_PARTIAL_CHAIN
-    context.load_verify_locations(cafile=cert_file)
+    context.load_verify_locations(cadata=text[: end + len(_PEM_END)])
     return context
+
+
+_PEM_END = "-----END CERTIFICATE-----"
 
 
 class LedgerRelay:

@@ -197,6 +197,30 @@ def test_a_writer_with_another_certificate_gets_nothing_and_is_left_alone_for_a_
     assert ("127.0.0.1", port) in relay._failed
 
 
+def test_only_the_serving_certificate_is_trusted_not_the_chain_after_it(tmp_path, serving):
+    """A serving file with its chain (leaf, then its CA): another leaf the same CA signed is not
+    the writer this replica trusts."""
+    ca = issue_ca("shared-issuer")
+    ours = issue_leaf(ca, "priogate-webhook", ip_addresses=["127.0.0.1"])
+    other = issue_leaf(ca, "someone-else", ip_addresses=["127.0.0.1"])
+    chain = tmp_path / "ours.crt"
+    chain.write_bytes(ours.cert_pem + ca.cert_pem)
+    other_cert, other_key = tmp_path / "other.crt", tmp_path / "other.key"
+    write_pem(other_cert, other.cert_pem)
+    write_pem(other_key, other.key_pem, private=True)
+    port, seen = serving(other_cert, other_key)
+    relay = LedgerRelay(lambda _ns: ("127.0.0.1", port), str(chain))
+    assert relay.answer("/p", NS, b"{}", time.monotonic() + 10) is None
+    assert seen == []
+    # The same file trusts its own leaf.
+    our_key = tmp_path / "ours.key"
+    write_pem(our_key, ours.key_pem, private=True)
+    port, seen = serving(chain, our_key)
+    relay = LedgerRelay(lambda _ns: ("127.0.0.1", port), str(chain))
+    assert relay.answer("/p", NS, b"{}", time.monotonic() + 10) is not None
+    assert len(seen) == 1
+
+
 def test_a_writer_that_fails_is_backed_off_then_tried_again(tmp_path, serving, monkeypatch):
     cert, key = _pair(tmp_path, "priogate-webhook")
     port, seen = serving(cert, key, status=500)
