@@ -112,6 +112,7 @@ def rolled_out(api: ApiClient, image: str) -> bool:
 
 # The webhook servers' plain-HTTP health ports (--health-bind; manifests/webhook.yaml).
 HEALTH_PORTS = {"priority": 8081, "quota": 8082}
+QUOTA_PORT = 8444  # the quota server's admission port (manifests/webhook.yaml)
 
 
 def requests_total(api: ApiClient) -> Counter[tuple[str, str]]:
@@ -119,20 +120,25 @@ def requests_total(api: ApiClient) -> Counter[tuple[str, str]]:
     decision), read from the pods themselves over their pod IPs, on the health ports: plain
     HTTP, no certificate, as Prometheus scrapes them."""
     total: Counter[tuple[str, str]] = Counter()
+    for pod in pods(api, "webhook"):
+        for port in HEALTH_PORTS.values():
+            total.update(pod_requests(pod["status"]["podIP"], port))
+    return total
+
+
+def pod_requests(ip: str, port: int) -> Counter[tuple[str, str]]:
+    """priogate_webhook_requests_total of one server, by (webhook, decision), from its health
+    port."""
+    total: Counter[tuple[str, str]] = Counter()
     session = requests.Session()
     session.trust_env = False
-    for pod in pods(api, "webhook"):
-        ip = pod["status"]["podIP"]
-        for port in HEALTH_PORTS.values():
-            r = session.get(f"http://{ip}:{port}/metrics", timeout=5)
-            assert r.status_code == 200, f"{ip}:{port}/metrics: {r.status_code} {r.text[:200]}"
-            for line in r.text.splitlines():
-                if line.startswith("priogate_webhook_requests_total{"):
-                    labels = dict(
-                        kv.split("=", 1) for kv in line[line.index("{") + 1 : line.index("}")].split(",")
-                    )
-                    key = (labels["webhook"].strip('"'), labels["decision"].strip('"'))
-                    total[key] += float(line.rsplit(" ", 1)[1])
+    r = session.get(f"http://{ip}:{port}/metrics", timeout=5)
+    assert r.status_code == 200, f"{ip}:{port}/metrics: {r.status_code} {r.text[:200]}"
+    for line in r.text.splitlines():
+        if line.startswith("priogate_webhook_requests_total{"):
+            labels = dict(kv.split("=", 1) for kv in line[line.index("{") + 1 : line.index("}")].split(","))
+            key = (labels["webhook"].strip('"'), labels["decision"].strip('"'))
+            total[key] += float(line.rsplit(" ", 1)[1])
     return total
 
 

@@ -1,7 +1,7 @@
-"""The real-node phases after the first `helm uninstall` (tests/deploy/test_chart_on_node.py): what
-the uninstall leaves behind, an install with mTLS whose pods become Ready through httpGet
-/readyz on the health ports, `kubectl apply -k manifests/` / `kubectl delete -k manifests/`, and
-an install with the Priority plugin replaced."""
+"""The real-node phases (tests/deploy/test_chart_on_node.py): a relay between the webhook pods,
+and after the first `helm uninstall`: what the uninstall leaves behind, an install with mTLS
+whose pods become Ready through httpGet /readyz on the health ports, `kubectl apply -k
+manifests/` / `kubectl delete -k manifests/`, and an install with the Priority plugin replaced."""
 
 from __future__ import annotations
 
@@ -9,23 +9,34 @@ import base64
 import dataclasses
 import subprocess
 import time
+import uuid
+import warnings
+
+import requests
+import urllib3
 
 from localcluster import LocalCluster
 from localcluster.binaries import REPO
 from localcluster.procs import progress
 from priogate.kube.client import ApiClient, ApiError, resource_path
+from priogate.ledger.codec import ledger_path
+from priogate.ledger.timing import WRITER_FRESH_SECONDS
+from priogate.ledger.turn_order import peer_of, turn_of
 from tests.deploy.helpers import (
     GROUPS,
+    GROUPS_NS,
     HEALTH_PORTS,
     IMAGE,
     NAMESPACE,
     PODS,
     QUOTA_CPU,
+    QUOTA_PORT,
     RELEASE,
     group,
     health_readyz,
     helm,
     helm_install,
+    pod_requests,
     pods,
     rolled_out,
     unschedulable_pod,
@@ -200,3 +211,58 @@ def replaced_plugin_round(lc: LocalCluster, api: ApiClient, repository: str, tag
     helm(lc, "uninstall", RELEASE, "-n", NAMESPACE, "--wait", "--timeout=3m", timeout=200)
     nothing_left(api)
     return ready_s
+
+
+def relay_between_pods(api: ApiClient) -> int:
+    """The quota servers relay a namespace's ledger admissions to the pod holding its turn, pod
+    to pod over their pod IPs (docs/ledger.md, "One writer per namespace"). Once no pod has
+    written lately, one PodGroup created through kube-apiserver makes the pod that decided it
+    the only recent writer, so the turn holder; a PodGroup review POSTed straight to the other
+    pod's quota port then goes on to that writer, which answers it. Returns the other pod's
+    count of relayed reviews."""
+    api.request("DELETE", GROUPS)
+    wait_for(lambda: not api.get(GROUPS)["items"], 60, "no PodGroup is left")
+    time.sleep(WRITER_FRESH_SECONDS + 1)  # neither pod holds the turn now
+    api.create(GROUPS, group("relay-probe"))
+    writer = peer_of(turn_of(api.get(ledger_path(NAMESPACE, GROUPS_NS))).writer)
+    assert writer is not None, "the ledger's turn stamp names no peer address"
+    ips = [p["status"]["podIP"] for p in pods(api, "webhook")]
+    assert writer[0] in ips and len(ips) == 2, (writer, ips)
+    (other,) = [ip for ip in ips if ip != writer[0]]
+    review = {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": str(uuid.uuid4()),
+            "kind": {"group": "scheduling.volcano.sh", "version": "v1beta1", "kind": "PodGroup"},
+            "resource": {"group": "scheduling.volcano.sh", "version": "v1beta1", "resource": "podgroups"},
+            "operation": "CREATE",
+            "name": "relay-dry-run",
+            "namespace": GROUPS_NS,
+            "object": {
+                **group("relay-dry-run"),
+                "metadata": {"name": "relay-dry-run", "namespace": GROUPS_NS},
+            },
+            "dryRun": True,
+            "userInfo": {"username": "deploy-test"},
+        },
+    }
+    session = requests.Session()
+    session.trust_env = False
+    # The pod's serving certificate names the Service, not its IP; the test checks the relay,
+    # not the certificate (tests/unit/test_ledger_relay.py pins it).
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", urllib3.exceptions.InsecureRequestWarning)
+        answer = session.post(
+            f"https://{other}:{QUOTA_PORT}/validate/podgroups?timeout=10s",
+            json=review,
+            verify=False,
+            timeout=15,
+        )
+    assert answer.status_code == 200, answer.text[:300]
+    response = answer.json()["response"]
+    assert response["uid"] == review["request"]["uid"] and response["allowed"] is True, response
+    relayed = pod_requests(other, HEALTH_PORTS["quota"]).get(("podgroup-quota.priogate.io", "relayed"), 0)
+    assert relayed >= 1, f"the pod at {other} relayed nothing to the writer at {writer[0]}"
+    api.delete(f"{GROUPS}/relay-probe")
+    return int(relayed)
