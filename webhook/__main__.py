@@ -117,8 +117,7 @@ def main(argv: list[str] | None = None) -> int:
         "--client-deadline-seconds",
         type=float,
         default=float(deadline) if deadline else 10.0,
-        help="every blocking call on a client's connection (the TLS handshake, each read of its request,"
-        " each write of the response) ends within this long, or the client is disconnected (default: 10)",
+        help="how long to wait for each part of a request's body before answering 408 (default: 10)",
     )
     p.add_argument(
         "--peer-address",

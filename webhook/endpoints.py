@@ -42,8 +42,13 @@ _STATUS_LINES = {
     200: "200 OK",
     400: "400 Bad Request",
     405: "405 Method Not Allowed",
+    408: "408 Request Timeout",
     413: "413 Content Too Large",
 }
+
+# The environ key of when the server had the request (time.monotonic()), where it knows better
+# than the app: webhook/asgi.py reads the body first.
+ARRIVED_ENVIRON = "priogate.arrived"
 
 
 def plain(status: int, text: str, extra_headers: Sequence[tuple[str, str]] = ()) -> Answer:
@@ -211,7 +216,7 @@ class AdmissionEndpoints:
         # The caller's timeout runs from when it sent the request; a request that waited for a free
         # thread has lost that wait too, which the server cannot see (docs/serving.md, "Admission
         # deadlines").
-        arrived = time.monotonic()
+        arrived = environ.get(ARRIVED_ENVIRON) or time.monotonic()
         in_flight.inc()
         try:
             mimetype = _mimetype(environ.get("CONTENT_TYPE", ""))

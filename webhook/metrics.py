@@ -47,8 +47,7 @@ BAD_REQUESTS = Counter(
 )
 CLIENT_TIMEOUTS = Counter(
     "priogate_webhook_client_timeouts_total",
-    "Connections closed because the client made no progress (TLS handshake, request, or taking"
-    " the response) within --client-deadline-seconds.",
+    "Requests answered 408 because a part of their body did not arrive within --client-deadline-seconds.",
 )
 
 TLS_EXPIRY = Gauge(

@@ -116,17 +116,15 @@ class RuleSet:
     advisory: bool = False
 
 
-# Threads per gunicorn worker for each server. gunicorn's gthread worker runs a connection's TLS
-# handshake and reads its request on a pool thread, so a client that stalls there holds a thread
-# until --client-deadline-seconds passes (webhook/server.py DeadlineSocket): the pool must stay
-# larger than the stalled clients a worker should absorb while it answers everyone else. Threads
-# start only as requests need them, so an idle pool costs nothing; at 8 busy keep-alive connections
-# 8 threads run either way (make bench-webhook --threads N). The quota path also blocks on ledger
-# writes, where a namespace's waiting requests share one write (make bench-quota).
+# Threads per worker for each server: the pool webhook/asgi.py runs what may block on (the quota
+# hooks, which wait for ledger turns and quorum reads; Flask's routes). Priority admissions are
+# answered on the event loop and use none. Threads start only as requests need them, so an idle
+# pool costs nothing. The quota path blocks on ledger writes, where a namespace's waiting
+# requests share one write (make bench-quota), so it wants many.
 # The preview server answers only dry-run creates (the preemption preview), rare and made by
 # people: a few threads. It is off unless asked for (`--serve ...,preview`; the chart's
 # preemptionPreview), because its caches hold every pod and node.
-SERVERS = {"priority": 64, "quota": 64, "preview": 8}
+SERVERS = {"priority": 8, "quota": 64, "preview": 8}
 
 
 RULE_SET_MODULES = (

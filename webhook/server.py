@@ -1,13 +1,12 @@
-"""gunicorn serving with its stock gthread worker (docs/serving.md): TLS with a cached,
-hot-reloading SSL context, optionally requiring client certificates, a deadline on every blocking
-socket call a client can stall, and one set of watch-backed caches per worker process (threads do
-not survive fork)."""
+"""gunicorn serving with the asyncio worker it ships (worker class `asgi`; docs/serving.md): TLS
+with an SSL context whose certificate is reloaded in place when its files change, optionally
+requiring client certificates, and one set of watch-backed caches per worker process (threads do
+not survive fork). webhook/asgi.py is the app it serves."""
 
 from __future__ import annotations
 
 import datetime as dt
 import gc
-import logging
 import os
 import ssl
 import time
@@ -29,68 +28,8 @@ log = structlog.get_logger("priogate.server")
 # not affected by this list.
 TLS12_CIPHERS = "ECDHE+AESGCM:ECDHE+CHACHA20"
 
+# How long the app waits for each part of a request body (--client-deadline-seconds).
 DEFAULT_CLIENT_DEADLINE_SECONDS = 10.0
-
-
-class DeadlineSocket(ssl.SSLSocket):
-    """A server-side TLS socket on which "blocking" means blocking for at most `deadline_seconds`
-    per call.
-
-    gunicorn's gthread worker runs the TLS handshake, the reads of a request and the writes of its
-    response on a pool thread with the socket in blocking mode (its handle() calls
-    setblocking(True); gthread.py in gunicorn's source), which has no time limit: a client
-    that sends one byte and stops would hold that thread for as long as it stays connected. Both
-    ways of making a socket blocking are bounded here, so such a client holds a thread for the
-    deadline at most; then its call raises TimeoutError and gunicorn closes the connection.
-    Installed through the SSLContext's documented `sslsocket_class` attribute
-    (https://docs.python.org/3/library/ssl.html#ssl.SSLContext.sslsocket_class) on the context
-    that gunicorn's `ssl_context` server hook returns, so gunicorn runs as shipped."""
-
-    deadline_seconds: float = DEFAULT_CLIENT_DEADLINE_SECONDS
-    _closing = False
-
-    def setblocking(self, flag: bool) -> None:
-        self.settimeout(None if flag else 0.0)
-
-    def settimeout(self, value: float | None) -> None:
-        if self._closing:
-            value = 0.0
-        elif value is None:
-            # Also SSLContext.wrap_socket's: it carries the accepted socket's timeout over, and
-            # None (gthread made it blocking) becomes the deadline before the handshake starts.
-            value = self.deadline_seconds
-        super().settimeout(value)
-
-    def shutdown(self, how: int) -> None:
-        # gthread closes a finished connection on its event loop, the one thread that accepts
-        # and dispatches every connection, with gunicorn.util.close_graceful: shut the write side,
-        # then read what the peer still sends until it closes, up to 2 s (RFC 9112 section 9.6).
-        # A client that never closes (one that stalled past its deadline, or took a
-        # "Connection: close" answer and stays) stopped the worker for those 2 s. Once shut,
-        # the socket reads without waiting: what has arrived is drained, then it is closed.
-        super().shutdown(how)
-        self._closing = True
-
-
-def deadline_socket_class(seconds: float) -> type[DeadlineSocket]:
-    return type("DeadlineSocket", (DeadlineSocket,), {"deadline_seconds": seconds})
-
-
-class _ClientTimeouts(logging.Filter):
-    """gthread logs a socket error other than a reset or a broken pipe as an error with its
-    traceback ("Socket error processing request.", gthread's handle() upstream). A client that
-    made no progress within its deadline (DeadlineSocket's TimeoutError) is not a server error,
-    and a traceback each would let stalling clients flood the log: such records are counted
-    (priogate_webhook_client_timeouts_total) instead of logged."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        error = record.exc_info[1] if record.exc_info else None
-        if not isinstance(error, TimeoutError):
-            return True
-        from webhook.metrics import CLIENT_TIMEOUTS  # after PROMETHEUS_MULTIPROC_DIR is set
-
-        CLIENT_TIMEOUTS.inc()
-        return False
 
 
 @dataclass
@@ -119,7 +58,10 @@ class ServerOptions:
     # IdleConnTimeout, which k8s.io/apimachinery/pkg/util/net SetTransportDefaults applies);
     # closing earlier churns TLS handshakes and races requests against the close.
     keepalive: int = 120
-    graceful_timeout: int = 20
+    # A stopping worker serves what it has in flight, and what arrives on connections still open,
+    # this long. The asyncio worker waits for every connection to close, and kube-apiserver keeps
+    # idle ones open, so a stop takes all of it: the longest hook timeout (10 s) and no more.
+    graceful_timeout: int = 10
     # PEM CA bundle: require a client certificate signed by it (mutual TLS; docs/hardening.md).
     client_ca_file: str | None = None
     # Every blocking call on a client's socket (the TLS handshake, each read of its request, each
@@ -139,38 +81,72 @@ class ServerOptions:
 
 
 class _ContextCache:
-    """Builds the server SSLContext once, and again only when the certificate, the key or the
-    client CA bundle changes on disk, so a rotated certificate is served (or a rotated client CA
-    trusted) from the next connection without a restart."""
+    """The server SSLContext: built once, from gunicorn's own factory (which applies ca_certs and
+    cert_reqs), at the first call; on later calls, and on refresh(), the certificate and key, or
+    the client CA bundle, are loaded again into the same context when their files changed, so a
+    rotated certificate is served from the next handshake without a restart. gunicorn's asyncio
+    worker asks for the context once, when it starts listening, and keeps it: the context must
+    change in place. refresh() runs on the worker's event loop (webhook/asgi.py), where the
+    handshakes that read the context are made.
 
-    def __init__(self, deadline_seconds: float = DEFAULT_CLIENT_DEADLINE_SECONDS) -> None:
-        self._key: tuple[Any, ...] | None = None
+    A CA taken out of the client CA bundle stays trusted until the worker restarts: OpenSSL can
+    add trust anchors to a context, not remove them."""
+
+    def __init__(self) -> None:
+        self._stats: tuple[Any, ...] | None = None
         self._context: ssl.SSLContext | None = None
-        self._socket_class = deadline_socket_class(deadline_seconds)
+        self._conf: Any = None
 
     def __call__(self, conf: Any, default_factory: Callable[[], ssl.SSLContext]) -> ssl.SSLContext:
-        files = (conf.certfile, conf.keyfile, *((conf.ca_certs,) if conf.ca_certs else ()))
-        stats = tuple((s.st_mtime_ns, s.st_size, s.st_ino) for s in map(os.stat, files))
-        if self._context is None or stats != self._key:
-            try:
-                context = default_factory()
-            except (ssl.SSLError, OSError) as e:
-                if self._context is None:
-                    raise
-                # Mid-rotation (a new key beside the old certificate): keep serving the previous
-                # context; the next connection tries again.
-                log.warning("tls files not loadable yet; serving the previous certificate", error=str(e))
-                return self._context
+        if self._context is None:
+            stats = self._file_stats(conf)
+            context = default_factory()
             context.minimum_version = ssl.TLSVersion.TLSv1_2
             context.set_ciphers(TLS12_CIPHERS)
-            context.sslsocket_class = self._socket_class
-            self._context, self._key = context, stats
-            expires = _not_after(conf.certfile)
-            log.info("tls context loaded", certfile=conf.certfile, expires=expires.isoformat())
-            from webhook.metrics import TLS_EXPIRY  # after PROMETHEUS_MULTIPROC_DIR is set
-
-            TLS_EXPIRY.set(expires.timestamp())
+            self._context, self._stats, self._conf = context, stats, conf
+            self._loaded()
+        else:
+            self.refresh()
         return self._context
+
+    @staticmethod
+    def _file_stats(conf: Any) -> tuple[Any, ...]:
+        files = (conf.certfile, conf.keyfile, *((conf.ca_certs,) if conf.ca_certs else ()))
+        return tuple((s.st_mtime_ns, s.st_size, s.st_ino) for s in map(os.stat, files))
+
+    def refresh(self) -> None:
+        """Load what changed on disk into the context; keep what it has when the files cannot be
+        loaded yet (a new key beside the old certificate, mid-rotation): the next refresh tries
+        again."""
+        if self._context is None:
+            return
+        conf = self._conf
+        try:
+            stats = self._file_stats(conf)
+            if stats == self._stats:
+                return
+            assert self._stats is not None
+            if stats[:2] != self._stats[:2]:
+                self._context.load_cert_chain(conf.certfile, conf.keyfile)
+            if stats[2:] != self._stats[2:]:
+                self._context.load_verify_locations(cafile=conf.ca_certs)
+                log.warning(
+                    "client CA bundle reloaded: CAs added to it are trusted now; one taken out"
+                    " stays trusted until the webhook restarts",
+                    cafile=conf.ca_certs,
+                )
+        except (ssl.SSLError, OSError) as e:
+            log.warning("tls files not loadable yet; serving the previous certificate", error=str(e))
+            return
+        self._stats = stats
+        self._loaded()
+
+    def _loaded(self) -> None:
+        expires = _not_after(self._conf.certfile)
+        log.info("tls context loaded", certfile=self._conf.certfile, expires=expires.isoformat())
+        from webhook.metrics import TLS_EXPIRY  # after PROMETHEUS_MULTIPROC_DIR is set
+
+        TLS_EXPIRY.set(expires.timestamp())
 
 
 def _not_after(cert_file: str) -> dt.datetime:
@@ -262,10 +238,12 @@ class WebhookServer(BaseApplication):
             "bind": [address.strip() for address in o.bind.split(",") if address.strip()],
             "reuse_port": o.reuse_port,
             "workers": o.workers,
-            # gunicorn's own threaded worker: its poller holds idle keep-alive connections, a pool
-            # of `threads` serves requests (https://docs.gunicorn.org/en/stable/design.html).
-            "worker_class": "gthread",
-            "threads": o.threads or default_threads(o.servers),
+            # gunicorn's own asyncio worker: one event loop reads and writes every connection
+            # (https://docs.gunicorn.org/en/stable/asgi.html); the app hands what may block to
+            # its threads (webhook/asgi.py).
+            "worker_class": "asgi",
+            "asgi_loop": "asyncio",
+            "asgi_lifespan": "on",
             # kube-apiserver calls webhooks over HTTP/1.1.
             "http_protocols": "h1",
             # The pure-Python HTTP parser gunicorn ships, also where its optional C parser happens
@@ -277,7 +255,7 @@ class WebhookServer(BaseApplication):
             "timeout": 30,
             "certfile": o.cert_file,
             "keyfile": o.key_file,
-            "ssl_context": _ContextCache(o.client_deadline_seconds),
+            "ssl_context": _ContextCache(),
             # gunicorn's documented settings; its default context factory applies them
             # (create_default_context(cafile=ca_certs), verify_mode = cert_reqs).
             "ca_certs": o.client_ca_file,
@@ -319,8 +297,7 @@ class WebhookServer(BaseApplication):
         # First thing: a worker's metrics file exists from here on, and until its first
         # connection builds the TLS context it reports the file's expiry, never a 0.
         TLS_EXPIRY.set(_not_after(o.cert_file).timestamp())
-        # gunicorn's error log (https://docs.gunicorn.org/en/stable/settings.html#errorlog).
-        logging.getLogger("gunicorn.error").addFilter(_ClientTimeouts())
+        inline: Callable[[str], bool] = lambda _path: False  # noqa: E731
         if self.app_factory is not None:
             app = self.app_factory()
         else:
@@ -339,7 +316,9 @@ class WebhookServer(BaseApplication):
                 peer_address=None if o.client_ca_file else o.peer_address,
                 cert_file=o.cert_file,
             )
-            app = create_app(view, load_rule_sets(servers=o.servers))
+            rule_sets = load_rule_sets(servers=o.servers)
+            app = create_app(view, rule_sets)
+            inline = _inline_paths(view, rule_sets)
         _report_readiness(app)
         if o.tls_secret:
             from certs.rotation import start_rotation
@@ -353,7 +332,28 @@ class WebhookServer(BaseApplication):
         # as long as the worker: take it out of the collector's view, so full collections stay
         # short and do not show up as latency spikes.
         gc.freeze()
-        return app
+        from webhook.asgi import AsgiApp
+
+        return AsgiApp(
+            app.wsgi_app,
+            inline,
+            threads=o.threads or default_threads(o.servers),
+            body_seconds=o.client_deadline_seconds,
+            every_second=[self.cfg.ssl_context.refresh],
+        )
+
+
+def _inline_paths(view: Any, rule_sets: Any) -> Callable[[str], bool]:
+    """Whether an admission POSTed to a path may be answered on the event loop: its rule set is
+    a priority one (CPU only over in-memory caches, never a wait) and its caches are listed (an
+    unlisted cache is waited for, up to CACHE_SYNC_GRACE_SECONDS, which the loop must not)."""
+    needs = {r.path: tuple(r.needs) for r in rule_sets if r.server == "priority"}
+
+    def inline(path: str) -> bool:
+        needed = needs.get(path)
+        return needed is not None and not view.unlisted(needed)
+
+    return inline
 
 
 def _load_list(path: str) -> list[dict]:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import http.client
 import json
-import select
 import socket
 import ssl
 import time
@@ -74,35 +73,15 @@ def post_review(conn: http.client.HTTPSConnection) -> dict:
     return json.loads(resp.read())["response"]
 
 
-def still_open(socks: list[socket.socket], until: float) -> list[int]:
-    """Indexes of `socks` the server has not closed (EOF or reset) by time.monotonic() `until`."""
-    waiting = dict(enumerate(socks))
-    while waiting and time.monotonic() < until:
-        readable, _, _ = select.select(list(waiting.values()), [], [], until - time.monotonic())
-        for sock in readable:
-            i = next(i for i, s in waiting.items() if s is sock)
-            sock.setblocking(False)
-            try:
-                if sock.recv(4096):
-                    continue  # data, not a close: keep waiting
-            except (ssl.SSLWantReadError, BlockingIOError):
-                continue
-            except (ConnectionResetError, ssl.SSLError):
-                pass
-            del waiting[i]
-    return sorted(waiting)
-
-
-def test_clients_stalling_before_their_request_do_not_hold_the_threads(tmp_path):
-    """One worker with its default threads. gthread runs each connection's TLS handshake and
-    request reads on a pool thread: 36 stalled clients hold 36 of them, the others answer, and
-    every blocking call ends at the deadline (webhook/server.py DeadlineSocket). Without that,
-    a stalled handshake held its thread for as long as the client stayed connected."""
-    deadline = 4.0
-    srv = start_server(tmp_path, CLASSES, workers=1, client_deadline_seconds=deadline)
+def test_stalled_clients_hold_up_nobody_and_a_stalled_body_is_answered_408(tmp_path):
+    """One worker with 2 threads. A client that stalls in its TLS handshake or its request head
+    costs the event loop a coroutine, not a thread, so 36 of them leave /healthz and a real
+    admission answering at once; a body that stops coming is answered 408 at the deadline
+    (webhook/asgi.py)."""
+    deadline = 3.0
+    srv = start_server(tmp_path, CLASSES, workers=1, threads=2, client_deadline_seconds=deadline)
     stalled: list[socket.socket] = []
     try:
-        t0 = time.monotonic()
         for _ in range(32):  # one byte of a TLS record header, then nothing
             raw = socket.create_connection(("127.0.0.1", srv.port), timeout=5)
             raw.sendall(b"\x16")
@@ -115,23 +94,19 @@ def test_clients_stalling_before_their_request_do_not_hold_the_threads(tmp_path)
             stalled.append(tls)
         time.sleep(0.3)  # let the worker take them all in
 
-        started = time.monotonic()
-        conn = http.client.HTTPSConnection("127.0.0.1", srv.port, context=srv.ssl_context(), timeout=1)
-        conn.request("GET", "/healthz")
-        assert conn.getresponse().read() == b"ok\n"
-        assert time.monotonic() - started < 1.0
-        conn.close()
-        started = time.monotonic()
-        conn = http.client.HTTPSConnection("127.0.0.1", srv.port, context=srv.ssl_context(), timeout=1)
-        assert post_review(conn)["allowed"] is True
-        assert time.monotonic() - started < 1.0
-        conn.close()
-        assert time.monotonic() - t0 < deadline, "the stalled clients must still be waiting"
+        for _ in range(3):
+            started = time.monotonic()
+            conn = http.client.HTTPSConnection("127.0.0.1", srv.port, context=srv.ssl_context(), timeout=1)
+            conn.request("GET", "/healthz")
+            assert conn.getresponse().read() == b"ok\n"
+            assert post_review(conn)["allowed"] is True
+            assert time.monotonic() - started < 1.0
+            conn.close()
 
-        # A head that is all there, then a body that never comes: a thread reads it, for the
-        # deadline at most.
+        # A head that is all there, then a body that never comes: 408 at the deadline.
         body_staller = srv.ssl_context().wrap_socket(
-            socket.create_connection(("127.0.0.1", srv.port), timeout=5), server_hostname="127.0.0.1"
+            socket.create_connection(("127.0.0.1", srv.port), timeout=deadline + 5),
+            server_hostname="127.0.0.1",
         )
         body_staller.sendall(
             b"POST /mutate/pods HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
@@ -139,13 +114,10 @@ def test_clients_stalling_before_their_request_do_not_hold_the_threads(tmp_path)
         )
         body_sent = time.monotonic()
         stalled.append(body_staller)
-
-        # Every stalled client is disconnected once its deadline passes (checked once a second).
-        assert still_open(stalled[:36], t0 + deadline + 2.0) == []
-        assert still_open([body_staller], body_sent + deadline + 2.0) == []
-        assert time.monotonic() - body_sent >= deadline - 0.5, "the body got the whole deadline"
+        answer = body_staller.recv(4096)
+        assert answer.startswith(b"HTTP/1.1 408"), answer[:200]
+        assert deadline - 0.5 <= time.monotonic() - body_sent < deadline + 2.0, "the body got the deadline"
         assert srv.get("/healthz")[0] == 200
-        # Counted, not logged with a traceback each.
         status, text = srv.get("/metrics")
         assert status == 200
         timeouts = next(
@@ -153,7 +125,7 @@ def test_clients_stalling_before_their_request_do_not_hold_the_threads(tmp_path)
             for line in text.splitlines()
             if line.startswith("priogate_webhook_client_timeouts_total ")
         )
-        assert timeouts == len(stalled)
+        assert timeouts == 1
         assert "Traceback" not in srv.log_file.read_text()
     finally:
         for s in stalled:
@@ -162,9 +134,8 @@ def test_clients_stalling_before_their_request_do_not_hold_the_threads(tmp_path)
 
 
 def test_clients_that_do_not_close_after_their_last_response_do_not_stop_the_worker(tmp_path):
-    """gthread closes a finished connection on its event loop and waits there (up to 2 s) for the
-    client to close its end too; clients that never do stopped the loop, so nothing was answered
-    (webhook/server.py DeadlineSocket.shutdown)."""
+    """Clients that take a "Connection: close" answer and never close their end: the worker's
+    event loop goes on answering everyone else."""
     srv = start_server(tmp_path, CLASSES, workers=1, threads=2)
     lingering: list[ssl.SSLSocket] = []
     try:

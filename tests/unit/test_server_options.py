@@ -27,8 +27,8 @@ def test_each_address_is_listened_on_and_the_port_shared_only_when_asked(
     assert server.cfg.reuse_port is reuse_port
 
 
-def test_gunicorn_serves_with_its_own_gthread_worker_and_python_parser() -> None:
+def test_gunicorn_serves_with_its_own_asyncio_worker_and_python_parser() -> None:
     server = WebhookServer(ServerOptions(bind="0.0.0.0:8443", cert_file="c", key_file="k", kubeconfig=None))
-    assert server.cfg.worker_class_str == "gthread"
+    assert server.cfg.worker_class_str == "asgi"
+    assert server.cfg.asgi_loop == "asyncio"
     assert server.cfg.http_parser == "python"
-    assert server.cfg.threads == 64
