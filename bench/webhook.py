@@ -1,7 +1,8 @@
 """`make bench-webhook`: the real gunicorn server over TLS, driven by wrk over keep-alive connections.
 
-The priority server as manifests/ deploys it (`--serve priority`, its default threads), with one
-worker process pinned to CPU 0 and wrk pinned to CPU 1, so the figure is per worker core.
+The priority server as manifests/ deploys it (`--serve priority`: gunicorn's asyncio worker, its
+admissions answered on the event loop), with one worker process pinned to CPU 0 and wrk pinned
+to CPU 1, so the figure is per worker core.
 The body is a realistic ~4 KB Pod AdmissionReview. Several runs, because a shared 2-core machine
 swings by a third from minute to minute; the last line is the median run:
     mutate/pods: N admissions/s, p50 X ms, p99 Y ms
@@ -149,7 +150,10 @@ def main() -> int:
     p.add_argument("--duration", type=int, default=10, help="seconds per run")
     p.add_argument("--connections", type=int, default=8)
     p.add_argument(
-        "--threads", type=int, default=SERVERS["priority"], help="threads per worker (default: as deployed)"
+        "--threads",
+        type=int,
+        default=SERVERS["priority"],
+        help="the app's threads per worker, which the priority admissions do not use (default: as deployed)",
     )
     p.add_argument("--rounds", type=int, default=3, help="measured runs; the median run is the headline")
     p.add_argument(
@@ -210,7 +214,7 @@ def main() -> int:
             for i in range(args.rounds):
                 print(
                     f"run {i + 1}/{args.rounds}: {args.duration} s, {args.connections} keep-alive "
-                    f"connections, 1 worker with {args.threads} threads ...",
+                    f"connections, 1 worker ...",
                     file=sys.stderr,
                 )
                 cpu_before, waited_before = _cpu_seconds(worker), _cpu_wait_seconds(worker)
