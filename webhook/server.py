@@ -64,9 +64,8 @@ class ServerOptions:
     graceful_timeout: int = 10
     # PEM CA bundle: require a client certificate signed by it (mutual TLS; docs/hardening.md).
     client_ca_file: str | None = None
-    # Every blocking call on a client's socket (the TLS handshake, each read of its request, each
-    # write of the response) ends within this many seconds, or the connection is closed
-    # (DeadlineSocket).
+    # How long the app waits for each part of a request's body before it answers 408
+    # (webhook/asgi.py).
     client_deadline_seconds: float = DEFAULT_CLIENT_DEADLINE_SECONDS
     # SO_REUSEPORT: several servers on one host share a port, the kernel spreading connections
     # among them (in a cluster each pod has its own address, so this is for benchmarks and tests).
