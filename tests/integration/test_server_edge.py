@@ -193,7 +193,9 @@ def test_with_a_client_ca_other_clients_are_refused_at_tls(mtls_server, tmp_path
     without = tls_refusal(mtls_server.port, client_context(mtls_server, version))
     wrong_ca = tls_refusal(mtls_server.port, client_context(mtls_server, version, foreign))
     if version is ssl.TLSVersion.TLSv1_2:
-        assert without.startswith("handshake:") and "handshake failure" in without
-        assert wrong_ca.startswith("handshake:") and "unknown ca" in wrong_ca
+        # Refused inside the handshake. asyncio's TLS closes on a failed handshake without
+        # always sending its alert first, so the client may read an EOF instead of the reason.
+        for refusal, alert in ((without, "handshake failure"), (wrong_ca, "unknown ca")):
+            assert refusal.startswith("handshake:") and (alert in refusal or "EOF" in refusal), refusal
     # TLS 1.3: the server's alert (certificate required, unknown ca), or, when its close overtakes
     # the client's request, an EOF or a reset; tls_refusal has checked that no response came.
