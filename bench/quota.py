@@ -172,7 +172,7 @@ def main() -> int:
     p.add_argument("--rounds", type=int, default=3, help="rounds of the three runs; medians reported")
     p.add_argument("--keep-logs", type=Path, help="copy the components' logs here before stopping")
     p.add_argument(
-        "--quota-workers", type=int, default=1, help="gunicorn workers of each quota server (deployed: 1)"
+        "--quota-workers", type=int, default=1, help="worker processes of each quota server (deployed: 1)"
     )
     p.add_argument(
         "--one-server",
