@@ -49,12 +49,11 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from bench.quota_hooks import QUOTA_HOOKS, covered, prepare, set_floor_hook, set_quota_hooks
 from localcluster import LocalCluster, Options
-from localcluster.binaries import REPO
 from localcluster.procs import free_ports, progress, tree_cpu_seconds, wait_until
 from priogate.kube.client import ApiClient, load_client, resource_path
 from priogate.podgroup import GROUP_VERSION, PLURAL
 from tests.podgroup_load import LoadResult, create_concurrently
-from tests.replicas import LOOPBACK, point_quota_server, served_count, server_metric, start_replicas
+from tests.replicas import LOOPBACK, cluster_replicas, point_quota_server, served_count, server_metric
 
 RELAYS = "priogate_ledger_relays_total"
 
@@ -199,20 +198,8 @@ def main() -> int:
             shared_port = free_ports(1)[0]
             # Relaying is off where the servers require client certificates (docs/ledger.md).
             client_cert = None if args.relay else cluster.webhook_client_cert
-            replicas = start_replicas(
-                cluster.supervisor,
-                cluster.pki.webhook_crt,
-                cluster.pki.webhook_key,
-                cluster.kubeconfig,
-                cluster.logs,
-                masters=2,
-                workers=args.quota_workers,
-                ca_file=cluster.pki.ca_crt,
-                repo=REPO,
-                client_ca=None if args.relay else cluster.webhook_client_ca,
-                client_cert=client_cert,
-                shared_port=shared_port,
-                relay=args.relay,
+            replicas = cluster_replicas(
+                cluster, 2, args.quota_workers, relay=args.relay, shared_port=shared_port
             )
             replicas_url = f"https://{LOOPBACK}:{shared_port}"
             # As manifests/ deploys priogate: every quota rule set (PodGroup defaults, annotations,

@@ -20,7 +20,9 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
+from localcluster import LocalCluster
 from localcluster.api import metric_sum, update
+from localcluster.binaries import REPO
 from localcluster.procs import Proc, Supervisor, free_ports, wait_until
 from priogate.kube.client import ApiClient
 from webhook.registry import load_rule_sets
@@ -174,6 +176,29 @@ def start_replicas(
             proc=proc,
         )
     return started
+
+
+def cluster_replicas(
+    cluster: LocalCluster, masters: int, workers: int, *, relay: bool, shared_port: int | None = None
+) -> list[tuple[Proc, int]]:
+    """start_replicas beside a LocalCluster's own webhook, with its certificates: relaying ones
+    without client certificates required (relaying is off with them, webhook/ledger_relay.py),
+    the others requiring kube-apiserver's, as the cluster's webhook does."""
+    return start_replicas(
+        cluster.supervisor,
+        cluster.pki.webhook_crt,
+        cluster.pki.webhook_key,
+        cluster.kubeconfig,
+        cluster.logs,
+        masters=masters,
+        workers=workers,
+        ca_file=cluster.pki.ca_crt,
+        repo=REPO,
+        client_ca=None if relay else cluster.webhook_client_ca,
+        client_cert=None if relay else cluster.webhook_client_cert,
+        shared_port=shared_port,
+        relay=relay,
+    )
 
 
 def _ready(session: object, port: int, ca_file: Path) -> bool:

@@ -22,7 +22,7 @@ from priogate.scope import ENROLLED_LABEL, ENROLLED_VALUE
 from tests.builders import pod, podgroup
 from tests.e2e.helpers import wait_for
 from tests.podgroup_load import create_concurrently
-from tests.replicas import LOOPBACK, point_webhook, proxied, served_count, server_metric, start_replicas
+from tests.replicas import LOOPBACK, cluster_replicas, point_webhook, proxied, served_count, server_metric
 
 GROUPS = resource_path("scheduling.volcano.sh/v1beta1", "podgroups")
 QUOTA_HOOK = "podgroup-quota.priogate.io"
@@ -100,6 +100,17 @@ def quota_webhook_at(cluster: LocalCluster, client: ApiClient, url: str) -> Iter
         point_webhook(client, QUOTA_HOOK, cluster.ports.webhook_url, "/validate/podgroups")
 
 
+def enroll(client: ApiClient, namespace: str) -> None:
+    """Enrolled (priogate.scope) up front, as after a first claim: every PodGroup then goes to
+    the reservation hook (test_hook_scope.py covers the enrolment itself)."""
+    client.request(
+        "PATCH",
+        f"/api/v1/namespaces/{namespace}",
+        body={"metadata": {"labels": {ENROLLED_LABEL: ENROLLED_VALUE}}},
+        content_type="application/merge-patch+json",
+    )
+
+
 @contextlib.contextmanager
 def forging_turn_stamps(client: ApiClient, namespace: str, every: float = 0.05) -> Iterator[list[int]]:
     """Rewrite the ledger's turn stamp (priogate.ledger.turn_order) while the block runs, as someone
@@ -152,30 +163,8 @@ def test_concurrent_podgroups_fill_the_quota_exactly(
     cluster, client, namespace, masters, workers, forged_stamps, relay
 ):
     create_quota(client, namespace, "10")
-    # Enrolled (priogate.scope) up front, as after a first claim: every PodGroup then goes to the
-    # reservation hook, which the replicas behind the proxy answer (test_hook_scope.py covers
-    # the enrolment itself).
-    client.request(
-        "PATCH",
-        f"/api/v1/namespaces/{namespace}",
-        body={"metadata": {"labels": {ENROLLED_LABEL: ENROLLED_VALUE}}},
-        content_type="application/merge-patch+json",
-    )
-    replicas = start_replicas(
-        cluster.supervisor,
-        cluster.pki.webhook_crt,
-        cluster.pki.webhook_key,
-        cluster.kubeconfig,
-        cluster.logs,
-        masters=masters,
-        workers=workers,
-        ca_file=cluster.pki.ca_crt,
-        repo=REPO,
-        # Relaying is off with client certificates required (webhook/ledger_relay.py).
-        client_ca=None if relay else cluster.webhook_client_ca,
-        client_cert=None if relay else cluster.webhook_client_cert,
-        relay=relay,
-    )
+    enroll(client, namespace)  # the replicas behind the proxy answer the reservation hook
+    replicas = cluster_replicas(cluster, masters, workers, relay=relay)
     ports = [port for _, port in replicas]
     try:
         with proxied(ports) as proxy, quota_webhook_at(cluster, client, proxy.url):
@@ -230,24 +219,8 @@ def test_when_the_ledgers_writer_goes_away_the_other_replica_takes_its_turns(clu
     writer stops (its pod goes away, and the Service stops sending to it): every later admission
     is answered by the survivor, which then writes the ledger itself, and the quota fills exactly."""
     create_quota(client, namespace, "20")
-    client.request(
-        "PATCH",
-        f"/api/v1/namespaces/{namespace}",
-        body={"metadata": {"labels": {ENROLLED_LABEL: ENROLLED_VALUE}}},
-        content_type="application/merge-patch+json",
-    )
-    replicas = start_replicas(
-        cluster.supervisor,
-        cluster.pki.webhook_crt,
-        cluster.pki.webhook_key,
-        cluster.kubeconfig,
-        cluster.logs,
-        masters=2,
-        workers=1,
-        ca_file=cluster.pki.ca_crt,
-        repo=REPO,
-        relay=True,
-    )
+    enroll(client, namespace)
+    replicas = cluster_replicas(cluster, 2, 1, relay=True)
     names = {port: proc.name for proc, port in replicas}
     ledger = ledger_path(DEFAULT_LEDGER_NAMESPACE, namespace)
     try:
