@@ -4,10 +4,11 @@ One event loop per worker process serves every connection: gunicorn's own code d
 HTTP/1.1 parsing and the writes (https://docs.gunicorn.org/en/stable/asgi.html), and a client
 that stalls costs a coroutine, not a thread, so it holds up nobody else. The app is the same WSGI
 app as before (webhook.endpoints in front of Flask), called with an environ made from the ASGI
-scope: an admission whose rule sets never block (the priority server's: CPU only, tens of µs)
-is answered on the loop itself, with no hand-off; everything that may block (a ledger turn, a
-quorum read, a relay, the Flask routes) runs on a pool of threads, so the loop goes on reading
-and writing meanwhile.
+scope: a priority admission (CPU only over the caches, tens of µs) is answered on the loop
+itself, with no hand-off, and again on a thread in the rare case it must wait (a class the cache
+lacks is read from the API server: webhook/loop.py); everything else that may block (a ledger
+turn, a quorum read, a relay, the Flask routes) runs on a pool of threads, so the loop goes on
+reading and writing meanwhile.
 
 Measured with `make bench-webhook` (docs/benchmarks.md): with gthread, each busy keep-alive
 connection was a thread, and 8 of them on one core took turns with the GIL, so the unluckiest
@@ -28,6 +29,7 @@ import structlog
 
 from webhook import metrics
 from webhook.endpoints import ARRIVED_ENVIRON, MAX_BODY_BYTES, Answer, plain
+from webhook.loop import WouldBlock, answering_on_loop
 
 log = structlog.get_logger("priogate.webhook")
 
@@ -81,9 +83,14 @@ class AsgiApp:
             return
         environ = wsgi_environ(scope, body)
         environ[ARRIVED_ENVIRON] = arrived
+        answer = None
         if scope["method"] == "POST" and self.inline(scope["path"]):
-            answer = call_wsgi(self.wsgi, environ)
-        else:
+            try:
+                with answering_on_loop():
+                    answer = call_wsgi(self.wsgi, environ)
+            except WouldBlock:
+                environ["wsgi.input"].seek(0)  # answered again from the start, on a thread
+        if answer is None:
             loop = asyncio.get_running_loop()
             answer = await loop.run_in_executor(self.pool, call_wsgi, self.wsgi, environ)
         await _send(send, answer)

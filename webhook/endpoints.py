@@ -22,6 +22,7 @@ import structlog
 
 from webhook import metrics
 from webhook.ledger_relay import RELAYED_ENVIRON, LedgerRelay
+from webhook.loop import WouldBlock, forbid_waiting
 from webhook.objects import MalformedObject
 from webhook.registry import RuleSet
 from webhook.review import BadReview, Decision, caller_timeout, deny, parse_review, review_response
@@ -109,6 +110,8 @@ def answer_review(
     if decision is None:
         try:
             decision = rule_set.handler(review, view)
+        except WouldBlock:
+            raise  # answered again on a thread (webhook/loop.py)
         except MalformedObject as e:
             decision = deny(f"malformed {review.kind.get('kind') or 'object'}: {e}", code=400)
         except Exception:
@@ -150,12 +153,16 @@ def cache_refusal(rule_set: RuleSet, view: CacheView, operation: str = "") -> De
     caches = view.caches
     if rule_set.answers_from_stale or operation == "DELETE":
         waiting = view.unlisted(rule_set.needs)
-        if not waiting or all(caches[n].wait_listed(CACHE_SYNC_GRACE_SECONDS) for n in waiting):
+        if not waiting:
+            return None
+        forbid_waiting(f"caches to list: {', '.join(waiting)}")
+        if all(caches[n].wait_listed(CACHE_SYNC_GRACE_SECONDS) for n in waiting):
             return None
     else:
         waiting = view.unsynced(rule_set.needs)
         if not waiting:
             return None
+        forbid_waiting(f"caches to come back: {', '.join(waiting)}")
         if all(
             n in caches
             and caches[n].stale_seconds() < CACHE_SYNC_GRACE_SECONDS
@@ -218,6 +225,7 @@ class AdmissionEndpoints:
         # deadlines").
         arrived = environ.get(ARRIVED_ENVIRON) or time.monotonic()
         in_flight.inc()
+        handed_on = False
         try:
             mimetype = _mimetype(environ.get("CONTENT_TYPE", ""))
             if mimetype != "application/json":
@@ -232,7 +240,11 @@ class AdmissionEndpoints:
             deadline = None if timeout is None else arrived + timeout
             # A review relayed here by another replica is decided here, never relayed again.
             relay = None if environ.get(RELAYED_ENVIRON) else self.view.relay
-            answer, operation, decision = answer_review(rule_set, self.view, body, deadline, relay)
+            try:
+                answer, operation, decision = answer_review(rule_set, self.view, body, deadline, relay)
+            except WouldBlock:
+                handed_on = True
+                raise
             self._count(rule_set.name, operation, decision)
             seconds = time.perf_counter() - started
             if seconds > SLOW_SECONDS:
@@ -246,7 +258,8 @@ class AdmissionEndpoints:
             return answer
         finally:
             in_flight.dec()
-            latency.observe(time.perf_counter() - started)
+            if not handed_on:  # an attempt on the event loop is measured on the thread it goes to
+                latency.observe(time.perf_counter() - started)
 
     def _count(self, *labels: str) -> None:
         counter = self._request_counters.get(labels)

@@ -343,14 +343,15 @@ class WebhookServer(BaseApplication):
 
 
 def _inline_paths(view: Any, rule_sets: Any) -> Callable[[str], bool]:
-    """Whether an admission POSTed to a path may be answered on the event loop: its rule set is
-    a priority one (CPU only over in-memory caches, never a wait) and its caches are listed (an
-    unlisted cache is waited for, up to CACHE_SYNC_GRACE_SECONDS, which the loop must not)."""
+    """Whether an admission POSTed to a path is first tried on the event loop: its rule set is a
+    priority one (CPU only over the caches) and its caches are current. Where it would wait
+    after all (for the API server, or for a cache), it is answered again on a thread
+    (webhook/loop.py); the check on the caches only spares that second try while they are not."""
     needs = {r.path: tuple(r.needs) for r in rule_sets if r.server == "priority"}
 
     def inline(path: str) -> bool:
         needed = needs.get(path)
-        return needed is not None and not view.unlisted(needed)
+        return needed is not None and not view.unsynced(needed)
 
     return inline
 

@@ -30,6 +30,7 @@ from priogate.quota import quota_names
 from priogate.resources import ResourceList, add, pod_requests
 from priogate.slim import group_member_essentials, namespace_labels, slim_node, slim_pod
 from webhook.ledger_relay import LedgerRelay
+from webhook.loop import forbid_waiting
 from webhook.preview_state import PREVIEW_CACHES, PreviewState
 
 
@@ -132,6 +133,7 @@ class CacheView:
         is none or no API server (offline, tests: the cache is all there is)."""
         if self.client is None or not priority.is_dns1123_subdomain(name):
             return None  # no API server, or a name no stored object can have (nor a path)
+        forbid_waiting(f"a quorum GET of PriorityClass {name}")
         try:
             return self.client.get(
                 resource_path("scheduling.k8s.io/v1", "priorityclasses", name=name), timeout=(3, 3)
@@ -147,12 +149,14 @@ class CacheView:
         server (offline): nothing else exists there."""
         if self.client is None:
             return []
+        forbid_waiting("LISTs of the class's users")
         return class_uses(self.client, name, deadline=deadline)
 
     def namespaces(self, deadline: float) -> list[Mapping[str, Any]]:
         """Every namespace, by a LIST (raises ListingFailed); none offline."""
         if self.client is None:
             return []
+        forbid_waiting("a LIST of namespaces")
         return list_namespaces(self.client, deadline=deadline)
 
     def namespace_default_class(self, namespace: str) -> str | None:
@@ -229,6 +233,7 @@ class CacheView:
         the cache: what a reservation is freed on. Raises when the API server cannot answer."""
         if self.client is None:
             return self.live_podgroups(namespace)
+        forbid_waiting("a quorum LIST of PodGroups")
         path = resource_path(podgroup.GROUP_VERSION, podgroup.PLURAL, namespace)
         groups = self.client.list_all(path, timeout=(3, 5))
         return {g["metadata"].get("uid", ""): g["metadata"]["name"] for g in groups}
@@ -238,6 +243,7 @@ class CacheView:
         API server (offline, tests): nothing routes by the label there, so nothing to prove."""
         if self.client is None:
             return False
+        forbid_waiting("labelling the namespace")
         label_namespace(self.client, namespace, deadline=deadline)
         return True
 
@@ -245,6 +251,7 @@ class CacheView:
         """The refusal of one dry-run coverage probe in the namespace (priogate.scope)."""
         if self.client is None:
             return None
+        forbid_waiting("a dry-run probe")
         return probe_refusal(self.client, namespace)
 
     def preemption_preview(self, kind: str, obj: Mapping[str, Any]) -> Outcome | None:

@@ -181,3 +181,37 @@ def test_a_failing_periodic_call_does_not_stop_the_others():
 
     asyncio.run(go())
     assert ticks == [1, 1]
+
+
+def test_an_inline_admission_that_would_wait_is_answered_again_on_a_thread():
+    """A pod naming a class the cache lacks: the priority hook reads it from the API server
+    (webhook/class_lookup.py), which the event loop must not wait for. The first try stops
+    before the read (webhook/loop.py); the thread's try reads it and answers."""
+    import base64
+    import json
+
+    from tests.builders import SYSTEM_CLASSES, pod, priority_class
+    from tests.reviews import make_view, review
+    from webhook.app import create_app
+    from webhook.registry import load_rule_sets
+    from webhook.server import _inline_paths
+
+    view = make_view(SYSTEM_CLASSES)
+    reads: list[str] = []
+
+    class StoredClasses:
+        def get(self, path: str, timeout: object = None) -> dict:
+            reads.append(threading.current_thread().name)
+            return priority_class("created-a-moment-ago", value=4242)
+
+    view.client = StoredClasses()  # type: ignore[assignment]
+    flask_app = create_app(view)
+    inline = _inline_paths(view, load_rule_sets())
+    app = AsgiApp(flask_app.wsgi_app, inline, threads=2, body_seconds=5.0)
+    body = json.dumps(review(pod(namespace="team-a", priority_class="created-a-moment-ago"))).encode()
+    sent = run(app, scope(), [{"type": "http.request", "body": body}])
+    assert sent[0]["status"] == 200
+    answer = json.loads(sent[1]["body"])["response"]
+    patch = json.loads(base64.b64decode(answer["patch"]))
+    assert answer["allowed"] is True and {"op": "add", "path": "/spec/priority", "value": 4242} in patch
+    assert len(reads) == 1 and reads[0].startswith("app"), reads  # read once, on a thread
