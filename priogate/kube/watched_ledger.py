@@ -37,10 +37,9 @@ class WatchedLedgers:
         self.writer = writer or writer_name(process, peer_address)
         # namespace -> (the ledger's uid, the sequence number) of this process's last write
         self._last: dict[str, tuple[str, int]] = {}
-        # namespace -> (the last stamp of another writer seen, time.monotonic() it was first seen)
-        self._others: dict[str, tuple[Turn, float]] = {}
         # namespace -> writer -> (its latest sequence number seen, time.monotonic() first seen),
-        # this process's own writes included: who holds the turn (turn_order.turn_holder)
+        # this process's own writes included: whether another writer is busy, and who holds the
+        # turn (turn_order.turn_holder)
         self._writers: dict[str, dict[str, tuple[int, float]]] = {}
 
     def start_copy(self, namespace: str, deadline: float) -> tuple[Mapping[str, Any], Turn] | None:
@@ -68,15 +67,12 @@ class WatchedLedgers:
             self.cache.wait_changed(generation, give_up - now)
 
     def _others_active(self, namespace: str, turn: Turn, now: float) -> bool:
-        self._note_other(namespace, turn, now)
-        seen = self._others.get(namespace)
-        return seen is not None and now - seen[1] < OTHERS_ACTIVE_SECONDS
-
-    def _note_other(self, namespace: str, turn: Turn, now: float) -> None:
-        if turn.writer and turn.writer != self.writer:
-            seen = self._others.get(namespace)
-            if seen is None or seen[0] != turn:
-                self._others[namespace] = (turn, now)
+        """Whether another writer's stamp appeared within OTHERS_ACTIVE_SECONDS."""
+        self._note_writer(namespace, turn, now)
+        return any(
+            writer != self.writer and now - when < OTHERS_ACTIVE_SECONDS
+            for writer, (_, when) in self._writers.get(namespace, {}).items()
+        )
 
     def writer_of(self, namespace: str) -> tuple[str, int] | None:
         """The peer address (host, port) of the process holding the namespace's ledger turn, when
