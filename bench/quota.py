@@ -36,6 +36,7 @@ racing each other for the same ledger as deployed. The last line:
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import sys
 import tempfile
@@ -49,7 +50,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from bench.quota_hooks import QUOTA_HOOKS, covered, prepare, set_floor_hook, set_quota_hooks
 from localcluster import LocalCluster, Options
-from localcluster.procs import free_ports, progress, tree_cpu_seconds, wait_until
+from localcluster.procs import free_ports, pin_tree, progress, tree_cpu_seconds, wait_until
 from priogate.kube.client import ApiClient, load_client, resource_path
 from priogate.podgroup import GROUP_VERSION, PLURAL
 from tests.podgroup_load import LoadResult, create_concurrently
@@ -83,6 +84,19 @@ class Run:
             f"{count('PUT', 'configmaps', '409') / n:.2f}), "
             f"quota LIST {count('LIST', 'resourcequotas') / n:.2f}"
         )
+
+    def beyond(self, other: Run) -> str:
+        """The kube-apiserver requests this run made beyond `other`'s, per create, the largest
+        first: what the quota hooks and what follows from them (the controller's writes) cost."""
+        n = _creates(self)
+        extra = Counter(
+            {
+                key: self.requests[key] / n - other.requests.get(key, 0) / _creates(other)
+                for key in self.requests
+            }
+        )
+        top = [(key, v) for key, v in extra.most_common(8) if v >= 0.01]
+        return ", ".join(f"{verb} {resource} {code} {v:.2f}" for (verb, resource, code), v in top)
 
     def summary(self, what: str) -> str:
         r = self.result
@@ -146,6 +160,25 @@ def _load(client: ApiClient, namespace: str, args: argparse.Namespace, pids: dic
     return Run(result, cpu, +requests)
 
 
+def _creates(run: Run) -> int:
+    return len(run.result.admitted) + sum(run.result.denials.values()) or 1
+
+
+CONTROL_PLANE = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
+
+
+def _pin_apart(pids: dict[str, int]) -> None:
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        raise SystemExit("--pin needs at least 2 CPUs")
+    half = len(cpus) // 2
+    control_plane, rest = set(cpus[:half]), set(cpus[half:])
+    for name, pid in pids.items():
+        pin_tree(pid, control_plane if name in CONTROL_PLANE else rest)
+    pin_tree(os.getpid(), rest)
+    progress(f"pinned: the control plane on CPUs {sorted(control_plane)}, the rest on {sorted(rest)}")
+
+
 def _median(runs: list[Run]) -> Run:
     """The run of median rate (the lower middle of an even count)."""
     return sorted(runs, key=lambda run: run.result.rate)[(len(runs) - 1) // 2]
@@ -186,6 +219,13 @@ def main() -> int:
         help="the servers relay ledger admissions to the namespace's writer, as deployed without client"
         " certificates (--no-relay: they race for the ledger, as with client certificates required)",
     )
+    p.add_argument(
+        "--pin",
+        action="store_true",
+        help="the control plane (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok) on"
+        " half of the CPUs, priogate and the load generator on the other half, as in a cluster whose"
+        " control plane has nodes of its own",
+    )
     args = p.parse_args()
     if args.rounds < 1:
         p.error("--rounds must be at least 1")
@@ -210,6 +250,8 @@ def main() -> int:
             point_quota_server(client, replicas_url)
             cluster.restart_webhook("--serve=priority")
             pids = {proc.name: proc.pid for proc in cluster.supervisor.procs}
+            if args.pin:
+                _pin_apart(pids)
             one = OneServer(client, replicas, replicas_url, cluster.pki.ca_crt, client_cert)
             for i in range(1, args.rounds + 1):
                 runs = _round(client, args, pids, replicas_url, f"{i}")
@@ -243,6 +285,7 @@ def main() -> int:
     print(measured.summary("with the quota hooks, median round"))
     print(f"each round's ratio to its own floor: {_ratios(arms, 'measured')}")
     print(measured.per_admission())
+    print(f"kube-apiserver requests per create beyond the floor's: {measured.beyond(floor)}")
     counts = ", ".join(f"{n:.0f}" for n in served)
     print(f"reservation hook requests answered by each server, all rounds: {counts}")
     print(f"ledger admissions relayed to the writer by each server: {', '.join(f'{n:.0f}' for n in relayed)}")

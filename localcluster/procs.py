@@ -87,6 +87,18 @@ def children(pid: int) -> Sequence[int]:
     return [int(x) for x in text.split()]
 
 
+def pin_tree(pid: int, cpus: set[int]) -> None:
+    """Keep every thread of a process and of its children on `cpus` (threads and processes
+    started later inherit it from the thread that starts them)."""
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            os.sched_setaffinity(int(task.name), cpus)
+        except ProcessLookupError:
+            continue  # a thread that ended meanwhile
+    for child in children(pid):
+        pin_tree(child, cpus)
+
+
 def tree_cpu_seconds(pid: int) -> float:
     """utime + stime of a process and its children still running (a gunicorn master and its
     workers), from /proc; 0 for a process gone."""
