@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
+from priogate.ledger.stored_claims import StoredGroups
 from webhook.review import AdmissionRequest, Decision
 
 
@@ -39,6 +40,8 @@ class ClusterView(Protocol):
     def live_podgroups(self, namespace: str) -> dict[str, bool]: ...
 
     def stored_podgroups(self, namespace: str) -> dict[str, Any]: ...
+
+    def stored_groups(self, namespace: str) -> StoredGroups: ...
 
     def podgroups_generation(self, namespace: str) -> int: ...
 

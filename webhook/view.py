@@ -5,6 +5,7 @@ cache change, not per request."""
 from __future__ import annotations
 
 import datetime as dt
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -14,7 +15,7 @@ from typing import Any
 from priogate import namespace_default, podgroup, priority
 from priogate.class_users import Use
 from priogate.kube import catalogue
-from priogate.kube.cache import Transform, WatchCache
+from priogate.kube.cache import Transform, WatchCache, chained
 from priogate.kube.catalogue import Source
 from priogate.kube.class_users import class_uses, list_namespaces
 from priogate.kube.client import ApiClient, ApiError, resource_path
@@ -23,7 +24,8 @@ from priogate.kube.namespaces import label_namespace, probe_refusal
 from priogate.ledger.codec import DEFAULT_LEDGER_NAMESPACE, ledger_name, ledger_of
 from priogate.ledger.model import DamagedLedger, Entry, Ledger, Listing, stamp
 from priogate.ledger.settlement import adopted
-from priogate.ledger.stored_groups import ParsedGroup, claims_by_uid, listing_of, parse_groups
+from priogate.ledger.stored_claims import StoredClaims, StoredGroups
+from priogate.ledger.stored_groups import listing_of
 from priogate.ledger.timing import IN_FLIGHT
 from priogate.preemption.outcome import Outcome
 from priogate.quota import quota_names
@@ -57,8 +59,6 @@ def sources(ledger_namespace: str = DEFAULT_LEDGER_NAMESPACE) -> dict[str, tuple
 
 
 CACHES = sources()
-# Namespaces whose cached groups' claims are kept between generations (ClusterView).
-CLAIMS_MEMO_NAMESPACES = 1024
 
 
 @dataclass(frozen=True)
@@ -105,8 +105,9 @@ class CacheView:
         self._reservations_memo: dict[str, tuple[tuple[int, int, int], NamespaceReservations]] = {}
         # (what, namespace) -> (the groups cache's namespace generation, the answer)
         self._groups_memo: dict[tuple[str, str], tuple[int, Mapping[str, Any]]] = {}
-        # namespace -> cached group name -> (the object, its claim), for stored_podgroups
-        self._claims_memo: dict[str, dict[str, ParsedGroup]] = {}
+        # The cached groups' claims, kept by the podgroups cache's events from first use on.
+        self._stored: StoredClaims | None = None
+        self._stored_lock = threading.Lock()
 
     def unsynced(self, names: Sequence[str]) -> list[str]:
         """The caches of `names` that are not current: not listed yet, or stale."""
@@ -190,22 +191,22 @@ class CacheView:
 
     def stored_podgroups(self, namespace: str) -> Mapping[str, Entry]:
         """uid -> the claim of each cached (stored) PodGroup, with its generation."""
-        minimum = dt.datetime.min.replace(tzinfo=dt.UTC)
-        return self._of_groups("stored", namespace, lambda: self._stored_claims(namespace, stamp(minimum)))
+        return self.stored_groups(namespace).claims
 
-    def _stored_claims(self, namespace: str, admitted_at: str) -> dict[str, Entry]:
-        """What listing_of() makes of the cached groups, each group's claim reused while the
-        cache holds the same object for it: a namespace's claims were parsed again on each of
-        its groups' events, O(groups) each."""
-        parsed = parse_groups(
-            self.caches["podgroups"].namespace(namespace).values(),
-            admitted_at,
-            self._claims_memo.get(namespace),
-        )
-        if namespace not in self._claims_memo and len(self._claims_memo) >= CLAIMS_MEMO_NAMESPACES:
-            self._claims_memo.clear()  # namespaces come and go: rebuilt on demand
-        self._claims_memo[namespace] = parsed
-        return claims_by_uid(parsed)
+    def stored_groups(self, namespace: str) -> StoredGroups:
+        """The cached (stored) PodGroups' claims and their sums by class, as of one moment."""
+        stored = self._stored
+        if stored is None:
+            with self._stored_lock:
+                if self._stored is None:
+                    cache = self.caches["podgroups"]
+                    stored = StoredClaims(stamp(dt.datetime.min.replace(tzinfo=dt.UTC)))
+                    # Heard before the fill reads the cache, so no event falls between the two.
+                    cache.on_event = chained(stored.on_event, cache.on_event)
+                    stored.fill(cache.items)
+                    self._stored = stored
+                stored = self._stored
+        return stored.of(namespace)
 
     def _of_groups(
         self, what: str, namespace: str, compute: Callable[[], dict[str, Any]]

@@ -62,22 +62,15 @@ def _parse_group(meta: Mapping[str, Any], spec: Mapping[str, Any], admitted_at: 
 ParsedGroup = tuple[Mapping[str, Any], Entry | None]
 
 
-def parse_groups(
-    items: Iterable[Mapping[str, Any]], admitted_at: str, reuse: Mapping[str, ParsedGroup] | None = None
-) -> dict[str, ParsedGroup]:
-    """name -> each group parsed. A group that is the very object parsed in `reuse` keeps that
-    claim: a watch cache replaces an object on every change, so between two events of a
-    namespace only the changed group is parsed again."""
+def parse_groups(items: Iterable[Mapping[str, Any]], admitted_at: str) -> dict[str, ParsedGroup]:
+    """name -> each group parsed."""
     out: dict[str, ParsedGroup] = {}
     for item in items:
         name = text_field((item.get("metadata") or {}).get("name"))
-        seen = reuse.get(name) if reuse else None
-        if seen is None or seen[0] is not item:
-            try:
-                seen = (item, entry_of_group(item, admitted_at))
-            except (ValueError, TypeError):
-                seen = (item, None)
-        out[name] = seen
+        try:
+            out[name] = (item, entry_of_group(item, admitted_at))
+        except (ValueError, TypeError):
+            out[name] = (item, None)
     return out
 
 

@@ -38,11 +38,11 @@ import structlog
 
 from priogate import podgroup
 from priogate.ledger import claim
-from priogate.ledger.claim import Claim, check_claim
+from priogate.ledger.claim import Claim
 from priogate.ledger.model import Entry, normalize, stamp
 from priogate.ledger.outcome import Outcome
 from priogate.ledger.totals import TotalsByNamespace
-from priogate.quota import min_resources_problem
+from priogate.quota import check_podgroup, min_resources_problem
 from priogate.resources import parse_quantity
 from priogate.scope import COVERED, ENROLLED_LABEL, ENROLLED_VALUE, is_probe
 from webhook.awaiting import decide_waiting
@@ -106,9 +106,8 @@ def _negative(obj: Mapping[str, Any], old: Mapping[str, Any] | None) -> str | No
 
 
 # The running sums of each namespace's ledger in this process (its turns are taken one at a
-# time), and of the stored groups its watch cache shows.
+# time).
 _TOTALS = TotalsByNamespace()
-_STORED_TOTALS = TotalsByNamespace()
 
 
 def _refused_by_stored_groups(request: AdmissionRequest, view: ClusterView, claim: Entry) -> str | None:
@@ -118,8 +117,8 @@ def _refused_by_stored_groups(request: AdmissionRequest, view: ClusterView, clai
     groups), and a refusal rests on the caches anyway, so such a claim takes no turn and no read
     of the ledger. A claim that fits these groups is decided in its turn as before."""
     namespace = request.namespace
-    stored = view.stored_podgroups(namespace)
-    return check_claim(stored, claim, view.resource_quotas(namespace), _STORED_TOTALS(namespace))
+    others = view.stored_groups(namespace).others(claim.key)
+    return check_podgroup(view.resource_quotas(namespace), others, claim.reservation())
 
 
 def _parsed(request: AdmissionRequest, now: dt.datetime) -> tuple[Entry, Entry | None]:
