@@ -51,8 +51,9 @@ What only saves time or requests (optimisation; none can cause an over-admission
 - Batching a process's concurrent requests for a namespace into one read and one write
   (priogate.kube.ledger_store); a quota server is one process, so its requests never race each
   other.
-- Early refusal when the groups the cache shows stored already leave no room (claim.check_claim
-  on the cached groups): the turn would refuse the same.
+- Early refusal when the groups the cache shows stored already leave no room: the turn would
+  refuse the same. Their claims and per-class sums are kept by the watch's events
+  (stored_claims), not rebuilt per admission.
 - Running per-class sums moved by changed entries (totals).
 - Waiting for claims in flight through the watch cache before a quorum LIST (timing.UNSEEN_GRACE).
 - Sharded, compressed storage of the entries (codec).
