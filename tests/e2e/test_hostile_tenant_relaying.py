@@ -8,7 +8,7 @@ decided: the tenant's bursts fill the quota exactly, and no grow gets past it.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from fractions import Fraction
 
 import pytest
@@ -93,30 +93,24 @@ def test_a_tenants_bursts_through_relaying_replicas_fill_the_quota_exactly(
     admitted: list[str] = []
     lock = threading.Lock()
 
-    def grow(name: str) -> None:
+    def attempt(what: str, call: Callable[[], object]) -> None:
         try:
-            as_tenant.request(
-                "PATCH",
-                f"{path}/{name}",
-                body={"spec": {"minResources": {"cpu": "2"}}},
-                content_type="application/merge-patch+json",
-            )
+            call()
         except ApiError as e:
             with lock:
                 refused.append(e.message)
             return
         with lock:
-            admitted.append(f"grew {name}")
+            admitted.append(what)
+
+    def grow(name: str) -> None:
+        patch = {"spec": {"minResources": {"cpu": "2"}}}
+        kind = "application/merge-patch+json"
+        url = f"{path}/{name}"
+        attempt(f"grew {name}", lambda: as_tenant.request("PATCH", url, body=patch, content_type=kind))
 
     def create(i: int) -> None:
-        try:
-            as_tenant.create(path, podgroup_body(f"late-{i}", {"cpu": "1"}))
-        except ApiError as e:
-            with lock:
-                refused.append(e.message)
-            return
-        with lock:
-            admitted.append(f"created late-{i}")
+        attempt(f"created late-{i}", lambda: as_tenant.create(path, podgroup_body(f"late-{i}", {"cpu": "1"})))
 
     threads = [threading.Thread(target=grow, args=(name,)) for name in ["first", *burst.admitted]]
     threads += [threading.Thread(target=create, args=(i,)) for i in range(10)]
