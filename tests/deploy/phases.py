@@ -9,7 +9,6 @@ import base64
 import dataclasses
 import subprocess
 import time
-import uuid
 import warnings
 
 import requests
@@ -42,6 +41,7 @@ from tests.deploy.helpers import (
     unschedulable_pod,
     wait_for,
 )
+from tests.reviews import group_review
 
 # Namespaced kinds priogate's install or its programs create in their namespace.
 NAMESPACED = (
@@ -229,24 +229,8 @@ def relay_between_pods(api: ApiClient) -> int:
     ips = [p["status"]["podIP"] for p in pods(api, "webhook")]
     assert writer[0] in ips and len(ips) == 2, (writer, ips)
     (other,) = [ip for ip in ips if ip != writer[0]]
-    review = {
-        "apiVersion": "admission.k8s.io/v1",
-        "kind": "AdmissionReview",
-        "request": {
-            "uid": str(uuid.uuid4()),
-            "kind": {"group": "scheduling.volcano.sh", "version": "v1beta1", "kind": "PodGroup"},
-            "resource": {"group": "scheduling.volcano.sh", "version": "v1beta1", "resource": "podgroups"},
-            "operation": "CREATE",
-            "name": "relay-dry-run",
-            "namespace": GROUPS_NS,
-            "object": {
-                **group("relay-dry-run"),
-                "metadata": {"name": "relay-dry-run", "namespace": GROUPS_NS},
-            },
-            "dryRun": True,
-            "userInfo": {"username": "deploy-test"},
-        },
-    }
+    obj = {**group("relay-dry-run"), "metadata": {"name": "relay-dry-run", "namespace": GROUPS_NS}}
+    review = group_review(obj, dry_run=True)
     session = requests.Session()
     session.trust_env = False
     # The pod's serving certificate names the Service, not its IP; the test checks the relay,
