@@ -236,8 +236,7 @@ def main() -> int:
         try:
             client = load_client(str(cluster.kubeconfig), pool_size=args.in_flight + 8)
             shared_port = free_ports(1)[0]
-            # Relaying is off where the servers require client certificates (docs/ledger.md).
-            client_cert = None if args.relay else cluster.webhook_client_cert
+            client_cert = cluster.webhook_client_cert
             replicas = cluster_replicas(
                 cluster, 2, args.quota_workers, relay=args.relay, shared_port=shared_port
             )

@@ -140,7 +140,10 @@ def main(argv: list[str] | None = None) -> int:
         write_pem(ca_cert, ca.cert_pem)
         write_pem(ca_key, ca.key_pem, private=True)
         print(f"issued CA {ca_cert}", file=sys.stderr)
-    leaf = issue_leaf(ca, args.common_name, dns_names=args.dns, ip_addresses=args.ip, days=args.days)
+    # For clients too: replicas relaying ledger admissions present it (webhook/ledger_relay.py).
+    leaf = issue_leaf(
+        ca, args.common_name, dns_names=args.dns, ip_addresses=args.ip, days=args.days, client=True
+    )
     write_pem(out / "tls.crt", leaf.cert_pem)
     write_pem(out / "tls.key", leaf.key_pem, private=True)
     print(

@@ -22,7 +22,7 @@ import structlog
 from cryptography import x509
 
 from certs.files import write_pem
-from certs.issue import KeyPair, expires_within, issue_ca, issue_leaf
+from certs.issue import KeyPair, expires_within, has_client_auth, issue_ca, issue_leaf
 from priogate.kube.client import ApiClient, ApiError
 
 log = structlog.get_logger("priogate.certs")
@@ -57,6 +57,14 @@ def _secret_body(namespace: str, name: str, ca: KeyPair, leaf: KeyPair, version:
     }
 
 
+def _serving_leaf(ca: KeyPair, dns_names: list[str]) -> KeyPair:
+    """The serving certificate. It authenticates clients too: a quota server relaying a ledger
+    admission to another replica presents it, and a server that requires client certificates
+    trusts it beside kube-apiserver's CA (webhook/ledger_relay.py). One issued without clientAuth
+    is renewed at once."""
+    return issue_leaf(ca, COMMON_NAME, dns_names=dns_names, client=True)
+
+
 class SecretMissing(LookupError):
     pass
 
@@ -80,7 +88,7 @@ def ensure_secret(
                     " (manifests/: the priogate-cabundle Job)"
                 ) from None
             ca = issue_ca("priogate-webhook-ca")
-            leaf = issue_leaf(ca, COMMON_NAME, dns_names=dns_names)
+            leaf = _serving_leaf(ca, dns_names)
             try:
                 client.create(path, _secret_body(namespace, name, ca, leaf))
                 log.info("created serving secret", secret=name)
@@ -92,9 +100,9 @@ def ensure_secret(
         data = {k: base64.b64decode(v) for k, v in (secret.get("data") or {}).items()}
         ca = KeyPair(data["ca.crt"], data["ca.key"])
         leaf = KeyPair(data["tls.crt"], data["tls.key"])
-        if not expires_within(leaf.cert_pem, RENEW_BEFORE):
+        if not expires_within(leaf.cert_pem, RENEW_BEFORE) and has_client_auth(leaf.cert_pem):
             return ca, leaf
-        leaf = issue_leaf(ca, COMMON_NAME, dns_names=dns_names)
+        leaf = _serving_leaf(ca, dns_names)
         try:
             client.replace(
                 f"{path}/{name}",

@@ -1,4 +1,5 @@
-"""Write PEM files atomically, so a server that reloads on change never reads half a file."""
+"""PEM files: written atomically, so a server that reloads on change never reads half a file,
+and the leaf of a certificate file read alone."""
 
 from __future__ import annotations
 
@@ -18,3 +19,15 @@ def write_pem(path: Path, data: bytes, *, private: bool = False) -> None:
     except BaseException:
         os.unlink(tmp)
         raise
+
+
+_PEM_END = "-----END CERTIFICATE-----"
+
+
+def leaf_pem(cert_file: str | Path) -> str:
+    """The first certificate of `cert_file` (the leaf; what follows it is its chain)."""
+    text = Path(cert_file).read_text()
+    end = text.find(_PEM_END)
+    if end < 0:
+        raise ValueError(f"no certificate in {cert_file}")
+    return text[: end + len(_PEM_END)] + "\n"

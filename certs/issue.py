@@ -135,6 +135,17 @@ def issue_leaf(
     return KeyPair(cert.public_bytes(serialization.Encoding.PEM), _key_pem(key))
 
 
+def has_client_auth(cert_pem: bytes) -> bool:
+    """True when the certificate may authenticate a client: no extended key usage, or one that
+    lists clientAuth (OpenSSL checks it when a server verifies a client's certificate)."""
+    cert = x509.load_pem_x509_certificate(cert_pem)
+    try:
+        usages = cert.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
+    except x509.ExtensionNotFound:
+        return True
+    return ExtendedKeyUsageOID.CLIENT_AUTH in usages
+
+
 def expires_within(cert_pem: bytes, window: dt.timedelta) -> bool:
     """True when the certificate is due for renewal (used by rotation)."""
     cert = x509.load_pem_x509_certificate(cert_pem)

@@ -138,7 +138,9 @@ def issue_all(directory: Path) -> Pki:
     _write(pki.admin_crt, pki.admin_key, admin)
     controller = issue_leaf(ca, CONTROLLER_USER, organizations=["system:masters"], server=False, client=True)
     _write(pki.controller_crt, pki.controller_key, controller)
-    _write(pki.webhook_crt, pki.webhook_key, issue_leaf(ca, "priogate-webhook", **loopback))
+    # For clients too, as certs.bootstrap issues it: relaying replicas present it to each other.
+    webhook = issue_leaf(ca, "priogate-webhook", **loopback, client=True)
+    _write(pki.webhook_crt, pki.webhook_key, webhook)
     client_ca = issue_ca("priogate-webhook-client-ca")
     _write(pki.webhook_client_ca_crt, pki.webhook_client_ca_key, client_ca)
     client = issue_leaf(client_ca, "kube-apiserver-webhook-client", server=False, client=True)

@@ -181,9 +181,9 @@ def start_replicas(
 def cluster_replicas(
     cluster: LocalCluster, masters: int, workers: int, *, relay: bool, shared_port: int | None = None
 ) -> list[tuple[Proc, int]]:
-    """start_replicas beside a LocalCluster's own webhook, with its certificates: relaying ones
-    without client certificates required (relaying is off with them, webhook/ledger_relay.py),
-    the others requiring kube-apiserver's, as the cluster's webhook does."""
+    """start_replicas beside a LocalCluster's own webhook, with its certificates, requiring
+    kube-apiserver's client certificate as the cluster's webhook does (relaying replicas present
+    the serving certificate to each other, webhook/ledger_relay.py)."""
     return start_replicas(
         cluster.supervisor,
         cluster.pki.webhook_crt,
@@ -194,8 +194,8 @@ def cluster_replicas(
         workers=workers,
         ca_file=cluster.pki.ca_crt,
         repo=REPO,
-        client_ca=None if relay else cluster.webhook_client_ca,
-        client_cert=None if relay else cluster.webhook_client_cert,
+        client_ca=cluster.webhook_client_ca,
+        client_cert=cluster.webhook_client_cert,
         shared_port=shared_port,
         relay=relay,
     )

@@ -78,9 +78,11 @@ def start_server(
 ) -> RunningServer:
     workdir.mkdir(parents=True, exist_ok=True)
     ca = issue_ca()
-    leaf = issue_leaf(ca, "priogate-test", ip_addresses=["127.0.0.1"], dns_names=["localhost"])
+    leaf = issue_leaf(ca, "priogate-test", ip_addresses=["127.0.0.1"], dns_names=["localhost"], client=True)
     ca_file, cert_file, key_file = workdir / "ca.crt", workdir / "tls.crt", workdir / "tls.key"
     write_pem(ca_file, ca.cert_pem)
+    # Its key too: a test issues other certificates from the serving CA.
+    write_pem(workdir / "ca.key", ca.key_pem, private=True)
     write_pem(cert_file, leaf.cert_pem)
     write_pem(key_file, leaf.key_pem, private=True)
     classes_file = workdir / "priorityclasses.yaml"

@@ -124,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
         default=os.environ.get("PRIOGATE_PEER_ADDRESS") or None,
         help="HOST:PORT where the other replicas reach this server's admission port (the pod's IP):"
         " a quota server relays ledger admissions to the replica holding the namespace's ledger"
-        " turn instead of racing it (docs/ledger.md; off while --client-ca-file is set; default: none)",
+        " turn instead of racing it (docs/ledger.md; default: none)",
     )
     args = p.parse_args(argv)
     if not (0 < args.cache_quiet_seconds < math.inf):

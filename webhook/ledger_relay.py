@@ -18,9 +18,11 @@ RELAY_BACKOFF_SECONDS. A relayed request carries RELAYED_HEADER and is never rel
 
 The writer must prove it holds the webhook's serving certificate: the connection trusts exactly
 the certificate file this replica serves (all replicas mount the same Secret), so a stamp that
-names another address cannot draw an admission anywhere else. Relaying is off when the webhook
-requires client certificates (--client-ca-file): replicas hold no certificate of kube-apiserver's
-client CA, so they could not connect to each other.
+names another address cannot draw an admission anywhere else. The relaying replica presents the
+same certificate as its client certificate, so relaying works where the webhook requires client
+certificates (--client-ca-file): such a server trusts its own certificate beside the client CA
+(webhook/server.py). A serving certificate whose extended key usage leaves out clientAuth
+cannot be presented; every relay then fails and is decided where it landed.
 """
 
 from __future__ import annotations
@@ -30,12 +32,12 @@ import ssl
 import threading
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import structlog
 import urllib3
 
+from certs.files import leaf_pem
 from priogate.ledger.timing import (
     ANSWER_MARGIN_SECONDS,
     RELAY_BACKOFF_SECONDS,
@@ -53,23 +55,21 @@ RELAYED_ENVIRON = "HTTP_" + RELAYED_HEADER.upper().replace("-", "_")
 POOL_SIZE = 16
 
 
-def _client_context(cert_file: str) -> ssl.SSLContext:
-    """Trusts exactly the serving certificate this replica presents (the first in `cert_file`;
+def _client_context(cert_file: str, key_file: str) -> ssl.SSLContext:
+    """Trusts exactly the serving certificate this replica presents (the leaf of `cert_file`;
     what follows it is its chain, whose issuers may sign others), whatever signed it: a partial
-    chain ending at a trusted leaf is accepted."""
-    text = Path(cert_file).read_text()
-    end = text.find(_PEM_END)
-    if end < 0:
-        raise ssl.SSLError(f"no certificate in {cert_file}")
+    chain ending at a trusted leaf is accepted. Presents it too, with its key, for a writer that
+    requires client certificates."""
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     context.check_hostname = False  # the peer is reached by its pod address; the pin is the check
     context.verify_mode = ssl.CERT_REQUIRED
     context.verify_flags |= ssl.VERIFY_X509_PARTIAL_CHAIN
-    context.load_verify_locations(cadata=text[: end + len(_PEM_END)])
+    try:
+        context.load_verify_locations(cadata=leaf_pem(cert_file))
+    except ValueError as e:
+        raise ssl.SSLError(str(e)) from None
+    context.load_cert_chain(cert_file, key_file)
     return context
-
-
-_PEM_END = "-----END CERTIFICATE-----"
 
 
 class LedgerRelay:
@@ -77,6 +77,7 @@ class LedgerRelay:
         self,
         writer_of: Callable[[str], tuple[str, int] | None],
         cert_file: str,
+        key_file: str,
         *,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -84,11 +85,12 @@ class LedgerRelay:
         replica (WatchedLedgers.writer_of), else None."""
         self.writer_of = writer_of
         self.cert_file = cert_file
+        self.key_file = key_file
         self.clock = clock
         self._lock = threading.Lock()
         self._pools: dict[tuple[str, int], urllib3.HTTPSConnectionPool] = {}
         self._failed: dict[tuple[str, int], float] = {}  # address -> when a relay to it failed
-        self._cert_mtime = 0.0
+        self._files: tuple[tuple[int, int, int], ...] = ()  # the certificate's and key's, loaded
         self._context: ssl.SSLContext | None = None
 
     def answer(self, path: str, namespace: str, body: bytes, deadline: float | None) -> bytes | None:
@@ -136,12 +138,14 @@ class LedgerRelay:
         log.info("relay to the ledger's writer failed; deciding here", writer=address, reason=reason)
 
     def _pool(self, address: tuple[str, int]) -> Any:
-        mtime = os.stat(self.cert_file).st_mtime
+        files = tuple(
+            (s.st_mtime_ns, s.st_size, s.st_ino) for s in map(os.stat, (self.cert_file, self.key_file))
+        )
         with self._lock:
-            if self._context is None or mtime != self._cert_mtime:
-                # A renewed certificate (certs.rotation rewrites the file): trust the new one,
-                # on new connections.
-                self._context, self._cert_mtime = _client_context(self.cert_file), mtime
+            if self._context is None or files != self._files:
+                # A renewed certificate (certs.rotation rewrites the files): trust and present
+                # the new one, on new connections.
+                self._context, self._files = _client_context(self.cert_file, self.key_file), files
                 stale, self._pools = self._pools, {}
             else:
                 stale = {}

@@ -18,6 +18,7 @@ from typing import Any
 import structlog
 from gunicorn.app.base import BaseApplication
 
+from certs.files import leaf_pem
 from priogate.ledger.timing import IN_FLIGHT
 from webhook.registry import default_threads
 
@@ -75,7 +76,7 @@ class ServerOptions:
     health_bind: str | None = None
     # HOST:PORT where the other replicas reach this server's admission port (its pod's address):
     # ledger admissions are relayed to the replica holding the namespace's ledger turn
-    # (webhook/ledger_relay.py). None, or client certificates required: no relaying.
+    # (webhook/ledger_relay.py). None: no relaying.
     peer_address: str | None = None
 
 
@@ -102,6 +103,8 @@ class _ContextCache:
             context = default_factory()
             context.minimum_version = ssl.TLSVersion.TLSv1_2
             context.set_ciphers(TLS12_CIPHERS)
+            if conf.ca_certs:
+                _trust_own_certificate(context, conf.certfile)
             self._context, self._stats, self._conf = context, stats, conf
             self._loaded()
         else:
@@ -127,6 +130,8 @@ class _ContextCache:
             assert self._stats is not None
             if stats[:2] != self._stats[:2]:
                 self._context.load_cert_chain(conf.certfile, conf.keyfile)
+                if conf.ca_certs:
+                    _trust_own_certificate(self._context, conf.certfile)
             if stats[2:] != self._stats[2:]:
                 self._context.load_verify_locations(cafile=conf.ca_certs)
                 log.warning(
@@ -148,6 +153,17 @@ class _ContextCache:
         TLS_EXPIRY.set(expires.timestamp())
 
 
+def _trust_own_certificate(context: ssl.SSLContext, cert_file: str) -> None:
+    """With client certificates required: accept also a client presenting this server's own
+    certificate, the leaf alone (a partial chain ending at it; not whatever its CA signed). It is
+    how replicas, which all mount the serving Secret, relay ledger admissions to each other
+    (webhook/ledger_relay.py); holding its key already lets one serve as the webhook. A
+    certificate rotated out stays trusted until the worker restarts, as a CA taken out of the
+    bundle does."""
+    context.verify_flags |= ssl.VERIFY_X509_PARTIAL_CHAIN
+    context.load_verify_locations(cadata=leaf_pem(cert_file))
+
+
 def _not_after(cert_file: str) -> dt.datetime:
     from cryptography import x509
 
@@ -164,6 +180,7 @@ def build_view(
     quiet_seconds: float = 120.0,
     peer_address: str | None = None,
     cert_file: str | None = None,
+    key_file: str | None = None,
 ) -> Any:
     """Caches for what the served rule sets need, started in this worker."""
     from priogate.kube.cache import CacheState, WatchCache
@@ -218,10 +235,10 @@ def build_view(
     view = CacheView(
         caches, store, client, ledger_namespace=ledger_namespace, in_flight=in_flight, preview=preview
     )
-    if watched is not None and peer_address and cert_file:
+    if watched is not None and peer_address and cert_file and key_file:
         from webhook.ledger_relay import LedgerRelay
 
-        view.relay = LedgerRelay(watched.writer_of, cert_file)
+        view.relay = LedgerRelay(watched.writer_of, cert_file, key_file)
     return view
 
 
@@ -310,10 +327,9 @@ class WebhookServer(BaseApplication):
                 o.ledger_namespace,
                 o.in_flight_seconds,
                 o.cache_quiet_seconds,
-                # Replicas hold no client certificate kube-apiserver's CA signed, so with mTLS
-                # they could not reach each other (webhook/ledger_relay.py).
-                peer_address=None if o.client_ca_file else o.peer_address,
+                peer_address=o.peer_address,
                 cert_file=o.cert_file,
+                key_file=o.key_file,
             )
             rule_sets = load_rule_sets(servers=o.servers)
             app = create_app(view, rule_sets)

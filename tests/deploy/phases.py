@@ -10,6 +10,7 @@ import dataclasses
 import subprocess
 import time
 import warnings
+from pathlib import Path
 
 import requests
 import urllib3
@@ -101,7 +102,8 @@ def nothing_left(api: ApiClient) -> None:
 def install_with_mtls(lc: LocalCluster, api: ApiClient, repository: str, tag: str) -> float:
     """`helm install --wait` with mtls.clientCASecret: the webhook port requires client
     certificates, and --wait returns only once the pods are Ready, which kubelet decides with
-    httpGet /readyz on the health ports (no client certificate). Then uninstall again."""
+    httpGet /readyz on the health ports (no client certificate). The pods relay to each other
+    (relay_between_pods). Then uninstall again."""
     ca = (lc.pki.webhook_client_ca_crt if lc.pki else None) or None
     assert ca is not None
     secret = {
@@ -123,6 +125,9 @@ def install_with_mtls(lc: LocalCluster, api: ApiClient, repository: str, tag: st
     assert set(statuses.values()) == {200} and len(statuses) == 2 * len(pods(api, "webhook")), statuses
     ports = sorted(HEALTH_PORTS.values())
     progress(f"mTLS install Ready through httpGet /readyz on ports {ports}: {ready_s:.0f} s")
+    assert lc.pki is not None
+    relayed = relay_between_pods(api, (lc.pki.webhook_client_crt, lc.pki.webhook_client_key))
+    progress(f"with mTLS, a PodGroup review sent to the pod not holding the turn was relayed ({relayed})")
     helm(lc, "uninstall", RELEASE, "-n", NAMESPACE, "--wait", "--timeout=3m", timeout=200)
     api.delete(resource_path("v1", "secrets", NAMESPACE, "apiserver-client-ca"))
     nothing_left(api)
@@ -213,13 +218,14 @@ def replaced_plugin_round(lc: LocalCluster, api: ApiClient, repository: str, tag
     return ready_s
 
 
-def relay_between_pods(api: ApiClient) -> int:
+def relay_between_pods(api: ApiClient, client_cert: tuple[Path, Path] | None = None) -> int:
     """The quota servers relay a namespace's ledger admissions to the pod holding its turn, pod
     to pod over their pod IPs (docs/ledger.md, "One writer per namespace"). Once no pod has
     written lately, one PodGroup created through kube-apiserver makes the pod that decided it
     the only recent writer, so the turn holder; a PodGroup review POSTed straight to the other
-    pod's quota port then goes on to that writer, which answers it. Returns the other pod's
-    count of relayed reviews."""
+    pod's quota port then goes on to that writer, which answers it. `client_cert`: what the
+    webhook port requires (mtls.clientCASecret); the pods then relay presenting their serving
+    certificate. Returns the other pod's count of relayed reviews."""
     api.request("DELETE", GROUPS)
     wait_for(lambda: not api.get(GROUPS)["items"], 60, "no PodGroup is left")
     time.sleep(WRITER_FRESH_SECONDS + 1)  # neither pod holds the turn now
@@ -233,6 +239,7 @@ def relay_between_pods(api: ApiClient) -> int:
     review = group_review(obj, dry_run=True)
     session = requests.Session()
     session.trust_env = False
+    session.cert = (str(client_cert[0]), str(client_cert[1])) if client_cert else None
     # The pod's serving certificate names the Service, not its IP; the test checks the relay,
     # not the certificate (tests/unit/test_ledger_relay.py pins it).
     with warnings.catch_warnings():

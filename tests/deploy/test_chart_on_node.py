@@ -18,7 +18,7 @@ priogate outside the cluster: the chart's pods are the only priogate there is.
    nothing of priogate is left in the release namespace or cluster-wide (the chart's post-delete
    Job removed the serving Secret, the ledgers and the Lease).
 5. An install with mtls.clientCASecret: the pods become Ready through httpGet /readyz on the
-   plain-HTTP health ports; uninstalled again.
+   plain-HTTP health ports, and relay to each other as in 3; uninstalled again.
 6. `kubectl apply -k manifests/`: both Deployments available, a PodGroup beyond the quota refused
    through those pods; `kubectl delete -k manifests/`, then pods are created again.
 7. kube-apiserver restarted with the Priority plugin disabled, `helm install --wait` with

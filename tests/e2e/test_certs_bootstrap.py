@@ -21,7 +21,7 @@ from certs.bootstrap import (
     refresh_files,
     write_files,
 )
-from certs.issue import KeyPair, expires_within, issue_leaf
+from certs.issue import KeyPair, expires_within, has_client_auth, issue_leaf
 from priogate.kube.client import load_client
 from tests.e2e.helpers import inert_webhook_configuration
 
@@ -51,6 +51,7 @@ def test_bootstrap_creates_one_secret_and_injects_the_ca(cluster, namespace, tmp
         san = leaf.certificate.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
         sans = san.get_values_for_type(x509.DNSName)
         assert f"priogate-webhook.{namespace}.svc" in sans
+        assert has_client_auth(leaf.cert_pem), "replicas present it to relay (webhook/ledger_relay.py)"
         again_ca, _ = ensure_secret(client, namespace, "tls", [f"priogate-webhook.{namespace}.svc"])
         assert again_ca.cert_pem == ca_pem
     finally:
@@ -91,6 +92,25 @@ def test_a_running_server_renews_a_due_certificate_from_the_secret(cluster, name
     assert set(dns_names_of(renewed.cert_pem)) == set(names)
     assert base64.b64decode(client.get(path)["data"]["tls.crt"]) == renewed.cert_pem
     assert refresh_files(client, namespace, "tls", outs[0]) is False, "nothing due: nothing written"
+
+
+def test_a_serving_certificate_that_cannot_authenticate_relays_is_renewed(cluster, namespace, tmp_path):
+    """Issued by an earlier version, for serving only: renewed though far from due, so that
+    replicas can present it to each other."""
+    client = load_client(str(cluster.kubeconfig))
+    names = [f"priogate-webhook.{namespace}.svc"]
+    ca, _ = ensure_secret(client, namespace, "tls", names)
+    serving_only = issue_leaf(ca, "priogate-webhook", dns_names=names)
+    assert not has_client_auth(serving_only.cert_pem)
+    path = f"/api/v1/namespaces/{namespace}/secrets/tls"
+    secret = client.get(path)
+    secret["data"].update({"tls.crt": _b64(serving_only.cert_pem), "tls.key": _b64(serving_only.key_pem)})
+    client.replace(path, secret)
+    write_files(tmp_path, ca, serving_only)
+    assert refresh_files(client, namespace, "tls", tmp_path) is True
+    renewed = (tmp_path / "tls.crt").read_bytes()
+    assert has_client_auth(renewed) and base64.b64decode(client.get(path)["data"]["tls.crt"]) == renewed
+    assert (tmp_path / "ca.crt").read_bytes() == ca.cert_pem
 
 
 def _b64(data: bytes) -> str:

@@ -127,6 +127,7 @@ def test_a_tenants_bursts_through_relaying_replicas_fill_the_quota_exactly(
     ledger = admin.get(ledger_path(DEFAULT_LEDGER_NAMESPACE, tenant.namespace))
     assert {e.group for e in entries_of(ledger).values()} == set(stored)
     relayed = [
-        server_metric(port, RELAYS, {"outcome": "answered"}, cluster.pki.ca_crt, None) for port in relaying
+        server_metric(port, RELAYS, {"outcome": "answered"}, cluster.pki.ca_crt, cluster.webhook_client_cert)
+        for port in relaying
     ]
     assert sum(relayed) > 0, f"no admission was relayed to the writer: {relayed}"

@@ -199,7 +199,7 @@ def test_concurrent_podgroups_fill_the_quota_exactly(
         entries = entries_of(client.get(ledger_path(DEFAULT_LEDGER_NAMESPACE, namespace))).values()
         assert {e.group for e in entries} == {g["metadata"]["name"] for g in stored}
         if masters > 1:
-            client_cert = None if relay else cluster.webhook_client_cert
+            client_cert = cluster.webhook_client_cert
             assert all(backends_used.get(p, 0) > 0 for p in ports), backends_used
             assert all(served_count(p, QUOTA_HOOK, cluster.pki.ca_crt, client_cert) > 0 for p in ports)
             relayed = [relays(p, "answered", cluster.pki.ca_crt, client_cert) for p in ports]

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from certs import issue_ca, issue_leaf, write_pem
+from certs import KeyPair, issue_ca, issue_leaf, write_pem
 from tests.builders import SYSTEM_CLASSES, pod, priority_class
 from tests.reviews import review
 from tests.serving import RunningServer, start_server, tls_refusal
@@ -171,6 +171,58 @@ def test_with_a_client_ca_a_client_certificate_signed_by_it_is_served(mtls_serve
     )
     assert post_review(conn)["allowed"] is True
     conn.close()
+
+
+def _issue_pair(directory: Path, name: str, ca: KeyPair) -> tuple[Path, Path]:
+    leaf = issue_leaf(ca, name, ip_addresses=["127.0.0.1"], client=True)
+    pair = (directory / f"{name}.crt", directory / f"{name}.key")
+    write_pem(pair[0], leaf.cert_pem)
+    write_pem(pair[1], leaf.key_pem, private=True)
+    return pair
+
+
+def test_with_a_client_ca_the_servers_own_certificate_is_a_client_but_not_its_siblings(mtls_server, tmp_path):
+    """Replicas relay ledger admissions to each other presenting the serving certificate
+    (webhook/ledger_relay.py): that leaf is trusted as a client, not what its CA signs."""
+    version = ssl.TLSVersion.TLSv1_2  # a refusal is then reported inside the handshake
+    own = (mtls_server.cert_file, mtls_server.key_file)
+    conn = http.client.HTTPSConnection(
+        "127.0.0.1", mtls_server.port, context=client_context(mtls_server, version, own), timeout=5
+    )
+    assert post_review(conn)["allowed"] is True
+    conn.close()
+    serving_ca = KeyPair(
+        mtls_server.ca_file.read_bytes(), mtls_server.ca_file.with_name("ca.key").read_bytes()
+    )
+    sibling = _issue_pair(tmp_path, "sibling", serving_ca)
+    refusal = tls_refusal(mtls_server.port, client_context(mtls_server, version, sibling))
+    assert refusal.startswith("handshake:"), refusal
+
+
+def test_with_a_client_ca_a_rotated_serving_certificate_is_a_client_at_once(tmp_path_factory, tmp_path):
+    srv = start_server(tmp_path_factory.mktemp("mtls-rotation"), CLASSES, workers=1, client_ca=True)
+    try:
+        renewed = _issue_pair(
+            tmp_path,
+            "renewed",
+            KeyPair(srv.ca_file.read_bytes(), srv.ca_file.with_name("ca.key").read_bytes()),
+        )
+        write_pem(srv.key_file, renewed[1].read_bytes(), private=True)
+        write_pem(srv.cert_file, renewed[0].read_bytes())
+        context = client_context(srv, ssl.TLSVersion.TLSv1_2, renewed)
+        # The worker loads changed files into its context once a second (webhook/asgi.py).
+        deadline = time.monotonic() + 5
+        while True:
+            try:
+                conn = http.client.HTTPSConnection("127.0.0.1", srv.port, context=context, timeout=5)
+                assert post_review(conn)["allowed"] is True
+                conn.close()
+                break
+            except OSError:  # refused at TLS: not trusted yet
+                assert time.monotonic() < deadline, "the renewed certificate was not trusted as a client"
+                time.sleep(0.2)
+    finally:
+        assert srv.stop() == 0
 
 
 def client_context(

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from certs import issue_ca, issue_leaf, write_pem
+from certs.issue import has_client_auth
 from localcluster.procs import free_ports
 from priogate.kube import watched_ledger
 from priogate.kube.cache import WatchCache
@@ -26,6 +27,7 @@ from tests.reviews import make_view, review
 from webhook import ledger_relay
 from webhook.app import create_app
 from webhook.ledger_relay import RELAYED_HEADER, LedgerRelay
+from webhook.server import _trust_own_certificate
 
 NS = "team-a"
 LEDGER_NS = "priogate-system"
@@ -141,7 +143,7 @@ class _Writer(http.server.BaseHTTPRequestHandler):
 
 
 def _pair(directory: Path, name: str) -> tuple[Path, Path]:
-    leaf = issue_leaf(issue_ca(f"{name}-ca"), name, ip_addresses=["127.0.0.1"])
+    leaf = issue_leaf(issue_ca(f"{name}-ca"), name, ip_addresses=["127.0.0.1"], client=True)
     cert, key = directory / f"{name}.crt", directory / f"{name}.key"
     write_pem(cert, leaf.cert_pem)
     write_pem(key, leaf.key_pem, private=True)
@@ -153,11 +155,16 @@ def serving(tmp_path: Path) -> Iterator:
     """serving(cert, key, status) -> (port, requests seen): a writer replica on loopback."""
     servers = []
 
-    def start(cert: Path, key: Path, status: int = 200) -> tuple[int, list]:
+    def start(cert: Path, key: Path, status: int = 200, client_ca: Path | None = None) -> tuple[int, list]:
         handler = type("Handler", (_Writer,), {"status": status, "seen": []})
         server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         context.load_cert_chain(cert, key)
+        if client_ca is not None:
+            # As the webhook requiring client certificates trusts them (webhook/server.py).
+            context.verify_mode = ssl.CERT_REQUIRED
+            context.load_verify_locations(cafile=client_ca)
+            _trust_own_certificate(context, str(cert))
         server.socket = context.wrap_socket(server.socket, server_side=True)
         threading.Thread(target=server.serve_forever, daemon=True).start()
         servers.append(server)
@@ -172,7 +179,7 @@ def serving(tmp_path: Path) -> Iterator:
 def test_a_relay_reaches_a_writer_serving_the_same_certificate(tmp_path, serving):
     cert, key = _pair(tmp_path, "priogate-webhook")
     port, seen = serving(cert, key)
-    relay = LedgerRelay(lambda ns: ("127.0.0.1", port) if ns == NS else None, str(cert))
+    relay = LedgerRelay(lambda ns: ("127.0.0.1", port) if ns == NS else None, str(cert), str(key))
     deadline = time.monotonic() + 10
     assert json.loads(relay.answer("/validate/podgroup-quota", NS, b'{"x": 1}', deadline)) == {
         "answered-by": "writer"
@@ -188,10 +195,10 @@ def test_a_relay_reaches_a_writer_serving_the_same_certificate(tmp_path, serving
 
 
 def test_a_writer_with_another_certificate_gets_nothing_and_is_left_alone_for_a_while(tmp_path, serving):
-    ours, _ = _pair(tmp_path, "priogate-webhook")
+    ours, our_key = _pair(tmp_path, "priogate-webhook")
     theirs, their_key = _pair(tmp_path, "impostor")
     port, seen = serving(theirs, their_key)
-    relay = LedgerRelay(lambda _ns: ("127.0.0.1", port), str(ours))
+    relay = LedgerRelay(lambda _ns: ("127.0.0.1", port), str(ours), str(our_key))
     assert relay.answer("/validate/podgroup-quota", NS, b"{}", time.monotonic() + 10) is None
     assert seen == []  # the handshake failed before any request was sent
     assert ("127.0.0.1", port) in relay._failed
@@ -208,24 +215,45 @@ def test_only_the_serving_certificate_is_trusted_not_the_chain_after_it(tmp_path
     other_cert, other_key = tmp_path / "other.crt", tmp_path / "other.key"
     write_pem(other_cert, other.cert_pem)
     write_pem(other_key, other.key_pem, private=True)
+    our_key = tmp_path / "ours.key"
+    write_pem(our_key, ours.key_pem, private=True)
     port, seen = serving(other_cert, other_key)
-    relay = LedgerRelay(lambda _ns: ("127.0.0.1", port), str(chain))
+    relay = LedgerRelay(lambda _ns: ("127.0.0.1", port), str(chain), str(our_key))
     assert relay.answer("/p", NS, b"{}", time.monotonic() + 10) is None
     assert seen == []
     # The same file trusts its own leaf.
-    our_key = tmp_path / "ours.key"
-    write_pem(our_key, ours.key_pem, private=True)
     port, seen = serving(chain, our_key)
-    relay = LedgerRelay(lambda _ns: ("127.0.0.1", port), str(chain))
+    relay = LedgerRelay(lambda _ns: ("127.0.0.1", port), str(chain), str(our_key))
     assert relay.answer("/p", NS, b"{}", time.monotonic() + 10) is not None
     assert len(seen) == 1
+
+
+def test_a_writer_requiring_client_certificates_is_relayed_to_with_the_serving_certificate(tmp_path, serving):
+    cert, key = _pair(tmp_path, "priogate-webhook")
+    client_ca = issue_ca("kube-apiserver-client-ca")
+    write_pem(tmp_path / "client-ca.crt", client_ca.cert_pem)
+    port, seen = serving(cert, key, client_ca=tmp_path / "client-ca.crt")
+    relay = LedgerRelay(lambda _ns: ("127.0.0.1", port), str(cert), str(key))
+    assert relay.answer("/p", NS, b"{}", time.monotonic() + 10) is not None
+    assert len(seen) == 1
+    # What it takes: its certificate as the client's. A serving certificate that may not
+    # authenticate clients (no clientAuth usage) is refused, and the admission decided here.
+    server_only = issue_leaf(issue_ca("server-only-ca"), "priogate-webhook", ip_addresses=["127.0.0.1"])
+    assert not has_client_auth(server_only.cert_pem) and has_client_auth(cert.read_bytes())
+    write_pem(tmp_path / "server-only.crt", server_only.cert_pem)
+    write_pem(tmp_path / "server-only.key", server_only.key_pem, private=True)
+    cert, key = tmp_path / "server-only.crt", tmp_path / "server-only.key"
+    port, seen = serving(cert, key, client_ca=tmp_path / "client-ca.crt")
+    relay = LedgerRelay(lambda _ns: ("127.0.0.1", port), str(cert), str(key))
+    assert relay.answer("/p", NS, b"{}", time.monotonic() + 10) is None
+    assert seen == [] and ("127.0.0.1", port) in relay._failed
 
 
 def test_a_writer_that_fails_is_backed_off_then_tried_again(tmp_path, serving, monkeypatch):
     cert, key = _pair(tmp_path, "priogate-webhook")
     port, seen = serving(cert, key, status=500)
     now = [100.0]
-    relay = LedgerRelay(lambda _ns: ("127.0.0.1", port), str(cert), clock=lambda: now[0])
+    relay = LedgerRelay(lambda _ns: ("127.0.0.1", port), str(cert), str(key), clock=lambda: now[0])
     assert relay.answer("/p", NS, b"{}", None) is None  # answered 500: decided here
     assert len(seen) == 1
     assert relay.answer("/p", NS, b"{}", None) is None
@@ -236,11 +264,11 @@ def test_a_writer_that_fails_is_backed_off_then_tried_again(tmp_path, serving, m
 
 
 def test_nothing_listening_or_no_time_left_means_deciding_here(tmp_path):
-    cert, _ = _pair(tmp_path, "priogate-webhook")
+    cert, key = _pair(tmp_path, "priogate-webhook")
     port = free_ports(1)[0]
-    relay = LedgerRelay(lambda _ns: ("127.0.0.1", port), str(cert))
+    relay = LedgerRelay(lambda _ns: ("127.0.0.1", port), str(cert), str(key))
     assert relay.answer("/p", NS, b"{}", time.monotonic() + 10) is None
-    relay = LedgerRelay(lambda _ns: ("127.0.0.1", port), str(cert))
+    relay = LedgerRelay(lambda _ns: ("127.0.0.1", port), str(cert), str(key))
     started = time.monotonic()
     assert relay.answer("/p", NS, b"{}", time.monotonic() + 1.0) is None  # within the answer margin
     assert relay._failed == {} and time.monotonic() - started < 0.1
