@@ -216,8 +216,8 @@ def main() -> int:
         "--relay",
         action=argparse.BooleanOptionalAction,
         default=True,
-        help="the servers relay ledger admissions to the namespace's writer, as deployed without client"
-        " certificates (--no-relay: they race for the ledger, as with client certificates required)",
+        help="the servers relay ledger admissions to the namespace's writer, as deployed (--no-relay:"
+        " they race for the ledger, as replicas without --peer-address do)",
     )
     p.add_argument(
         "--pin",
@@ -225,6 +225,15 @@ def main() -> int:
         help="the control plane (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok) on"
         " half of the CPUs, priogate and the load generator on the other half, as in a cluster whose"
         " control plane has nodes of its own",
+    )
+    p.add_argument(
+        "--controller",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="priogate's controller runs, as deployed (--no-controller: stopped before the first round,"
+        " so every arm measures admissions alone; with it, the measured run also pays for its admitted"
+        " groups' moves to Inqueue, a status write and an Event each, which the floor's groups, holding"
+        " no reservation, never get)",
     )
     args = p.parse_args()
     if args.rounds < 1:
@@ -248,6 +257,8 @@ def main() -> int:
             # two more watchers of everything measured than any deployment has.
             point_quota_server(client, replicas_url)
             cluster.restart_webhook("--serve=priority")
+            if not args.controller:
+                cluster.supervisor.stop("controller")
             pids = {proc.name: proc.pid for proc in cluster.supervisor.procs}
             if args.pin:
                 _pin_apart(pids)

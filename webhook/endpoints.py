@@ -25,7 +25,15 @@ from webhook.ledger_relay import RELAYED_ENVIRON, LedgerRelay
 from webhook.loop import WouldBlock, forbid_waiting
 from webhook.objects import MalformedObject
 from webhook.registry import RuleSet
-from webhook.review import BadReview, Decision, caller_timeout, deny, parse_review, review_response
+from webhook.review import (
+    AdmissionRequest,
+    BadReview,
+    Decision,
+    caller_timeout,
+    deny,
+    parse_review,
+    review_response,
+)
 from webhook.view import CacheView
 
 log = structlog.get_logger("priogate.webhook")
@@ -86,6 +94,30 @@ def read_body(environ: dict[str, Any]) -> bytes:
     return b""
 
 
+def _decided(
+    rule_set: RuleSet,
+    handler: Callable[[AdmissionRequest, CacheView], Decision | None],
+    review: AdmissionRequest,
+    view: CacheView,
+) -> Decision | None:
+    """`handler`'s decision, with a malformed object refused (400) and a failure answered as
+    an internal error (500) that names the rule set."""
+    try:
+        return handler(review, view)
+    except WouldBlock:
+        raise  # answered again on a thread (webhook/loop.py)
+    except MalformedObject as e:
+        return deny(f"malformed {review.kind.get('kind') or 'object'}: {e}", code=400)
+    except Exception:
+        log.exception("rule set failed", webhook=rule_set.name, uid=review.uid)
+        return Decision(
+            False,
+            message=f"internal error in {rule_set.name}; see the webhook's logs",
+            code=500,
+            reason="InternalError",
+        )
+
+
 def answer_review(
     rule_set: RuleSet,
     view: CacheView,
@@ -95,33 +127,27 @@ def answer_review(
 ) -> tuple[Answer, str, str]:
     """The answer, the operation and the decision label (allow, deny, error, bad-request,
     relayed). `relay`: a rule set that takes ledger turns sends the review on to the replica
-    holding the namespace's turn, when there is one that answers."""
+    holding the namespace's turn, when there is one that answers; what it decides without a
+    turn (RuleSet.before_turn) it answers here."""
     try:
         review = parse_review(body, deadline)
     except BadReview as e:
         return bad_request(rule_set, str(e)), "", "bad-request"
-    if relay is not None and rule_set.ledger_turn and review.namespace:
-        relayed = relay.answer(rule_set.path, review.namespace, body, deadline)
-        if relayed is not None:
-            return _json(relayed), review.operation, "relayed"
     # An advisory rule set (the preemption preview) answers whatever its caches' state: it
     # reads them only to warn, and a warning missing is all that unlisted caches cost it.
-    decision = None if rule_set.advisory else cache_refusal(rule_set, view, review.operation)
+    stale = None if rule_set.advisory else cache_refusal(rule_set, view, review.operation)
+    decision = None
+    writer = relay.writer(review.namespace) if relay and rule_set.ledger_turn and review.namespace else None
+    if writer is not None:
+        assert relay is not None
+        if stale is None and rule_set.before_turn is not None:
+            decision = _decided(rule_set, rule_set.before_turn, review, view)
+        if decision is None:  # it needs the turn, or caches this replica cannot decide on yet
+            relayed = relay.send(writer, rule_set.path, body, deadline)
+            if relayed is not None:
+                return _json(relayed), review.operation, "relayed"
     if decision is None:
-        try:
-            decision = rule_set.handler(review, view)
-        except WouldBlock:
-            raise  # answered again on a thread (webhook/loop.py)
-        except MalformedObject as e:
-            decision = deny(f"malformed {review.kind.get('kind') or 'object'}: {e}", code=400)
-        except Exception:
-            log.exception("rule set failed", webhook=rule_set.name, uid=review.uid)
-            decision = Decision(
-                False,
-                message=f"internal error in {rule_set.name}; see the webhook's logs",
-                code=500,
-                reason="InternalError",
-            )
+        decision = stale or _decided(rule_set, rule_set.handler, review, view)
     if rule_set.advisory and not decision.allowed:
         decision = Decision(True)  # it never refuses: an error of its own costs a warning only
     label = "allow" if decision.allowed else ("error" if decision.code >= 500 else "deny")

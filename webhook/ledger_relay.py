@@ -93,18 +93,22 @@ class LedgerRelay:
         self._files: tuple[tuple[int, int, int], ...] = ()  # the certificate's and key's, loaded
         self._context: ssl.SSLContext | None = None
 
-    def answer(self, path: str, namespace: str, body: bytes, deadline: float | None) -> bytes | None:
-        """The writer's answer to the review `body` sent to `path`, or None: decide it here (no
-        other writer, or the relay failed). `deadline` (time.monotonic()): when the caller must
-        have an answer; the writer is told what is left of it."""
+    def writer(self, namespace: str) -> tuple[str, int] | None:
+        """Where to send the namespace's ledger admissions: its writer's address, or None: decide
+        them here (this replica writes, nobody wrote lately, or the writer failed a moment ago)."""
         address = self.writer_of(namespace)
         if address is None:
             return None
-        now = self.clock()
         failed = self._failed.get(address)
-        if failed is not None and now - failed < RELAY_BACKOFF_SECONDS:
+        if failed is not None and self.clock() - failed < RELAY_BACKOFF_SECONDS:
             return None
-        left = None if deadline is None else deadline - now - ANSWER_MARGIN_SECONDS
+        return address
+
+    def send(self, address: tuple[str, int], path: str, body: bytes, deadline: float | None) -> bytes | None:
+        """The writer's answer to the review `body` sent to `path` at `address`, or None: decide
+        it here (the relay failed). `deadline` (time.monotonic()): when the caller must have an
+        answer; the writer is told what is left of it."""
+        left = None if deadline is None else deadline - self.clock() - ANSWER_MARGIN_SECONDS
         if left is not None and left <= RELAY_CONNECT_SECONDS:
             return None  # not time enough to relay and still decide here if it fails
         query = "" if left is None else f"?timeout={int(left * 1000)}ms"

@@ -113,6 +113,11 @@ class RuleSet:
     # Whether its decisions take a turn on the namespace's ledger: such an admission is relayed
     # to the replica that holds the turn (webhook/ledger_relay.py).
     ledger_turn: bool = False
+    # What it decides without a turn (a malformed object, a claim the cached stored objects
+    # already leave no room for), or None: the admission needs the turn. Called before relaying,
+    # so a replica answers those itself and the turn holder takes only the turns; `handler` does
+    # the same checks first when it decides the admission itself.
+    before_turn: Callable[[AdmissionRequest, ClusterView], Decision | None] | None = None
     # Advisory: it only ever allows, with warnings (the preemption preview). kube-apiserver
     # ignores its failures (failurePolicy Ignore, whatever the mode), and it never refuses, not
     # even while its caches are not listed yet (webhook/endpoints.py): it then warns nothing.

@@ -142,6 +142,14 @@ class _Writer(http.server.BaseHTTPRequestHandler):
         return
 
 
+def _answer(
+    relay: LedgerRelay, path: str, namespace: str, body: bytes, deadline: float | None
+) -> bytes | None:
+    """What the admission endpoints do with a review (webhook/endpoints.py answer_review)."""
+    address = relay.writer(namespace)
+    return None if address is None else relay.send(address, path, body, deadline)
+
+
 def _pair(directory: Path, name: str) -> tuple[Path, Path]:
     leaf = issue_leaf(issue_ca(f"{name}-ca"), name, ip_addresses=["127.0.0.1"], client=True)
     cert, key = directory / f"{name}.crt", directory / f"{name}.key"
@@ -181,7 +189,7 @@ def test_a_relay_reaches_a_writer_serving_the_same_certificate(tmp_path, serving
     port, seen = serving(cert, key)
     relay = LedgerRelay(lambda ns: ("127.0.0.1", port) if ns == NS else None, str(cert), str(key))
     deadline = time.monotonic() + 10
-    assert json.loads(relay.answer("/validate/podgroup-quota", NS, b'{"x": 1}', deadline)) == {
+    assert json.loads(_answer(relay, "/validate/podgroup-quota", NS, b'{"x": 1}', deadline)) == {
         "answered-by": "writer"
     }
     path, headers, body = seen[0]
@@ -190,7 +198,7 @@ def test_a_relay_reaches_a_writer_serving_the_same_certificate(tmp_path, serving
     assert path.startswith("/validate/podgroup-quota?timeout=") and path.endswith("ms")
     assert 7000 < int(path.split("=")[1][:-2]) < 8500
     # No writer for the namespace: decided here, nothing sent.
-    assert relay.answer("/validate/podgroup-quota", "other", b"{}", deadline) is None
+    assert _answer(relay, "/validate/podgroup-quota", "other", b"{}", deadline) is None
     assert len(seen) == 1
 
 
@@ -199,7 +207,7 @@ def test_a_writer_with_another_certificate_gets_nothing_and_is_left_alone_for_a_
     theirs, their_key = _pair(tmp_path, "impostor")
     port, seen = serving(theirs, their_key)
     relay = LedgerRelay(lambda _ns: ("127.0.0.1", port), str(ours), str(our_key))
-    assert relay.answer("/validate/podgroup-quota", NS, b"{}", time.monotonic() + 10) is None
+    assert _answer(relay, "/validate/podgroup-quota", NS, b"{}", time.monotonic() + 10) is None
     assert seen == []  # the handshake failed before any request was sent
     assert ("127.0.0.1", port) in relay._failed
 
@@ -219,12 +227,12 @@ def test_only_the_serving_certificate_is_trusted_not_the_chain_after_it(tmp_path
     write_pem(our_key, ours.key_pem, private=True)
     port, seen = serving(other_cert, other_key)
     relay = LedgerRelay(lambda _ns: ("127.0.0.1", port), str(chain), str(our_key))
-    assert relay.answer("/p", NS, b"{}", time.monotonic() + 10) is None
+    assert _answer(relay, "/p", NS, b"{}", time.monotonic() + 10) is None
     assert seen == []
     # The same file trusts its own leaf.
     port, seen = serving(chain, our_key)
     relay = LedgerRelay(lambda _ns: ("127.0.0.1", port), str(chain), str(our_key))
-    assert relay.answer("/p", NS, b"{}", time.monotonic() + 10) is not None
+    assert _answer(relay, "/p", NS, b"{}", time.monotonic() + 10) is not None
     assert len(seen) == 1
 
 
@@ -234,7 +242,7 @@ def test_a_writer_requiring_client_certificates_is_relayed_to_with_the_serving_c
     write_pem(tmp_path / "client-ca.crt", client_ca.cert_pem)
     port, seen = serving(cert, key, client_ca=tmp_path / "client-ca.crt")
     relay = LedgerRelay(lambda _ns: ("127.0.0.1", port), str(cert), str(key))
-    assert relay.answer("/p", NS, b"{}", time.monotonic() + 10) is not None
+    assert _answer(relay, "/p", NS, b"{}", time.monotonic() + 10) is not None
     assert len(seen) == 1
     # What it takes: its certificate as the client's. A serving certificate that may not
     # authenticate clients (no clientAuth usage) is refused, and the admission decided here.
@@ -245,7 +253,7 @@ def test_a_writer_requiring_client_certificates_is_relayed_to_with_the_serving_c
     cert, key = tmp_path / "server-only.crt", tmp_path / "server-only.key"
     port, seen = serving(cert, key, client_ca=tmp_path / "client-ca.crt")
     relay = LedgerRelay(lambda _ns: ("127.0.0.1", port), str(cert), str(key))
-    assert relay.answer("/p", NS, b"{}", time.monotonic() + 10) is None
+    assert _answer(relay, "/p", NS, b"{}", time.monotonic() + 10) is None
     assert seen == [] and ("127.0.0.1", port) in relay._failed
 
 
@@ -254,12 +262,12 @@ def test_a_writer_that_fails_is_backed_off_then_tried_again(tmp_path, serving, m
     port, seen = serving(cert, key, status=500)
     now = [100.0]
     relay = LedgerRelay(lambda _ns: ("127.0.0.1", port), str(cert), str(key), clock=lambda: now[0])
-    assert relay.answer("/p", NS, b"{}", None) is None  # answered 500: decided here
+    assert _answer(relay, "/p", NS, b"{}", None) is None  # answered 500: decided here
     assert len(seen) == 1
-    assert relay.answer("/p", NS, b"{}", None) is None
+    assert _answer(relay, "/p", NS, b"{}", None) is None
     assert len(seen) == 1  # backed off: not tried again
     now[0] += ledger_relay.RELAY_BACKOFF_SECONDS + 0.1
-    assert relay.answer("/p", NS, b"{}", None) is None
+    assert _answer(relay, "/p", NS, b"{}", None) is None
     assert len(seen) == 2
 
 
@@ -267,10 +275,10 @@ def test_nothing_listening_or_no_time_left_means_deciding_here(tmp_path):
     cert, key = _pair(tmp_path, "priogate-webhook")
     port = free_ports(1)[0]
     relay = LedgerRelay(lambda _ns: ("127.0.0.1", port), str(cert), str(key))
-    assert relay.answer("/p", NS, b"{}", time.monotonic() + 10) is None
+    assert _answer(relay, "/p", NS, b"{}", time.monotonic() + 10) is None
     relay = LedgerRelay(lambda _ns: ("127.0.0.1", port), str(cert), str(key))
     started = time.monotonic()
-    assert relay.answer("/p", NS, b"{}", time.monotonic() + 1.0) is None  # within the answer margin
+    assert _answer(relay, "/p", NS, b"{}", time.monotonic() + 1.0) is None  # within the answer margin
     assert relay._failed == {} and time.monotonic() - started < 0.1
 
 
@@ -281,8 +289,11 @@ class _RecordingRelay:
     def __init__(self) -> None:
         self.calls: list[tuple[str, str]] = []
 
-    def answer(self, path: str, namespace: str, body: bytes, deadline: float | None) -> bytes:
-        self.calls.append((path, namespace))
+    def writer(self, namespace: str) -> tuple[str, int]:
+        return (namespace, 8444)
+
+    def send(self, address: tuple[str, int], path: str, body: bytes, deadline: float | None) -> bytes:
+        self.calls.append((path, address[0]))
         uid = json.loads(body)["request"]["uid"]
         return json.dumps({"response": {"uid": uid, "allowed": False, "by": "writer"}}).encode()
 
@@ -313,3 +324,28 @@ def test_only_ledger_turns_are_relayed_and_a_relayed_review_never_again():
     pod = {"metadata": {"name": "p", "namespace": NS}, "spec": {"containers": [{"name": "c"}]}}
     client.post("/mutate/pods", json=review(pod))
     assert len(relay.calls) == 1
+
+
+def test_what_needs_no_turn_is_answered_where_it_lands_not_relayed():
+    """A claim the cached stored groups already leave no room for, or a malformed one, is
+    refused by the replica it reaches: only admissions that need the turn go to its holder."""
+    quota = {"metadata": {"name": "q", "namespace": NS}, "spec": {"hard": {"cpu": "2"}}}
+    stored = {**_group(), "metadata": {"name": "stored", "namespace": NS, "uid": "u-stored"}}
+    stored["spec"] = {"minMember": 1, "minResources": {"cpu": "2"}}
+    view = make_view(quotas=[quota], podgroups=[stored])
+    relay = _RecordingRelay()
+    view.relay = relay  # type: ignore[assignment]
+    client = create_app(view).test_client()
+    answered = client.post("/validate/podgroups", json=review(_group(), resource="podgroups")).get_json()
+    assert (
+        answered["response"]["allowed"] is False
+        and "exceeded quota" in answered["response"]["status"]["message"]
+    )
+    malformed = {**_group(), "spec": {"minMember": 1, "minResources": {"cpu": "-1"}}}
+    answered = client.post("/validate/podgroups", json=review(malformed, resource="podgroups")).get_json()
+    assert answered["response"]["status"]["code"] == 422
+    assert relay.calls == []
+    # One that fits what is stored needs the turn: relayed.
+    small = {**_group(), "spec": {"minMember": 1, "minResources": {"cpu": "0"}}}
+    answered = client.post("/validate/podgroups", json=review(small, resource="podgroups")).get_json()
+    assert answered["response"]["by"] == "writer" and relay.calls == [("/validate/podgroups", NS)]

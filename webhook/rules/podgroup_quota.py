@@ -155,12 +155,13 @@ def refused_as_invalid(request: AdmissionRequest) -> Decision | None:
     return _invalid(request, *_parsed(request, dt.datetime.now(dt.UTC)))
 
 
-def admit(request: AdmissionRequest, view: ClusterView) -> Decision:
+def _before_turn(request: AdmissionRequest, view: ClusterView) -> Decision | tuple[Entry, Entry | None]:
+    """The decision that needs no turn on the ledger, or the claims the turn decides on (those
+    of the object and of the old object)."""
     if request.operation not in ("CREATE", "UPDATE"):
         # DELETE is not registered (a reservation ends when the group is gone, confirmed by a
         # quorum LIST); a DELETE posted here anyway changes nothing.
         return allow()
-    obj = new_object(request)
     entry, previous = _parsed(request, dt.datetime.now(dt.UTC))
     if is_probe(entry.group, request.dry_run):
         # kube-apiserver routed the probe here: it sees the namespace's enrolment label
@@ -169,19 +170,35 @@ def admit(request: AdmissionRequest, view: ClusterView) -> Decision:
     invalid = _invalid(request, entry, previous)
     if invalid is not None:
         return invalid
-    # Claims nothing more than the stored object did: never refused (refusing would free
-    # nothing, even if the quota was lowered since), and a ledger that cannot be written does
-    # not refuse it either: the ledger then keeps the larger, older amount, which over-reserves
-    # and never under-reserves.
-    shrinking = previous is not None and previous.covers(entry)
-    if shrinking and mapping(obj, "metadata", "object").get("deletionTimestamp"):
-        # A terminating group's updates (finalizer removal) claim nothing new: its entry keeps
-        # reserving until the group is gone, and no ledger write may hold up its way out.
-        return allow()
-    if not shrinking:
+    if previous is not None and previous.covers(entry):
+        # Claims nothing more than the stored object did: never refused (refusing would free
+        # nothing, even if the quota was lowered since), and a ledger that cannot be written
+        # does not refuse it either (admit): the ledger then keeps the larger, older amount,
+        # which over-reserves and never under-reserves.
+        if mapping(new_object(request), "metadata", "object").get("deletionTimestamp"):
+            # A terminating group's updates (finalizer removal) claim nothing new: its entry
+            # keeps reserving until the group is gone, and no ledger write may hold up its way
+            # out.
+            return allow()
+    else:
         blocked = _refused_by_stored_groups(request, view, entry)
         if blocked is not None:
             return deny(blocked)
+    return entry, previous
+
+
+def before_turn(request: AdmissionRequest, view: ClusterView) -> Decision | None:
+    """RuleSet.before_turn: what admit decides without a turn on the ledger, else None."""
+    decided = _before_turn(request, view)
+    return decided if isinstance(decided, Decision) else None
+
+
+def admit(request: AdmissionRequest, view: ClusterView) -> Decision:
+    decided = _before_turn(request, view)
+    if isinstance(decided, Decision):
+        return decided
+    entry, previous = decided
+    shrinking = previous is not None and previous.covers(entry)
     try:
         problem = decide_waiting(
             lambda: _turn(request, view, entry, previous),
@@ -249,4 +266,5 @@ RULE_SET = RuleSet(
     namespace_labels=((ENROLLED_LABEL, "In", (ENROLLED_VALUE,)),),
     server="quota",
     ledger_turn=True,
+    before_turn=before_turn,
 )
