@@ -226,15 +226,6 @@ def main() -> int:
         " half of the CPUs, priogate and the load generator on the other half, as in a cluster whose"
         " control plane has nodes of its own",
     )
-    p.add_argument(
-        "--controller",
-        action=argparse.BooleanOptionalAction,
-        default=True,
-        help="priogate's controller runs, as deployed (--no-controller: stopped before the first round,"
-        " so every arm measures admissions alone; with it, the measured run also pays for its admitted"
-        " groups' moves to Inqueue, a status write and an Event each, which the floor's groups, holding"
-        " no reservation, never get)",
-    )
     args = p.parse_args()
     if args.rounds < 1:
         p.error("--rounds must be at least 1")
@@ -257,8 +248,6 @@ def main() -> int:
             # two more watchers of everything measured than any deployment has.
             point_quota_server(client, replicas_url)
             cluster.restart_webhook("--serve=priority")
-            if not args.controller:
-                cluster.supervisor.stop("controller")
             pids = {proc.name: proc.pid for proc in cluster.supervisor.procs}
             if args.pin:
                 _pin_apart(pids)

@@ -273,7 +273,9 @@ class LocalCluster:
         verb = "restarting" if restart else "starting"
         progress(f"{verb} kube-apiserver on {self.ports.apiserver_url} (Priority admission plugin {plugin})")
         o = self.options
-        mtls_webhook_url = self.ports.webhook_url if o.webhook and o.mtls else None
+        # A real node's pods serve webhooks too (the chart's, with mtls.clientCASecret): the
+        # kubeconfig's "*" user presents the client certificate to them as well.
+        mtls_webhook_url = self.ports.webhook_url if (o.webhook or o.real_node) and o.mtls else None
         config = components.write_admission_config(self.state_dir, self.mode, self.pki, mtls_webhook_url)
         argv = components.kube_apiserver(self.bin_dir, self.pki, self.ports, self.mode, config)
         if restart:

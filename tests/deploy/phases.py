@@ -111,6 +111,9 @@ def install_with_mtls(lc: LocalCluster, api: ApiClient, repository: str, tag: st
         "data": {"ca.crt": base64.b64encode(ca.read_bytes()).decode()},
     }
     api.create(resource_path("v1", "secrets", NAMESPACE), secret)
+    # After an uninstall, PodGroup creates need a restarted kube-apiserver (kubernetes#133827,
+    # kustomize_round).
+    progress(f"restarting kube-apiserver (kubernetes#133827): {lc.restart_apiserver(lc.mode):.0f} s")
     ready_s = helm_install(lc, repository, tag, "--set=mtls.clientCASecret=apiserver-client-ca")
     assert rolled_out(api, f"{repository}:{tag}")
     for pod in pods(api, "webhook"):
