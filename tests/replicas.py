@@ -28,6 +28,7 @@ from priogate.kube.client import ApiClient
 from webhook.registry import load_rule_sets
 
 LOOPBACK = "127.0.0.1"
+RELAYS = "priogate_ledger_relays_total"
 
 
 class RoundRobinProxy:
@@ -199,6 +200,36 @@ def cluster_replicas(
         shared_port=shared_port,
         relay=relay,
     )
+
+
+def relay_settled(cluster: LocalCluster, client: ApiClient, path: str, ports: Sequence[int]) -> float:
+    """The relays the replicas on `ports` have answered, once a dry-run PodGroup claim at `path`
+    (a namespace whose ledger was just written) has been relayed to the ledger's writer: each
+    replica's cache then names it. Claims go several at once: the proxy hands out connections,
+    not requests, and claims sent one at a time share kube-apiserver's one connection."""
+    from tests.builders import podgroup
+
+    total = [0.0]
+
+    def claim(i: int) -> None:
+        body = podgroup(f"relayed-{i}", namespace=None, min_member=1, min_resources={"cpu": "1"})
+        client.create(path, body, dry_run=True)
+
+    def relayed() -> bool:
+        threads = [threading.Thread(target=claim, args=(i,)) for i in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(30)
+        client_cert = cluster.webhook_client_cert
+        total[0] = sum(
+            server_metric(port, RELAYS, {"outcome": "answered"}, cluster.pki.ca_crt, client_cert)
+            for port in ports
+        )
+        return total[0] > 0
+
+    wait_until(relayed, timeout=60, what="a dry-run claim is relayed to the ledger's writer", interval=0.05)
+    return total[0]
 
 
 def _ready(session: object, port: int, ca_file: Path) -> bool:

@@ -22,14 +22,23 @@ from priogate.scope import ENROLLED_LABEL, ENROLLED_VALUE
 from tests.builders import pod, podgroup
 from tests.e2e.helpers import wait_for
 from tests.podgroup_load import create_concurrently
-from tests.replicas import LOOPBACK, cluster_replicas, point_webhook, proxied, served_count, server_metric
+from tests.replicas import (
+    LOOPBACK,
+    RELAYS,
+    cluster_replicas,
+    point_webhook,
+    proxied,
+    relay_settled,
+    served_count,
+    server_metric,
+)
 
 GROUPS = resource_path("scheduling.volcano.sh/v1beta1", "podgroups")
 QUOTA_HOOK = "podgroup-quota.priogate.io"
 
 
 def relays(port: int, outcome: str, ca_file, client_cert) -> float:
-    return server_metric(port, "priogate_ledger_relays_total", {"outcome": outcome}, ca_file, client_cert)
+    return server_metric(port, RELAYS, {"outcome": outcome}, ca_file, client_cert)
 
 
 @pytest.fixture(scope="module")
@@ -142,33 +151,6 @@ def forging_turn_stamps(client: ApiClient, namespace: str, every: float = 0.05) 
         thread.join(5)
 
 
-def settled_relays(cluster: LocalCluster, client: ApiClient, path: str, ports: list[int]) -> float:
-    """The replicas' relays, once a dry-run claim has been relayed to the ledger's writer. The
-    proxy hands out connections, not requests: claims sent one at a time share kube-apiserver's
-    one connection to one replica, so they go several at once."""
-    client_cert = cluster.webhook_client_cert
-    total = [0.0]
-
-    def claim(i: int) -> None:
-        client.create(
-            path,
-            podgroup(f"relayed-{i}", namespace=None, min_member=1, min_resources={"cpu": "1"}),
-            dry_run=True,
-        )
-
-    def one_relayed() -> bool:
-        threads = [threading.Thread(target=claim, args=(i,)) for i in range(8)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join(30)
-        total[0] = sum(relays(p, "answered", cluster.pki.ca_crt, client_cert) for p in ports)
-        return total[0] > 0
-
-    settled(one_relayed, "a dry-run claim is relayed to the ledger's writer", streak=1)
-    return total[0]
-
-
 @pytest.mark.parametrize(
     ("masters", "workers", "forged_stamps", "relay"),
     [
@@ -218,7 +200,7 @@ def test_concurrent_podgroups_fill_the_quota_exactly(
                 client.create(
                     path, podgroup("first", namespace=None, min_member=1, min_resources={"cpu": "1"})
                 )
-                relayed_before = settled_relays(cluster, client, path, ports)
+                relayed_before = relay_settled(cluster, client, path, ports)
             # Forged stamps may cost waits and GETs, never a decision: the precondition decides.
             forging = forging_turn_stamps(client, namespace) if forged_stamps else contextlib.nullcontext([0])
             with forging as forged:
