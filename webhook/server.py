@@ -235,6 +235,8 @@ def build_view(
     view = CacheView(
         caches, store, client, ledger_namespace=ledger_namespace, in_flight=in_flight, preview=preview
     )
+    if watched is not None and "podgroups" in caches:
+        view.follow_stored_groups()  # the quota server's: every PodGroup admission reads them
     if watched is not None and peer_address and cert_file and key_file:
         from webhook.ledger_relay import LedgerRelay
 

@@ -195,18 +195,21 @@ class CacheView:
 
     def stored_groups(self, namespace: str) -> StoredGroups:
         """The cached (stored) PodGroups' claims and their sums by class, as of one moment."""
-        stored = self._stored
-        if stored is None:
-            with self._stored_lock:
-                if self._stored is None:
-                    cache = self.caches["podgroups"]
-                    stored = StoredClaims(stamp(dt.datetime.min.replace(tzinfo=dt.UTC)))
-                    # Heard before the fill reads the cache, so no event falls between the two.
-                    cache.on_event = chained(stored.on_event, cache.on_event)
-                    stored.fill(cache.items)
-                    self._stored = stored
-                stored = self._stored
-        return stored.of(namespace)
+        return (self._stored or self.follow_stored_groups()).of(namespace)
+
+    def follow_stored_groups(self) -> StoredClaims:
+        """Keep the cached groups' claims by the podgroups cache's events from now on. The quota
+        server starts this with its caches: started by the first admission instead, that
+        admission would pay for reading every cached group inside its deadline."""
+        with self._stored_lock:
+            if self._stored is None:
+                cache = self.caches["podgroups"]
+                stored = StoredClaims(stamp(dt.datetime.min.replace(tzinfo=dt.UTC)))
+                # Heard before the fill reads the cache, so no event falls between the two.
+                cache.on_event = chained(stored.on_event, cache.on_event)
+                stored.fill(cache.items)
+                self._stored = stored
+            return self._stored
 
     def _of_groups(
         self, what: str, namespace: str, compute: Callable[[], dict[str, Any]]

@@ -28,11 +28,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from functools import cached_property
+from types import MappingProxyType
 from typing import Any, Protocol
 
 from priogate.clock import micro_time, parse_time
 from priogate.ledger.fences import QuotaFence
-from priogate.quota import Reservation, quota_names
+from priogate.quota import Reservation, positive_nanos, quota_names
 from priogate.resources import ResourceList, format_quantity, parse_resource_list
 
 # The key suffix of the claim a group held under its previous class while a class change is in
@@ -138,6 +139,15 @@ class Entry:
         # Parsed once per entry: a decision sums every entry of the namespace's ledger.
         requests = parse_resource_list(self.min_resources, context=f"reservation of {self.group}")
         return Reservation(self.group, self.priority_class, quota_names(requests, self.min_member))
+
+    def positive_nanos(self) -> Mapping[str, int | Fraction]:
+        """quota.positive_nanos of the reservation: what the running sums move by this entry."""
+        return self._positive_nanos
+
+    @cached_property
+    def _positive_nanos(self) -> Mapping[str, int | Fraction]:
+        # Once per entry, as the reservation: every watch event and turn moves sums by it.
+        return MappingProxyType(positive_nanos(self.reservation()))
 
     def same_claim(self, other: Entry) -> bool:
         return (self.key, dict(self.min_resources), self.min_member, self.priority_class) == (

@@ -21,7 +21,7 @@ from typing import Any
 
 from priogate.ledger.model import Entry
 from priogate.ledger.stored_groups import entry_of_group
-from priogate.quota import Reservation, class_totals, positive_nanos
+from priogate.quota import Reservation, class_totals
 from priogate.running_sums import Nanos, add_into
 
 Obj = Mapping[str, Any]
@@ -42,7 +42,7 @@ class StoredGroups:
         if own is None:
             return class_totals(self.sums.items())
         totals = {cls: dict(amounts) for cls, amounts in self.sums.items()}
-        add_into(totals.setdefault(own.priority_class, {}), positive_nanos(own.reservation()), -1)
+        add_into(totals.setdefault(own.priority_class, {}), own.positive_nanos(), -1)
         return class_totals(totals.items())
 
 
@@ -105,11 +105,11 @@ class StoredClaims:
         old_uid = uids.pop(name, None)
         old = claims.pop(old_uid, None) if old_uid is not None else None
         if old is not None:
-            add_into(sums.setdefault(old.priority_class, {}), positive_nanos(old.reservation()), -1)
+            add_into(sums.setdefault(old.priority_class, {}), old.positive_nanos(), -1)
         if entry is not None:
             uids[name] = entry.uid
             claims[entry.uid] = entry
-            add_into(sums.setdefault(entry.priority_class, {}), positive_nanos(entry.reservation()), 1)
+            add_into(sums.setdefault(entry.priority_class, {}), entry.positive_nanos(), 1)
         self._snapshots.pop(namespace, None)
         if not claims:
             del self._claims[namespace], self._uids[namespace], self._sums[namespace]

@@ -16,7 +16,7 @@ import threading
 from collections.abc import Mapping
 
 from priogate.ledger.model import Entry
-from priogate.quota import Reservation, class_totals, positive_nanos
+from priogate.quota import Reservation, class_totals
 from priogate.running_sums import Nanos, add_into
 
 
@@ -36,7 +36,7 @@ class EntryTotals:
             totals = {cls: dict(amounts) for cls, amounts in self._totals.items()}
         own = entries.get(leave_out)
         if own is not None:
-            add_into(totals.setdefault(own.priority_class, {}), positive_nanos(own.reservation()), -1)
+            add_into(totals.setdefault(own.priority_class, {}), own.positive_nanos(), -1)
         return class_totals(totals.items())
 
     def fork(self) -> EntryTotals:
@@ -68,7 +68,7 @@ class EntryTotals:
             last[key] = entry
 
     def _move(self, entry: Entry, sign: int) -> None:
-        add_into(self._totals.setdefault(entry.priority_class, {}), positive_nanos(entry.reservation()), sign)
+        add_into(self._totals.setdefault(entry.priority_class, {}), entry.positive_nanos(), sign)
 
 
 class TotalsByNamespace:
