@@ -35,6 +35,8 @@ CLIENTS = 4
 GROUPS = resource_path("scheduling.volcano.sh/v1beta1", "podgroups", GROUPS_NS)
 PODS = resource_path("v1", "pods", PODS_NS)
 SUMMARY = REPO / ".local" / "deploy-summary.txt"  # make test-deploy prints it last
+# An install Ready later than this is reported (CI's have taken 14 to 22 s).
+SLOW_INSTALL_SECONDS = 60
 ENROLLED = {"priogate.io/reservations": "true"}  # the quota hooks' namespaceSelector (docs/modes.md)
 
 
@@ -73,7 +75,15 @@ def helm_install(lc: LocalCluster, repository: str, tag: str, *values: str) -> f
         "--timeout=5m",
         timeout=330,
     )
-    return time.monotonic() - t0
+    took = time.monotonic() - t0
+    if took > SLOW_INSTALL_SECONDS:
+        # Ready in the end, so nothing fails: what held it up (restarts, the containers' last
+        # states and log lines, kubelet's log) is gone once the release is uninstalled.
+        progress(
+            f"helm install took {took:.0f} s, more than {SLOW_INSTALL_SECONDS} s:\n"
+            + cluster_report(lc, NAMESPACE)
+        )
+    return took
 
 
 def wait_for(check: Callable[[], bool], timeout: float, what: str, interval: float = 0.5) -> float:

@@ -46,10 +46,14 @@ def _log(namespace: str, pod: dict[str, Any], container: str) -> str:
     """The container's log files as kubelet writes them (its default podLogsDir): kube-apiserver
     has no client certificate for this node's kubelet, so `kubectl logs` cannot read them."""
     meta = pod["metadata"]
-    files = sorted(POD_LOGS.glob(f"{namespace}_{meta['name']}_{meta['uid']}/{container}/*.log"))
+    files = sorted(
+        POD_LOGS.glob(f"{namespace}_{meta['name']}_{meta['uid']}/{container}/*.log"),
+        key=lambda f: int(f.stem) if f.stem.isdigit() else -1,
+    )
     if not files:
         return "(no log file yet)"
-    return "\n".join(f"{f.name}: {line}" for f in files for line in log_tail(f, LOG_LINES).splitlines())
+    # The container's current run and the one before it (a restarted container's last words).
+    return "\n".join(f"{f.name}: {line}" for f in files[-2:] for line in log_tail(f, LOG_LINES).splitlines())
 
 
 def _pods(api: ApiClient, namespace: str) -> str:
@@ -62,7 +66,7 @@ def _pods(api: ApiClient, namespace: str) -> str:
         lines += _container_states(pod)
         for c in pod["spec"]["containers"]:
             text = _attempt("the log", lambda pod=pod, c=c["name"]: _log(namespace, pod, c))
-            lines += [f"    | {line}" for line in text.splitlines()[-LOG_LINES:]]
+            lines += [f"    | {line}" for line in text.splitlines()]
     return "\n".join(lines) or "  (no pods)"
 
 
