@@ -43,3 +43,19 @@ def test_the_claims_follow_every_change_and_reuse_what_did_not_change():
 def test_an_unchanged_cache_answers_the_same_mapping():
     view = make_view(podgroups=[cpu_podgroup("a", "1", namespace=NS, resource_version="1")])
     assert view.stored_podgroups(NS) is view.stored_podgroups(NS)
+
+
+def test_followed_from_the_start_the_claims_come_from_the_first_list_and_the_events_after():
+    """The quota server follows the stored groups when its caches start (webhook.server
+    build_view), before its podgroups cache has listed anything: the LIST and the events after
+    it make the claims, and the first admission reads them with no fill of its own."""
+    view = make_view(synced=False)
+    followed = view.follow_stored_groups()
+    assert dict(view.stored_podgroups(NS)) == {}
+    cache = view.caches["podgroups"]
+    listed = [cpu_podgroup(name, "1", namespace=NS, resource_version=str(i)) for i, name in enumerate("ab")]
+    cache.replace_all(listed, "2")
+    cache.apply_event("ADDED", cpu_podgroup("c", "2", namespace=NS, resource_version="3"))
+    assert view.follow_stored_groups() is followed  # followed once
+    assert set(view.stored_podgroups(NS)) == {"uid-a", "uid-b", "uid-c"}
+    assert dict(view.stored_podgroups(NS)) == as_listed(view)
