@@ -178,6 +178,22 @@ def unschedulable_pod(name: str) -> dict:
     }
 
 
+def admitting(api: ApiClient) -> bool:
+    """kube-apiserver reaches the webhook Service: a dry-run PodGroup is answered by priogate
+    (admitted, or refused by one of its hooks). A Deployment is available when its pods are
+    Ready; the Service's endpoints, and kube-apiserver's view of them, follow a moment later,
+    and until then every hook call fails ("no endpoints available", failurePolicy Fail)."""
+    try:
+        api.create(GROUPS, group("admitting-probe"), dry_run=True)
+    except ApiError as e:
+        if "failed calling webhook" in e.message:
+            return False
+        if "denied the request" in e.message:
+            return True
+        raise
+    return True
+
+
 def group(name: str) -> dict:
     return {
         "apiVersion": "scheduling.volcano.sh/v1beta1",

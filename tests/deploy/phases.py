@@ -32,6 +32,7 @@ from tests.deploy.helpers import (
     QUOTA_CPU,
     QUOTA_PORT,
     RELEASE,
+    admitting,
     group,
     health_readyz,
     helm,
@@ -129,6 +130,7 @@ def install_with_mtls(lc: LocalCluster, api: ApiClient, repository: str, tag: st
     ports = sorted(HEALTH_PORTS.values())
     progress(f"mTLS install Ready through httpGet /readyz on ports {ports}: {ready_s:.0f} s")
     assert lc.pki is not None
+    wait_for(lambda: admitting(api), 30, "kube-apiserver reaches the webhook Service's endpoints")
     relayed = relay_between_pods(api, (lc.pki.webhook_client_crt, lc.pki.webhook_client_key))
     progress(f"with mTLS, a PodGroup review sent to the pod not holding the turn was relayed ({relayed})")
     helm(lc, "uninstall", RELEASE, "-n", NAMESPACE, "--wait", "--timeout=3m", timeout=200)
@@ -176,6 +178,7 @@ def kustomize_round(lc: LocalCluster, api: ApiClient) -> float:
     kubectl(lc, "apply", "-k", str(REPO / "manifests"))
     wait_for(lambda: rolled_out(api, image), 300, "the kustomize install is available")
     ready_s = time.monotonic() - t0
+    wait_for(lambda: admitting(api), 30, "kube-apiserver reaches the webhook Service's endpoints")
     admitted = []
     for i in range(QUOTA_CPU + 1):
         try:
@@ -209,6 +212,7 @@ def replaced_plugin_round(lc: LocalCluster, api: ApiClient, repository: str, tag
     for component in ("webhook", "controller"):
         for pod in pods(api, component):
             assert pod["spec"]["priority"] == 2_000_000_000, "the chart wrote the class's integer"
+    wait_for(lambda: admitting(api), 30, "kube-apiserver reaches the webhook Service's endpoints")
     created = api.create(PODS, unschedulable_pod("priority-from-priogate"))
     assert created["spec"].get("priority") == 0, created["spec"]
     progress(
