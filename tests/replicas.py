@@ -25,6 +25,7 @@ from localcluster.api import metric_sum, update
 from localcluster.binaries import REPO
 from localcluster.procs import Proc, Supervisor, free_ports, wait_until
 from priogate.kube.client import ApiClient
+from tests.builders import podgroup
 from webhook.registry import load_rule_sets
 
 LOOPBACK = "127.0.0.1"
@@ -207,8 +208,6 @@ def relay_settled(cluster: LocalCluster, client: ApiClient, path: str, ports: Se
     (a namespace whose ledger was just written) has been relayed to the ledger's writer: each
     replica's cache then names it. Claims go several at once: the proxy hands out connections,
     not requests, and claims sent one at a time share kube-apiserver's one connection."""
-    from tests.builders import podgroup
-
     total = [0.0]
 
     def claim(i: int) -> None:
