@@ -52,10 +52,14 @@ class Claim:
 
 
 def check_claim(
-    entries: Mapping[str, Entry], claim: Entry, quotas: list[Mapping[str, Any]], totals: EntryTotals
+    entries: Ledger | Mapping[str, Entry],
+    claim: Entry,
+    quotas: list[Mapping[str, Any]],
+    totals: EntryTotals,
 ) -> str | None:
-    """`totals`: the namespace's running sums of its entries, or a fork of them for a what-if
-    map, which would move those sums away and back."""
+    """The claim against the other entries of a ledger or a map. `totals`: the namespace's
+    running sums of its entries, or a fork of them for a what-if map, which would move those
+    sums away and back."""
     return check_podgroup(quotas, totals.others(entries, claim.key), claim.reservation())
 
 
@@ -64,8 +68,7 @@ def decide(ledger: Ledger, reads: Reads, clock: Clock, ask: Claim) -> tuple[Ledg
     Awaiting."""
     now = ask.asked_at
     entry, previous = ask.entry, ask.previous
-    entries = dict(ledger.entries)
-    existing = entries.get(entry.key)
+    existing = ledger.entries.get(entry.key)
     base = existing if existing is not None else previous
     # Never lowered at admission: either object may end up stored.
     claim = merge(base, entry) if base is not None else entry
@@ -81,43 +84,48 @@ def decide(ledger: Ledger, reads: Reads, clock: Clock, ask: Claim) -> tuple[Ledg
         # own bound has passed, so the claim counts from now (unstamped, a LIST past the earlier
         # bound would settle it to the stored object while this one may still be stored).
         generation = max(existing.generation, entry.generation)
-        entries[entry.key] = replace(existing, admitted_at=decided_at, generation=generation)
-        return ledger.with_entries(entries), None
+        restamped = replace(existing, admitted_at=decided_at, generation=generation)
+        return ledger.updated({entry.key: restamped}), None
     claim = replace(claim, admitted_at=decided_at, generation=entry.generation)
+    shadow: dict[str, Entry | None] = {}
     if base is not None and base.priority_class != claim.priority_class:
         # A class change: the old claim counts under the old class until the change is stored
         # or refused (the controller's sweep, or a LIST, ends it).
         key, old_claim = replace(base, admitted_at=decided_at, generation=entry.generation).as_shadow()
-        entries[key] = old_claim
+        shadow[key] = old_claim
     if ask.shrinking:
-        entries[claim.key] = claim
-        return ledger.with_entries(entries), None
+        return ledger.updated({**shadow, claim.key: claim}), None
     quotas = limiting_quotas(ask.namespace, ask.quotas, ledger.fences, now, ask.bound, reads.quota)
-    entries, problem = _judged(entries, claim, quotas, reads, now, ask)
+    # The ledger as judged: with the previous-class claim, not yet with this one.
+    judged = ledger.updated(shadow)
+    entries, problem = _judged(judged, claim, quotas, reads, now, ask)
     if problem:
         # Keep what a LIST confirmed; not the previous-class claim added for this request.
         kept = {k: e for k, e in entries.items() if not k.endswith(SHADOW_SUFFIX) or k in ledger.entries}
         return (ledger.with_entries(kept) if kept != dict(ledger.entries) else None), problem
-    entries[claim.key] = claim
-    return ledger.with_entries(entries), None
+    if entries is judged.entries:
+        return judged.updated({claim.key: claim}), None
+    return ledger.with_entries({**entries, claim.key: claim}), None
 
 
 def _judged(
-    entries: dict[str, Entry],
+    judged: Ledger,
     claim: Entry,
     quotas: list[Mapping[str, Any]],
     reads: Reads,
     now: dt.datetime,
     ask: Claim,
-) -> tuple[dict[str, Entry], Outcome]:
-    """The entries (less those a quorum LIST showed gone) and the claim's outcome among them."""
+) -> tuple[Mapping[str, Entry], Outcome]:
+    """The entries (`judged`'s, or those less what a quorum LIST showed gone) and the claim's
+    outcome among them."""
     bound = ask.bound
+    entries: Mapping[str, Entry] = judged.entries
 
     def fits(what_if: Mapping[str, Entry]) -> bool:
         # On a fork: the ledger's running sums stay on the ledger.
         return check_claim(what_if, claim, quotas, ask.totals.fork()) is None
 
-    problem = check_claim(entries, claim, quotas, ask.totals)
+    problem = check_claim(judged, claim, quotas, ask.totals)
     if not problem:
         return entries, None
     # Blocked only by entries whose groups may be gone (or never stored), or lowered by now?

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
@@ -252,12 +253,30 @@ class Charge:
 
 @dataclass(frozen=True)
 class Ledger:
+    """A ledger's contents. Its maps are never changed in place: a turn makes a new Ledger."""
+
     entries: Mapping[str, Entry] = field(default_factory=dict)
     charges: Mapping[str, Charge] = field(default_factory=dict)  # by admission request uid
     fences: Mapping[str, QuotaFence] = field(default_factory=dict)  # by QuotaFence.key
+    # The ledger these entries were made from (weakly held: no chain of every ledger a turn
+    # made) and the keys whose entries differ from its, when known (updated()): the running
+    # sums then move by those entries alone (priogate.ledger.totals). Not part of its value.
+    origin: tuple[weakref.ref[Ledger], frozenset[str]] | None = field(default=None, compare=False, repr=False)
 
     def with_entries(self, entries: Mapping[str, Entry]) -> Ledger:
-        return replace(self, entries=dict(entries))
+        return replace(self, entries=dict(entries), origin=None)
+
+    def updated(self, changes: Mapping[str, Entry | None]) -> Ledger:
+        """These entries with `changes` made (None: the key removed), remembering which."""
+        if not changes:
+            return self
+        entries = dict(self.entries)
+        for key, entry in changes.items():
+            if entry is None:
+                entries.pop(key, None)
+            else:
+                entries[key] = entry
+        return replace(self, entries=entries, origin=(weakref.ref(self), frozenset(changes)))
 
     def with_charges(self, charges: Mapping[str, Charge]) -> Ledger:
         return replace(self, charges=dict(charges))

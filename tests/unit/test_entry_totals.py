@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from priogate.ledger.model import Entry
+from priogate.ledger.model import Entry, Ledger
 from priogate.ledger.totals import EntryTotals, TotalsByNamespace
 from priogate.quota import Reservation, check_podgroup, class_totals, positive_nanos
 
@@ -118,3 +118,43 @@ def test_a_fork_sums_a_what_if_map_and_leaves_the_ledger_sums_alone(ledgers, wha
     kept = dict(totals._entries)
     assert sums(totals.others(ledgers[-1], claim.key)) == afresh(ledgers[-1], claim.key)
     assert totals._entries == kept  # nothing moved: the fork took the what-if's moves
+
+
+# A step on a chain of ledgers: changes made with Ledger.updated (a uid alone removes its key),
+# a ledger made anew (as a read makes one), a copy with other charges, or an earlier ledger again.
+steps_st = st.lists(
+    st.one_of(
+        st.tuples(st.just("updated"), st.lists(st.one_of(entries_st, uids), max_size=3)),
+        st.tuples(st.just("anew"), st.lists(entries_st, max_size=8)),
+        st.tuples(st.just("charges"), st.none()),
+        st.tuples(st.just("earlier"), st.integers(min_value=0, max_value=10)),
+    ),
+    min_size=1,
+    max_size=12,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(steps=steps_st, claim=entries_st)
+def test_sums_that_follow_ledgers_by_their_changes_are_the_sums_afresh(steps, claim):
+    """A turn's batch decides on ledgers each made from the last by Ledger.updated: the sums move
+    by the keys it names. Whatever comes between (a ledger read anew, an older one, a copy), every
+    call gives the sums afresh."""
+    totals = EntryTotals()
+    made = [Ledger()]
+    for kind, arg in steps:
+        last = made[-1]
+        if kind == "updated":
+            made.append(last.updated({_key(c): None if isinstance(c, str) else c for c in arg}))
+        elif kind == "anew":
+            made.append(Ledger({e.key: e for e in arg}))
+        elif kind == "charges":
+            made.append(last.with_charges({}))
+        else:
+            made.append(made[arg % len(made)])
+        ledger = made[-1]
+        assert sums(totals.others(ledger, claim.key)) == afresh(ledger.entries, claim.key)
+
+
+def _key(change: Entry | str) -> str:
+    return change if isinstance(change, str) else change.key
