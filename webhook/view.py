@@ -7,9 +7,8 @@ from __future__ import annotations
 import datetime as dt
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from types import MappingProxyType
 from typing import Any
 
 from priogate import namespace_default, podgroup, priority
@@ -103,8 +102,6 @@ class CacheView:
         self.in_flight = in_flight
         self._default_memo: tuple[int, Mapping | None] | None = None
         self._reservations_memo: dict[str, tuple[tuple[int, int, int], NamespaceReservations]] = {}
-        # (what, namespace) -> (the groups cache's namespace generation, the answer)
-        self._groups_memo: dict[tuple[str, str], tuple[int, Mapping[str, Any]]] = {}
         # The cached groups' claims, kept by the podgroups cache's events from first use on.
         self._stored: StoredClaims | None = None
         self._stored_lock = threading.Lock()
@@ -172,14 +169,7 @@ class CacheView:
 
     def live_podgroups(self, namespace: str) -> Mapping[str, bool]:
         """uid -> whether it is being deleted, of the namespace's cached (stored) PodGroups."""
-
-        def live() -> dict[str, bool]:
-            groups = self.caches["podgroups"].namespace(namespace).values()
-            return {
-                g["metadata"].get("uid", ""): bool(g["metadata"].get("deletionTimestamp")) for g in groups
-            }
-
-        return self._of_groups("live", namespace, live)
+        return self.stored_groups(namespace).live
 
     def podgroup(self, namespace: str, name: str) -> Mapping[str, Any] | None:
         """The cached PodGroup (Volcano's schema), or None."""
@@ -210,18 +200,6 @@ class CacheView:
                 stored.fill(cache.items)
                 self._stored = stored
             return self._stored
-
-    def _of_groups(
-        self, what: str, namespace: str, compute: Callable[[], dict[str, Any]]
-    ) -> Mapping[str, Any]:
-        """`compute()`'s answer, reused (read-only, never copied) until the namespace's cached
-        groups change: every admission in the namespace reads all of them."""
-        generation = self.caches["podgroups"].namespace_generation(namespace)
-        known = self._groups_memo.get((what, namespace))
-        if known is None or known[0] != generation:
-            known = (generation, MappingProxyType(compute()))
-            self._groups_memo[(what, namespace)] = known
-        return known[1]
 
     def cached_listing(self, namespace: str, now: dt.datetime) -> Listing:
         """The cached PodGroups as a listing (offline mode and tests stand it in for a LIST)."""

@@ -54,7 +54,7 @@ What only saves time or requests (optimisation; none can cause an over-admission
 - Early refusal when the groups the cache shows stored already leave no room: the turn would
   refuse the same. Their claims and per-class sums are kept by the watch's events
   (stored_claims), not rebuilt per admission.
-- Running per-class sums moved by changed entries (totals).
+- Running per-class sums moved by the entries each decision changed (totals).
 - Waiting for claims in flight through the watch cache before a quorum LIST (timing.UNSEEN_GRACE).
 - Sharded, compressed storage of the entries (codec).
 Every timing constant is in priogate.ledger.timing, with its reason.

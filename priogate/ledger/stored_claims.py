@@ -1,5 +1,5 @@
-"""The stored PodGroups' claims of each namespace and their sums by priority class, kept by the
-watch's events.
+"""The stored PodGroups' claims of each namespace, their sums by priority class, and which groups
+are being deleted, kept by the watch's events.
 
 Every PodGroup admission reads its namespace's stored groups' claims: a claim those groups
 already leave no room for is refused without a turn (webhook.rules.podgroup_quota), and each turn
@@ -29,11 +29,13 @@ Obj = Mapping[str, Any]
 
 @dataclass(frozen=True)
 class StoredGroups:
-    """A namespace's stored groups as of one moment: each readable group's claim by uid, and
-    the positive amounts of those claims summed by priority class (nano-units)."""
+    """A namespace's stored groups as of one moment: each readable group's claim by uid, the
+    positive amounts of those claims summed by priority class (nano-units), and whether each
+    group, readable or not, is being deleted (by uid)."""
 
     claims: Mapping[str, Entry]
     sums: Mapping[str, Mapping[str, int | Fraction]]
+    live: Mapping[str, bool]
 
     def others(self, leave_out: str) -> list[Reservation]:
         """One Reservation per class: the claims but `leave_out`'s, as quota.check_podgroup
@@ -46,7 +48,7 @@ class StoredGroups:
         return class_totals(totals.items())
 
 
-EMPTY = StoredGroups(MappingProxyType({}), MappingProxyType({}))
+EMPTY = StoredGroups(MappingProxyType({}), MappingProxyType({}), MappingProxyType({}))
 
 
 def readable_claim(obj: Obj, admitted_at: str) -> Entry | None:
@@ -69,6 +71,7 @@ class StoredClaims:
         self._claims: dict[str, dict[str, Entry]] = {}  # namespace -> uid -> claim
         self._uids: dict[str, dict[str, str]] = {}  # namespace -> group name -> uid
         self._sums: dict[str, dict[str, Nanos]] = {}  # namespace -> class -> summed nano-units
+        self._live: dict[str, dict[str, bool]] = {}  # namespace -> uid -> being deleted
         self._snapshots: dict[str, StoredGroups] = {}  # namespace -> as of its last change
 
     def fill(self, read: Callable[[], Iterable[Obj]]) -> None:
@@ -76,40 +79,52 @@ class StoredClaims:
         stored after it is heard by on_event and none is lost (hear them before filling)."""
         with self._lock:
             for obj in read():
-                self._move(obj, readable_claim(obj, self._admitted_at))
+                self._move(obj, readable_claim(obj, self._admitted_at), gone=False)
 
     def on_event(self, event_type: str, obj: Obj) -> None:
-        entry = None if event_type == "DELETED" else readable_claim(obj, self._admitted_at)
+        gone = event_type == "DELETED"
+        entry = None if gone else readable_claim(obj, self._admitted_at)
         with self._lock:
-            self._move(obj, entry)
+            self._move(obj, entry, gone)
 
     def of(self, namespace: str) -> StoredGroups:
         with self._lock:
             snapshot = self._snapshots.get(namespace)
             if snapshot is None:
-                claims = self._claims.get(namespace)
-                if claims is None:
+                live = self._live.get(namespace)
+                if live is None:
                     return EMPTY
                 sums = {cls: dict(amounts) for cls, amounts in self._sums[namespace].items()}
-                snapshot = StoredGroups(MappingProxyType(claims.copy()), MappingProxyType(sums))
+                snapshot = StoredGroups(
+                    MappingProxyType(self._claims[namespace].copy()),
+                    MappingProxyType(sums),
+                    MappingProxyType(live.copy()),
+                )
                 self._snapshots[namespace] = snapshot
             return snapshot
 
-    def _move(self, obj: Obj, entry: Entry | None) -> None:
-        """The group of `obj` now claims `entry` (None: nothing, or it is gone)."""
+    def _move(self, obj: Obj, entry: Entry | None, gone: bool) -> None:
+        """The group of `obj` is stored as `obj` says and claims `entry` (None: nothing), or
+        (`gone`) is no longer stored."""
         meta = obj.get("metadata") or {}
-        namespace, name = meta.get("namespace", ""), meta.get("name", "")
+        namespace, name, uid = meta.get("namespace", ""), meta.get("name", ""), meta.get("uid") or ""
         uids = self._uids.setdefault(namespace, {})
         claims = self._claims.setdefault(namespace, {})
         sums = self._sums.setdefault(namespace, {})
+        live = self._live.setdefault(namespace, {})
         old_uid = uids.pop(name, None)
-        old = claims.pop(old_uid, None) if old_uid is not None else None
-        if old is not None:
-            add_into(sums.setdefault(old.priority_class, {}), old.positive_nanos(), -1)
-        if entry is not None:
-            uids[name] = entry.uid
-            claims[entry.uid] = entry
-            add_into(sums.setdefault(entry.priority_class, {}), entry.positive_nanos(), 1)
+        if old_uid is not None:
+            live.pop(old_uid, None)
+            old = claims.pop(old_uid, None)
+            if old is not None:
+                add_into(sums.setdefault(old.priority_class, {}), old.positive_nanos(), -1)
+        if not gone and uid:
+            uids[name] = uid
+            live[uid] = bool(meta.get("deletionTimestamp"))
+            if entry is not None:
+                claims[entry.uid] = entry
+                add_into(sums.setdefault(entry.priority_class, {}), entry.positive_nanos(), 1)
         self._snapshots.pop(namespace, None)
-        if not claims:
+        if not uids:
             del self._claims[namespace], self._uids[namespace], self._sums[namespace]
+            del self._live[namespace]

@@ -1,5 +1,5 @@
-"""priogate.ledger.stored_claims: the stored groups' claims and sums kept by the watch's events
-are, after any sequence of events, what a fresh parse of the cache would give."""
+"""priogate.ledger.stored_claims: the stored groups' claims, sums and deletions kept by the
+watch's events are, after any sequence of events, what a fresh parse of the cache would give."""
 
 from __future__ import annotations
 
@@ -20,8 +20,8 @@ ADMITTED_AT = stamp(dt.datetime(2026, 1, 1, tzinfo=dt.UTC))
 NAMESPACES = ("a", "b")
 
 
-def _group(namespace: str, name: str, uid: str, cpu: str, cls: str) -> dict:
-    return podgroup(
+def _group(namespace: str, name: str, uid: str, cpu: str, cls: str, deleting: bool = False) -> dict:
+    group = podgroup(
         name,
         namespace=namespace,
         uid=uid,
@@ -29,6 +29,18 @@ def _group(namespace: str, name: str, uid: str, cpu: str, cls: str) -> dict:
         min_resources={"cpu": cpu},
         priority_class=cls or None,
     )
+    if deleting:  # held by a finalizer: still stored, still claiming
+        group["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    return group
+
+
+def _live(objects: dict[tuple[str, str], dict], namespace: str) -> dict[str, bool]:
+    """uid -> being deleted, of every cached group, whether its claim parses or not."""
+    return {
+        o["metadata"]["uid"]: "deletionTimestamp" in o["metadata"]
+        for (ns, _), o in objects.items()
+        if ns == namespace
+    }
 
 
 def _fresh(objects: dict[tuple[str, str], dict], namespace: str) -> dict:
@@ -49,6 +61,7 @@ events = st.lists(
         st.sampled_from(("1", "2")),  # the group's incarnation: a name created again has a new uid
         st.sampled_from(("1", "250m", "2", "-1", "x")),  # "x" does not parse: no claim
         st.sampled_from(("", "high")),
+        st.booleans(),  # being deleted
     ),
     max_size=40,
 )
@@ -61,8 +74,8 @@ def test_events_keep_what_a_fresh_parse_of_the_cache_gives(before, after):
     stored = StoredClaims(ADMITTED_AT)
 
     def apply(event: tuple, hear: bool) -> None:
-        kind, namespace, name, incarnation, cpu, cls = event
-        obj = _group(namespace, name, f"{namespace}-{name}-{incarnation}", cpu, cls)
+        kind, namespace, name, incarnation, cpu, cls, deleting = event
+        obj = _group(namespace, name, f"{namespace}-{name}-{incarnation}", cpu, cls, deleting)
         if kind == "DELETED":
             obj = cache.pop((namespace, name), obj)
         else:
@@ -79,6 +92,7 @@ def test_events_keep_what_a_fresh_parse_of_the_cache_gives(before, after):
             now = stored.of(namespace)
             fresh = _fresh(cache, namespace)
             assert dict(now.claims) == fresh
+            assert dict(now.live) == _live(cache, namespace)
             for leave_out in [*fresh, "none"]:
                 expected = EntryTotals().others(fresh, leave_out)
                 assert _totals(now.others(leave_out)) == _totals(expected)
