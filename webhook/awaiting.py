@@ -27,16 +27,25 @@ def decide_waiting(
     deadline: float | None,
     what: str,
     generation: Callable[[], int] | None = None,
+    refusal: Callable[[], str | None] | None = None,
 ) -> str | None:
     """Take turns until one answers (None: admitted, or a refusal), or the deadline
     (time.monotonic()) comes first: then the refusal says to retry. `what` names the claims
     waited for, e.g. "PodGroup admission(s)". `generation`: the watch cache's generation, which an
-    Awaiting `through_cache` waits to change (read before each turn, so no change is missed)."""
+    Awaiting `through_cache` waits to change (read before each turn, so no change is missed).
+    `refusal`: what the caches alone refuse, asked before each turn after the first: the claims
+    awaited usually show up stored, and then the caches refuse the request without a turn."""
     stop = (
         deadline if deadline is not None else time.monotonic() + DEFAULT_WAIT_SECONDS
     ) - WAIT_MARGIN_SECONDS
+    waited = False
     while True:
         seen = generation() if generation is not None else None
+        if waited and refusal is not None:
+            refused = refusal()
+            if refused is not None:
+                return refused
+        waited = True
         result = turn()
         if not isinstance(result, Awaiting):
             return result

@@ -138,6 +138,24 @@ def test_a_claim_the_cache_has_not_seen_yet_is_awaited_through_the_cache():
     assert len(api.reads_of(GROUPS)) == lists_before
 
 
+def test_once_the_cache_shows_the_awaited_claim_the_stored_groups_refuse_without_another_turn():
+    """As above, with the quota in the cache too: "b" waits through one turn, and once the cache
+    shows "a" stored, the stored groups alone leave "b" no room. That refusal is the turn's own
+    (the ledger then holds nothing beyond the stored groups), so no second turn is taken."""
+    api, view = setup(in_flight=15.0)
+    view.caches["resourcequotas"].apply_event("ADDED", api.objects[f"{QUOTAS}/compute"])
+    assert admit_group(view, "a", "6").allowed
+    stored = store_group(api, "a", "6", uid="uid-a")
+    timer = threading.Timer(0.3, view.caches["podgroups"].apply_event, ("ADDED", stored))
+    timer.start()
+    reads_before = len(api.reads_of(LEDGER))
+    refused = admit_group(view, "b", "5", within=10.0)
+    timer.join()
+    assert not refused.allowed and "reserved: cpu=6" in refused.message
+    assert len(api.reads_of(LEDGER)) == reads_before + 1
+    assert set(entries_of(api.objects[LEDGER])) == {"uid-a"}
+
+
 def test_a_gone_or_forged_entry_is_confirmed_with_one_quorum_list_and_dropped():
     """An entry past the in-flight bound whose group no LIST holds (deleted, refused by a later
     step, or a forged CREATE's invented uid) blocks nobody: one LIST confirms, it is dropped."""

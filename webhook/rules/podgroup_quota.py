@@ -205,6 +205,8 @@ def admit(request: AdmissionRequest, view: ClusterView) -> Decision:
             request.deadline,
             "PodGroup admission(s)",
             generation=lambda: view.podgroups_generation(request.namespace),
+            # As before the first turn: a shrink is never refused.
+            refusal=None if shrinking else lambda: _refused_by_stored_groups(request, view, entry),
         )
     except Exception as e:
         if shrinking:
