@@ -150,12 +150,22 @@ class Entry:
         # Once per entry, as the reservation: every watch event and turn moves sums by it.
         return MappingProxyType(positive_nanos(self.reservation()))
 
+    @cached_property
+    def admitted(self) -> dt.datetime:
+        """admitted_at as a time; the earliest time for a stamp that does not parse (an entry read
+        from a ledger has one that parses): such a claim counts as old. Parsed once per entry:
+        a refusal judges every entry of the ledger by it."""
+        try:
+            return parse_time(self.admitted_at)
+        except ValueError:
+            return dt.datetime.min.replace(tzinfo=dt.UTC)
+
     def same_claim(self, other: Entry) -> bool:
-        return (self.key, dict(self.min_resources), self.min_member, self.priority_class) == (
-            other.key,
-            dict(other.min_resources),
-            other.min_member,
-            other.priority_class,
+        return (
+            self.key == other.key
+            and self.min_member == other.min_member
+            and self.priority_class == other.priority_class
+            and dict(self.min_resources) == dict(other.min_resources)
         )
 
     def covers(self, other: Entry) -> bool:

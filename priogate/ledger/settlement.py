@@ -17,15 +17,12 @@ from priogate.resources import maximum, parse_resource_list
 
 
 def admitted_time(entry: Entry) -> dt.datetime:
-    try:
-        return parse_time(entry.admitted_at)
-    except ValueError:
-        return dt.datetime.min.replace(tzinfo=dt.UTC)  # unreadable: treat as old
+    return entry.admitted  # an unreadable stamp: treated as old
 
 
 def in_flight(entry: Entry, at: dt.datetime, bound: dt.timedelta = IN_FLIGHT) -> bool:
     """Whether the admission that last raised `entry` may still be on its way to storage at `at`."""
-    return at - admitted_time(entry) <= bound
+    return at - entry.admitted <= bound
 
 
 def merge(current: Entry, new: Entry) -> Entry:
