@@ -21,7 +21,7 @@ from controller.caches import Caches
 from priogate.kube.ledger_store import LedgerStore
 from priogate.ledger.codec import covered_namespace, ledger_name, ledger_of
 from priogate.ledger.model import DamagedLedger, Entry, Ledger, Reads
-from priogate.ledger.settlement import admitted_time, in_flight, live_charges, resync
+from priogate.ledger.settlement import in_flight, live_charges, resync
 from priogate.ledger.stored_groups import entry_of_group
 from priogate.ledger.timing import IN_FLIGHT
 
@@ -84,7 +84,7 @@ class Reclaimer:
             stored = groups.get(entry.uid)
             if in_flight(entry, now, self.in_flight):
                 if stored is None or not stored.same_claim(entry):
-                    left = self.in_flight.total_seconds() - (now - admitted_time(entry)).total_seconds()
+                    left = self.in_flight.total_seconds() - (now - entry.admitted).total_seconds()
                     recheck = max(0.5, left + 0.5) if recheck is None else min(recheck, max(0.5, left + 0.5))
                 continue
             if stored is None or not stored.same_claim(entry):

@@ -16,7 +16,6 @@ from priogate.ledger.fences import limiting_quotas
 from priogate.ledger.model import SHADOW_SUFFIX, Entry, Ledger, Listing, Reads, stamp
 from priogate.ledger.outcome import Awaiting, Clock, Outcome
 from priogate.ledger.settlement import (
-    admitted_time,
     awaiting,
     in_flight,
     merge,
@@ -148,7 +147,7 @@ def _judged(
     unseen = {k: t for k, t in awaiting(entries, seen, bound).items() if k not in own}
     if not unseen or not fits(once_settled(entries, seen)):
         return entries, problem  # real claims block it, or it fits not even without the unseen
-    youngest = min(admitted_time(entries[k]) for k in unseen)
+    youngest = min(entries[k].admitted for k in unseen)
     if now - youngest < UNSEEN_GRACE:
         return entries, Awaiting(problem, len(unseen), youngest + UNSEEN_GRACE, through_cache=True)
     # The LIST begins after this turn's caches were read: claims whose bound has passed since

@@ -16,10 +16,6 @@ from priogate.ledger.timing import IN_FLIGHT
 from priogate.resources import maximum, parse_resource_list
 
 
-def admitted_time(entry: Entry) -> dt.datetime:
-    return entry.admitted  # an unreadable stamp: treated as old
-
-
 def in_flight(entry: Entry, at: dt.datetime, bound: dt.timedelta = IN_FLIGHT) -> bool:
     """Whether the admission that last raised `entry` may still be on its way to storage at `at`."""
     return at - entry.admitted <= bound
@@ -116,7 +112,7 @@ def awaiting(entries: Mapping[str, Entry], listing: Listing, bound: dt.timedelta
         if settled(entry, stored, listing.started, bound):
             continue
         if key.endswith(SHADOW_SUFFIX) or stored is None or not stored.same_claim(entry):
-            out[key] = admitted_time(entry) + bound
+            out[key] = entry.admitted + bound
     return out
 
 
