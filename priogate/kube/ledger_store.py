@@ -4,7 +4,7 @@ serializes its reservation decisions (PodGroups, and pods in namespaces with liv
 through that object, as kube-apiserver's ResourceQuota admission serializes through a quota's
 status (plugin/pkg/admission/resourcequota controller.go): a decision made on a stale copy fails
 with 409 and is made again on a GET. A turn starts from the watch's copy where the turn stamps
-say it is current (priogate/turn_order.py), else from a GET; a decision that writes nothing is
+say it is current (priogate/ledger/turn_order.py), else from a GET; a decision that writes nothing is
 made on a GET in any case, since no precondition then proves its copy current.
 
 Within one process, concurrent requests for a namespace are batched (again as kube-apiserver's
@@ -164,7 +164,7 @@ class LedgerStore:
         writer: str = "priogate",
     ) -> None:
         """`watched`: turns start from the watch's copy of a ledger where it is current
-        (priogate/turn_order.py), else from a GET. `writer` names this process's writes in
+        (priogate/ledger/turn_order.py), else from a GET. `writer` names this process's writes in
         their turn stamps (the watched ledgers' writer when there are any)."""
         self.client = client
         self.ledger_namespace = ledger_namespace

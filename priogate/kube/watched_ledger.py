@@ -1,5 +1,5 @@
 """The ledgers as this process's watch shows them, as the copy a ledger turn starts
-from instead of a GET (priogate/turn_order.py says when a turn may, and why that is safe).
+from instead of a GET (priogate/ledger/turn_order.py says when a turn may, and why that is safe).
 
 The process's note of its last write on each namespace's ledger is kept here: a quota server runs
 one worker process (docs/serving.md), so nobody else writes under its name.

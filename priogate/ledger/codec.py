@@ -1,4 +1,4 @@
-"""Where a ledger lives, and its ConfigMap read and written (priogate/ledger.py says
+"""Where a ledger lives, and its ConfigMap read and written (priogate/ledger/model.py says
 what a ledger is). One ConfigMap per tenant namespace, in priogate's own namespace, where only
 priogate may write: `priogate-system/podgroup-ledger.<namespace>`, labelled with the
 namespace it covers so it is found by label as well as by name.
