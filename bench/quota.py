@@ -48,7 +48,15 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from bench.quota_hooks import QUOTA_HOOKS, covered, prepare, set_floor_hook, set_quota_hooks
+from bench.quota_hooks import (
+    QUOTA_HOOKS,
+    covered,
+    create_namespace,
+    create_quota,
+    prepare,
+    set_floor_hook,
+    set_quota_hooks,
+)
 from localcluster import LocalCluster, Options
 from localcluster.procs import free_ports, pin_tree, progress, tree_cpu_seconds, wait_until
 from priogate.kube.client import ApiClient, load_client, resource_path
@@ -334,6 +342,9 @@ class OneServer:
     def _served(self) -> list[float]:
         return [served_count(port, QUOTA_HOOKS[0], self.ca_file, self.client_cert) for port in self.ports]
 
+    def _relayed(self) -> float:
+        return server_metric(self.ports[0], RELAYS, {}, self.ca_file, self.client_cert)
+
     def _only_first_answers(self, namespace: str) -> bool:
         """Four probes through kube-apiserver, all answered by the first server."""
         before = self._served()
@@ -344,7 +355,7 @@ class OneServer:
 
     def run(self, args: argparse.Namespace, pids: dict[str, int], tag: str) -> Run:
         namespace = f"bench-one-server-{tag}"
-        prepare(self.client, namespace, args.quota_cpu)
+        create_namespace(self.client, namespace)
         point_quota_server(self.client, f"https://{LOOPBACK}:{self.ports[0]}")
         try:
             wait_until(
@@ -352,9 +363,16 @@ class OneServer:
                 timeout=30,
                 what="kube-apiserver to send the quota hooks to one server",
             )
+            # Only now: the quota's fence turn makes the first server the ledger's writer. Made
+            # while both servers answered, it could go to the other, and the first would relay
+            # every admission to it.
+            create_quota(self.client, namespace, args.quota_cpu)
             _settle(pids, "pointing the quota hooks at one server")
             progress(f"round {tag}: one server, {args.podgroups} PodGroups")
+            relayed = self._relayed()
             run = _load(self.client, namespace, args, pids)
+            if self._relayed() != relayed:
+                raise SystemExit(f"round {tag}, one server: it relayed admissions, so two servers took them")
         finally:
             point_quota_server(self.client, self.shared_url)
         self.client.request("DELETE", resource_path(GROUP_VERSION, PLURAL, namespace))

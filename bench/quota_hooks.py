@@ -20,10 +20,20 @@ FLOOR_PATH = "/validate/podgroup-annotations"
 
 
 def prepare(client: ApiClient, namespace: str, quota_cpu: int) -> None:
+    create_namespace(client, namespace)
+    create_quota(client, namespace, quota_cpu)
+
+
+def create_namespace(client: ApiClient, namespace: str) -> None:
     # Enrolled (priogate.scope) as after its first claim: every admission measured goes to the
     # reservation hook, at the replicas, not to the once-per-namespace enrolment.
     enrolled = {ENROLLED_LABEL: ENROLLED_VALUE}
     client.create("/api/v1/namespaces", {"metadata": {"name": namespace, "labels": enrolled}})
+
+
+def create_quota(client: ApiClient, namespace: str, quota_cpu: int) -> None:
+    """The namespace's quota. Its create takes a turn on the namespace's ledger (the quota fence),
+    so the server that answers it writes the ledger first and holds its turn."""
     client.create(
         resource_path("v1", "resourcequotas", namespace),
         {"metadata": {"name": "compute"}, "spec": {"hard": {"cpu": str(quota_cpu)}}},
