@@ -70,6 +70,16 @@ def _json(body: bytes) -> Answer:
     return "200 OK", [("Content-Type", "application/json"), ("Content-Length", str(len(body)))], body
 
 
+def _closing(answer: Answer) -> Answer:
+    """`answer`, asking the client to close the connection after it: kube-apiserver then opens
+    another, which the Service sends to any replica, and one that reaches the writer stays there.
+    So the connections that carry a namespace's ledger admissions move to the replica that
+    decides them, and the relay hop (a second request, TLS both ways) ends. kube-apiserver
+    rebalances its own HTTP/2 clients the same way (k8s.io/apiserver pkg/server/filters/goaway.go)."""
+    status, headers, body = answer
+    return status, [*headers, ("Connection", "close")], body
+
+
 class TooLarge(Exception):
     pass
 
@@ -145,7 +155,7 @@ def answer_review(
         if decision is None:  # it needs the turn, or caches this replica cannot decide on yet
             relayed = relay.send(writer, rule_set.path, body, deadline)
             if relayed is not None:
-                return _json(relayed), review.operation, "relayed"
+                return _closing(_json(relayed)), review.operation, "relayed"
     if decision is None:
         decision = stale or _decided(rule_set, rule_set.handler, review, view)
     if rule_set.advisory and not decision.allowed:

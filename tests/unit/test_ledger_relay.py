@@ -314,12 +314,15 @@ def test_only_ledger_turns_are_relayed_and_a_relayed_review_never_again():
     app = create_app(view)
     client = app.test_client()
     body = review(_group(), resource="podgroups")
-    answered = client.post("/validate/podgroups", json=body).get_json()
-    assert answered["response"]["by"] == "writer"
+    relayed = client.post("/validate/podgroups", json=body)
+    assert relayed.get_json()["response"]["by"] == "writer"
     assert relay.calls == [("/validate/podgroups", NS)]
-    # Relayed here by another replica: decided here.
-    answered = client.post("/validate/podgroups", json=body, headers={RELAYED_HEADER: "1"}).get_json()
-    assert "by" not in answered["response"]
+    # The client is asked to reconnect, so that its next connection may reach the writer.
+    assert relayed.headers["Connection"] == "close"
+    # Relayed here by another replica: decided here, on a connection kept open.
+    decided = client.post("/validate/podgroups", json=body, headers={RELAYED_HEADER: "1"})
+    assert "by" not in decided.get_json()["response"]
+    assert "Connection" not in decided.headers
     # A rule set that takes no ledger turn is never relayed.
     pod = {"metadata": {"name": "p", "namespace": NS}, "spec": {"containers": [{"name": "c"}]}}
     client.post("/mutate/pods", json=review(pod))
