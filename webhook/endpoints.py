@@ -155,7 +155,8 @@ def answer_review(
         if decision is None:  # it needs the turn, or caches this replica cannot decide on yet
             relayed = relay.send(writer, rule_set.path, body, deadline)
             if relayed is not None:
-                return _closing(_json(relayed)), review.operation, "relayed"
+                answer = _closing(_json(relayed)) if relay.sheds_connections() else _json(relayed)
+                return answer, review.operation, "relayed"
     if decision is None:
         decision = stale or _decided(rule_set, rule_set.handler, review, view)
     if rule_set.advisory and not decision.allowed:

@@ -79,11 +79,14 @@ class LedgerRelay:
         cert_file: str,
         key_file: str,
         *,
+        holds_a_turn: Callable[[], bool] = lambda: False,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         """`writer_of(namespace)`: the peer address of the namespace's writer when it is another
-        replica (WatchedLedgers.writer_of), else None."""
+        replica (WatchedLedgers.writer_of), else None. `holds_a_turn()`: whether this replica
+        writes some namespace's ledger itself (WatchedLedgers.holds_a_turn)."""
         self.writer_of = writer_of
+        self.holds_a_turn = holds_a_turn
         self.cert_file = cert_file
         self.key_file = key_file
         self.clock = clock
@@ -103,6 +106,14 @@ class LedgerRelay:
         if failed is not None and self.clock() - failed < RELAY_BACKOFF_SECONDS:
             return None
         return address
+
+    def sheds_connections(self) -> bool:
+        """Whether a relayed admission's answer asks kube-apiserver to close its connection, so
+        that its next one may reach the writer and stay there (docs/ledger.md, "One writer per
+        namespace"): only while this replica holds no namespace's turn. One that holds some
+        keeps its connections, or two replicas holding the turns of different namespaces would
+        each send kube-apiserver's connections to the other, a new connection per relay."""
+        return not self.holds_a_turn()
 
     def send(self, address: tuple[str, int], path: str, body: bytes, deadline: float | None) -> bytes | None:
         """The writer's answer to the review `body` sent to `path` at `address`, or None: decide

@@ -240,7 +240,7 @@ def build_view(
     if watched is not None and peer_address and cert_file and key_file:
         from webhook.ledger_relay import LedgerRelay
 
-        view.relay = LedgerRelay(watched.writer_of, cert_file, key_file)
+        view.relay = LedgerRelay(watched.writer_of, cert_file, key_file, holds_a_turn=watched.holds_a_turn)
     return view
 
 

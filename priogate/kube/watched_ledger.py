@@ -41,6 +41,8 @@ class WatchedLedgers:
         # this process's own writes included: whether another writer is busy, and who holds the
         # turn (turn_order.turn_holder)
         self._writers: dict[str, dict[str, tuple[int, float]]] = {}
+        # time.monotonic() of this process's last write made while it held that ledger's turn
+        self._held_at = float("-inf")
 
     def start_copy(self, namespace: str, deadline: float) -> tuple[Mapping[str, Any], Turn] | None:
         """The watch's copy of the namespace's ledger and its stamp, to start a turn from, or
@@ -81,16 +83,24 @@ class WatchedLedgers:
         process, when nobody wrote lately, or when the watch is not current."""
         if not self.cache.synced:
             return None
-        now = time.monotonic()
-        obj = self.cache.get(self.ledger_namespace, ledger_name(namespace))
-        if obj is not None:
-            self._note_writer(namespace, turn_of(obj), now)
-        holder = turn_holder(
-            {w: when for w, (_, when) in self._writers.get(namespace, {}).items()}, now, WRITER_FRESH_SECONDS
-        )
+        holder = self._holder(namespace, time.monotonic())
         if holder is None or holder == self.writer:
             return None
         return peer_of(holder)
+
+    def _holder(self, namespace: str, now: float) -> str | None:
+        """turn_order.turn_holder of the writers seen, the writer of the watch's copy included."""
+        obj = self.cache.get(self.ledger_namespace, ledger_name(namespace))
+        if obj is not None:
+            self._note_writer(namespace, turn_of(obj), now)
+        seen = {w: when for w, (_, when) in self._writers.get(namespace, {}).items()}
+        return turn_holder(seen, now, WRITER_FRESH_SECONDS)
+
+    def holds_a_turn(self) -> bool:
+        """Whether this process held some namespace's ledger turn when it last wrote, within
+        WRITER_FRESH_SECONDS: then kube-apiserver's connections to it carry admissions it decides
+        itself, and are kept (webhook/ledger_relay.py, LedgerRelay.sheds_connections)."""
+        return time.monotonic() - self._held_at <= WRITER_FRESH_SECONDS
 
     def _note_writer(self, namespace: str, turn: Turn, now: float) -> None:
         if not turn.writer:
@@ -112,4 +122,7 @@ class WatchedLedgers:
         """Note a write that landed (`stored`: kube-apiserver's answer), holding the namespace's
         turn in this process."""
         self._last[namespace] = ((stored.get("metadata") or {}).get("uid", ""), turn.seq)
-        self._note_writer(namespace, turn, time.monotonic())
+        now = time.monotonic()
+        self._note_writer(namespace, turn, now)
+        if self._holder(namespace, now) == self.writer:
+            self._held_at = now

@@ -88,6 +88,19 @@ def test_of_two_active_writers_the_least_by_name_holds_the_turn_whoever_wrote_la
     )
     other.written(NS, _ledger("10.0.0.2:8444/b", 5), Turn(5, "10.0.0.2:8444/b"))
     assert other.writer_of(NS) == ("10.0.0.1", 8444)
+    # So this process holds a turn, and keeps its connections; pod-b's write was not its turn.
+    assert watched.holds_a_turn() and not other.holds_a_turn()
+
+
+def test_a_process_holds_a_turn_for_the_fresh_window_after_writing_as_its_holder(monkeypatch):
+    watched = _watched([])
+    assert not watched.holds_a_turn()  # it wrote nothing
+    watched.cache.apply_event("ADDED", _ledger(watched.writer, 3))
+    watched.written(NS, _ledger(watched.writer, 3), Turn(3, watched.writer))
+    assert watched.holds_a_turn()
+    monkeypatch.setattr(watched_ledger, "WRITER_FRESH_SECONDS", 0.0)
+    time.sleep(0.01)
+    assert not watched.holds_a_turn()
 
 
 def test_no_writer_to_relay_to_when_only_this_process_writes():
@@ -286,8 +299,12 @@ def test_nothing_listening_or_no_time_left_means_deciding_here(tmp_path):
 
 
 class _RecordingRelay:
-    def __init__(self) -> None:
+    def __init__(self, sheds: bool = True) -> None:
         self.calls: list[tuple[str, str]] = []
+        self.sheds = sheds
+
+    def sheds_connections(self) -> bool:
+        return self.sheds
 
     def writer(self, namespace: str) -> tuple[str, int]:
         return (namespace, 8444)
@@ -327,6 +344,10 @@ def test_only_ledger_turns_are_relayed_and_a_relayed_review_never_again():
     pod = {"metadata": {"name": "p", "namespace": NS}, "spec": {"containers": [{"name": "c"}]}}
     client.post("/mutate/pods", json=review(pod))
     assert len(relay.calls) == 1
+    # A replica that holds another namespace's turn keeps the connection.
+    relay.sheds = False
+    relayed = client.post("/validate/podgroups", json=body)
+    assert relayed.get_json()["response"]["by"] == "writer" and "Connection" not in relayed.headers
 
 
 def test_what_needs_no_turn_is_answered_where_it_lands_not_relayed():
