@@ -41,8 +41,8 @@ class WatchedLedgers:
         # this process's own writes included: whether another writer is busy, and who holds the
         # turn (turn_order.turn_holder)
         self._writers: dict[str, dict[str, tuple[int, float]]] = {}
-        # time.monotonic() of this process's last write made while it held that ledger's turn
-        self._held_at = float("-inf")
+        # namespace -> time.monotonic() of this process's last write on its ledger
+        self._wrote: dict[str, float] = {}
 
     def start_copy(self, namespace: str, deadline: float) -> tuple[Mapping[str, Any], Turn] | None:
         """The watch's copy of the namespace's ledger and its stamp, to start a turn from, or
@@ -97,10 +97,17 @@ class WatchedLedgers:
         return turn_holder(seen, now, WRITER_FRESH_SECONDS)
 
     def holds_a_turn(self) -> bool:
-        """Whether this process held some namespace's ledger turn when it last wrote, within
-        WRITER_FRESH_SECONDS: then kube-apiserver's connections to it carry admissions it decides
-        itself, and are kept (webhook/ledger_relay.py, LedgerRelay.sheds_connections)."""
-        return time.monotonic() - self._held_at <= WRITER_FRESH_SECONDS
+        """Whether this process holds some namespace's ledger turn now: of the ledgers it wrote
+        within WRITER_FRESH_SECONDS, one whose turn holder it still is. Then kube-apiserver's
+        connections to it carry admissions it decides itself, and are kept
+        (webhook/ledger_relay.py, LedgerRelay.sheds_connections)."""
+        now = time.monotonic()
+        for namespace, when in list(self._wrote.items()):
+            if now - when > WRITER_FRESH_SECONDS:
+                self._wrote.pop(namespace, None)
+            elif self._holder(namespace, now) == self.writer:
+                return True
+        return False
 
     def _note_writer(self, namespace: str, turn: Turn, now: float) -> None:
         if not turn.writer:
@@ -124,5 +131,4 @@ class WatchedLedgers:
         self._last[namespace] = ((stored.get("metadata") or {}).get("uid", ""), turn.seq)
         now = time.monotonic()
         self._note_writer(namespace, turn, now)
-        if self._holder(namespace, now) == self.writer:
-            self._held_at = now
+        self._wrote[namespace] = now

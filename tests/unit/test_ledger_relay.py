@@ -88,8 +88,18 @@ def test_of_two_active_writers_the_least_by_name_holds_the_turn_whoever_wrote_la
     )
     other.written(NS, _ledger("10.0.0.2:8444/b", 5), Turn(5, "10.0.0.2:8444/b"))
     assert other.writer_of(NS) == ("10.0.0.1", 8444)
-    # So this process holds a turn, and keeps its connections; pod-b's write was not its turn.
+    # So this process holds a turn, and keeps its connections; pod-b, though it wrote, does not.
     assert watched.holds_a_turn() and not other.holds_a_turn()
+
+
+def test_a_process_that_wrote_first_holds_the_turn_no_longer_once_a_lesser_writer_writes():
+    # pod-b writes a new ledger before anyone else: it holds the turn...
+    b = WatchedLedgers(WatchCache.static("ledgers", []), LEDGER_NS, "10.0.0.2:8444/b")
+    b.written(NS, _ledger(b.writer, 1), Turn(1, b.writer))
+    assert b.holds_a_turn()
+    # ...until its watch shows the least-named replica writing it too.
+    b.cache.apply_event("MODIFIED", _ledger("10.0.0.1:8444/a", 2))
+    assert not b.holds_a_turn()
 
 
 def test_a_process_holds_a_turn_for_the_fresh_window_after_writing_as_its_holder(monkeypatch):
