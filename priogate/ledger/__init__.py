@@ -57,5 +57,8 @@ What only saves time or requests (optimisation; none can cause an over-admission
 - Running per-class sums moved by the entries each decision changed (totals).
 - Waiting for claims in flight through the watch cache before a quorum LIST (timing.UNSEEN_GRACE).
 - Sharded, compressed storage of the entries (codec).
+- Relaying a namespace's admissions to the replica that holds its turn (webhook.ledger_relay),
+  and asking kube-apiserver to connect again after a relay, so that its connections gather at
+  that replica; a relay that fails is decided where it landed.
 Every timing constant is in priogate.ledger.timing, with its reason.
 """
